@@ -1,0 +1,142 @@
+import { z } from 'zod';
+import { SampleSchema } from './sample.js';
+import { typedArray } from './validate.js';
+
+/** Phases a rollout's wall-clock time is split into (milliseconds). */
+export const PhaseSchema = z.enum(['claim', 'setup', 'agent', 'model', 'exec', 'eval']);
+export type Phase = z.infer<typeof PhaseSchema>;
+export const PhaseTimingsSchema = z.partialRecord(PhaseSchema, z.number().nonnegative());
+export type PhaseTimings = z.infer<typeof PhaseTimingsSchema>;
+
+/** One model call of a trajectory, exactly as the engine saw and produced it. */
+export const TurnSchema = z.object({
+  index: z.number().int().nonnegative(),
+  promptIds: typedArray('Int32Array'),
+  outputIds: typedArray('Int32Array'),
+  /** One log prob per output token. */
+  logprobs: typedArray('Float32Array'),
+  finishReason: z.enum(['stop', 'length', 'abort', 'tool_calls', 'error']),
+  /** Policy (weight) version that produced the output. */
+  policyVersion: z.string().optional(),
+  /** Milliseconds (monotonic clock). */
+  startedAt: z.number(),
+  endedAt: z.number(),
+  firstTokenAt: z.number().optional(),
+  /** The rendered messages of this turn (for debugging and drift reports). */
+  messages: z.array(z.unknown()).optional(),
+});
+export type Turn = z.infer<typeof TurnSchema>;
+
+/** Every turn of one agent session, in order. */
+export const TrajectorySchema = z.object({
+  sessionId: z.string(),
+  turns: z.array(TurnSchema),
+  /** Drift counters: how many times packing needed a fork, a realign, or re-tokenized tokens. */
+  drift: z
+    .object({ forks: z.number().int(), realigns: z.number().int(), retokenizedTokens: z.number().int() })
+    .default({ forks: 0, realigns: 0, retokenizedTokens: 0 }),
+});
+export type Trajectory = z.output<typeof TrajectorySchema>;
+
+export const RolloutErrorSchema = z.object({
+  code: z.string(),
+  message: z.string(),
+  /** The phase the rollout was in when it failed. */
+  phase: PhaseSchema.optional(),
+  cause: z.unknown().optional(),
+});
+export type RolloutError = z.infer<typeof RolloutErrorSchema>;
+
+const rolloutBase = {
+  taskId: z.string(),
+  /** Index of the prompt group (one per task per step). */
+  groupIndex: z.number().int().nonnegative(),
+  /** Index of this rollout within its group. */
+  sampleIndex: z.number().int().nonnegative(),
+  rolloutId: z.number().int().nonnegative(),
+  sessionId: z.string().optional(),
+  /** Training rows this rollout produced (several when the trajectory forked). */
+  samples: z.array(SampleSchema).default([]),
+  turns: z.number().int().nonnegative().default(0),
+  timings: PhaseTimingsSchema.default({}),
+  startedAt: z.number().optional(),
+  endedAt: z.number().optional(),
+  metadata: z.record(z.string(), z.unknown()).default({}),
+};
+
+/**
+ * The outcome of one rollout. `completed | truncated` carry a reward; `failed | aborted` carry an error
+ * and have no reward field at all, so an infrastructure failure can never be counted as reward 0.
+ */
+export const RolloutResultSchema = z.discriminatedUnion('status', [
+  z.object({ ...rolloutBase, status: z.literal('completed'), reward: z.number() }),
+  z.object({ ...rolloutBase, status: z.literal('truncated'), reward: z.number() }),
+  z.object({ ...rolloutBase, status: z.literal('failed'), error: RolloutErrorSchema }),
+  z.object({ ...rolloutBase, status: z.literal('aborted'), error: RolloutErrorSchema }),
+]);
+export type RolloutResult = z.output<typeof RolloutResultSchema>;
+export type ScoredRollout = Extract<RolloutResult, { status: 'completed' | 'truncated' }>;
+export type UnscoredRollout = Extract<RolloutResult, { status: 'failed' | 'aborted' }>;
+
+export function isScored(result: RolloutResult): result is ScoredRollout {
+  return result.status === 'completed' || result.status === 'truncated';
+}
+
+/** Typed events with monotonic timestamps (`t`, milliseconds from `performance.now()`). */
+export type RolloutEvent =
+  | {
+      type: 'rollout:start';
+      t: number;
+      rolloutId: number;
+      taskId: string;
+      groupIndex: number;
+      sampleIndex: number;
+    }
+  | {
+      type: 'rollout:turn';
+      t: number;
+      rolloutId: number;
+      sessionId?: string;
+      turn: number;
+      promptTokens: number;
+      outputTokens: number;
+      durationMs: number;
+    }
+  | {
+      type: 'rollout:exec';
+      t: number;
+      rolloutId: number;
+      command: string;
+      exitCode: number | null;
+      durationMs: number;
+    }
+  | {
+      type: 'rollout:eval';
+      t: number;
+      rolloutId: number;
+      reward?: number;
+      durationMs: number;
+      detail?: Record<string, unknown>;
+    }
+  | { type: 'rollout:phase'; t: number; rolloutId: number; phase: Phase; durationMs: number }
+  | {
+      type: 'rollout:finish';
+      t: number;
+      rolloutId: number;
+      status: RolloutResult['status'];
+      reward?: number;
+      durationMs: number;
+    }
+  | {
+      type: 'trajectory:drift';
+      t: number;
+      sessionId: string;
+      kind: 'fork' | 'realign' | 'retokenize';
+      tokens: number;
+      turn: number;
+    };
+
+export type RolloutEventType = RolloutEvent['type'];
+
+/** Monotonic milliseconds for event timestamps. */
+export const now = (): number => performance.now();
