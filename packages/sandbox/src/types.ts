@@ -1,0 +1,78 @@
+/**
+ * The provider interface every sandbox backend implements. Every operation takes an `AbortSignal`.
+ */
+
+export interface ResourceLimits {
+  /** CPU seconds (RLIMIT_CPU) for each exec. */
+  cpuSeconds?: number;
+  /** Largest file a process may write, bytes (RLIMIT_FSIZE). */
+  fileSizeBytes?: number;
+  /** Address space, bytes (RLIMIT_AS). */
+  addressSpaceBytes?: number;
+  /** Memory limit, bytes (cgroup, where writable). */
+  memoryBytes?: number;
+  /** Process count limit (cgroup, where writable). */
+  pids?: number;
+  /** CPU share in cores (cgroup, where writable). */
+  cpus?: number;
+}
+
+export interface SandboxSpec {
+  /** Image (docker) or prepared rootfs name/folder (bubblewrap); default: the host's read-only system. */
+  image?: string;
+  /** Working directory inside the sandbox (e.g. `/testbed`). */
+  workdir: string;
+  env?: Record<string, string>;
+  limits?: ResourceLimits;
+  /** Labels stamped on everything created (the run label makes `reapOrphans` possible). */
+  labels?: Record<string, string>;
+  /** Maximum lifetime in milliseconds; the reaper terminates sandboxes older than this. */
+  lifetimeMs?: number;
+}
+
+export interface ExecOptions {
+  cwd?: string;
+  env?: Record<string, string>;
+  /** Wall-clock timeout; on expiry the whole process tree is killed and `timedOut` is true. */
+  timeoutMs?: number;
+  stdin?: string | Uint8Array;
+  /** Cap on captured output per stream; head and tail are kept, the middle elided. */
+  maxOutputBytes?: number;
+  signal?: AbortSignal;
+}
+
+export interface ExecResult {
+  /** Exit code, or null when the process was killed by a signal. */
+  exitCode: number | null;
+  stdout: string;
+  stderr: string;
+  /** stdout and stderr merged, in order where the backend allows. */
+  output: string;
+  timedOut: boolean;
+  truncated: boolean;
+  durationMs: number;
+}
+
+export interface OpOptions {
+  signal?: AbortSignal;
+}
+
+export interface Sandbox {
+  readonly id: string;
+  readonly provider: string;
+  readonly workdir: string;
+  readonly labels: Readonly<Record<string, string>>;
+  /** `argv` runs without a shell; a string runs under `sh -c`. */
+  exec(command: string | readonly string[], options?: ExecOptions): Promise<ExecResult>;
+  writeFile(path: string, content: string | Uint8Array, options?: OpOptions & { mode?: number }): Promise<void>;
+  readFile(path: string, options?: OpOptions): Promise<Uint8Array>;
+  readTextFile(path: string, options?: OpOptions): Promise<string>;
+  isAlive(options?: OpOptions): Promise<boolean>;
+  /** Idempotent; never throws. */
+  terminate(): Promise<void>;
+}
+
+export interface SandboxProvider {
+  readonly name: string;
+  create(spec: SandboxSpec, options?: OpOptions): Promise<Sandbox>;
+}
