@@ -1,1 +1,2 @@
-export {};
+export type * from './types.js';
+export * from './swe/index.js';
