@@ -2,7 +2,8 @@
  * The sample batch wire format: one msgpack array of maps, each map the exact dict slime's
  * `Sample.to_dict()` produces. A plain msgpack library in Python decodes it into a list of dicts that
  * `Sample.from_dict` accepts. Per-token arrays are written with fixed element encodings so they
- * round-trip bit for bit: token ids and masks as msgpack ints, log probs as float32, slime's float
+ * round-trip bit for bit: token ids and masks as msgpack ints, log probs as float32 (an exact +0.0, the
+ * placeholder on masked tokens, as the one-byte integer 0), slime's float
  * scalars (`reward`, `non_generation_time`) as float64. Everything else is written by @msgpack/msgpack.
  */
 import { Decoder, encode as encodeValue } from '@msgpack/msgpack';
@@ -80,9 +81,14 @@ class Writer {
     const view = this.view;
     let pos = this.pos;
     for (let i = 0; i < a.length; i++) {
-      this.bytes[pos] = 0xca;
-      view.setFloat32(pos + 1, a[i]!);
-      pos += 5;
+      const x = a[i]!;
+      if (x === 0 && 1 / x > 0) {
+        this.bytes[pos++] = 0; // +0.0, the masked tokens' placeholder: one byte instead of five
+      } else {
+        this.bytes[pos] = 0xca;
+        view.setFloat32(pos + 1, x);
+        pos += 5;
+      }
     }
     this.pos = pos;
   }
@@ -304,25 +310,51 @@ class Reader {
   typedArray<T extends Int32Array | Uint8Array | Float32Array>(
     path: string,
     make: (n: number) => T,
-    integral: boolean,
   ): T | null {
     const n = this.container(path, 0x90, 0xdc, 0xdd, 'an array of numbers or nil');
     if (n < 0) return null;
     if (n > this.bytes.length - this.pos) this.fail(path, `${n} elements (input is truncated)`);
     const out = make(n);
-    const max = out instanceof Uint8Array ? 1 : 0x7fffffff;
-    for (let i = 0; i < n; i++) {
-      const x = this.number(`${path}[${i}]`);
-      if (integral && (!Number.isInteger(x) || x < (max === 1 ? 0 : -0x80000000) || x > max)) {
-        throw new ValidationError(
-          `${path}[${i}]`,
-          `expected ${max === 1 ? '0 or 1' : 'an int32'}, found ${describeValue(x)}`,
-          {
-            code: 'decode_error',
-          },
-        );
+    const bytes = this.bytes;
+    const end = bytes.length;
+    // Fast paths for what encodeSamples writes; anything else goes through number() and is range-checked.
+    if (out instanceof Float32Array) {
+      for (let i = 0; i < n; i++) {
+        const b = bytes[this.pos];
+        if (b === 0xca && this.pos + 5 <= end) {
+          out[i] = this.view.getFloat32(this.pos + 1);
+          this.pos += 5;
+        } else if (b === 0) {
+          out[i] = 0;
+          this.pos++;
+        } else out[i] = this.number(`${path}[${i}]`);
       }
-      out[i] = x;
+      return out;
+    }
+    const mask = out instanceof Uint8Array;
+    for (let i = 0; i < n; i++) {
+      const b = bytes[this.pos]!;
+      if (b < (mask ? 2 : 0x80)) {
+        out[i] = b;
+        this.pos++;
+      } else if (b === 0xcd && !mask && this.pos + 3 <= end) {
+        out[i] = (bytes[this.pos + 1]! << 8) | bytes[this.pos + 2]!;
+        this.pos += 3;
+      } else {
+        const at = `${path}[${i}]`;
+        const x = this.number(at);
+        const [lo, hi] = mask ? [0, 1] : [-0x80000000, 0x7fffffff];
+        if (!Number.isInteger(x) || x < lo || x > hi) {
+          throw new ValidationError(
+            at,
+            `expected ${mask ? '0 or 1' : 'an int32'}, found ${describeValue(x)}`,
+            {
+              code: 'decode_error',
+            },
+          );
+        }
+        out[i] = x;
+      }
     }
     return out;
   }
@@ -411,9 +443,9 @@ export function decodeSamples(bytes: Uint8Array): Sample[] {
       for (let f = 0; f < nFields; f++) {
         const key = r.string(`${root}{key ${f}}`);
         const path = `${root}.${key}`;
-        if (key === 'loss_mask') arrays[key] = r.typedArray(path, (n) => new Uint8Array(n), true);
-        else if (INT_FIELDS.has(key)) arrays[key] = r.typedArray(path, (n) => new Int32Array(n), true);
-        else if (F32_FIELDS.has(key)) arrays[key] = r.typedArray(path, (n) => new Float32Array(n), false);
+        if (key === 'loss_mask') arrays[key] = r.typedArray(path, (n) => new Uint8Array(n));
+        else if (INT_FIELDS.has(key)) arrays[key] = r.typedArray(path, (n) => new Int32Array(n));
+        else if (F32_FIELDS.has(key)) arrays[key] = r.typedArray(path, (n) => new Float32Array(n));
         else scalars[key] = r.value(path);
       }
       const dict = parseWith(ScalarDictSchema, scalars, 'slime sample dict', { root, code: 'decode_error' });

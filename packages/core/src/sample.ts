@@ -26,6 +26,10 @@ export const PrefixCacheInfoSchema = z.object({
 export type PrefixCacheInfo = z.infer<typeof PrefixCacheInfoSchema>;
 
 const nullableInt = z.number().int().nullable();
+/** A Python float: any IEEE double, NaN and ±Infinity included. */
+const pyFloat = z.custom<number>((v) => typeof v === 'number', {
+  message: 'expected a number (Python float)',
+});
 
 /** Fields whose shape is identical in memory and on the wire. */
 const scalarFields = {
@@ -40,7 +44,7 @@ const scalarFields = {
   response: z.string(),
   response_length: z.number().int().nonnegative(),
   label: z.string().nullable(),
-  reward: z.union([z.number(), JsonRecord]).nullable(),
+  reward: z.union([pyFloat, JsonRecord]).nullable(),
   weight_versions: z.array(z.string()),
   rollout_routed_experts: z.array(z.array(z.number().int())).nullable(),
   remove_sample: z.boolean(),
@@ -50,7 +54,7 @@ const scalarFields = {
   custom_rm_path: z.string().nullable(),
   train_metadata: JsonRecord.nullable(),
   session_id: z.string().nullable(),
-  non_generation_time: z.number(),
+  non_generation_time: pyFloat,
   spec_info: SpecInfoSchema,
   prefix_cache_info: PrefixCacheInfoSchema,
 };

@@ -1,0 +1,265 @@
+import { execFileSync } from 'node:child_process';
+import { decode, encode } from '@msgpack/msgpack';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { decodeSamples, encodeSamples } from './codec.js';
+import { VimeError } from './errors.js';
+import { createSample, fromSlimeDict, type Sample, SLIME_SAMPLE_FIELDS, toSlimeDict } from './sample.js';
+
+const f32 = fc.float({ noDefaultInfinity: false, noNaN: false });
+const json: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
+  value: fc.oneof(
+    { depthSize: 'small' },
+    fc.string({ unit: 'binary' }),
+    fc.integer(),
+    fc.double({ noNaN: true }).filter((x) => !Object.is(x, -0)),
+    fc.boolean(),
+    fc.constant(null),
+    fc.array(tie('value'), { maxLength: 4 }),
+    fc.dictionary(fc.string({ unit: 'binary' }), tie('value'), { maxKeys: 4 }),
+  ),
+})).value;
+
+const sampleArb: fc.Arbitrary<Sample> = fc
+  .record({
+    prompt: fc.oneof(
+      fc.string({ unit: 'binary' }),
+      fc.array(fc.record({ role: fc.constantFrom('system', 'user', 'assistant'), content: fc.string() }), {
+        maxLength: 3,
+      }),
+    ),
+    prefix: fc.array(fc.integer({ min: 0, max: 2 ** 31 - 1 }), { maxLength: 20 }),
+    response: fc.array(
+      fc.tuple(fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 }), fc.constantFrom(0, 1), f32),
+      { maxLength: 40 },
+    ),
+    reward: fc.oneof(
+      fc.double(),
+      fc.constant(null),
+      fc.dictionary(fc.string(), fc.double({ noNaN: true }), { maxKeys: 3 }),
+    ),
+    status: fc.constantFrom('pending', 'completed', 'truncated', 'aborted', 'failed' as const),
+    metadata: fc.dictionary(fc.string({ unit: 'binary' }), json, { maxKeys: 5 }),
+    ids: fc.tuple(fc.option(fc.nat()), fc.option(fc.nat()), fc.option(fc.nat())),
+    session: fc.option(fc.string({ unit: 'binary' })),
+    ngt: fc.double(),
+    withMask: fc.boolean(),
+  })
+  .map((r) =>
+    createSample({
+      prompt: r.prompt,
+      group_index: r.ids[0],
+      index: r.ids[1],
+      rollout_id: r.ids[2],
+      tokens: [...r.prefix, ...r.response.map((t) => t[0])],
+      response_length: r.response.length,
+      response: 'x'.repeat(r.response.length),
+      loss_mask: r.withMask ? r.response.map((t) => t[1]) : null,
+      rollout_log_probs: r.withMask ? r.response.map((t) => t[2]) : null,
+      reward: r.reward as Sample['reward'],
+      status: r.status,
+      metadata: r.metadata as Record<string, unknown>,
+      session_id: r.session,
+      non_generation_time: r.ngt,
+    }),
+  );
+
+/** Bit-level equality: typed arrays by bytes, numbers with Object.is (NaN, -0). */
+function expectSameSample(actual: Sample, expected: Sample): void {
+  for (const key of Object.keys(expected) as Array<keyof Sample>) {
+    const a = actual[key];
+    const e = expected[key];
+    if (ArrayBuffer.isView(e)) {
+      expect(ArrayBuffer.isView(a), key).toBe(true);
+      expect(
+        Buffer.from((a as Uint8Array).buffer, (a as Uint8Array).byteOffset, (a as Uint8Array).byteLength),
+      ).toEqual(Buffer.from(e.buffer, e.byteOffset, e.byteLength));
+      expect((a as object).constructor).toBe(e.constructor);
+    } else if (typeof e === 'number') expect(Object.is(a, e), `${key}: ${String(a)} vs ${e}`).toBe(true);
+    else expect(a, key).toEqual(e);
+  }
+}
+
+describe('encodeSamples / decodeSamples', () => {
+  it('round-trips random samples bit for bit (NaN/Infinity log probs, unicode metadata, empty responses)', () => {
+    fc.assert(
+      fc.property(fc.array(sampleArb, { maxLength: 6 }), (samples) => {
+        const back = decodeSamples(encodeSamples(samples));
+        expect(back).toHaveLength(samples.length);
+        for (const [i, s] of back.entries()) expectSameSample(s, samples[i]!);
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('writes every slime field, in to_dict order', () => {
+    const [dict] = decodeRaw(
+      encodeSamples([
+        createSample({ tokens: [1, 2], response_length: 1, loss_mask: [1], rollout_log_probs: [-0.5] }),
+      ]),
+    );
+    expect(Object.keys(dict!)).toEqual([...SLIME_SAMPLE_FIELDS]);
+  });
+
+  it('decodes batches written by a generic msgpack encoder (float64 log probs, bool masks, missing fields)', () => {
+    const bytes = encode([
+      {
+        tokens: [5, 6, 7],
+        response_length: 2,
+        loss_mask: [true, false],
+        rollout_log_probs: [-0.25, 0],
+        status: 'completed',
+        reward: 1,
+      },
+    ]);
+    const [s] = decodeSamples(bytes);
+    expect(Array.from(s!.tokens)).toEqual([5, 6, 7]);
+    expect(Array.from(s!.loss_mask!)).toEqual([1, 0]);
+    expect(s!.rollout_log_probs).toBeInstanceOf(Float32Array);
+    expect(s!.status).toBe('completed');
+    expect(s!.weight_versions).toEqual([]);
+  });
+
+  it('keeps keys slime does not define, as Sample.from_dict does', () => {
+    const sample = createSample({ tokens: [1] });
+    sample.extra = { custom_field: { a: 1 } };
+    const back = decodeSamples(encodeSamples([sample]));
+    expect(back[0]!.extra).toEqual({ custom_field: { a: 1 } });
+    expect(toSlimeDict(back[0]!)).toMatchObject({ custom_field: { a: 1 } });
+  });
+
+  it('names the field path, the kind found and what was expected', () => {
+    const bad = encode([{ tokens: [1, 2] }, { tokens: [1, 'two'] }]);
+    expect(() => decodeSamples(bad)).toThrowError(/\[1\]\.tokens\[1\]: expected a number/);
+    expect(() => decodeSamples(encode([{ status: 'done' }]))).toThrowError(/\[0\]\.status/);
+    expect(() => decodeSamples(encode([{ tokens: [2 ** 40] }]))).toThrowError(
+      /\[0\]\.tokens\[0\]: expected an int32, found number 1099511627776/,
+    );
+    expect(() => decodeSamples(encode([{ loss_mask: [2] }]))).toThrowError(/loss_mask\[0\]: expected 0 or 1/);
+    expect(() => decodeSamples(encode({ tokens: [] }))).toThrowError(/expected an array of sample maps/);
+  });
+
+  it('only ever throws VimeError on fuzzed bytes', () => {
+    const valid = encodeSamples([
+      createSample({
+        tokens: [1, 2, 3],
+        response_length: 2,
+        loss_mask: [1, 0],
+        rollout_log_probs: [-1, 0],
+        metadata: { k: 'v' },
+      }),
+    ]);
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          fc.uint8Array({ maxLength: 200 }),
+          fc.tuple(fc.nat(valid.length - 1), fc.integer({ min: 0, max: 255 })).map(([i, b]) => {
+            const copy = valid.slice();
+            copy[i] = b;
+            return copy;
+          }),
+          fc.nat(valid.length - 1).map((n) => valid.slice(0, n)),
+        ),
+        (bytes) => {
+          try {
+            decodeSamples(bytes);
+          } catch (error) {
+            expect(VimeError.isInstance(error), String(error)).toBe(true);
+          }
+        },
+      ),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('only ever throws VimeError on malformed objects', () => {
+    fc.assert(
+      fc.property(json, (value) => {
+        try {
+          decodeSamples(encode([value]));
+          fromSlimeDict(value);
+        } catch (error) {
+          expect(VimeError.isInstance(error), String(error)).toBe(true);
+        }
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
+
+function decodeRaw(bytes: Uint8Array): Array<Record<string, unknown>> {
+  // An independent decoder: the generic @msgpack/msgpack one.
+  return decode(bytes) as Array<Record<string, unknown>>;
+}
+
+// Debian's interpreter, where python3-msgpack is installed (a python3 earlier on PATH may lack it).
+const DEBIAN_PYTHON = '/usr/bin/python3';
+
+describe('Python interop', () => {
+  it("decodes with Python's msgpack into dicts with slime's field set and types", () => {
+    const samples = [
+      createSample({
+        group_index: 3,
+        index: 7,
+        rollout_id: 7,
+        prompt: [{ role: 'user', content: 'fix ünïcode 🐛' }],
+        tokens: [151644, 872, 0, 42, 43, 44],
+        response: 'ok',
+        response_length: 3,
+        loss_mask: [1, 0, 1],
+        rollout_log_probs: [-0.125, 0, Number.NEGATIVE_INFINITY],
+        reward: 1,
+        status: 'completed',
+        metadata: { instance_id: 'x__y.1', nested: { n: [1, 2.5] } },
+        session_id: 's-1',
+        weight_versions: ['3'],
+      }),
+      createSample({ tokens: [], status: 'aborted' }),
+    ];
+    const script = String.raw`
+import sys, json, math, msgpack
+rows = msgpack.unpackb(sys.stdin.buffer.read(), raw=False)
+assert isinstance(rows, list) and all(isinstance(r, dict) for r in rows)
+out = []
+for r in rows:
+    types = {k: type(v).__name__ for k, v in r.items()}
+    assert all(isinstance(t, int) and not isinstance(t, bool) for t in r["tokens"])
+    if r["loss_mask"] is not None: assert all(isinstance(m, int) for m in r["loss_mask"])
+    if r["rollout_log_probs"] is not None: assert all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in r["rollout_log_probs"])
+    assert isinstance(r["status"], str)
+    lp = r["rollout_log_probs"]
+    out.append({"keys": list(r.keys()), "types": types, "lp": [repr(x) for x in lp] if lp else None, "reward": r["reward"], "prompt": r["prompt"]})
+print(json.dumps(out))
+`;
+    const stdout = execFileSync(DEBIAN_PYTHON, ['-c', script], { input: encodeSamples(samples) }).toString();
+    const rows = JSON.parse(stdout) as Array<{
+      keys: string[];
+      types: Record<string, string>;
+      lp: string[] | null;
+      reward: unknown;
+      prompt: unknown;
+    }>;
+    expect(rows[0]!.keys).toEqual([...SLIME_SAMPLE_FIELDS]);
+    expect(rows[0]!.types).toMatchObject({
+      group_index: 'int',
+      tokens: 'list',
+      loss_mask: 'list',
+      rollout_log_probs: 'list',
+      reward: 'float',
+      status: 'str',
+      metadata: 'dict',
+      spec_info: 'dict',
+      prefix_cache_info: 'dict',
+      non_generation_time: 'float',
+      weight_versions: 'list',
+      remove_sample: 'bool',
+    });
+    expect(rows[0]!.lp).toEqual(['-0.125', '0', '-inf']);
+    expect(rows[0]!.prompt).toEqual([{ role: 'user', content: 'fix ünïcode 🐛' }]);
+    expect(rows[1]!.types).toMatchObject({
+      loss_mask: 'NoneType',
+      reward: 'NoneType',
+      group_index: 'NoneType',
+    });
+  });
+});
