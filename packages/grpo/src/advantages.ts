@@ -1,0 +1,182 @@
+import { ValidationError } from '@vime/core';
+import { allocate, type Dtype, type FloatArray, f32, torchSumF32 } from './f32.js';
+import { checkRewards, type Grouping, type GroupingOptions, resolveGroups } from './groups.js';
+import { type ConventionOptions, type Conventions, resolveConventions } from './presets.js';
+
+export interface GrpoOptions extends GroupingOptions, ConventionOptions {}
+
+/** Mean and std of one group, computed the way the chosen dtype dictates. */
+export interface GroupMoments {
+  mean: number;
+  /** `NaN` for a group of one with the unbiased std. */
+  std: number;
+}
+
+/** Scratch buffer for gathering one group's values (reused; groups are small). */
+let scratch = new Float32Array(64);
+
+/**
+ * Mean and std of `values[members[from..to)]`. float32: values are float32, the sum follows ATen's
+ * CPU order, and the std of the centred values is accumulated in float64 (ATen's Welford) then
+ * rounded, as `torch.std` does.
+ */
+export function groupMoments(
+  values: ArrayLike<number>,
+  members: ArrayLike<number>,
+  from: number,
+  to: number,
+  dtype: Dtype,
+  std: 'unbiased' | 'biased' = 'unbiased',
+): GroupMoments {
+  const n = to - from;
+  const correction = std === 'unbiased' ? 1 : 0;
+  if (dtype === 'float32') {
+    if (scratch.length < n) scratch = new Float32Array(n * 2);
+    for (let j = 0; j < n; j++) scratch[j] = values[members[from + j]!]!;
+    const mean = f32(torchSumF32(scratch, 0, n) / n);
+    // slime takes the std of the already-centred float32 values; ATen accumulates it in float64 (Welford).
+    let m = 0;
+    let m2 = 0;
+    for (let j = 0; j < n; j++) {
+      const x = f32(scratch[j]! - mean);
+      const delta = x - m;
+      m += delta / (j + 1);
+      m2 += delta * (x - m);
+    }
+    return { mean, std: f32(Math.sqrt(m2 / (n - correction))) };
+  }
+  let sum = 0;
+  for (let j = from; j < to; j++) sum += values[members[j]!]!;
+  const mean = sum / n;
+  let ss = 0;
+  for (let j = from; j < to; j++) {
+    const d = values[members[j]!]! - mean;
+    ss += d * d;
+  }
+  return { mean, std: Math.sqrt(ss / (n - correction)) };
+}
+
+/** Std of every reward in the batch (TRL `scale_rewards="batch"`). */
+function batchStd(values: FloatArray, c: Conventions): number {
+  const all = Int32Array.from({ length: values.length }, (_, i) => i);
+  return groupMoments(values, all, 0, values.length, c.dtype, c.std).std;
+}
+
+/**
+ * GRPO advantages, one per sample: `(r − mean_g) / (std_g + ε)` (or `r − mean_g` without std
+ * normalization), with the conventions of the chosen trainer `preset` (slime by default) and any
+ * explicit option on top. Groups come from `groups` keys or `groupSize` blocks; uneven groups are an
+ * error unless `allowUnevenGroups` is set.
+ *
+ * ```ts
+ * grpoAdvantages([1, 0, 0, 0], { groupSize: 4 }) // Float32Array [1.4999970, -0.4999990, …]
+ * ```
+ */
+export function grpoAdvantages(rewards: ArrayLike<number>, options: GrpoOptions): FloatArray {
+  const c = resolveConventions(options);
+  const raw = checkRewards(rewards);
+  const grouping = resolveGroups(raw.length, options);
+  return normalizeGroups(raw, grouping, c);
+}
+
+/** Group normalization with resolved conventions (shared by the estimators and the trainer check). */
+export function normalizeGroups(raw: ArrayLike<number>, grouping: Grouping, c: Conventions): FloatArray {
+  const n = raw.length;
+  const values = allocate(c.dtype, n);
+  values.set(raw);
+  const out = allocate(c.dtype, n);
+  const round = c.dtype === 'float32' ? f32 : (x: number) => x;
+  const eps = round(c.epsilon);
+  const batchScale = c.scale === 'batch' ? batchStd(values, c) : Number.NaN;
+  const { starts, members, keys } = grouping;
+  for (let g = 0; g < keys.length; g++) {
+    const from = starts[g]!;
+    const to = starts[g + 1]!;
+    if (to - from === 1) {
+      const i = members[from]!;
+      switch (c.singleton) {
+        case 'zero':
+          out[i] = 0;
+          break;
+        case 'raw':
+          // verl: a lone sample gets mean 0 and std 1.
+          out[i] = c.scale === 'none' ? values[i]! : round(values[i]! / round(1 + eps));
+          break;
+        case 'error':
+          throw new ValidationError(
+            `groups[${i}]`,
+            `group ${JSON.stringify(keys[g])} has a single sample, so it has no baseline; sample more than one response per prompt or choose singleton: 'zero' | 'raw'`,
+          );
+      }
+      continue;
+    }
+    const { mean, std } = groupMoments(values, members, from, to, c.dtype, c.std);
+    const scale = c.scale === 'group' ? std : batchScale;
+    const denom = round(scale + eps);
+    for (let j = from; j < to; j++) {
+      const i = members[j]!;
+      const centered = round(values[i]! - mean);
+      out[i] = c.scale === 'none' ? centered : round(centered / denom);
+    }
+  }
+  return out;
+}
+
+export interface GroupReport {
+  key: number | string;
+  /** Sample indices in this group. */
+  members: number[];
+  size: number;
+  mean: number;
+  /** Std used by the estimator (unbiased unless `std: 'biased'`); NaN for a group of one. */
+  std: number;
+  /** The group's rewards are (within `zeroVarianceTolerance`) all equal: every advantage is 0. */
+  zeroVariance: boolean;
+}
+
+export interface GroupStatistics {
+  groups: GroupReport[];
+  /** Keys of the zero-variance groups: they carry no learning signal. */
+  zeroVarianceGroups: Array<number | string>;
+  /** Fraction of samples in zero-variance groups. */
+  zeroVarianceFraction: number;
+}
+
+/**
+ * Per-group statistics of a batch: sizes, means, stds, and which groups have (near) zero variance, i.e.
+ * contribute no gradient under GRPO. `zeroVarianceTolerance` (default 1e-6) compares the std.
+ */
+export function groupStatistics(
+  rewards: ArrayLike<number>,
+  options: GrpoOptions & { zeroVarianceTolerance?: number },
+): GroupStatistics {
+  const c = resolveConventions(options);
+  const raw = checkRewards(rewards);
+  const grouping = resolveGroups(raw.length, options);
+  const tolerance = options.zeroVarianceTolerance ?? 1e-6;
+  const values = allocate(c.dtype, raw.length);
+  values.set(raw);
+  const groups: GroupReport[] = [];
+  let zeroSamples = 0;
+  for (let g = 0; g < grouping.keys.length; g++) {
+    const from = grouping.starts[g]!;
+    const to = grouping.starts[g + 1]!;
+    const m = groupMoments(values, grouping.members, from, to, c.dtype, c.std);
+    const size = to - from;
+    const zeroVariance = size > 1 && m.std <= tolerance;
+    if (zeroVariance) zeroSamples += size;
+    groups.push({
+      key: grouping.keys[g]!,
+      members: Array.from(grouping.members.subarray(from, to)),
+      size,
+      mean: m.mean,
+      std: m.std,
+      zeroVariance,
+    });
+  }
+  return {
+    groups,
+    zeroVarianceGroups: groups.filter((g) => g.zeroVariance).map((g) => g.key),
+    zeroVarianceFraction: zeroSamples / raw.length,
+  };
+}

@@ -1,0 +1,113 @@
+/**
+ * float32 arithmetic the way PyTorch's CPU kernels do it, so `dtype: 'float32'` results can match a
+ * trainer bit for bit. `Math.fround` rounds each elementwise op; reductions follow ATen's summation
+ * order (8-lane vector accumulators, 4-way ILP, cascade levels: `SumKernel.cpp`), because a plain
+ * left-to-right float32 sum rounds differently.
+ */
+
+export const f32 = Math.fround;
+
+export type Dtype = 'float32' | 'float64';
+export type FloatArray = Float32Array | Float64Array;
+
+export function allocate(dtype: Dtype, length: number): FloatArray {
+  return dtype === 'float32' ? new Float32Array(length) : new Float64Array(length);
+}
+
+/** Rounds to the dtype: `Math.fround` for float32, identity for float64. */
+export function rounder(dtype: Dtype): (x: number) => number {
+  return dtype === 'float32' ? f32 : (x) => x;
+}
+
+const LANES = 8;
+const ILP = 4;
+
+/** Plain scalar ILP-4 row sum (ATen `row_sum` with scalar loads), for fewer than 8 values. */
+function scalarRowSum(x: ArrayLike<number>, from: number, to: number): number {
+  const p = [0, 0, 0, 0];
+  const n = to - from;
+  const rows = Math.floor(n / ILP);
+  for (let j = 0; j < rows; j++) {
+    for (let k = 0; k < ILP; k++) p[k] = f32(p[k]! + x[from + j * ILP + k]!);
+  }
+  for (let i = from + rows * ILP; i < to; i++) p[0] = f32(p[0]! + x[i]!);
+  return f32(f32(f32(p[0]! + p[1]!) + p[2]!) + p[3]!);
+}
+
+/** Reused accumulators: `[level][ilp][lane]`, flattened. */
+const acc = new Float32Array(4 * ILP * LANES);
+const at = (level: number, k: number) => (level * ILP + k) * LANES;
+
+/**
+ * Sum of `x[from..to)` in float32 with the summation order of ATen's CPU `sum` over a contiguous
+ * dimension (AVX2 build): 8-lane vectors, four vector accumulators and a 4-level cascade, a scalar
+ * tail added first, then the lanes. `mean` is this sum divided by the count.
+ */
+export function torchSumF32(x: ArrayLike<number>, from = 0, to = x.length): number {
+  const n = to - from;
+  if (n < LANES) return scalarRowSum(x, from, to);
+  const vecs = Math.floor(n / LANES);
+  const rows = Math.floor(vecs / ILP);
+  const levels = 4;
+  acc.fill(0);
+  const addVec = (target: number, vecIndex: number) => {
+    const base = from + vecIndex * LANES;
+    for (let l = 0; l < LANES; l++) acc[target + l] = acc[target + l]! + x[base + l]!;
+  };
+  if (rows > 0) {
+    const levelPower = Math.max(4, Math.floor(ceilLog2(rows) / levels));
+    const levelStep = 1 << levelPower;
+    const levelMask = levelStep - 1;
+    let i = 0;
+    while (i + levelStep <= rows) {
+      for (let j = 0; j < levelStep; j++, i++) {
+        for (let k = 0; k < ILP; k++) addVec(at(0, k), i * ILP + k);
+      }
+      for (let j = 1; j < levels; j++) {
+        for (let k = 0; k < ILP; k++) {
+          const up = at(j, k);
+          const down = at(j - 1, k);
+          for (let l = 0; l < LANES; l++) {
+            acc[up + l] = acc[up + l]! + acc[down + l]!;
+            acc[down + l] = 0;
+          }
+        }
+        if ((i & (levelMask << (j * levelPower))) !== 0) break;
+      }
+    }
+    for (; i < rows; i++) for (let k = 0; k < ILP; k++) addVec(at(0, k), i * ILP + k);
+    for (let j = 1; j < levels; j++) {
+      for (let k = 0; k < ILP; k++) {
+        const a = at(0, k);
+        const b = at(j, k);
+        for (let l = 0; l < LANES; l++) acc[a + l] = acc[a + l]! + acc[b + l]!;
+      }
+    }
+  }
+  for (let v = rows * ILP; v < vecs; v++) addVec(0, v);
+  for (let k = 1; k < ILP; k++) {
+    const b = at(0, k);
+    for (let l = 0; l < LANES; l++) acc[l] = acc[l]! + acc[b + l]!;
+  }
+  let total = 0;
+  for (let i = from + vecs * LANES; i < to; i++) total = f32(total + x[i]!);
+  for (let l = 0; l < LANES; l++) total = f32(total + acc[l]!);
+  return total;
+}
+
+function ceilLog2(x: number): number {
+  return x <= 1 ? 0 : Math.ceil(Math.log2(x));
+}
+
+/** Sum in float64 (Neumaier-compensated so float64 results do not depend on the order). */
+export function sumF64(x: ArrayLike<number>, from = 0, to = x.length): number {
+  let sum = 0;
+  let c = 0;
+  for (let i = from; i < to; i++) {
+    const v = x[i]!;
+    const t = sum + v;
+    c += Math.abs(sum) >= Math.abs(v) ? sum - t + v : v - t + sum;
+    sum = t;
+  }
+  return sum + c;
+}
