@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Run the trainer on a GPU machine with PyTorch.
+#
+#   ./run.sh <batch.msgpack> <out-dir> [trainer options, see python -m vime_megatron.train --help]
+#
+# megatron.core comes from `pip install megatron-core` when it is installed, otherwise from the source
+# that scripts/vendor-megatron.sh put under .vendor/megatron-lm (for machines without internet).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+batch=${1:?usage: run.sh <batch.msgpack> <out-dir> [options]}
+out=${2:?usage: run.sh <batch.msgpack> <out-dir> [options]}
+shift 2
+export NO_VCS_VERSION=1 PYTHONUNBUFFERED=1
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+if ! python3 -c 'import megatron.core' 2>/dev/null; then
+  vendor="$here/.vendor/megatron-lm"
+  [ -d "$vendor/megatron/core" ] || {
+    echo "megatron.core is neither installed (pip install megatron-core) nor vendored ($vendor);" \
+      "run scripts/vendor-megatron.sh first" >&2
+    exit 2
+  }
+  export PYTHONPATH="$PYTHONPATH:$vendor"
+fi
+exec python3 -m vime_megatron.train --batch "$batch" --out "$out" "$@"
