@@ -1,2 +1,5 @@
 // SWE-smith prep: dataset rows to tasks, setup, patch capture, hidden-test restore, log parsing, grading.
-export {};
+export * from './dataset.js';
+export * from './grading.js';
+export * from './parsers/index.js';
+export * from './profiles.js';

@@ -1,0 +1,192 @@
+/**
+ * SWE-smith's profile log parsers (`swesmith/profiles/*.py`): the default Python profile reads pytest's
+ * verbose progress lines; a few repositories override it. Other language families follow the documented
+ * formats of their runners (Go `go test -v`, `cargo test`, Jest, Mocha).
+ */
+import { NS, PY_WS, pySplit, S } from './python-text.js';
+import { newStatusMap, type StatusMap, TEST_STATUSES } from './types.js';
+
+const pythonDefault = TEST_STATUSES.map((status) => ({
+  status,
+  re: new RegExp(`^(${NS}+)(${S}+)${status}`, 'u'),
+}));
+
+/** `PythonProfile.log_parser`: `^(\S+)(\s+)STATUS` per line, for each status in enum order. */
+export function parsePythonProfile(log: string): StatusMap {
+  const map = newStatusMap();
+  for (const line of log.split('\n')) {
+    for (const { status, re } of pythonDefault) {
+      if (!line.includes(status)) continue;
+      const m = re.exec(line);
+      if (m) map[m[1]!] = status;
+    }
+  }
+  return map;
+}
+
+const paramiko = TEST_STATUSES.map((status) => ({ status, re: new RegExp(`^${status}${S}(${NS}+)`, 'u') }));
+
+/** Paramiko: reads the `-rA` summary (`^STATUS\s(\S+)`). */
+export function parseParamiko(log: string): StatusMap {
+  const map = newStatusMap();
+  for (const line of log.split('\n')) {
+    for (const { status, re } of paramiko) {
+      const m = re.exec(line);
+      if (m) map[m[1]!] = status;
+    }
+  }
+  return map;
+}
+
+const autograd = TEST_STATUSES.map((status) => ({
+  status,
+  re: new RegExp(`^\\[gw\\p{Nd}\\]${S}${status}${S}(${NS}+)`, 'u'),
+}));
+
+/** Autograd: xdist lines with `-o console_output_style=classic` (`^[gwN] STATUS id`). */
+export function parseAutograd(log: string): StatusMap {
+  const map = newStatusMap();
+  for (const line of log.split('\n')) {
+    for (const { status, re } of autograd) {
+      const m = re.exec(line);
+      if (m) map[m[1]!] = status;
+    }
+  }
+  return map;
+}
+
+/** Tornado (unittest runner): `... ok`, `... skipped `, and `ERROR:`/`FAIL:` headers (both FAILED). */
+export function parseTornado(log: string): StatusMap {
+  const map = newStatusMap();
+  for (const line of log.split('\n')) {
+    if (line.endsWith('... ok')) map[line.split(' ... ')[0]!] = 'PASSED';
+    else if (line.includes(' ... skipped ')) map[line.split(' ... ')[0]!] = 'SKIPPED';
+    else if (line.startsWith('ERROR:') || line.startsWith('FAIL:'))
+      map[pySplit(line).slice(1, 3).join(' ')] = 'FAILED';
+  }
+  return map;
+}
+
+const slugify = new RegExp(`^([a-zA-Z0-9_\\-,\\.${PY_WS}\\(\\)']+)${S}\\.{3}${S}(ok|FAIL|ERROR)$`, 'u');
+const slugifyStatus = { ok: 'PASSED', FAIL: 'FAILED', ERROR: 'ERROR' } as const;
+
+/** python-slugify (`python test.py --verbose`): unittest lines whose names use a restricted alphabet. */
+export function parseSlugify(log: string): StatusMap {
+  const map = newStatusMap();
+  for (const line of log.split('\n')) {
+    const m = slugify.exec(line);
+    if (m) map[m[1]!] = slugifyStatus[m[2] as keyof typeof slugifyStatus];
+  }
+  return map;
+}
+
+/** python/mypy: `PASSED` or `FAILED` anywhere in a line names the line's last token. */
+export function parseMypy(log: string): StatusMap {
+  const map = newStatusMap();
+  for (const line of log.split('\n')) {
+    for (const status of ['PASSED', 'FAILED'] as const) {
+      if (line.includes(status)) {
+        const last = pySplit(line).at(-1);
+        if (last !== undefined) map[last] = status;
+        break;
+      }
+    }
+  }
+  return map;
+}
+
+/** Plain `python -m unittest -v` output (`name (module.Class.name) ... ok|FAIL|ERROR|skipped`). */
+export function parseUnittest(log: string): StatusMap {
+  const map = newStatusMap();
+  for (const line of log.split('\n')) {
+    const at = line.lastIndexOf(' ... ');
+    if (at < 0) continue;
+    const name = line.slice(0, at).trim();
+    const outcome = line.slice(at + 5).trim();
+    if (outcome === 'ok') map[name] = 'PASSED';
+    else if (outcome === 'FAIL') map[name] = 'FAILED';
+    else if (outcome === 'ERROR') map[name] = 'ERROR';
+    else if (outcome.startsWith('skipped')) map[name] = 'SKIPPED';
+    else if (outcome === 'expected failure') map[name] = 'XFAIL';
+    else if (outcome === 'unexpected success') map[name] = 'FAILED';
+  }
+  return map;
+}
+
+const goPatterns = [
+  { re: /--- PASS: (\S+)/, status: 'PASSED' },
+  { re: /--- FAIL: (\S+)/, status: 'FAILED' },
+  { re: /FAIL:?\s?(.+?)\s/, status: 'FAILED' },
+  { re: /--- SKIP: (\S+)/, status: 'SKIPPED' },
+] as const;
+
+/** `go test -v` (SWE-smith `GoProfile`): first matching pattern per stripped line. */
+export function parseGoTest(log: string): StatusMap {
+  const map = newStatusMap();
+  for (const raw of log.split('\n')) {
+    const line = raw.trim();
+    for (const { re, status } of goPatterns) {
+      const m = re.exec(line);
+      if (m) {
+        map[m[1]!] = status;
+        break;
+      }
+    }
+  }
+  return map;
+}
+
+/** `cargo test` (SWE-smith `RustProfile`): `test name ... ok|FAILED`; ignored tests are not recorded. */
+export function parseCargo(log: string): StatusMap {
+  const map = newStatusMap();
+  for (const raw of log.split('\n')) {
+    const line = raw.startsWith('test ') ? raw.slice(5) : raw;
+    const at = line.lastIndexOf(' ... ');
+    if (at < 0) continue;
+    const outcome = line.slice(at + 5).trim();
+    if (outcome === 'ok') map[line.slice(0, at)] = 'PASSED';
+    else if (outcome === 'FAILED') map[line.slice(0, at)] = 'FAILED';
+  }
+  return map;
+}
+
+const jestLine = /^\s*(✓|✕|○)\s(.+?)(?:\s\((\d+\s*m?s)\))?$/;
+const jestStatus = { '✓': 'PASSED', '✕': 'FAILED', '○': 'SKIPPED' } as const;
+
+/** Jest `--verbose` (SWE-smith `parse_log_jest`): `✓` pass, `✕` fail, `○` skipped, duration stripped. */
+export function parseJest(log: string): StatusMap {
+  const map = newStatusMap();
+  for (const line of log.split('\n')) {
+    const m = jestLine.exec(line);
+    if (m) map[m[2]!] = jestStatus[m[1] as keyof typeof jestStatus];
+  }
+  return map;
+}
+
+const mochaPass = /^\s*[✓✔]\s(.+?)(?:\s\(\d+\s*m?s\))?$/;
+const mochaFail = /^\s*(?:✖|\d+\))\s(.+?)$/;
+const mochaSkip = /^\s*-\s(.+?)$/;
+
+/** Mocha spec reporter (SWE-smith `parse_log_mocha`): `✓`/`✔` pass, `✖` or `N) name` fail, `- name` pending. */
+export function parseMocha(log: string): StatusMap {
+  const map = newStatusMap();
+  let inFailureDetails = false;
+  for (const line of log.split('\n')) {
+    // The numbered list after "N failing" repeats names with their suite path; only the first listing counts.
+    if (/^\s*\d+ failing/.test(line)) inFailureDetails = true;
+    let m = mochaPass.exec(line);
+    if (m) {
+      map[m[1]!] = 'PASSED';
+      continue;
+    }
+    if (inFailureDetails) continue;
+    m = mochaFail.exec(line);
+    if (m) {
+      map[m[1]!] = 'FAILED';
+      continue;
+    }
+    m = mochaSkip.exec(line);
+    if (m) map[m[1]!] = 'SKIPPED';
+  }
+  return map;
+}

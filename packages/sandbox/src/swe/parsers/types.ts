@@ -1,0 +1,20 @@
+/** SWE-bench's `TestStatus` values, in the enum's declaration order (parsers iterate in this order). */
+export const TEST_STATUSES = ['FAILED', 'PASSED', 'SKIPPED', 'ERROR', 'XFAIL'] as const;
+export type TestStatus = (typeof TEST_STATUSES)[number];
+
+/**
+ * Test id → status. Upstream parsers occasionally record a raw token that is not a `TestStatus`
+ * (e.g. `ERROR:`); those are kept as-is so grading sees exactly what upstream saw.
+ */
+export type StatusMap = Record<string, TestStatus | (string & {})>;
+
+/** SWE-bench version whose parser behaviour is reproduced. */
+export type SwebenchRef = 'v4.1.0' | 'main';
+
+/** A log parser: the whole test log in, a status map out. */
+export type LogParser = (log: string) => StatusMap;
+
+/** An empty status map without a prototype, so a test named `__proto__` is recorded like any other. */
+export function newStatusMap(): StatusMap {
+  return Object.create(null) as StatusMap;
+}

@@ -1,0 +1,127 @@
+/**
+ * SWE-smith repository profiles: the test command, log parser and test-file rule of a mirror
+ * (`swesmith/<owner>__<repo>.<commit8>`). Built in: SWE-smith's Python default and the Python repositories
+ * whose profiles override it; everything else in the Python registry uses the default. Other languages
+ * are chosen explicitly (`defineProfile`), since a row does not say which language its repository is in.
+ */
+import { ConfigError } from '@vime/core';
+import {
+  parseAutograd,
+  parseCargo,
+  parseGoTest,
+  parseJest,
+  parseMocha,
+  parseMypy,
+  parseParamiko,
+  parsePythonProfile,
+  parseSlugify,
+  parseTornado,
+} from './parsers/swesmith.js';
+import type { LogParser } from './parsers/types.js';
+
+/** SWE-smith's conda prefix for Python images (`/opt/miniconda3`, env `testbed`). */
+export const CONDA_ACTIVATE = 'source /opt/miniconda3/bin/activate; conda activate testbed; ';
+export const PYTHON_TEST_CMD = 'pytest --disable-warnings --color=no --tb=no --verbose';
+
+export interface SweProfile {
+  /** `owner__repo` (commit-independent) this profile applies to, or `*` for a family default. */
+  key: string;
+  language: 'python' | 'go' | 'rust' | 'javascript';
+  /** The whole command run between the eval markers. */
+  testCommand: string;
+  parser: LogParser;
+  /** Per-row command where the profile builds one (SWE-smith `get_test_cmd` overrides, e.g. mypy's `-k`). */
+  commandFor?(row: { FAIL_TO_PASS: readonly string[] }): string;
+  /** Test files of a row: `[FAIL_TO_PASS files, PASS_TO_PASS files]` (`get_test_files`). */
+  testFiles(row: { FAIL_TO_PASS: readonly string[]; PASS_TO_PASS: readonly string[] }): [string[], string[]];
+}
+
+/** Python rule: the part of each id before the first `::`, sorted and unique. */
+export function pythonTestFiles(row: {
+  FAIL_TO_PASS: readonly string[];
+  PASS_TO_PASS: readonly string[];
+}): [string[], string[]] {
+  const files = (ids: readonly string[]) => [...new Set(ids.map((id) => id.split('::')[0]!))].sort();
+  return [files(row.FAIL_TO_PASS), files(row.PASS_TO_PASS)];
+}
+
+const none = (): [string[], string[]] => [[], []];
+
+function python(key: string, testCommand: string, parser: LogParser = parsePythonProfile): SweProfile {
+  return {
+    key,
+    language: 'python',
+    testCommand: CONDA_ACTIVATE + testCommand,
+    parser,
+    testFiles: pythonTestFiles,
+  };
+}
+
+const builtins: SweProfile[] = [
+  python('*', PYTHON_TEST_CMD),
+  python('paramiko__paramiko', 'pytest -rA --color=no --disable-warnings', parseParamiko),
+  python('HIPS__autograd', PYTHON_TEST_CMD, parseAutograd),
+  python('tornadoweb__tornado', 'python -m tornado.test --verbose', parseTornado),
+  python('un33k__python-slugify', 'python test.py --verbose', parseSlugify),
+  {
+    ...python('python__mypy', 'pytest --color=no -rA -k', parseMypy),
+    commandFor: (row) =>
+      `${CONDA_ACTIVATE}pytest --color=no -rA -k "${row.FAIL_TO_PASS.map((id) => id.split('::').at(-1)).join(' or ')}"`,
+  },
+  python('tkrajina__gpxpy', 'pytest test.py --verbose --color=no --tb=no --disable-warnings'),
+  python('mido__mido', `${PYTHON_TEST_CMD} -rs -c /dev/null`),
+  {
+    ...python('pydantic__pydantic', ''),
+    testCommand: `${CONDA_ACTIVATE}/root/.local/bin/uv run ${PYTHON_TEST_CMD}`,
+  },
+];
+
+/** Family defaults for repositories of other languages (their per-repo commands vary; pass your own). */
+export const LANGUAGE_PROFILES = {
+  go: { key: '*', language: 'go', testCommand: 'go test -v ./...', parser: parseGoTest, testFiles: none },
+  rust: {
+    key: '*',
+    language: 'rust',
+    testCommand: 'cargo test --verbose',
+    parser: parseCargo,
+    testFiles: none,
+  },
+  jest: {
+    key: '*',
+    language: 'javascript',
+    testCommand: 'npx jest --verbose',
+    parser: parseJest,
+    testFiles: none,
+  },
+  mocha: { key: '*', language: 'javascript', testCommand: 'npx mocha', parser: parseMocha, testFiles: none },
+} as const satisfies Record<string, SweProfile>;
+
+/** `swesmith/owner__repo.commit8` or `owner__repo.commit8` → `owner__repo`. */
+export function profileKey(mirrorOrRepoName: string): string {
+  const name = mirrorOrRepoName.startsWith('swesmith/')
+    ? mirrorOrRepoName.slice('swesmith/'.length)
+    : mirrorOrRepoName;
+  const dot = name.lastIndexOf('.');
+  return dot > 0 ? name.slice(0, dot) : name;
+}
+
+/** A profile for your own repository (e.g. another language, or a command without conda). */
+export function defineProfile(
+  profile: Partial<SweProfile> & Pick<SweProfile, 'key' | 'testCommand'>,
+): SweProfile {
+  if (!profile.key)
+    throw new ConfigError('defineProfile: `key` must be "owner__repo" (e.g. "vime__pyutils")');
+  return { language: 'python', parser: parsePythonProfile, testFiles: pythonTestFiles, ...profile };
+}
+
+/**
+ * The profile of a mirror. Profiles passed in `extra` win over the built-ins; a Python repository SWE-smith
+ * does not override gets the default Python profile, as SWE-smith's registry does.
+ */
+export function resolveProfile(mirrorOrRepoName: string, extra: readonly SweProfile[] = []): SweProfile {
+  const key = profileKey(mirrorOrRepoName);
+  const lower = key.toLowerCase();
+  const found =
+    extra.find((p) => p.key.toLowerCase() === lower) ?? builtins.find((p) => p.key.toLowerCase() === lower);
+  return found ?? builtins[0]!;
+}
