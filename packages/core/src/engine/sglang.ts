@@ -1,0 +1,120 @@
+import { z } from 'zod';
+import { JsonClient, newRequestId } from './http.js';
+import type { Engine, EngineFinishReason, EngineOptions, GenerateResult, Sampling } from './types.js';
+
+const LogprobEntry = z.tuple([z.number().nullable(), z.number().int()]).rest(z.unknown());
+
+/** SGLang `POST /generate` answer (non-streaming, single input). */
+export const SglangGenerateResponseSchema = z.looseObject({
+  text: z.string(),
+  meta_info: z.looseObject({
+    id: z.string().optional(),
+    finish_reason: z.looseObject({ type: z.string() }).nullable(),
+    prompt_tokens: z.number().int(),
+    completion_tokens: z.number().int(),
+    cached_tokens: z.number().int().optional(),
+    weight_version: z.union([z.string(), z.number()]).nullish(),
+    output_token_logprobs: z.array(LogprobEntry),
+  }),
+});
+
+const ModelInfoSchema = z.looseObject({
+  model_path: z.string(),
+  weight_version: z.union([z.string(), z.number()]).nullish(),
+});
+
+/** SGLang's `sampling_params` for engine-neutral sampling. */
+export function toSglangSampling(s: Sampling): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  if (s.temperature !== undefined) out.temperature = s.temperature;
+  if (s.topP !== undefined) out.top_p = s.topP;
+  if (s.topK !== undefined) out.top_k = s.topK;
+  if (s.minP !== undefined) out.min_p = s.minP;
+  if (s.maxTokens !== undefined) out.max_new_tokens = s.maxTokens;
+  if (s.stop !== undefined) out.stop = s.stop;
+  if (s.stopTokenIds !== undefined) out.stop_token_ids = s.stopTokenIds;
+  if (s.seed !== undefined) out.sampling_seed = s.seed;
+  if (s.repetitionPenalty !== undefined) out.repetition_penalty = s.repetitionPenalty;
+  if (s.presencePenalty !== undefined) out.presence_penalty = s.presencePenalty;
+  if (s.frequencyPenalty !== undefined) out.frequency_penalty = s.frequencyPenalty;
+  // Keep special tokens in the text so it matches the ids (the caller parses the raw output).
+  out.skip_special_tokens = false;
+  return out;
+}
+
+function finishReason(type: string | undefined): EngineFinishReason {
+  return type === 'length' ? 'length' : type === 'abort' ? 'abort' : 'stop';
+}
+
+/**
+ * A client for SGLang's native API: `/generate` with `input_ids` and `return_logprob`, `/abort_request`,
+ * `/health`, `/model_info`. An aborted call also aborts the request on the engine, freeing its slot.
+ */
+export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
+  const http = new JsonClient(url, options);
+
+  async function abort(rid: string, opts: { signal?: AbortSignal } = {}): Promise<void> {
+    await http.request('POST', '/abort_request', { rid }, z.unknown(), { signal: opts.signal });
+  }
+
+  return {
+    url: http.url,
+    kind: 'sglang',
+    async generate(request, opts = {}): Promise<GenerateResult> {
+      const rid = request.rid ?? newRequestId();
+      const body = {
+        input_ids: Array.from(request.inputIds),
+        sampling_params: toSglangSampling(request.sampling),
+        return_logprob: true,
+        logprob_start_len: -1,
+        rid,
+      };
+      const signal = opts.signal;
+      const onAbort = () => {
+        // Dropping the connection alone does not stop a non-streaming SGLang request.
+        abort(rid, { signal: AbortSignal.timeout(5_000) }).catch(() => {});
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      try {
+        const res = await http.request('POST', '/generate', body, SglangGenerateResponseSchema, {
+          signal,
+          ...(request.routingKey ? { headers: { 'x-smg-routing-key': request.routingKey } } : {}),
+        });
+        const entries = res.meta_info.output_token_logprobs;
+        const outputIds = new Int32Array(entries.length);
+        const logprobs = new Float32Array(entries.length);
+        for (let i = 0; i < entries.length; i++) {
+          const e = entries[i]!;
+          outputIds[i] = e[1];
+          logprobs[i] = e[0] ?? 0;
+        }
+        const meta = res.meta_info;
+        return {
+          rid,
+          outputIds,
+          logprobs,
+          finishReason: finishReason(meta.finish_reason?.type),
+          text: res.text,
+          ...(meta.weight_version != null ? { weightVersion: String(meta.weight_version) } : {}),
+          promptTokens: meta.prompt_tokens,
+          ...(meta.cached_tokens !== undefined ? { cachedTokens: meta.cached_tokens } : {}),
+        };
+      } finally {
+        signal?.removeEventListener('abort', onAbort);
+      }
+    },
+    abort,
+    health: (opts = {}) => http.ok('/health', opts.signal),
+    async modelInfo(opts = {}) {
+      const raw = await http.request('GET', '/model_info', undefined, ModelInfoSchema, {
+        signal: opts.signal,
+      });
+      return {
+        modelPath: raw.model_path,
+        ...(raw.weight_version != null ? { weightVersion: String(raw.weight_version) } : {}),
+        raw,
+      };
+    },
+    close: () => http.close(),
+  };
+}

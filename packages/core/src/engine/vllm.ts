@@ -1,0 +1,119 @@
+import { z } from 'zod';
+import { EngineError } from '../errors.js';
+import { JsonClient, newRequestId } from './http.js';
+import type { Engine, EngineFinishReason, EngineOptions, GenerateResult } from './types.js';
+
+/** vLLM `POST /v1/completions` answer with `return_token_ids` and `logprobs`. */
+export const VllmCompletionResponseSchema = z.looseObject({
+  id: z.string().optional(),
+  choices: z
+    .array(
+      z.looseObject({
+        text: z.string(),
+        finish_reason: z.string().nullable(),
+        token_ids: z.array(z.number().int()).nullish(),
+        prompt_token_ids: z.array(z.number().int()).nullish(),
+        logprobs: z.looseObject({ token_logprobs: z.array(z.number().nullable()) }).nullable(),
+      }),
+    )
+    .min(1),
+  usage: z.looseObject({ prompt_tokens: z.number().int() }).optional(),
+});
+
+const ModelsSchema = z.looseObject({
+  data: z.array(z.looseObject({ id: z.string(), root: z.string().nullish() })).min(1),
+});
+
+export interface VllmEngineOptions extends EngineOptions {
+  /** The served model name (`--served-model-name`); read from `/v1/models` when absent. */
+  model?: string;
+}
+
+function finishReason(reason: string | null): EngineFinishReason {
+  return reason === 'length' ? 'length' : reason === 'abort' ? 'abort' : 'stop';
+}
+
+/**
+ * A client for vLLM's OpenAI completions endpoint in token-in/token-out mode: the prompt is sent as
+ * token ids, and `return_token_ids` + `logprobs` bring back the sampled ids and their log probs
+ * (vLLM ≥ 0.10.2). vLLM aborts a request when its connection closes, so an aborted call frees the slot.
+ */
+export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine {
+  const http = new JsonClient(url, options);
+  let model: Promise<string> | undefined = options.model ? Promise.resolve(options.model) : undefined;
+  const modelName = (signal?: AbortSignal) => {
+    model ??= http
+      .request('GET', '/v1/models', undefined, ModelsSchema, { signal })
+      .then((r) => r.data[0]!.id);
+    model.catch(() => {
+      model = undefined;
+    });
+    return model;
+  };
+
+  return {
+    url: http.url,
+    kind: 'vllm',
+    async generate(request, opts = {}): Promise<GenerateResult> {
+      const rid = request.rid ?? newRequestId();
+      const s = request.sampling;
+      const body: Record<string, unknown> = {
+        model: await modelName(opts.signal),
+        prompt: Array.from(request.inputIds),
+        return_token_ids: true,
+        logprobs: 1,
+        skip_special_tokens: false,
+        include_stop_str_in_output: true,
+        request_id: rid,
+        ...(s.maxTokens !== undefined ? { max_tokens: s.maxTokens } : {}),
+        ...(s.temperature !== undefined ? { temperature: s.temperature } : {}),
+        ...(s.topP !== undefined ? { top_p: s.topP } : {}),
+        ...(s.topK !== undefined ? { top_k: s.topK } : {}),
+        ...(s.minP !== undefined ? { min_p: s.minP } : {}),
+        ...(s.stop !== undefined ? { stop: s.stop } : {}),
+        ...(s.stopTokenIds !== undefined ? { stop_token_ids: s.stopTokenIds } : {}),
+        ...(s.seed !== undefined ? { seed: s.seed } : {}),
+        ...(s.repetitionPenalty !== undefined ? { repetition_penalty: s.repetitionPenalty } : {}),
+        ...(s.presencePenalty !== undefined ? { presence_penalty: s.presencePenalty } : {}),
+        ...(s.frequencyPenalty !== undefined ? { frequency_penalty: s.frequencyPenalty } : {}),
+      };
+      const res = await http.request('POST', '/v1/completions', body, VllmCompletionResponseSchema, {
+        signal: opts.signal,
+        ...(request.routingKey ? { headers: { 'x-smg-routing-key': request.routingKey } } : {}),
+      });
+      const choice = res.choices[0]!;
+      if (!choice.token_ids || !choice.logprobs) {
+        throw new EngineError(
+          `${http.url}/v1/completions returned no token_ids/logprobs; vLLM ≥ 0.10.2 is needed for return_token_ids`,
+          { url: http.url },
+        );
+      }
+      const outputIds = Int32Array.from(choice.token_ids);
+      const logprobs = Float32Array.from(choice.logprobs.token_logprobs, (x) => x ?? 0);
+      if (logprobs.length !== outputIds.length) {
+        throw new EngineError(
+          `${http.url}: ${outputIds.length} token ids but ${logprobs.length} logprobs in one choice`,
+          { url: http.url },
+        );
+      }
+      return {
+        rid,
+        outputIds,
+        logprobs,
+        finishReason: finishReason(choice.finish_reason),
+        text: choice.text,
+        promptTokens: res.usage?.prompt_tokens ?? request.inputIds.length,
+      };
+    },
+    async abort() {
+      // vLLM aborts on disconnect; aborting the `generate` signal is the way to cancel.
+    },
+    health: (opts = {}) => http.ok('/health', opts.signal),
+    async modelInfo(opts = {}) {
+      const raw = await http.request('GET', '/v1/models', undefined, ModelsSchema, { signal: opts.signal });
+      const first = raw.data[0]!;
+      return { modelPath: first.root ?? first.id, raw };
+    },
+    close: () => http.close(),
+  };
+}

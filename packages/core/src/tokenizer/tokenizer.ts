@@ -1,0 +1,234 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Template } from '@huggingface/jinja';
+import { Tokenizer } from '@huggingface/tokenizers';
+import { ConfigError } from '../errors.js';
+import {
+  hermesToolParser,
+  type ParsedResponse,
+  parseResponse,
+  type ReasoningParser,
+  type ToolCallParser,
+  thinkReasoningParser,
+} from './parsers.js';
+
+/** A tool call inside an assistant message, in OpenAI's shape (what chat templates expect). */
+export interface TemplateToolCall {
+  id?: string;
+  type?: 'function';
+  function: { name: string; arguments: string | Record<string, unknown> };
+}
+
+/** One chat message as the model's chat template consumes it. */
+export interface TemplateMessage {
+  role: 'system' | 'user' | 'assistant' | 'tool' | (string & {});
+  content: string;
+  reasoning_content?: string;
+  tool_calls?: TemplateToolCall[];
+  tool_call_id?: string;
+  name?: string;
+}
+
+/** A tool definition in OpenAI's function-tool shape. */
+export interface ToolDefinition {
+  type: 'function';
+  function: { name: string; description?: string; parameters?: Record<string, unknown> };
+}
+
+export interface RenderOptions {
+  tools?: readonly ToolDefinition[] | undefined;
+  /** Append the assistant header so the model continues as the assistant (default true). */
+  addGenerationPrompt?: boolean;
+  /** Extra template variables, e.g. `{ enable_thinking: false }`. */
+  templateKwargs?: Record<string, unknown> | undefined;
+}
+
+export interface LoadTokenizerOptions {
+  /** Override the chat template found in `tokenizer_config.json`. */
+  chatTemplate?: string;
+  toolParser?: ToolCallParser | null;
+  reasoningParser?: ReasoningParser | null;
+  signal?: AbortSignal;
+}
+
+const SEGMENT_CACHE_LIMIT = 20_000;
+
+/**
+ * A model's tokenizer and chat template, loaded from its `tokenizer.json` + `tokenizer_config.json`.
+ * Rendering and tokenization run in-process, so the prompt ids sent to the engine are known exactly.
+ */
+export class ChatTokenizer {
+  readonly eosToken: string;
+  readonly eosTokenId: number;
+  readonly chatTemplate: string;
+  readonly toolParser: ToolCallParser | null;
+  readonly reasoningParser: ReasoningParser | null;
+  readonly #tokenizer: Tokenizer;
+  readonly #template: Template;
+  readonly #config: Record<string, unknown>;
+  /** Splits text around added tokens; pieces between them tokenize independently, so they are cached. */
+  readonly #addedSplit: RegExp | undefined;
+  readonly #addedIds = new Map<string, number>();
+  readonly #segments = new Map<string, Int32Array>();
+
+  constructor(
+    tokenizerJson: Record<string, unknown>,
+    config: Record<string, unknown>,
+    options: Omit<LoadTokenizerOptions, 'signal'> = {},
+  ) {
+    this.#tokenizer = new Tokenizer(tokenizerJson, config);
+    this.#config = config;
+    const template = options.chatTemplate ?? pickTemplate(config.chat_template);
+    if (template === undefined) {
+      throw new ConfigError(
+        'tokenizer_config.json has no chat_template; pass { chatTemplate } to loadTokenizer with the model’s Jinja template',
+      );
+    }
+    this.chatTemplate = template;
+    this.#template = new Template(template);
+    this.toolParser = options.toolParser === undefined ? hermesToolParser : options.toolParser;
+    this.reasoningParser =
+      options.reasoningParser === undefined ? thinkReasoningParser : options.reasoningParser;
+    const eos = tokenText(config.eos_token);
+    if (eos === undefined) throw new ConfigError('tokenizer_config.json has no eos_token');
+    this.eosToken = eos;
+    const eosId = this.#tokenizer.token_to_id(eos);
+    if (eosId === undefined)
+      throw new ConfigError(`eos_token ${JSON.stringify(eos)} is not in the vocabulary`);
+    this.eosTokenId = eosId;
+
+    const added = (tokenizerJson.added_tokens ?? []) as Array<Record<string, unknown>>;
+    const cacheable =
+      added.every((t) => !t.lstrip && !t.rstrip && !t.normalized) &&
+      !JSON.stringify(tokenizerJson.pre_tokenizer ?? null).includes('Metaspace');
+    for (const t of added) this.#addedIds.set(String(t.content), Number(t.id));
+    if (cacheable && added.length > 0) {
+      const alternatives = [...this.#addedIds.keys()]
+        .sort((a, b) => b.length - a.length)
+        .map((s) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+      this.#addedSplit = new RegExp(`(${alternatives.join('|')})`);
+    }
+  }
+
+  /** Token ids of `text` (no special tokens added; special-token text maps to its id). */
+  encode(text: string): Int32Array {
+    if (!this.#addedSplit)
+      return Int32Array.from(this.#tokenizer.encode(text, { add_special_tokens: false }).ids);
+    const pieces = text.split(this.#addedSplit);
+    const parts: Int32Array[] = [];
+    let total = 0;
+    for (let i = 0; i < pieces.length; i++) {
+      const piece = pieces[i]!;
+      if (piece === '') continue;
+      let ids: Int32Array | undefined;
+      if (i % 2 === 1) ids = Int32Array.of(this.#addedIds.get(piece)!);
+      else {
+        ids = this.#segments.get(piece);
+        if (!ids) {
+          ids = Int32Array.from(this.#tokenizer.encode(piece, { add_special_tokens: false }).ids);
+          if (this.#segments.size >= SEGMENT_CACHE_LIMIT) this.#segments.clear();
+          this.#segments.set(piece, ids);
+        }
+      }
+      parts.push(ids);
+      total += ids.length;
+    }
+    const out = new Int32Array(total);
+    let at = 0;
+    for (const p of parts) {
+      out.set(p, at);
+      at += p.length;
+    }
+    return out;
+  }
+
+  /** Text of `ids` (special tokens kept unless `skipSpecialTokens`). */
+  decode(ids: ArrayLike<number>, options: { skipSpecialTokens?: boolean } = {}): string {
+    if (ids.length === 0) return '';
+    return this.#tokenizer.decode(Array.from(ids), {
+      skip_special_tokens: options.skipSpecialTokens ?? false,
+      clean_up_tokenization_spaces: false,
+    });
+  }
+
+  /** The id of one token's text, or undefined. */
+  tokenId(token: string): number | undefined {
+    return this.#addedIds.get(token) ?? this.#tokenizer.token_to_id(token);
+  }
+
+  /** Render messages with the model's chat template. */
+  render(messages: readonly TemplateMessage[], options: RenderOptions = {}): string {
+    const vars: Record<string, unknown> = {
+      messages,
+      add_generation_prompt: options.addGenerationPrompt ?? true,
+      bos_token: tokenText(this.#config.bos_token) ?? '',
+      eos_token: this.eosToken,
+      ...options.templateKwargs,
+    };
+    if (options.tools && options.tools.length > 0) vars.tools = options.tools;
+    return this.#template.render(vars);
+  }
+
+  /** Render and tokenize: the exact prompt ids an engine is sent. */
+  encodeChat(messages: readonly TemplateMessage[], options: RenderOptions = {}): Int32Array {
+    return this.encode(this.render(messages, options));
+  }
+
+  /** Split raw output text into reasoning, content and tool calls with this model's parsers. */
+  parseResponse(text: string): ParsedResponse {
+    return parseResponse(text, { toolCalls: this.toolParser, reasoning: this.reasoningParser });
+  }
+}
+
+function tokenText(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (value && typeof value === 'object' && typeof (value as { content?: unknown }).content === 'string')
+    return (value as { content: string }).content;
+  return undefined;
+}
+
+function pickTemplate(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (Array.isArray(value)) {
+    const named = value as Array<{ name?: string; template?: string }>;
+    return (named.find((t) => t.name === 'default') ?? named[0])?.template;
+  }
+  return undefined;
+}
+
+async function readJson(path: string, signal: AbortSignal | undefined): Promise<Record<string, unknown>> {
+  let text: string;
+  try {
+    text = await readFile(path, { encoding: 'utf8', ...(signal ? { signal } : {}) });
+  } catch (cause) {
+    throw new ConfigError(`cannot read ${path}: ${(cause as Error).message}; pass the model directory`, {
+      cause,
+    });
+  }
+  try {
+    return JSON.parse(text) as Record<string, unknown>;
+  } catch (cause) {
+    throw new ConfigError(`${path} is not valid JSON: ${(cause as Error).message}`, { cause });
+  }
+}
+
+/**
+ * Load a model's tokenizer and chat template from a directory holding `tokenizer.json` and
+ * `tokenizer_config.json` (a Hugging Face model folder). A `chat_template.jinja` file, when present,
+ * takes precedence over the config's `chat_template`, as in transformers.
+ */
+export async function loadTokenizer(dir: string, options: LoadTokenizerOptions = {}): Promise<ChatTokenizer> {
+  const { signal, ...rest } = options;
+  const [json, config] = await Promise.all([
+    readJson(join(dir, 'tokenizer.json'), signal),
+    readJson(join(dir, 'tokenizer_config.json'), signal),
+  ]);
+  let chatTemplate = rest.chatTemplate;
+  if (chatTemplate === undefined) {
+    chatTemplate = await readFile(join(dir, 'chat_template.jinja'), 'utf8').catch(() => undefined);
+  }
+  return new ChatTokenizer(json, config, {
+    ...rest,
+    ...(chatTemplate !== undefined ? { chatTemplate } : {}),
+  });
+}

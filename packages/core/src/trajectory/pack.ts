@@ -1,0 +1,134 @@
+import type { Turn } from '../rollout.js';
+
+/** One training row under construction: a prompt and the response region that follows it. */
+export interface PackedRow {
+  promptIds: Int32Array;
+  /** Response region: sampled outputs (mask 1) interleaved with observations (mask 0). */
+  responseIds: Int32Array;
+  lossMask: Uint8Array;
+  logprobs: Float32Array;
+  /** Indexes (into the trajectory) of the turns packed into this row. */
+  turns: number[];
+  /** Weight versions of those turns, in order of first appearance. */
+  weightVersions: string[];
+}
+
+export interface DriftCounts {
+  /** Times a turn's prompt did not extend the row and a new row was started. */
+  forks: number;
+  /** Times short drift inside the last response was overwritten in place. */
+  realigns: number;
+  /** Sampled tokens replaced by re-tokenized ones during realigns. */
+  retokenizedTokens: number;
+}
+
+export interface PackOptions {
+  /** Longest drift (tokens from the divergence to the end of the last output) fixed by a realign. Default 16. */
+  realignMaxTokens?: number;
+}
+
+export interface PackResult {
+  rows: PackedRow[];
+  drift: DriftCounts;
+  /** What happened at each turn after the first. */
+  steps: Array<{ turn: number; kind: 'extend' | 'realign' | 'fork'; divergedAt?: number; replaced?: number }>;
+}
+
+/** Growable parallel arrays for one row. */
+class RowBuilder {
+  ids: number[] = [];
+  mask: number[] = [];
+  logprobs: number[] = [];
+  /** Start (in response coordinates) of the last sampled output. */
+  lastOutputStart = 0;
+  turns: number[] = [];
+  versions: string[] = [];
+  constructor(readonly promptIds: Int32Array) {}
+
+  get length(): number {
+    return this.promptIds.length + this.ids.length;
+  }
+  at(i: number): number {
+    const p = this.promptIds.length;
+    return i < p ? this.promptIds[i]! : this.ids[i - p]!;
+  }
+  truncate(fullLength: number): void {
+    const n = fullLength - this.promptIds.length;
+    this.ids.length = n;
+    this.mask.length = n;
+    this.logprobs.length = n;
+  }
+  observe(ids: ArrayLike<number>, from: number): void {
+    for (let i = from; i < ids.length; i++) {
+      this.ids.push(ids[i]!);
+      this.mask.push(0);
+      this.logprobs.push(0);
+    }
+  }
+  sample(turn: Turn, index: number): void {
+    this.lastOutputStart = this.ids.length;
+    for (let i = 0; i < turn.outputIds.length; i++) {
+      this.ids.push(turn.outputIds[i]!);
+      this.mask.push(1);
+      this.logprobs.push(turn.logprobs[i]!);
+    }
+    this.turns.push(index);
+    if (turn.policyVersion !== undefined && !this.versions.includes(turn.policyVersion))
+      this.versions.push(turn.policyVersion);
+  }
+  build(): PackedRow {
+    return {
+      promptIds: this.promptIds,
+      responseIds: Int32Array.from(this.ids),
+      lossMask: Uint8Array.from(this.mask),
+      logprobs: Float32Array.from(this.logprobs),
+      turns: this.turns,
+      weightVersions: this.versions,
+    };
+  }
+}
+
+/**
+ * Pack a trajectory's turns into training rows. While each turn's prompt extends the previous
+ * prompt + output exactly as tokens, the turn joins the row (the new prompt tokens are observations:
+ * loss mask 0, log prob 0). When the prompt diverges inside the last output by at most
+ * `realignMaxTokens`, the drifted tail is overwritten by the re-tokenized prompt (mask 0). Otherwise
+ * the trajectory forks: a new row starts from this turn's prompt.
+ */
+export function packTurns(turns: readonly Turn[], options: PackOptions = {}): PackResult {
+  const realignMax = options.realignMaxTokens ?? 16;
+  const rows: PackedRow[] = [];
+  const drift: DriftCounts = { forks: 0, realigns: 0, retokenizedTokens: 0 };
+  const steps: PackResult['steps'] = [];
+  let row: RowBuilder | undefined;
+  turns.forEach((turn, t) => {
+    const prompt = turn.promptIds;
+    if (!row) {
+      row = new RowBuilder(prompt);
+      row.sample(turn, t);
+      return;
+    }
+    const n = row.length;
+    const limit = Math.min(n, prompt.length);
+    let common = 0;
+    while (common < limit && prompt[common] === row.at(common)) common++;
+    if (common === n) {
+      row.observe(prompt, n);
+      steps.push({ turn: t, kind: 'extend' });
+    } else if (common >= row.promptIds.length + row.lastOutputStart && n - common <= realignMax) {
+      row.truncate(common);
+      row.observe(prompt, common);
+      drift.realigns++;
+      drift.retokenizedTokens += n - common;
+      steps.push({ turn: t, kind: 'realign', divergedAt: common, replaced: n - common });
+    } else {
+      rows.push(row.build());
+      row = new RowBuilder(prompt);
+      drift.forks++;
+      steps.push({ turn: t, kind: 'fork', divergedAt: common });
+    }
+    row.sample(turn, t);
+  });
+  if (row) rows.push(row.build());
+  return { rows, drift, steps };
+}
