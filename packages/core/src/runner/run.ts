@@ -8,6 +8,7 @@ import { EventEmitter } from 'eventemitter3';
 import { z } from 'zod';
 import { ConfigError, describeValue, ValidationError, VimeError } from '../errors.js';
 import {
+  now,
   type Phase,
   PhaseSchema,
   type PhaseTimings,
@@ -16,7 +17,6 @@ import {
   type RolloutEvent,
   type RolloutEventType,
   type RolloutResult,
-  now,
 } from '../rollout.js';
 import { assertSampleInvariants, type Sample, SampleSchema } from '../sample.js';
 
@@ -61,7 +61,10 @@ export interface RolloutOutcome {
   metadata?: Record<string, unknown>;
 }
 
-export type RolloutFunction<T> = (task: T, context: RolloutContext) => RolloutOutcome | Promise<RolloutOutcome>;
+export type RolloutFunction<T> = (
+  task: T,
+  context: RolloutContext,
+) => RolloutOutcome | Promise<RolloutOutcome>;
 
 export interface RunRolloutsOptions {
   /** Rollouts per task (the GRPO group size). Default 1. */
@@ -178,7 +181,10 @@ interface Running {
 
 const abortError = (code: 'aborted' | 'timeout', message: string) => new VimeError(code, message);
 
-export class RolloutRun<T extends TaskLike> extends EventEmitter<RunEvents> implements AsyncIterable<RolloutResult> {
+export class RolloutRun<T extends TaskLike>
+  extends EventEmitter<RunEvents>
+  implements AsyncIterable<RolloutResult>
+{
   /** Total rollouts to run, once known (immediately for arrays; when an async source ends otherwise). */
   total: number | undefined;
   readonly stats: RunStats = {
@@ -212,7 +218,11 @@ export class RolloutRun<T extends TaskLike> extends EventEmitter<RunEvents> impl
   readonly #running = new Set<Running>();
   #stopReason: VimeError | undefined;
 
-  constructor(tasks: Iterable<T> | AsyncIterable<T>, rollout: RolloutFunction<T>, options: RunRolloutsOptions) {
+  constructor(
+    tasks: Iterable<T> | AsyncIterable<T>,
+    rollout: RolloutFunction<T>,
+    options: RunRolloutsOptions,
+  ) {
     super();
     this.#tasks = tasks;
     this.#rollout = rollout;
@@ -228,7 +238,9 @@ export class RolloutRun<T extends TaskLike> extends EventEmitter<RunEvents> impl
 
   async *[Symbol.asyncIterator](): AsyncGenerator<RolloutResult, void, undefined> {
     if (this.#iterating) {
-      throw new ConfigError('this rollout run is already being iterated; call runRollouts again for a new run');
+      throw new ConfigError(
+        'this rollout run is already being iterated; call runRollouts again for a new run',
+      );
     }
     this.#iterating = true;
     const signal = this.#options.signal;
@@ -434,7 +446,8 @@ export class RolloutRun<T extends TaskLike> extends EventEmitter<RunEvents> impl
         result = this.#completed(base, first.value, timings, startedAt);
       } else if (first && !controller.signal.aborted) {
         // A rollout may give up on its own by throwing a VimeError with code `aborted`.
-        const status = VimeError.isInstance(first.error) && first.error.code === 'aborted' ? 'aborted' : 'failed';
+        const status =
+          VimeError.isInstance(first.error) && first.error.code === 'aborted' ? 'aborted' : 'failed';
         result = this.#unscored(status, base, toRolloutError(first.error, failedPhase), timings, startedAt);
       } else {
         const phase = failedPhase ?? phases.at(-1);
@@ -469,12 +482,7 @@ export class RolloutRun<T extends TaskLike> extends EventEmitter<RunEvents> impl
     return result;
   }
 
-  #completed(
-    base: RolloutRef,
-    value: unknown,
-    timings: PhaseTimings,
-    startedAt: number,
-  ): RolloutResult {
+  #completed(base: RolloutRef, value: unknown, timings: PhaseTimings, startedAt: number): RolloutResult {
     const parsed = OutcomeSchema.safeParse(value);
     if (!parsed.success) {
       const issue = parsed.error.issues[0]!;
@@ -526,7 +534,17 @@ export class RolloutRun<T extends TaskLike> extends EventEmitter<RunEvents> impl
     timings: PhaseTimings,
     startedAt: number,
   ): RolloutResult {
-    return { ...base, status, error, samples: [], turns: 0, timings, startedAt, endedAt: now(), metadata: {} };
+    return {
+      ...base,
+      status,
+      error,
+      samples: [],
+      turns: 0,
+      timings,
+      startedAt,
+      endedAt: now(),
+      metadata: {},
+    };
   }
 }
 
