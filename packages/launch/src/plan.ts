@@ -1,0 +1,315 @@
+/**
+ * The launch plan: one typed config for a disaggregated coding-agent RL run (trainer + N inference
+ * engines + sandboxes), resolved into the Job Group, the volume and the slime command so the three can
+ * never disagree. Every default is the reference coding-agent example's: Qwen3-14B on an H100:4
+ * trainer, 1-GPU SGLang engines, the SWE-smith `markupsafe` subset, async mode, delta weights over disk.
+ */
+import { ConfigError, parseWith } from '@vime/core';
+import { z } from 'zod';
+import { MODEL_ARCH_ARGS } from './presets/qwen3.js';
+import {
+  EngineKindSchema,
+  engineAddresses,
+  engineJobNames,
+  JOBGROUP_NAME_ENV,
+  type ResolvedJobGroupConfig,
+  type ResolvedVolumeConfig,
+  resolveJobGroupConfig,
+  VolumeConfigSchema,
+} from './skypilot/render.js';
+import { type ResolvedSlimeConfig, SlimeConfigSchema } from './slime/args.js';
+
+const pos = z.number().int().positive();
+
+export const LaunchConfigSchema = z.strictObject({
+  /** Job Group name; defaults to `coding-agent-rl` (1 engine) or `coding-agent-rl-<N>eng`. */
+  name: z.string().optional(),
+  infra: z.string().default('kubernetes'),
+  image: z.string().default('docker:slimerl/slime:nightly-dev-20260707a'),
+  workdir: z.string().default('.'),
+  trainer: z
+    .strictObject({
+      accelerators: z.string().default('H100:4'),
+      numNodes: pos.default(1),
+      setup: z.string().default('bash scripts/trainer-setup.sh'),
+      run: z.string().default('bash scripts/trainer-run.sh'),
+      fileMounts: z.record(z.string(), z.string()).default({ '/wheels': '~/.sky/bin/wheels' }),
+    })
+    .prefault({}),
+  engines: z
+    .strictObject({
+      count: pos.max(64).default(1),
+      kind: EngineKindSchema.default('sglang'),
+      /** Per-engine GPUs; engines may use cheaper GPUs than the trainer. */
+      accelerators: z.string().default('H100:1'),
+      port: pos.default(30000),
+      setup: z.string().default('bash scripts/engine-setup.sh'),
+      run: z.string().default('bash scripts/engine-run.sh'),
+      memFractionStatic: z.number().default(0.7),
+    })
+    .prefault({}),
+  model: z
+    .strictObject({
+      dir: z.string().default('Qwen3-14B'),
+      script: z.string().default('qwen3-14B.sh'),
+      /** Architecture flags; defaults to the known ones for `script`. */
+      args: z.array(z.string()).optional(),
+      tensorParallel: pos.default(4),
+      saveInterval: pos.default(5),
+    })
+    .prefault({}),
+  mode: z.enum(['sync', 'async']).default('async'),
+  weights: z
+    .strictObject({
+      transport: z.enum(['disk', 'nccl']).default('disk'),
+      mode: z.enum(['delta', 'full']).default('delta'),
+      localCheckpointDir: z.string().default('/root/slime-local-ckpt'),
+    })
+    .prefault({}),
+  rollout: z
+    .strictObject({
+      batchSize: pos.default(23),
+      samplesPerPrompt: pos.default(8),
+      numRollout: pos.default(8),
+      shuffle: z.boolean().default(true),
+      maxContextLen: pos.default(32768),
+      maxResponseLen: pos.default(2048),
+      temperature: z.number().default(1),
+      maxTokensPerGpu: pos.default(9216),
+      promptData: z.string().default('$HOME/sky_workdir/swesmith.jsonl'),
+    })
+    .prefault({}),
+  dataset: z
+    .strictObject({
+      repos: z.array(z.string()).default(['markupsafe']),
+      perRepo: pos.default(16),
+      poolSuffix: z.string().default(''),
+    })
+    .prefault({}),
+  sandbox: z
+    .strictObject({
+      /** On-demand sandbox per claim instead of warm pools. */
+      noPool: z.boolean().default(false),
+      /** Warm sandboxes per repo pool; must cover the concurrent rollouts. */
+      poolReplicas: pos.default(184),
+      /** Sandboxes run on other machines (pods), so whatever they call back must not sit on loopback. */
+      remote: z.boolean().default(true),
+    })
+    .prefault({}),
+  agent: z
+    .strictObject({
+      workdir: z.string().default('/testbed'),
+      maxTurns: pos.default(20),
+      evalTimeoutSec: pos.default(900),
+    })
+    .prefault({}),
+  /** The OpenAI-compatible adapter the agent calls (inside the trainer job). */
+  adapter: z
+    .strictObject({ host: z.string().default('0.0.0.0'), port: pos.max(65535).default(8000) })
+    .prefault({}),
+  wandb: z
+    .strictObject({ project: z.string().default('slime-coding-agent'), group: z.string().optional() })
+    .prefault({}),
+  volume: VolumeConfigSchema.prefault({}),
+  ray: z
+    .strictObject({
+      address: z.string().url().default('http://127.0.0.1:8265'),
+      /** `token` when the cluster runs with RAY_AUTH_MODE=token (then RAY_AUTH_TOKEN is required). */
+      auth: z.enum(['none', 'token']).default('none'),
+    })
+    .prefault({}),
+  /** Env names that must be set where the plan is launched. */
+  requiredEnv: z.array(z.string()).default([]),
+});
+export type LaunchConfig = z.input<typeof LaunchConfigSchema>;
+export type ResolvedLaunchConfig = z.output<typeof LaunchConfigSchema>;
+
+export interface LaunchPlan {
+  config: ResolvedLaunchConfig;
+  jobGroup: ResolvedJobGroupConfig;
+  volume: ResolvedVolumeConfig;
+  slime: ResolvedSlimeConfig;
+  /** Engine job names, in order. */
+  engineJobs: string[];
+  /** Engine health URLs as the trainer sees them (`$SKYPILOT_JOBGROUP_NAME` left for the shell). */
+  engineUrls: string[];
+  /** Env names the launch needs, and the env they were checked against. */
+  requiredEnv: string[];
+  env: Record<string, string | undefined>;
+}
+
+/** Resolve a launch config (all fields optional) into a consistent plan. */
+export function resolvePlan(
+  config: LaunchConfig = {},
+  options: { env?: Record<string, string | undefined> } = {},
+): LaunchPlan {
+  const c = parseWith(LaunchConfigSchema, config, 'launch config');
+  const n = c.engines.count;
+  const name = c.name ?? (n === 1 ? 'coding-agent-rl' : `coding-agent-rl-${n}eng`);
+  const group = c.wandb.group ?? (n === 1 ? 'coding-agent' : `coding-agent-${n}eng`);
+  const perEngineGpus = Number(c.engines.accelerators.split(':')[1] ?? 1);
+  const trainerGpus = Number(c.trainer.accelerators.split(':')[1] ?? 1);
+
+  const jobGroup = resolveJobGroupConfig({
+    name,
+    infra: c.infra,
+    image: c.image,
+    workdir: c.workdir,
+    terminationDelay: '60s',
+    volume: c.volume,
+    engines: {
+      kind: c.engines.kind,
+      count: n,
+      accelerators: c.engines.accelerators,
+      port: c.engines.port,
+      setup: c.engines.setup,
+      run: c.engines.run,
+    },
+    trainer: {
+      accelerators: c.trainer.accelerators,
+      numNodes: c.trainer.numNodes,
+      fileMounts: c.trainer.fileMounts,
+      envs: {
+        MODEL_SCRIPT: c.model.script,
+        MODEL_DIR: c.model.dir,
+        TP: c.model.tensorParallel,
+        ROLLOUT_GPUS_PER_ENGINE: perEngineGpus,
+        SWESMITH_REPOS: c.dataset.repos.join(' '),
+        SWESMITH_PER_REPO: c.dataset.perRepo,
+        SWESMITH_POOL_SUFFIX: c.dataset.poolSuffix,
+        SANDBOX_NO_POOL: c.sandbox.noPool ? '1' : '0',
+        AGENT_WORKDIR: c.agent.workdir,
+        AGENT_MAX_TURNS: c.agent.maxTurns,
+        AGENT_EVAL_TIMEOUT_SEC: c.agent.evalTimeoutSec,
+        SANDBOX_POOL_REPLICAS: c.sandbox.poolReplicas,
+        ROLLOUT_BATCH_SIZE: c.rollout.batchSize,
+        N_SAMPLES_PER_PROMPT: c.rollout.samplesPerPrompt,
+        NUM_ROLLOUT: c.rollout.numRollout,
+        ROLLOUT_SHUFFLE: c.rollout.shuffle ? '1' : '0',
+        ROLLOUT_MAX_CONTEXT_LEN: c.rollout.maxContextLen,
+        MSWEA_SILENT_STARTUP: '1',
+        SLIME_MODE: c.mode,
+        WEIGHT_TRANSPORT: c.weights.transport,
+        WEIGHT_MODE: c.weights.mode,
+        WANDB_PROJECT: c.wandb.project,
+        WANDB_GROUP: group,
+      },
+      secrets: ['WANDB_API_KEY'],
+      setup: c.trainer.setup,
+      run: c.trainer.run,
+    },
+  });
+
+  const modelRoot = `/root/${c.model.dir}`;
+  const delta = c.weights.mode === 'delta';
+  const disk = c.weights.transport === 'disk';
+  const slime = parseWith(
+    SlimeConfigSchema,
+    {
+      mode: c.mode,
+      model: {
+        hfCheckpoint: modelRoot,
+        refLoad: `${modelRoot}_torch_dist`,
+        load: `${modelRoot}_slime/`,
+        save: `${modelRoot}_slime/`,
+        saveInterval: c.model.saveInterval,
+        args: [...(c.model.args ?? MODEL_ARCH_ARGS[c.model.script] ?? [])],
+      },
+      cluster: {
+        actorNumNodes: c.trainer.numNodes,
+        actorGpusPerNode: trainerGpus,
+        rolloutGpusPerEngine: perEngineGpus,
+      },
+      parallelism: { tensor: c.model.tensorParallel },
+      engines: { external: engineAddresses(jobGroup), memFractionStatic: c.engines.memFractionStatic },
+      weights: {
+        mode: c.weights.mode,
+        transport: c.weights.transport,
+        ...(delta ? { localCheckpointDir: c.weights.localCheckpointDir } : {}),
+        ...(disk ? { diskDir: c.volume.mountPath, keepFiles: true } : {}),
+      },
+      data: {
+        promptData: c.rollout.promptData,
+        inputKey: 'text',
+        labelKey: 'label',
+        metadataKey: 'metadata',
+        shuffle: c.rollout.shuffle,
+        numRollout: c.rollout.numRollout,
+      },
+      rollout: {
+        batchSize: c.rollout.batchSize,
+        samplesPerPrompt: c.rollout.samplesPerPrompt,
+        maxResponseLen: c.rollout.maxResponseLen,
+        maxContextLen: c.rollout.maxContextLen,
+        temperature: c.rollout.temperature,
+        balanceData: true,
+        dynamicBatchSize: true,
+        maxTokensPerGpu: c.rollout.maxTokensPerGpu,
+        customGenerateFunctionPath: 'generate.generate',
+        customRolloutLogFunctionPath: 'rollout_metrics.log_rollout_metrics',
+      },
+      algorithm: {
+        advantageEstimator: 'grpo',
+        useKlLoss: true,
+        klLossCoef: 0,
+        klLossType: 'low_var_kl',
+        entropyCoef: 0,
+        epsClip: 0.2,
+        epsClipHigh: 0.28,
+      },
+      optimizer: {
+        name: 'adam',
+        lr: 1e-6,
+        lrDecayStyle: 'constant',
+        weightDecay: 0.1,
+        adamBeta1: 0.9,
+        adamBeta2: 0.98,
+      },
+      wandb: { project: c.wandb.project, group },
+      extraArgs: [
+        '--recompute-granularity',
+        'full',
+        '--recompute-method',
+        'uniform',
+        '--recompute-num-layers',
+        '1',
+        '--attention-dropout',
+        '0.0',
+        '--hidden-dropout',
+        '0.0',
+        '--accumulate-allreduce-grads-in-fp32',
+        '--attention-softmax-in-fp32',
+        '--attention-backend',
+        'flash',
+      ],
+    },
+    'slime config',
+  );
+
+  const requiredEnv = [...c.requiredEnv, ...(c.ray.auth === 'token' ? ['RAY_AUTH_TOKEN'] : [])];
+  return {
+    config: c,
+    jobGroup,
+    volume: parseWith(VolumeConfigSchema, c.volume, 'volume config'),
+    slime,
+    engineJobs: engineJobNames(jobGroup),
+    engineUrls: engineJobNames(jobGroup).map(
+      (job) => `http://${job}-0.$${JOBGROUP_NAME_ENV}:${c.engines.port}`,
+    ),
+    requiredEnv,
+    env: options.env ?? {},
+  };
+}
+
+/** Replace `$VAR` / `${VAR}` in `text` from `env`; unknown names are reported, not left in. */
+export function expandEnv(text: string, env: Record<string, string | undefined>): string {
+  return text.replace(/\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?/g, (_, key: string) => {
+    const value = env[key];
+    if (value === undefined || value === '') {
+      throw new ConfigError(
+        `${key} is not set: export it (inside a Job Group SkyPilot sets ${JOBGROUP_NAME_ENV})`,
+      );
+    }
+    return value;
+  });
+}

@@ -1,0 +1,283 @@
+/**
+ * Typed SkyPilot builders: a Job Group (header + trainer + N inference engines) and the shared
+ * weight-sync volume. Engine job names, the trainer's members list and discovery hostnames are derived
+ * from the engine count, never written by hand.
+ */
+import { ConfigError, parseWith } from '@vime/core';
+import { Document, isMap, isScalar, isSeq, Scalar, type YAMLMap } from 'yaml';
+import { z } from 'zod';
+import {
+  DURATION_PATTERN,
+  ENV_KEY_PATTERN,
+  INFRA_PATTERN,
+  NAME_PATTERN,
+  VOLUME_SIZE_PATTERN,
+} from './patterns.js';
+
+/** Env names that hold credentials: they belong in `secrets`, referenced by name, never inlined. */
+const SECRET_NAME = /(?:^|_)(?:API_KEY|ACCESS_KEY|PRIVATE_KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$/i;
+
+const name = z.string().regex(NAME_PATTERN, 'use letters, digits, "-" and "_" only (SkyPilot job names)');
+const envValue = z.union([z.string(), z.number(), z.boolean()], {
+  error: (issue) =>
+    issue.input === null || issue.input === undefined
+      ? 'env values are never null: write "" for an empty value'
+      : 'expected a string, number or boolean',
+});
+const envs = z.record(z.string().regex(ENV_KEY_PATTERN, 'env names match [A-Za-z_][A-Za-z0-9_]*'), envValue);
+const accelerators = z
+  .string()
+  .regex(/^[A-Za-z0-9_.-]+:[0-9]+$/, 'write accelerators as "NAME:COUNT", e.g. "H100:4" or "L40S:1"');
+const infra = z.string().regex(INFRA_PATTERN, 'expected "kubernetes[/context]" or "cloud[/region[/zone]]"');
+
+export const VolumeConfigSchema = z.strictObject({
+  name: name.default('slime-policy'),
+  type: z.enum(['k8s-pvc', 'k8s-hostpath', 'runpod-network-volume']).default('k8s-pvc'),
+  size: z.string().regex(VOLUME_SIZE_PATTERN, 'expected a size such as "100Gi"').default('100Gi'),
+  infra: infra.default('kubernetes'),
+  /** ReadWriteMany is required when the trainer and engines share the volume for disk weight sync. */
+  accessMode: z
+    .enum(['ReadWriteOnce', 'ReadWriteOncePod', 'ReadWriteMany', 'ReadOnlyMany'])
+    .default('ReadWriteMany'),
+  storageClassName: z.string().optional(),
+  namespace: z.string().optional(),
+  /** Where jobs mount it. */
+  mountPath: z.string().startsWith('/', 'mount paths are absolute').default('/shared/policy'),
+});
+export type VolumeConfig = z.input<typeof VolumeConfigSchema>;
+export type ResolvedVolumeConfig = z.output<typeof VolumeConfigSchema>;
+
+export const EngineKindSchema = z.enum(['sglang', 'vllm']);
+export type EngineKind = z.infer<typeof EngineKindSchema>;
+
+export const EnginesConfigSchema = z.strictObject({
+  kind: EngineKindSchema.default('sglang'),
+  /** How many engine jobs; each is one server. */
+  count: z.number().int().min(1, 'at least one engine').max(64),
+  /** Job name of the first engine; later ones get a number (`sglang`, `sglang2`, ...). Defaults to the kind. */
+  namePrefix: name.optional(),
+  /** Per-engine GPUs, independent of the trainer's (engines can sit on cheaper GPUs). */
+  accelerators: accelerators.default('H100:1'),
+  infra: infra.optional(),
+  image: z.string().optional(),
+  port: z.number().int().min(1).max(65535).default(30000),
+  /** Model path served when `run` is derived. */
+  model: z.string().optional(),
+  setup: z.string().optional(),
+  /** Shell run command; derived from kind, model, accelerators and port when absent. */
+  run: z.string().optional(),
+  envs: envs.default({}),
+});
+export type EnginesConfig = z.input<typeof EnginesConfigSchema>;
+
+export const TrainerConfigSchema = z.strictObject({
+  name: name.default('trainer'),
+  accelerators: accelerators.default('H100:4'),
+  numNodes: z.number().int().min(1).default(1),
+  infra: infra.optional(),
+  image: z.string().optional(),
+  fileMounts: z.record(z.string(), z.string()).default({}),
+  envs: envs.default({}),
+  /** Secret names, emitted as `NAME: ""` and supplied at launch with `--secret NAME`. */
+  secrets: z
+    .array(z.string().regex(ENV_KEY_PATTERN, 'secret names match [A-Za-z_][A-Za-z0-9_]*'))
+    .default([]),
+  setup: z.string().optional(),
+  run: z.string(),
+});
+export type TrainerConfig = z.input<typeof TrainerConfigSchema>;
+
+export const JobGroupConfigSchema = z.strictObject({
+  name,
+  /** Default infra and container image for every job; each job may override. */
+  infra: infra.default('kubernetes'),
+  image: z.string().optional(),
+  workdir: z.string().optional(),
+  terminationDelay: z
+    .union([z.string(), z.number().int().min(0)])
+    .refine((v) => DURATION_PATTERN.test(String(v)), 'expected a duration such as "60s", "5m" or seconds')
+    .default('60s'),
+  trainer: TrainerConfigSchema,
+  engines: EnginesConfigSchema,
+  /** Trainer env listing the engine job names, space separated. Defaults to `SGLANG_MEMBERS` / `VLLM_MEMBERS`. */
+  membersEnv: z.string().regex(ENV_KEY_PATTERN).optional(),
+  volume: VolumeConfigSchema.optional(),
+});
+export type JobGroupConfig = z.input<typeof JobGroupConfigSchema>;
+export type ResolvedJobGroupConfig = z.output<typeof JobGroupConfigSchema>;
+
+/** Env var SkyPilot injects into every job of a group (the `-n` name or the header name). */
+export const JOBGROUP_NAME_ENV = 'SKYPILOT_JOBGROUP_NAME';
+
+function acceleratorCount(spec: string): number {
+  return Number(spec.split(':')[1] ?? '1');
+}
+
+export function resolveJobGroupConfig(
+  config: JobGroupConfig | ResolvedJobGroupConfig,
+): ResolvedJobGroupConfig {
+  const resolved = parseWith(JobGroupConfigSchema, config, 'Job Group config');
+  const names = engineJobNames(resolved);
+  const trainerName = resolved.trainer.name;
+  if (names.includes(trainerName)) {
+    throw new ConfigError(
+      `trainer.name ${JSON.stringify(trainerName)} collides with an engine job name; rename one`,
+    );
+  }
+  const membersEnv = membersEnvName(resolved);
+  for (const [key, value] of Object.entries({ ...resolved.trainer.envs, ...resolved.engines.envs })) {
+    if (SECRET_NAME.test(key) && String(value) !== '') {
+      throw new ConfigError(
+        `envs.${key} looks like a credential: do not inline it; list ${JSON.stringify(key)} in trainer.secrets and pass it at launch with --secret ${key}`,
+      );
+    }
+  }
+  for (const secret of resolved.trainer.secrets) {
+    if (secret in resolved.trainer.envs) {
+      throw new ConfigError(`trainer: ${secret} is both an env and a secret; keep it in secrets only`);
+    }
+  }
+  if (membersEnv in resolved.trainer.envs) {
+    throw new ConfigError(
+      `trainer.envs.${membersEnv} is derived from engines.count; remove it from the config (it would say ${JSON.stringify(resolved.trainer.envs[membersEnv])})`,
+    );
+  }
+  if (resolved.engines.run === undefined && resolved.engines.model === undefined) {
+    throw new ConfigError(
+      'engines: give either `run` (the server command) or `model` (to derive the command)',
+    );
+  }
+  return resolved;
+}
+
+function membersEnvName(config: ResolvedJobGroupConfig): string {
+  return config.membersEnv ?? `${config.engines.kind.toUpperCase()}_MEMBERS`;
+}
+
+/** The engine job names: `sglang`, `sglang2`, `sglang3`, ... */
+export function engineJobNames(config: Pick<ResolvedJobGroupConfig, 'engines'>): string[] {
+  const prefix = config.engines.namePrefix ?? config.engines.kind;
+  return Array.from({ length: config.engines.count }, (_, i) => (i === 0 ? prefix : `${prefix}${i + 1}`));
+}
+
+/**
+ * Discovery addresses of the engines as seen from the trainer: `<job>-0.$SKYPILOT_JOBGROUP_NAME:<port>`.
+ * The group name stays a shell variable because `sky jobs launch -n` replaces the header's name.
+ */
+export function engineAddresses(config: JobGroupConfig | ResolvedJobGroupConfig): string[] {
+  const resolved = parseWith(JobGroupConfigSchema, config, 'Job Group config');
+  return engineJobNames(resolved).map((job) => `${job}-0.$${JOBGROUP_NAME_ENV}:${resolved.engines.port}`);
+}
+
+function engineRun(engines: ResolvedJobGroupConfig['engines']): string {
+  if (engines.run !== undefined) return engines.run;
+  const tp = acceleratorCount(engines.accelerators);
+  const model = engines.model!;
+  return engines.kind === 'sglang'
+    ? `python -m sglang.launch_server --model-path ${model} --tp ${tp} --host 0.0.0.0 --port ${engines.port}`
+    : `vllm serve ${model} --tensor-parallel-size ${tp} --host 0.0.0.0 --port ${engines.port}`;
+}
+
+function stringEnvs(map: Record<string, string | number | boolean>): Record<string, string> {
+  return Object.fromEntries(Object.entries(map).map(([k, v]) => [k, String(v)]));
+}
+
+type Job = Record<string, unknown>;
+
+/** The Job Group as plain objects: `[header, ...engines, trainer]`, ready for YAML. */
+export function jobGroupDocuments(config: JobGroupConfig | ResolvedJobGroupConfig): Job[] {
+  const c = resolveJobGroupConfig(config);
+  const volumes = c.volume ? { volumes: { [c.volume.mountPath]: c.volume.name } } : {};
+  const base = (job: { infra?: string | undefined; image?: string | undefined }, accel: string) => ({
+    resources: {
+      infra: job.infra ?? c.infra,
+      accelerators: accel,
+      ...((job.image ?? c.image) ? { image_id: job.image ?? c.image } : {}),
+    },
+    ...(c.workdir !== undefined ? { workdir: c.workdir } : {}),
+    ...volumes,
+  });
+  const names = engineJobNames(c);
+  const engines = names.map((jobName) => ({
+    name: jobName,
+    ...base(c.engines, c.engines.accelerators),
+    ...(Object.keys(c.engines.envs).length ? { envs: stringEnvs(c.engines.envs) } : {}),
+    ...(c.engines.setup !== undefined ? { setup: c.engines.setup } : {}),
+    run: engineRun(c.engines),
+  }));
+  const t = c.trainer;
+  const trainer: Job = {
+    name: t.name,
+    ...(t.numNodes !== 1 ? { num_nodes: t.numNodes } : {}),
+    ...base(t, t.accelerators),
+    ...(Object.keys(t.fileMounts).length ? { file_mounts: t.fileMounts } : {}),
+    envs: { [membersEnvName(c)]: names.join(' '), ...stringEnvs(t.envs) },
+    ...(t.secrets.length ? { secrets: Object.fromEntries(t.secrets.map((s) => [s, ''])) } : {}),
+    ...(t.setup !== undefined ? { setup: t.setup } : {}),
+    run: t.run,
+  };
+  const header = {
+    name: c.name,
+    execution: 'parallel',
+    primary_tasks: [t.name],
+    termination_delay: c.terminationDelay,
+  };
+  return [header, ...engines, trainer];
+}
+
+const yamlOptions = { lineWidth: 0 } as const;
+
+/** Quote every env/secret value so an empty one reads `KEY: ""`, never `KEY:` (which SkyPilot loads as null). */
+function quoteValues(map: unknown): void {
+  if (!isMap(map)) return;
+  for (const pair of (map as YAMLMap).items) {
+    if (isScalar(pair.value)) pair.value.type = Scalar.QUOTE_DOUBLE;
+  }
+}
+
+function toYaml(job: Job, comment?: string): string {
+  const doc = new Document(job);
+  quoteValues(doc.get('envs', true));
+  quoteValues(doc.get('secrets', true));
+  const primary = doc.get('primary_tasks', true);
+  if (isSeq(primary)) primary.flow = true;
+  const run = doc.get('run', true);
+  if (isScalar(run) && typeof run.value === 'string' && run.value.includes('\n'))
+    run.type = Scalar.BLOCK_LITERAL;
+  if (comment) doc.commentBefore = comment;
+  return doc.toString(yamlOptions);
+}
+
+/** Render the Job Group as multi-document YAML for `sky jobs launch`. */
+export function renderJobGroup(config: JobGroupConfig | ResolvedJobGroupConfig): string {
+  const c = resolveJobGroupConfig(config);
+  const [header, ...jobs] = jobGroupDocuments(c);
+  const engineGpus = `${c.engines.count} x ${c.engines.kind} ${c.engines.accelerators}`;
+  const secrets = c.trainer.secrets.map((s) => ` --secret ${s}`).join('');
+  const comment = [
+    ` Job Group ${c.name}: ${c.trainer.name} ${c.trainer.accelerators}${c.trainer.numNodes > 1 ? ` x ${c.trainer.numNodes} nodes` : ''} + ${engineGpus}.`,
+    ...(c.volume ? [` Once: sky volumes apply volume.yaml`] : []),
+    ` Launch: sky jobs launch -n ${c.name} job-group.yaml${secrets}`,
+  ].join('\n');
+  return [toYaml(header!, comment), ...jobs.map((job) => toYaml(job))].map((text) => `---\n${text}`).join('');
+}
+
+/** Render the shared volume for `sky volumes apply`. */
+export function renderVolume(config: VolumeConfig | ResolvedVolumeConfig = {}): string {
+  const v = parseWith(VolumeConfigSchema, config, 'volume config');
+  const body = {
+    name: v.name,
+    type: v.type,
+    size: v.size,
+    infra: v.infra,
+    config: {
+      access_mode: v.accessMode,
+      ...(v.storageClassName !== undefined ? { storage_class_name: v.storageClassName } : {}),
+      ...(v.namespace !== undefined ? { namespace: v.namespace } : {}),
+    },
+  };
+  return toYaml(
+    body,
+    ` Shared weight-sync volume (mounted at ${v.mountPath}). Apply once: sky volumes apply volume.yaml`,
+  );
+}

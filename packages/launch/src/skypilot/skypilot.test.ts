@@ -1,0 +1,264 @@
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { VimeError } from '@vime/core';
+import { describe, expect, it } from 'vitest';
+import { parseAllDocuments, parse as parseYaml } from 'yaml';
+import { resolvePlan } from '../plan.js';
+import {
+  engineAddresses,
+  engineJobNames,
+  type JobGroupConfig,
+  renderJobGroup,
+  renderVolume,
+} from './render.js';
+import { formatProblem, validateSkyPilotYaml } from './validate.js';
+
+const fixture = (name: string) =>
+  readFileSync(new URL(`../__fixtures__/coding-agent/${name}`, import.meta.url), 'utf8');
+const docs = (text: string) => parseAllDocuments(text as string).map((d) => d.toJS());
+
+/** SkyPilot loads YAML with PyYAML (YAML 1.1); load ours with it too. */
+function pyYamlLoad(text: string): unknown[] {
+  const out = execFileSync(
+    'python3',
+    ['-c', 'import sys, json, yaml; print(json.dumps(list(yaml.safe_load_all(sys.stdin))))'],
+    { input: text, encoding: 'utf8' },
+  );
+  return JSON.parse(out) as unknown[];
+}
+
+describe('reference coding-agent Job Groups', () => {
+  for (const engines of [1, 2, 3]) {
+    it(`reproduces the ${engines}-engine Job Group from the typed config`, () => {
+      const plan = resolvePlan({ engines: { count: engines } });
+      const rendered = renderJobGroup(plan.jobGroup);
+      const expected = fixture(`${engines}-engine.yaml`);
+      expect(docs(rendered)).toEqual(docs(expected));
+      expect(pyYamlLoad(rendered)).toEqual(pyYamlLoad(expected));
+
+      const validation = validateSkyPilotYaml(rendered);
+      expect(validation.kind).toBe('job-group');
+      expect(validation.problems).toEqual([]);
+      // The reference file itself passes the same rules.
+      expect(validateSkyPilotYaml(expected).problems).toEqual([]);
+    });
+  }
+
+  it('reproduces the policy volume', () => {
+    const rendered = renderVolume(resolvePlan().volume);
+    expect(parseYaml(rendered)).toEqual(parseYaml(fixture('policy-volume.yaml')));
+    const validation = validateSkyPilotYaml(rendered);
+    expect(validation.kind).toBe('volume');
+    expect(validation.problems).toEqual([]);
+  });
+
+  it('derives engine names, the members list and discovery hostnames from the count', () => {
+    const plan = resolvePlan({ engines: { count: 4 } });
+    expect(plan.engineJobs).toEqual(['sglang', 'sglang2', 'sglang3', 'sglang4']);
+    expect(plan.jobGroup.trainer.envs).not.toHaveProperty('SGLANG_MEMBERS');
+    const trainer = docs(renderJobGroup(plan.jobGroup)).at(-1) as { envs: Record<string, string> };
+    expect(trainer.envs.SGLANG_MEMBERS).toBe('sglang sglang2 sglang3 sglang4');
+    expect(plan.slime.engines.external).toEqual([
+      'sglang-0.$SKYPILOT_JOBGROUP_NAME:30000',
+      'sglang2-0.$SKYPILOT_JOBGROUP_NAME:30000',
+      'sglang3-0.$SKYPILOT_JOBGROUP_NAME:30000',
+      'sglang4-0.$SKYPILOT_JOBGROUP_NAME:30000',
+    ]);
+  });
+
+  it('emits empty env values as "" (never a bare key that loads as null)', () => {
+    const text = renderJobGroup(resolvePlan().jobGroup);
+    expect(text).toContain('SWESMITH_POOL_SUFFIX: ""');
+    expect(text).toContain('WANDB_API_KEY: ""');
+    expect(text).not.toMatch(/^\s+[A-Z_]+:\s*$/m);
+  });
+});
+
+interface RenderedJob {
+  name: string;
+  resources: { accelerators: string };
+  run: string;
+  envs: Record<string, string>;
+}
+
+const minimal: JobGroupConfig = {
+  name: 'rl',
+  trainer: { run: 'bash train.sh', accelerators: 'H100:8' },
+  engines: { count: 2, kind: 'vllm', model: '/models/qwen', accelerators: 'L40S:1', port: 8000 },
+};
+
+describe('renderJobGroup', () => {
+  it('puts vLLM engines on their own, cheaper accelerators and derives their command', () => {
+    const [header, e1, e2, trainer] = docs(renderJobGroup(minimal)) as RenderedJob[];
+    expect(header).toEqual({
+      name: 'rl',
+      execution: 'parallel',
+      primary_tasks: ['trainer'],
+      termination_delay: '60s',
+    });
+    expect(e1!.name).toBe('vllm');
+    expect(e2!.name).toBe('vllm2');
+    expect(e1!.resources.accelerators).toBe('L40S:1');
+    expect(e1!.run).toBe('vllm serve /models/qwen --tensor-parallel-size 1 --host 0.0.0.0 --port 8000');
+    expect(trainer!.resources.accelerators).toBe('H100:8');
+    expect(trainer!.envs).toEqual({ VLLM_MEMBERS: 'vllm vllm2' });
+    expect(
+      engineJobNames({ engines: { ...minimal.engines, kind: 'vllm', namePrefix: 'gen', count: 3 } } as never),
+    ).toEqual(['gen', 'gen2', 'gen3']);
+    expect(engineAddresses(minimal)).toEqual([
+      'vllm-0.$SKYPILOT_JOBGROUP_NAME:8000',
+      'vllm2-0.$SKYPILOT_JOBGROUP_NAME:8000',
+    ]);
+    expect(validateSkyPilotYaml(renderJobGroup(minimal)).ok).toBe(true);
+  });
+
+  const rejects = (config: unknown, pattern: RegExp) => {
+    let error: unknown;
+    try {
+      renderJobGroup(config as JobGroupConfig);
+    } catch (e) {
+      error = e;
+    }
+    expect(VimeError.isInstance(error)).toBe(true);
+    expect((error as Error).message).toMatch(pattern);
+  };
+
+  it('rejects a null env value, naming the field and the fix', () => {
+    rejects(
+      { ...minimal, trainer: { ...minimal.trainer, envs: { MODEL_DIR: null } } },
+      /trainer\.envs\.MODEL_DIR.*never null.*""/,
+    );
+  });
+  it('rejects an inlined credential and says to reference it as a secret', () => {
+    rejects(
+      { ...minimal, trainer: { ...minimal.trainer, envs: { WANDB_API_KEY: 'abc123' } } },
+      /WANDB_API_KEY looks like a credential.*trainer\.secrets.*--secret WANDB_API_KEY/,
+    );
+  });
+  it('rejects bad job names, bad durations, bad accelerators and typos', () => {
+    rejects({ ...minimal, name: 'my group' }, /name: .*letters, digits/);
+    rejects({ ...minimal, terminationDelay: '60 sec' }, /terminationDelay: .*duration/);
+    rejects(
+      { ...minimal, engines: { ...minimal.engines, accelerators: 'H100x1' } },
+      /engines\.accelerators.*NAME:COUNT/,
+    );
+    rejects({ ...minimal, engines: { ...minimal.engines, acceleratrs: 'H100:1' } }, /engines.*acceleratrs/);
+    rejects({ ...minimal, engines: { ...minimal.engines, count: 0 } }, /engines\.count.*at least one engine/);
+    rejects(
+      { ...minimal, trainer: { ...minimal.trainer, name: 'vllm2' } },
+      /collides with an engine job name/,
+    );
+    rejects(
+      { ...minimal, trainer: { ...minimal.trainer, envs: { VLLM_MEMBERS: 'x' } } },
+      /derived from engines\.count/,
+    );
+    rejects({ ...minimal, engines: { count: 1 } }, /either `run`.*or `model`/);
+  });
+});
+
+const validGroup = fixture('2-engine.yaml');
+function problemsOf(text: string) {
+  return validateSkyPilotYaml(text).problems.map(formatProblem);
+}
+
+describe('validateSkyPilotYaml', () => {
+  it('reports a misspelled key with its path and a suggestion', () => {
+    const text = validGroup.replace(
+      'resources:\n  infra: kubernetes\n  accelerators: H100:4',
+      'resouces:\n  infra: kubernetes\n  accelerators: H100:4',
+    );
+    expect(problemsOf(text)).toEqual([
+      'document 4 (trainer) resouces: unknown key (did you mean "resources"?)',
+    ]);
+    const nested = validGroup.replace('  accelerators: H100:4', '  accelerator: H100:4');
+    expect(problemsOf(nested)).toEqual([
+      'document 4 (trainer) resources.accelerator: unknown key (did you mean "accelerators"?)',
+    ]);
+  });
+
+  it('reports a null env the way SkyPilot refuses it', () => {
+    const text = validGroup.replace('  WANDB_PROJECT: "slime-coding-agent"', '  WANDB_PROJECT:');
+    const [problem] = validateSkyPilotYaml(text).problems;
+    expect(problem).toMatchObject({
+      document: 4,
+      job: 'trainer',
+      path: 'envs.WANDB_PROJECT',
+      severity: 'error',
+    });
+    expect(problem!.message).toMatch(/'WANDB_PROJECT' is None.*WANDB_PROJECT: ""/);
+  });
+
+  it('checks the header: name, primary tasks, termination delay, unknown keys', () => {
+    const text = validGroup
+      .replace('name: coding-agent-rl-2eng', 'name: coding agent')
+      .replace('primary_tasks: [trainer]', 'primary_tasks: [trainr]\nretries: 3')
+      .replace('termination_delay: 60s', 'termination_delay: 1 minute');
+    const result = validateSkyPilotYaml(text);
+    expect(result.ok).toBe(false);
+    expect(result.problems.map(formatProblem)).toEqual([
+      'warning: document 1 retries: unknown Job Group header key, ignored by SkyPilot',
+      'document 1 name: invalid Job Group name "coding agent": use letters, digits, "-" and "_" only',
+      'document 1 primary_tasks[0]: primary_tasks references unknown job "trainr" (did you mean "trainer"?)',
+      'document 1 termination_delay: invalid duration "1 minute": write a whole number with an optional unit s, m, h, d or w (e.g. "60s")',
+    ]);
+    const perJob = validGroup.replace(
+      'termination_delay: 60s',
+      'termination_delay:\n  default: 30s\n  sglang2: 2m\n  trainr: 1h',
+    );
+    expect(problemsOf(perJob)).toEqual([
+      'document 1 termination_delay.trainr: keys must be "default" or a job name (did you mean "trainer"?)',
+    ]);
+  });
+
+  it('reports duplicate and bad job names, bad accelerators and bad infra, all at once', () => {
+    const text = validGroup
+      .replace('name: sglang2', 'name: sglang')
+      .replace('  accelerators: H100:4', '  accelerators: H100 x4')
+      .replace(
+        'name: trainer\nresources:\n  infra: kubernetes',
+        'name: trainer\nresources:\n  infra: (?i:aws)',
+      );
+    expect(problemsOf(text)).toEqual([
+      'document 3 (sglang) name: Duplicate job name in JobGroup: "sglang"',
+      'document 4 (trainer) resources.infra: expected "cloud[/region[/zone]]", "*" or "kubernetes[/context]"',
+      'document 4 (trainer) resources.accelerators: expected "NAME" or "NAME:COUNT", e.g. "H100:4"',
+    ]);
+  });
+
+  it('accepts what the loader accepts: numbers in envs, null top-level keys, accelerator maps', () => {
+    const task = [
+      'name: t',
+      'resources: {infra: aws/us-east-1, accelerators: {A100: 8}, cpus: 4+, ports: [8080, 9000-9010]}',
+      'envs: {TP: 4, ON: true}',
+      'setup:',
+      'run: echo hi',
+      'volumes: {/data: {name: vol, sub_path: x}}',
+    ].join('\n');
+    const result = validateSkyPilotYaml(task);
+    expect(result.kind).toBe('task');
+    expect(result.problems).toEqual([]);
+  });
+
+  it('treats a header without execution: parallel as a pipeline, and rejects it when a Job Group is asked for', () => {
+    const pipeline = validGroup.replace('execution: parallel\n', '');
+    expect(validateSkyPilotYaml(pipeline).kind).toBe('pipeline');
+    const forced = validateSkyPilotYaml(pipeline, { kind: 'job-group' });
+    expect(forced.ok).toBe(false);
+    expect(forced.problems[0]!.message).toMatch(/execution: parallel/);
+  });
+
+  it('checks volume YAML (case-sensitive enums, sizes)', () => {
+    const text = fixture('policy-volume.yaml')
+      .replace('access_mode: ReadWriteMany', 'access_mode: readwritemany')
+      .replace('size: 100Gi', 'size: 100 GB')
+      .replace('type: k8s-pvc', 'type: pvc');
+    const problems = validateSkyPilotYaml(text, { kind: 'volume' }).problems.map((p) => p.path);
+    expect(problems.sort()).toEqual(['config.access_mode', 'size', 'type']);
+  });
+
+  it('reports YAML syntax errors with the document number', () => {
+    const result = validateSkyPilotYaml('name: a\n  bad: [\n');
+    expect(result.ok).toBe(false);
+    expect(result.problems[0]!.message).toMatch(/^YAML syntax/);
+  });
+});
