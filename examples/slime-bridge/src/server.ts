@@ -1,0 +1,194 @@
+/**
+ * The rollout server slime's custom generate function talks to (see python/vime_bridge.py). One request
+ * is one slime sample; the reply is the training rows the rollout produced, as an `encodeSamples` batch.
+ *
+ *   POST /rollout   body: msgpack { sample: <Sample.to_dict()>, sampling_params: {...} }
+ *                   200: msgpack list of Sample dicts; 4xx/5xx: JSON { error: { code, message } }
+ *   GET  /health    200 { status: "ok", inFlight, waiting, capacity }
+ *
+ * A semaphore caps concurrent rollouts (later requests wait their turn), each request has a deadline,
+ * and a client that disconnects aborts its rollout.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { decode } from '@msgpack/msgpack';
+import { encodeSamples, fromSlimeDict, type Sample, VimeError } from '@vime/core';
+
+export interface RolloutRequest {
+  sample: Sample;
+  samplingParams: Record<string, unknown>;
+  signal: AbortSignal;
+}
+
+export type BridgeRollout = (request: RolloutRequest) => Promise<Sample[]>;
+
+export interface RolloutServerOptions {
+  rollout: BridgeRollout;
+  host?: string;
+  port?: number;
+  /** Rollouts running at once; further requests wait. Default 64. */
+  concurrency?: number;
+  /** Per-request deadline in milliseconds, waiting included. Default 30 minutes. */
+  deadlineMs?: number;
+  /** Largest request body accepted. Default 64 MiB. */
+  maxBodyBytes?: number;
+}
+
+export interface RolloutServer {
+  url: string;
+  server: Server;
+  stats(): { inFlight: number; waiting: number; completed: number; aborted: number; failed: number };
+  close(): Promise<void>;
+}
+
+class Semaphore {
+  private waiters: Array<() => void> = [];
+  constructor(private free: number) {}
+  get waiting(): number {
+    return this.waiters.length;
+  }
+  async acquire(signal: AbortSignal): Promise<() => void> {
+    if (this.free > 0) this.free--;
+    else {
+      await new Promise<void>((resolve, reject) => {
+        const wake = () => {
+          signal.removeEventListener('abort', onAbort);
+          resolve();
+        };
+        const onAbort = () => {
+          this.waiters = this.waiters.filter((w) => w !== wake);
+          reject(signal.reason);
+        };
+        this.waiters.push(wake);
+        signal.addEventListener('abort', onAbort, { once: true });
+      });
+    }
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const next = this.waiters.shift();
+      if (next) next();
+      else this.free++;
+    };
+  }
+}
+
+async function readBody(req: IncomingMessage, limit: number): Promise<Uint8Array> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > limit) throw new VimeError('invalid_argument', `request body exceeds ${limit} bytes`);
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
+
+function sendError(res: ServerResponse, status: number, code: string, message: string): void {
+  if (res.headersSent || res.destroyed) return;
+  const body = JSON.stringify({ error: { code, message } });
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
+export async function startRolloutServer(options: RolloutServerOptions): Promise<RolloutServer> {
+  const capacity = options.concurrency ?? 64;
+  const deadlineMs = options.deadlineMs ?? 30 * 60_000;
+  const maxBody = options.maxBodyBytes ?? 64 << 20;
+  const gate = new Semaphore(capacity);
+  const counts = { inFlight: 0, completed: 0, aborted: 0, failed: 0 };
+
+  const handleRollout = async (req: IncomingMessage, res: ServerResponse) => {
+    const disconnected = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) disconnected.abort(new VimeError('aborted', 'client disconnected'));
+    });
+    const signal = AbortSignal.any([disconnected.signal, AbortSignal.timeout(deadlineMs)]);
+    let sample: Sample;
+    let samplingParams: Record<string, unknown>;
+    try {
+      const body = decode(await readBody(req, maxBody)) as { sample?: unknown; sampling_params?: unknown };
+      if (typeof body !== 'object' || body === null || !('sample' in body)) {
+        throw new VimeError('invalid_argument', 'body must be a msgpack map { sample, sampling_params }');
+      }
+      sample = fromSlimeDict(body.sample, 'sample');
+      samplingParams = (body.sampling_params ?? {}) as Record<string, unknown>;
+    } catch (error) {
+      return sendError(
+        res,
+        400,
+        VimeError.isInstance(error) ? error.code : 'decode_error',
+        (error as Error).message,
+      );
+    }
+    let release: (() => void) | undefined;
+    try {
+      release = await gate.acquire(signal);
+      counts.inFlight++;
+      const rows = await options.rollout({ sample, samplingParams, signal });
+      signal.throwIfAborted();
+      const bytes = encodeSamples(rows);
+      res.writeHead(200, { 'content-type': 'application/msgpack', 'content-length': bytes.length });
+      res.end(bytes);
+      counts.completed++;
+    } catch (error) {
+      if (signal.aborted) {
+        counts.aborted++;
+        const timedOut = !disconnected.signal.aborted;
+        sendError(
+          res,
+          timedOut ? 504 : 499,
+          timedOut ? 'timeout' : 'aborted',
+          timedOut ? `rollout exceeded its ${deadlineMs} ms deadline` : 'client disconnected',
+        );
+      } else {
+        counts.failed++;
+        sendError(
+          res,
+          500,
+          VimeError.isInstance(error) ? error.code : 'rollout_error',
+          (error as Error).message,
+        );
+      }
+    } finally {
+      if (release) {
+        counts.inFlight--;
+        release();
+      }
+    }
+  };
+
+  const server = createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method === 'GET' && path === '/health') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ status: 'ok', inFlight: counts.inFlight, waiting: gate.waiting, capacity }));
+    } else if (req.method === 'POST' && path === '/rollout') {
+      void handleRollout(req, res);
+    } else
+      sendError(
+        res,
+        404,
+        'not_found',
+        `no route for ${req.method} ${path}; use POST /rollout or GET /health`,
+      );
+  });
+  server.keepAliveTimeout = 75_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve);
+  });
+  const { port, address } = server.address() as AddressInfo;
+  const host = address.includes(':') ? `[${address}]` : address;
+  return {
+    url: `http://${host}:${port}`,
+    server,
+    stats: () => ({ ...counts, waiting: gate.waiting }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
