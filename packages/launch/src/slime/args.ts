@@ -288,11 +288,8 @@ export function checkSlimeConfig(config: SlimeConfig | ResolvedSlimeConfig): Sli
       const flag = token.slice(2).split('=')[0]!;
       const problem = flagProblem(flag, extra);
       if (problem) {
-        const hint = closest(flag, KNOWN_FLAGS);
-        add(
-          `${field}[${i}]`,
-          `${token}: ${problem}${hint && hint !== flag && !problem.includes('--') ? ` (did you mean --${hint}?)` : ''}`,
-        );
+        const hint = problem.startsWith('unknown') ? closest(flag, KNOWN_FLAGS) : undefined;
+        add(`${field}[${i}]`, `${token}: ${problem}${hint ? ` (did you mean --${hint}?)` : ''}`);
       } else if (emitted.has(flag) && field === 'extraArgs') {
         add(
           `${field}[${i}]`,
