@@ -1,1 +1,74 @@
-export {};
+export { lineChart, renderHtmlReport, renderTerminalReport, stackedBarChart } from './html.js';
+export {
+  type BatchPassAtK,
+  countCorrect,
+  type PassAtKInput,
+  type PassCount,
+  passAtK,
+  passAtKBatch,
+  passHatK,
+  passHatKBatch,
+  powersOfTwoUpTo,
+} from './pass-at-k.js';
+export {
+  type PercentileMethod,
+  type PercentileOptions,
+  percentile,
+  percentileOfSorted,
+  percentiles,
+  QuantileSketch,
+  type Summary,
+  sortedCopy,
+  summarize,
+} from './percentile.js';
+export {
+  counterIncrease,
+  type EngineSnapshot,
+  engineSnapshot,
+  histogramIncrease,
+  histogramQuantile,
+  type PrometheusScrape,
+  type PromHistogram,
+  type PromParse,
+  type PromSample,
+  parsePrometheusText,
+  type ScrapeOptions,
+  type ScrapeSeries,
+  scrapeEngines,
+  scrapePrometheus,
+} from './prometheus.js';
+export { type PyValue, parsePythonLiteral } from './python-literal.js';
+export {
+  type EngineInput,
+  type RunRecord,
+  type RunReportInput,
+  runReport,
+  type StepRecord,
+} from './report.js';
+export {
+  type IncompleteGroup,
+  type KEstimate,
+  type RolloutInput,
+  type RolloutMetrics,
+  type RolloutMetricsOptions,
+  type RolloutRecord,
+  type RolloutTiming,
+  rolloutMetrics,
+  rolloutTiming,
+  toRolloutRecords,
+} from './rollout.js';
+export {
+  bucketMeans,
+  type EngineSaturation,
+  engineSaturation,
+  type PeakMedian,
+  type SaturationPoint,
+} from './saturation.js';
+export {
+  type DecodeBatchSample,
+  type DecodeLogResult,
+  parseSglangDecodeLog,
+  SglangDecodeLogParser,
+} from './sglang-log.js';
+export { type PerfStep, parseSlimePerfLog, type SlimePerfLog } from './slime-perf.js';
+export { sparkline } from './sparkline.js';

@@ -1,0 +1,139 @@
+import { type PyValue, parsePythonLiteral } from './python-literal.js';
+
+/** One training step as slime's `perf {rollout_id}: {...}` lines report it (seconds). */
+export interface PerfStep {
+  rolloutId: number;
+  /** `perf/step_time` = train_wait + train. */
+  stepTime?: number;
+  /** `perf/rollout_time` (rollout side). */
+  rolloutTime?: number;
+  /** `perf/train_time`. */
+  trainTime?: number;
+  /** `perf/train_wait_time`: the trainer waiting for rollout data. */
+  trainWaitTime?: number;
+  /** `perf/update_weights_time` (the update performed after the previous step). */
+  updateWeightsTime?: number;
+  /** `perf/wait_time_ratio` = train_wait / step_time. */
+  waitTimeRatio?: number;
+  /** Log time of the last perf line of the step, as written (`YYYY-MM-DD HH:MM:SS`). */
+  loggedAt?: string;
+  /** Every key of the step's perf lines (rollout and train side merged), e.g. `rollout/raw_reward`. */
+  metrics: Record<string, PyValue>;
+  /** `[metrics] step=N k=v …` values printed by a custom rollout-log hook (pass@k, timing). */
+  agent?: Record<string, number>;
+}
+
+export interface SlimePerfLog {
+  steps: PerfStep[];
+  lines: number;
+  /** Lines that were neither perf, `[metrics]` nor `[agent]` lines. */
+  ignored: number;
+  /** Perf lines whose dict could not be read. */
+  malformed: number;
+  malformedLines: number[];
+  /** Rollouts seen in `[agent] <task>: reward=…` / `[agent] <task> aborted: …` lines. */
+  rollouts: { completed: number; aborted: number };
+}
+
+const PERF = /(?:^|[\s\]])perf (\d+): (\{.*\})\s*$/;
+const STAMP = /\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]/;
+const METRICS = /\[metrics\] step=(\d+) (.*)$/;
+
+const KNOWN: Array<[keyof PerfStep, string]> = [
+  ['stepTime', 'perf/step_time'],
+  ['rolloutTime', 'perf/rollout_time'],
+  ['trainTime', 'perf/train_time'],
+  ['trainWaitTime', 'perf/train_wait_time'],
+  ['updateWeightsTime', 'perf/update_weights_time'],
+  ['waitTimeRatio', 'perf/wait_time_ratio'],
+];
+
+/**
+ * Parse a slime trainer log (`ray job logs` output, Ray actor prefixes allowed) into per-step timing.
+ * Each step has two `perf N: {python dict}` lines (rollout side, train side); they are merged by
+ * rollout id. Unreadable perf lines are counted as malformed; other lines are ignored. Never throws.
+ */
+export function parseSlimePerfLog(input: string | Iterable<string>): SlimePerfLog {
+  const lines = typeof input === 'string' ? input.split('\n') : input;
+  const steps = new Map<number, PerfStep>();
+  const out: SlimePerfLog = {
+    steps: [],
+    lines: 0,
+    ignored: 0,
+    malformed: 0,
+    malformedLines: [],
+    rollouts: { completed: 0, aborted: 0 },
+  };
+  const step = (id: number) => {
+    let s = steps.get(id);
+    if (!s) {
+      s = { rolloutId: id, metrics: {} };
+      steps.set(id, s);
+    }
+    return s;
+  };
+  let last = '';
+  for (const raw of lines) {
+    out.lines++;
+    const line = raw.endsWith('\r') ? raw.slice(0, -1) : raw;
+    last = line;
+    const perfAt = line.indexOf('perf ');
+    if (perfAt !== -1) {
+      const m = PERF.exec(line);
+      if (m) {
+        let dict: PyValue;
+        try {
+          dict = parsePythonLiteral(m[2]!);
+        } catch {
+          dict = null;
+        }
+        if (dict === null || typeof dict !== 'object' || Array.isArray(dict)) {
+          out.malformed++;
+          if (out.malformedLines.length < 20) out.malformedLines.push(out.lines);
+          continue;
+        }
+        const s = step(Number(m[1]));
+        Object.assign(s.metrics, dict);
+        for (const [field, key] of KNOWN) {
+          const v = dict[key];
+          if (typeof v === 'number') (s as unknown as Record<string, number>)[field] = v;
+        }
+        const stamp = STAMP.exec(line);
+        if (stamp) s.loggedAt = stamp[1]!;
+        continue;
+      }
+    }
+    if (line.includes('[metrics] step=')) {
+      const m = METRICS.exec(line);
+      if (m) {
+        const s = step(Number(m[1]));
+        s.agent ??= {};
+        for (const pair of m[2]!.trim().split(/\s+/)) {
+          const eq = pair.indexOf('=');
+          const v = Number(pair.slice(eq + 1));
+          if (eq > 0 && !Number.isNaN(v)) s.agent[pair.slice(0, eq)] = v;
+        }
+        continue;
+      }
+    }
+    const agentAt = line.indexOf('[agent] ');
+    if (agentAt !== -1) {
+      if (/: reward=[-\d.]/.test(line)) {
+        out.rollouts.completed++;
+        continue;
+      }
+      if (/ aborted: /.test(line)) {
+        out.rollouts.aborted++;
+        continue;
+      }
+    }
+    out.ignored++;
+  }
+  // A trailing newline is not a line.
+  if (typeof input === 'string' && last === '' && out.lines > 0) {
+    out.lines--;
+    out.ignored--;
+  }
+  out.steps = [...steps.values()].sort((a, b) => a.rolloutId - b.rolloutId);
+  return out;
+}
