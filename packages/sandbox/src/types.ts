@@ -1,3 +1,5 @@
+import type { EventEmitter } from 'eventemitter3';
+
 /**
  * The provider interface every sandbox backend implements. Every operation takes an `AbortSignal`.
  */
@@ -28,6 +30,14 @@ export interface SandboxSpec {
   labels?: Record<string, string>;
   /** Maximum lifetime in milliseconds; the reaper terminates sandboxes older than this. */
   lifetimeMs?: number;
+}
+
+/** What a backend can do beyond the common interface. */
+export interface SandboxCapabilities {
+  /** Background processes started by one `exec` survive into the next (docker, local; not bubblewrap). */
+  persistentProcesses: boolean;
+  /** Network egress is blocked. */
+  isolatedNetwork: boolean;
 }
 
 export interface ExecOptions {
@@ -62,11 +72,21 @@ export interface Sandbox {
   readonly provider: string;
   readonly workdir: string;
   readonly labels: Readonly<Record<string, string>>;
+  readonly capabilities: SandboxCapabilities;
   /** `argv` runs without a shell; a string runs under `sh -c`. */
   exec(command: string | readonly string[], options?: ExecOptions): Promise<ExecResult>;
-  writeFile(path: string, content: string | Uint8Array, options?: OpOptions & { mode?: number }): Promise<void>;
+  writeFile(
+    path: string,
+    content: string | Uint8Array,
+    options?: OpOptions & { mode?: number },
+  ): Promise<void>;
   readFile(path: string, options?: OpOptions): Promise<Uint8Array>;
   readTextFile(path: string, options?: OpOptions): Promise<string>;
+  /**
+   * Copy a host directory's contents into the sandbox at `path` (created if missing), owned by the sandbox
+   * user: the fast way to put a repository at the work dir.
+   */
+  copyIn(hostDir: string, path: string, options?: OpOptions): Promise<void>;
   isAlive(options?: OpOptions): Promise<boolean>;
   /** Idempotent; never throws. */
   terminate(): Promise<void>;
@@ -74,5 +94,45 @@ export interface Sandbox {
 
 export interface SandboxProvider {
   readonly name: string;
+  /** Lifecycle events of every sandbox this provider creates. */
+  readonly events: SandboxEmitter;
   create(spec: SandboxSpec, options?: OpOptions): Promise<Sandbox>;
+}
+
+/** Reason a sandbox was terminated. */
+export type TerminateReason = 'requested' | 'lifetime' | 'exit' | 'signal' | 'pool' | 'create-failed';
+
+/** Events (eventemitter3) emitted by providers, pools and the reaper. */
+export interface SandboxEvents {
+  create: (event: {
+    id: string;
+    provider: string;
+    labels: Record<string, string>;
+    durationMs: number;
+  }) => void;
+  claim: (event: { id: string; pool: string; warm: boolean; latencyMs: number }) => void;
+  exec: (event: {
+    id: string;
+    provider: string;
+    durationMs: number;
+    exitCode: number | null;
+    timedOut: boolean;
+  }) => void;
+  terminate: (event: { id: string; provider: string; reason: TerminateReason; durationMs: number }) => void;
+  'leak-reaped': (event: {
+    id: string;
+    provider: string;
+    labels: Record<string, string>;
+    reason: string;
+  }) => void;
+  /** Something failed in the background (a pool refill, a cleanup step); nothing was lost. */
+  warning: (event: { message: string; cause?: unknown }) => void;
+}
+
+export type SandboxEmitter = EventEmitter<SandboxEvents>;
+
+/** Optional sink for diagnostics; libraries never print. */
+export interface Logger {
+  debug?(message: string, data?: Record<string, unknown>): void;
+  warn?(message: string, data?: Record<string, unknown>): void;
 }

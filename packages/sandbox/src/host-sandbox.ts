@@ -1,0 +1,196 @@
+/**
+ * What the bubblewrap and local sandboxes share: on-disk state, registration for leak-proofing, exec
+ * bookkeeping and events, and an idempotent terminate.
+ */
+import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { access } from 'node:fs/promises';
+import { posix } from 'node:path';
+import type { Readable } from 'node:stream';
+import { SandboxError } from '@vime/core';
+import type { HostState } from './host-state.js';
+import { register } from './lifecycle.js';
+import type { RunResult } from './process.js';
+import type {
+  ExecOptions,
+  ExecResult,
+  OpOptions,
+  Sandbox,
+  SandboxCapabilities,
+  SandboxEmitter,
+  SandboxSpec,
+  TerminateReason,
+} from './types.js';
+
+/** Exec options as the providers receive them: stdin may also be a stream (`copyIn`). */
+export type RunExecOptions = Omit<ExecOptions, 'stdin'> & { stdin?: string | Uint8Array | Readable };
+
+/** Environment variable that marks every process of one exec, so escaped (`setsid`) children can be found. */
+export const EXEC_MARKER_ENV = 'VIME_EXEC_ID';
+
+export function newExecId(): string {
+  return randomBytes(6).toString('hex');
+}
+
+/** Kill every process whose environment carries `VIME_EXEC_ID=<execId>` (Linux /proc scan). */
+export function killByExecMarker(execId: string): void {
+  const needle = Buffer.from(`${EXEC_MARKER_ENV}=${execId}\0`);
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return;
+  }
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const env = readFileSync(`/proc/${entry}/environ`);
+      if (env.includes(needle)) process.kill(Number(entry), 'SIGKILL');
+    } catch {
+      // exited or not ours
+    }
+  }
+}
+
+/** Resolve a sandbox path: relative paths are under the work dir; the result is normalized and absolute. */
+export function sandboxPath(workdir: string, path: string): string {
+  if (typeof path !== 'string' || path.length === 0) {
+    throw new SandboxError(`path must be a non-empty string, got ${JSON.stringify(path)}`, {
+      code: 'invalid_argument',
+    });
+  }
+  return posix.resolve(workdir, path);
+}
+
+export interface HostSandboxInit {
+  id: string;
+  provider: string;
+  spec: SandboxSpec;
+  state: HostState;
+  labels: Record<string, string>;
+  events: SandboxEmitter;
+  capabilities: SandboxCapabilities;
+  handleSignals: boolean;
+}
+
+export abstract class HostSandbox implements Sandbox {
+  readonly id: string;
+  readonly provider: string;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly capabilities: SandboxCapabilities;
+  abstract readonly workdir: string;
+  protected readonly spec: SandboxSpec;
+  protected readonly state: HostState;
+  protected readonly events: SandboxEmitter;
+  private terminating: Promise<void> | undefined;
+  private readonly unregister: () => void;
+  private readonly running = new Set<AbortController>();
+
+  constructor(init: HostSandboxInit) {
+    this.id = init.id;
+    this.provider = init.provider;
+    this.labels = init.labels;
+    this.capabilities = init.capabilities;
+    this.spec = init.spec;
+    this.state = init.state;
+    this.events = init.events;
+    this.unregister = register(this, {
+      handleSignals: init.handleSignals,
+      ...(init.spec.lifetimeMs === undefined ? {} : { lifetimeMs: init.spec.lifetimeMs }),
+    });
+  }
+
+  protected abstract run(
+    command: string | readonly string[],
+    options: ExecOptions,
+    raw: boolean,
+  ): Promise<RunResult>;
+
+  protected assertUsable(): void {
+    if (this.terminating) {
+      throw new SandboxError(`sandbox ${this.id} was terminated; claim or create a new one`, {
+        code: 'sandbox_terminated',
+      });
+    }
+  }
+
+  /** Runs one command; aborts in-flight commands when the sandbox is terminated. */
+  protected async track<T>(options: OpOptions, fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    this.assertUsable();
+    const controller = new AbortController();
+    this.running.add(controller);
+    const signal = options.signal ? AbortSignal.any([options.signal, controller.signal]) : controller.signal;
+    try {
+      return await fn(signal);
+    } finally {
+      this.running.delete(controller);
+    }
+  }
+
+  async exec(command: string | readonly string[], options: ExecOptions = {}): Promise<ExecResult> {
+    const result = await this.track(options, (signal) => this.run(command, { ...options, signal }, false));
+    this.events.emit('exec', {
+      id: this.id,
+      provider: this.provider,
+      durationMs: result.durationMs,
+      exitCode: result.exitCode,
+      timedOut: result.timedOut,
+    });
+    const { signal: _signal, raw: _raw, ...rest } = result;
+    return rest;
+  }
+
+  abstract writeFile(
+    path: string,
+    content: string | Uint8Array,
+    options?: OpOptions & { mode?: number },
+  ): Promise<void>;
+  abstract readFile(path: string, options?: OpOptions): Promise<Uint8Array>;
+  abstract copyIn(hostDir: string, path: string, options?: OpOptions): Promise<void>;
+
+  async readTextFile(path: string, options: OpOptions = {}): Promise<string> {
+    return new TextDecoder('utf-8', { fatal: false }).decode(await this.readFile(path, options));
+  }
+
+  async isAlive(_options: OpOptions = {}): Promise<boolean> {
+    if (this.terminating) return false;
+    try {
+      await access(this.state.dir);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  terminate(): Promise<void> {
+    return this.terminateWith('requested');
+  }
+
+  terminateWith(reason: TerminateReason): Promise<void> {
+    this.terminating ??= (async () => {
+      const started = performance.now();
+      for (const c of this.running)
+        c.abort(new SandboxError(`sandbox ${this.id} was terminated (${reason})`));
+      try {
+        await this.state.cleanup();
+      } catch (error) {
+        this.events.emit('warning', {
+          message: `cleanup of sandbox ${this.id} was incomplete`,
+          cause: error,
+        });
+      }
+      this.unregister();
+      this.events.emit('terminate', {
+        id: this.id,
+        provider: this.provider,
+        reason,
+        durationMs: performance.now() - started,
+      });
+    })();
+    return this.terminating;
+  }
+
+  terminateSync(): void {
+    this.state.cleanupSync();
+  }
+}

@@ -1,0 +1,131 @@
+/**
+ * Leak-proofing shared by every provider: run and owner labels, the registry of live sandboxes, process
+ * exit/signal handlers that terminate them, and per-sandbox lifetime timers.
+ */
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import type { TerminateReason } from './types.js';
+
+/** Label naming the run that created a sandbox; `reapOrphans({ run })` matches it. */
+export const RUN_LABEL = 'vime.run';
+/** Label with the sandbox id. */
+export const SANDBOX_LABEL = 'vime.sandbox';
+/** Label `<host>:<pid>:<start ticks>` of the creating process, so a reaper can tell whether it is still alive. */
+export const OWNER_LABEL = 'vime.owner';
+/** Label with the creation time in epoch milliseconds. */
+export const CREATED_LABEL = 'vime.created';
+
+let processRunId: string | undefined;
+
+/** This process's run id (stable for its lifetime); used when a spec carries no `vime.run` label. */
+export function defaultRunId(): string {
+  processRunId ??= `run-${Date.now().toString(36)}-${randomBytes(3).toString('hex')}`;
+  return processRunId;
+}
+
+export function newSandboxId(): string {
+  return `sbx-${randomBytes(6).toString('hex')}`;
+}
+
+/** Start time of a process in clock ticks since boot (field 22 of /proc/<pid>/stat), or undefined. */
+export function processStartTicks(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // The command name (field 2) may contain spaces and parentheses; fields resume after the last ')'.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  } catch {
+    return undefined;
+  }
+}
+
+export function ownerLabel(pid = process.pid): string {
+  return `${hostname()}:${pid}:${processStartTicks(pid) ?? '?'}`;
+}
+
+/**
+ * Whether the process named by an owner label is still running. Unknown hosts count as alive: a reaper on
+ * another machine cannot know, so it leaves those sandboxes to `olderThanMs`.
+ */
+export function isOwnerAlive(owner: string | undefined): boolean {
+  if (!owner) return false;
+  const [host, pid, ticks] = owner.split(':');
+  if (host !== hostname()) return true;
+  const current = processStartTicks(Number(pid));
+  return current !== undefined && (ticks === '?' || current === ticks);
+}
+
+/** The labels stamped on everything a sandbox creates. */
+export function sandboxLabels(
+  id: string,
+  labels: Record<string, string> | undefined,
+): Record<string, string> {
+  return {
+    ...labels,
+    [RUN_LABEL]: labels?.[RUN_LABEL] ?? defaultRunId(),
+    [SANDBOX_LABEL]: id,
+    [OWNER_LABEL]: ownerLabel(),
+    [CREATED_LABEL]: String(Date.now()),
+  };
+}
+
+/** What the registry needs from a live sandbox. */
+export interface Terminable {
+  readonly id: string;
+  terminateWith(reason: TerminateReason): Promise<void>;
+  /** Best-effort synchronous cleanup for `process.on('exit')`, where nothing async can run. */
+  terminateSync?(): void;
+}
+
+const live = new Set<Terminable>();
+let handlersInstalled = false;
+const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
+/** Every sandbox still alive in this process. */
+export function liveSandboxCount(): number {
+  return live.size;
+}
+
+/** Terminate every live sandbox of this process (what the signal handlers do). */
+export async function terminateAll(reason: TerminateReason = 'requested'): Promise<void> {
+  await Promise.all([...live].map((s) => s.terminateWith(reason)));
+}
+
+function onSignal(signal: NodeJS.Signals): void {
+  void terminateAll('signal').finally(() => {
+    // Re-raise with the default disposition when nobody else handles it, so the process still exits.
+    if (process.listenerCount(signal) === 1) {
+      process.removeListener(signal, onSignal);
+      process.kill(process.pid, signal);
+    }
+  });
+}
+
+function onExit(): void {
+  for (const s of live) s.terminateSync?.();
+}
+
+export interface RegisterOptions {
+  /** Install SIGINT/SIGTERM/SIGHUP and exit handlers that terminate live sandboxes (default true). */
+  handleSignals?: boolean;
+  lifetimeMs?: number;
+}
+
+/** Track a sandbox until it terminates; returns the function that stops tracking it. */
+export function register(sandbox: Terminable, options: RegisterOptions = {}): () => void {
+  live.add(sandbox);
+  if (options.handleSignals !== false && !handlersInstalled) {
+    handlersInstalled = true;
+    for (const sig of SIGNALS) process.on(sig, onSignal);
+    process.on('exit', onExit);
+  }
+  const timer =
+    options.lifetimeMs === undefined
+      ? undefined
+      : setTimeout(() => void sandbox.terminateWith('lifetime'), options.lifetimeMs);
+  timer?.unref();
+  return () => {
+    if (timer) clearTimeout(timer);
+    live.delete(sandbox);
+  };
+}

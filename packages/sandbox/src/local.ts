@@ -1,0 +1,215 @@
+/**
+ * `local`: plain child processes in a per-sandbox temp work dir. NO ISOLATION: the commands run as this
+ * process's user with its network and file system. Only for trusted code, or platforms without bubblewrap.
+ */
+import { cp, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { dirname, join, posix } from 'node:path';
+import { SandboxError } from '@vime/core';
+import { EventEmitter } from 'eventemitter3';
+import {
+  EXEC_MARKER_ENV,
+  HostSandbox,
+  killByExecMarker,
+  newExecId,
+  type RunExecOptions,
+  sandboxPath,
+} from './host-sandbox.js';
+import { defaultRootDir, HostState } from './host-state.js';
+import { newSandboxId, sandboxLabels } from './lifecycle.js';
+import { type RunResult, runProcess } from './process.js';
+import type { Logger, OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
+
+export interface LocalProviderOptions {
+  /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */
+  rootDir?: string;
+  /** PATH given to commands (default: this process's PATH). */
+  path?: string;
+  /** Shared event emitter (default: a new one, exposed as `provider.events`). */
+  events?: SandboxEmitter;
+  logger?: Logger;
+  /** Terminate live sandboxes on SIGINT/SIGTERM/SIGHUP and exit (default true). */
+  handleSignals?: boolean;
+}
+
+/**
+ * Plain child processes in a temp folder. Unsafe for untrusted code: opt in explicitly.
+ *
+ * The spec's `workdir` (e.g. `/testbed`) cannot exist on the host, so it maps to a per-sandbox folder:
+ * `sandbox.workdir` is that host folder, and `cwd`/file paths under the spec's workdir are rewritten to it.
+ */
+export function localProvider(options: LocalProviderOptions = {}): SandboxProvider {
+  const events = options.events ?? (new EventEmitter() as SandboxEmitter);
+  const rootDir = options.rootDir ?? defaultRootDir();
+  return {
+    name: 'local',
+    events,
+    async create(spec: SandboxSpec, op: OpOptions = {}): Promise<Sandbox> {
+      op.signal?.throwIfAborted();
+      if (spec.image !== undefined) {
+        throw new SandboxError(
+          `local sandboxes run on the host and cannot use image ${JSON.stringify(spec.image)}; ` +
+            'drop spec.image or use dockerProvider()/bubblewrapProvider({ images })',
+          { code: 'invalid_argument' },
+        );
+      }
+      const started = performance.now();
+      const id = newSandboxId();
+      const labels = sandboxLabels(id, spec.labels);
+      const state = await HostState.create(rootDir, {
+        id,
+        provider: 'local',
+        labels,
+        createdAt: Date.now(),
+        ...(spec.lifetimeMs === undefined ? {} : { lifetimeMs: spec.lifetimeMs }),
+        cgroups: [],
+        mounts: [],
+      });
+      const hostWork = join(state.dir, 'work');
+      await mkdir(hostWork, { recursive: true });
+      const sandbox = new LocalSandbox({
+        id,
+        provider: 'local',
+        spec,
+        state,
+        labels,
+        events,
+        capabilities: { persistentProcesses: true, isolatedNetwork: false },
+        handleSignals: options.handleSignals ?? true,
+      });
+      sandbox.init(hostWork, options.path ?? process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin');
+      events.emit('create', { id, provider: 'local', labels, durationMs: performance.now() - started });
+      return sandbox;
+    },
+  };
+}
+
+class LocalSandbox extends HostSandbox {
+  workdir = '';
+  private path = '';
+
+  init(hostWork: string, path: string): void {
+    this.workdir = hostWork;
+    this.path = path;
+  }
+
+  /** Map a sandbox path to the host: the spec's workdir prefix becomes the host work dir. */
+  private hostPath(path: string): string {
+    const specWork = posix.resolve('/', this.spec.workdir);
+    const resolved = sandboxPath(specWork, path);
+    if (resolved === specWork) return this.workdir;
+    if (resolved.startsWith(`${specWork}/`)) return join(this.workdir, resolved.slice(specWork.length + 1));
+    return resolved;
+  }
+
+  protected async run(
+    command: string | readonly string[],
+    options: RunExecOptions,
+    raw: boolean,
+  ): Promise<RunResult> {
+    const cwd = this.hostPath(options.cwd ?? this.workdir);
+    const cwdStat = await stat(cwd).catch(() => undefined);
+    if (!cwdStat?.isDirectory()) {
+      throw new SandboxError(
+        `exec cwd ${JSON.stringify(options.cwd)} is not a directory in sandbox ${this.id}`,
+        {
+          code: 'invalid_argument',
+        },
+      );
+    }
+    const argv = typeof command === 'string' ? ['/bin/sh', '-c', command] : [...command];
+    if (argv.length === 0) throw new SandboxError('exec needs a command', { code: 'invalid_argument' });
+    const execId = newExecId();
+    let pid: number | undefined;
+    try {
+      return await runProcess(argv[0]!, argv.slice(1), {
+        cwd,
+        env: {
+          PATH: this.path,
+          HOME: this.workdir,
+          LANG: 'C.UTF-8',
+          ...this.spec.env,
+          ...options.env,
+          [EXEC_MARKER_ENV]: execId,
+        },
+        ...(options.stdin === undefined ? {} : { stdin: options.stdin }),
+        ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
+        ...(options.signal === undefined ? {} : { signal: options.signal }),
+        ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
+        rawStdout: raw,
+        track: (p) => {
+          this.state.trackPid(p, pid);
+          pid = p;
+        },
+        afterKill: () => killByExecMarker(execId),
+      });
+    } catch (error) {
+      // Like a shell: a missing program is exit code 127, not an exception.
+      if (SandboxError.isInstance(error) && error.data?.code === 'ENOENT') {
+        const message = `${argv[0]}: command not found\n`;
+        return {
+          exitCode: 127,
+          signal: null,
+          stdout: '',
+          stderr: message,
+          output: message,
+          timedOut: false,
+          truncated: false,
+          durationMs: 0,
+        };
+      }
+      throw error;
+    }
+  }
+
+  /** File-system errors become SandboxErrors naming the operation and the sandbox path. */
+  private async fsOp<T>(
+    what: string,
+    path: string,
+    options: OpOptions,
+    fn: (signal: AbortSignal) => Promise<T>,
+  ) {
+    return this.track(options, async (signal) => {
+      try {
+        return await fn(signal);
+      } catch (error) {
+        if (signal.aborted) throw error;
+        throw new SandboxError(`${what} ${path} failed in sandbox ${this.id}: ${(error as Error).message}`, {
+          cause: error,
+          data: { path, code: (error as NodeJS.ErrnoException).code },
+        });
+      }
+    });
+  }
+
+  async writeFile(
+    path: string,
+    content: string | Uint8Array,
+    options: OpOptions & { mode?: number } = {},
+  ): Promise<void> {
+    await this.fsOp('writeFile', path, options, async (signal) => {
+      const target = this.hostPath(path);
+      await mkdir(dirname(target), { recursive: true });
+      await writeFile(target, content, {
+        signal,
+        ...(options.mode === undefined ? {} : { mode: options.mode }),
+      });
+    });
+  }
+
+  async readFile(path: string, options: OpOptions = {}): Promise<Uint8Array> {
+    return this.fsOp(
+      'readFile',
+      path,
+      options,
+      async (signal) => new Uint8Array(await readFile(this.hostPath(path), { signal })),
+    );
+  }
+
+  async copyIn(hostDir: string, path: string, options: OpOptions = {}): Promise<void> {
+    await this.fsOp('copyIn', path, options, async () => {
+      const target = this.hostPath(path);
+      await mkdir(target, { recursive: true });
+      await cp(hostDir, target, { recursive: true, force: true, verbatimSymlinks: true });
+    });
+  }
+}

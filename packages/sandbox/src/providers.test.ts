@@ -1,0 +1,190 @@
+/**
+ * The provider contract, run against every backend that can run here: bubblewrap and local always,
+ * docker when a daemon answers (scripts/docker-up.sh starts one; CI runs as root and always has it).
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdir, readdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SandboxError } from '@vime/core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bubblewrapProvider } from './bubblewrap.js';
+import { localProvider } from './local.js';
+import type { Sandbox, SandboxProvider } from './types.js';
+
+const rootDir = mkdtempSync(join(tmpdir(), 'vime-sbx-test-'));
+const isRoot = process.getuid?.() === 0;
+
+const backends: Array<[string, () => SandboxProvider, string | undefined]> = [
+  ['bubblewrap', () => bubblewrapProvider({ rootDir }), undefined],
+  ['local', () => localProvider({ rootDir }), undefined],
+];
+
+describe.each(backends)('%s provider', (name, makeProvider, image) => {
+  let provider: SandboxProvider;
+  let sbx: Sandbox;
+  const created: string[] = [];
+  const terminated: string[] = [];
+
+  beforeAll(async () => {
+    provider = makeProvider();
+    provider.events.on('create', (e) => created.push(e.id));
+    provider.events.on('terminate', (e) => terminated.push(e.id));
+    sbx = await provider.create({
+      workdir: '/testbed',
+      env: { GREETING: 'hello' },
+      labels: { 'vime.run': 'providers-test' },
+      ...(image ? { image } : {}),
+    });
+  });
+  afterAll(async () => {
+    await sbx?.terminate();
+  });
+
+  it('labels the sandbox with its run and id', () => {
+    expect(sbx.labels['vime.run']).toBe('providers-test');
+    expect(sbx.labels['vime.sandbox']).toBe(sbx.id);
+    expect(created).toContain(sbx.id);
+    expect(sbx.provider).toBe(name);
+  });
+
+  it('runs shell strings and argv with exit codes, separate and merged output', async () => {
+    const r = await sbx.exec('echo out; echo err >&2; exit 3');
+    expect(r.exitCode).toBe(3);
+    expect(r.stdout).toBe('out\n');
+    expect(r.stderr).toBe('err\n');
+    expect(r.output).toContain('out\n');
+    expect(r.output).toContain('err\n');
+    expect(r.timedOut).toBe(false);
+    expect(r.durationMs).toBeGreaterThan(0);
+    const argv = await sbx.exec(['printf', '%s|', 'a b', '$HOME', ';ls']);
+    expect(argv.stdout).toBe('a b|$HOME|;ls|');
+  });
+
+  it('applies spec env, per-exec env and cwd', async () => {
+    await sbx.exec('mkdir -p sub/dir');
+    const r = await sbx.exec('echo $GREETING $EXTRA; pwd', { env: { EXTRA: 'x' }, cwd: 'sub/dir' });
+    expect(r.stdout.split('\n')[0]).toBe('hello x');
+    expect(r.stdout.trim().endsWith('/sub/dir')).toBe(true);
+    const abs = await sbx.exec('pwd', { cwd: '/testbed/sub' });
+    expect(abs.stdout.trim().endsWith('/sub')).toBe(true);
+  });
+
+  it('passes stdin', async () => {
+    const r = await sbx.exec(['wc', '-c'], { stdin: 'x'.repeat(12345) });
+    expect(r.stdout.trim()).toBe('12345');
+  });
+
+  it('writes and reads bytes and text, creating parents', async () => {
+    const bytes = new Uint8Array([0, 1, 2, 255, 254, 10]);
+    await sbx.writeFile('/testbed/deep/er/bin.dat', bytes);
+    expect(Array.from(await sbx.readFile('deep/er/bin.dat'))).toEqual(Array.from(bytes));
+    await sbx.writeFile('notes/a.txt', 'héllo\n');
+    expect(await sbx.readTextFile('/testbed/notes/a.txt')).toBe('héllo\n');
+    await sbx.writeFile('run.sh', '#!/bin/sh\necho ran\n', { mode: 0o755 });
+    expect((await sbx.exec('./run.sh')).stdout).toBe('ran\n');
+    expect((await sbx.exec('cat notes/a.txt')).stdout).toBe('héllo\n');
+  });
+
+  it('fails a read of a missing file with a SandboxError', async () => {
+    await expect(sbx.readFile('missing.txt')).rejects.toSatisfy((e) => SandboxError.isInstance(e));
+  });
+
+  it('copies a host folder in, owned by the sandbox user, usable by git and pytest', async () => {
+    const src = mkdtempSync(join(tmpdir(), 'vime-copyin-'));
+    writeFileSync(join(src, 'calc.py'), 'def add(a, b):\n    return a + b\n');
+    await mkdir(join(src, 'tests'));
+    writeFileSync(
+      join(src, 'tests', 'test_calc.py'),
+      'from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n',
+    );
+    execFileSync('git', ['init', '-q', src]);
+    execFileSync('git', ['-C', src, 'add', '-A']);
+    execFileSync('git', ['-C', src, '-c', 'user.email=t@e', '-c', 'user.name=t', 'commit', '-qm', 'init']);
+    await sbx.copyIn(src, '/testbed/repo');
+    const r = await sbx.exec(
+      'git status --porcelain && git log --oneline | wc -l && python3 -m pytest -q -p no:cacheprovider tests',
+      { cwd: '/testbed/repo', env: { PYTHONPATH: '.' } },
+    );
+    expect(r.exitCode, r.output).toBe(0);
+    expect(r.stdout).toMatch(/^1\n/);
+    expect(r.stdout).toContain('1 passed');
+    const edit = await sbx.exec('echo "# change" >> calc.py && git diff --stat', { cwd: '/testbed/repo' });
+    expect(edit.stdout).toContain('calc.py');
+  });
+
+  it('times out, kills the tree and reports timedOut', async () => {
+    const t0 = performance.now();
+    const r = await sbx.exec('sleep 30', { timeoutMs: 500 });
+    expect(r.timedOut).toBe(true);
+    expect(performance.now() - t0).toBeLessThan(10_000);
+    const after = await sbx.exec('echo still-usable');
+    expect(after.stdout).toBe('still-usable\n');
+  });
+
+  it('aborts a running exec with the caller signal', async () => {
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(new Error('stop')), 300);
+    await expect(sbx.exec('sleep 30', { signal: controller.signal })).rejects.toThrow('stop');
+  });
+
+  it('caps large output keeping head and tail', async () => {
+    const r = await sbx.exec('seq 1 200000', { maxOutputBytes: 4096 });
+    expect(r.truncated).toBe(true);
+    expect(r.stdout.startsWith('1\n2\n3\n')).toBe(true);
+    expect(r.stdout.endsWith('199999\n200000\n')).toBe(true);
+    expect(r.stdout).toContain('bytes elided');
+    expect(r.stdout.length).toBeLessThan(4096 + 100);
+  });
+
+  it('decodes non-UTF-8 output with replacement characters', async () => {
+    const r = await sbx.exec(['printf', 'ok\\377\\376end']);
+    expect(r.stdout).toBe('ok\uFFFD\uFFFDend');
+  });
+
+  it('is alive until terminated; terminate is idempotent and cleans up', async () => {
+    const other = await provider.create({ workdir: '/testbed', ...(image ? { image } : {}) });
+    expect(await other.isAlive()).toBe(true);
+    await Promise.all([other.terminate(), other.terminate()]);
+    await other.terminate();
+    expect(await other.isAlive()).toBe(false);
+    expect(terminated.filter((id) => id === other.id)).toHaveLength(1);
+    await expect(other.exec('true')).rejects.toSatisfy((e) => SandboxError.isInstance(e));
+    if (name !== 'docker') expect(existsSync(join(rootDir, other.id))).toBe(false);
+  });
+});
+
+describe('bubblewrap specifics', () => {
+  it('runs as an unprivileged uid with a read-only system, private /tmp and no network', async () => {
+    const provider = bubblewrapProvider({ rootDir });
+    const sbx = await provider.create({ workdir: '/work' });
+    try {
+      const r = await sbx.exec(
+        'id -u; touch /usr/x 2>&1; touch /etc/x 2>&1; ls /tmp | wc -l; cat /proc/net/dev | tail -n +3 | cut -d: -f1',
+      );
+      const lines = r.stdout.trim().split('\n');
+      if (isRoot) expect(lines[0]).not.toBe('0');
+      expect(r.stdout).toMatch(/touch: cannot touch '\/usr\/x': Read-only file system/);
+      expect(r.stdout).toMatch(/touch: cannot touch '\/etc\/x': Read-only file system/);
+      expect(lines.at(-2)?.trim()).toBe('0');
+      expect(lines.at(-1)?.trim()).toBe('lo');
+      expect(sbx.capabilities).toEqual({ persistentProcesses: false, isolatedNetwork: true });
+    } finally {
+      await sbx.terminate();
+    }
+  });
+
+  it('fails closed with an actionable error when bwrap is missing', async () => {
+    const provider = bubblewrapProvider({ rootDir, bwrapPath: '/nonexistent/bwrap' });
+    await expect(provider.create({ workdir: '/work' })).rejects.toThrow(/apt-get install bubblewrap/);
+    expect(await readdir(rootDir)).not.toContain(expect.stringMatching(/^sbx-/) as unknown as string);
+  });
+
+  it('rejects an unknown image name, naming the fix', async () => {
+    const provider = bubblewrapProvider({ rootDir });
+    await expect(provider.create({ workdir: '/work', image: 'python:3.11' })).rejects.toThrow(
+      /options\.images/,
+    );
+  });
+});
