@@ -1,6 +1,10 @@
 export { decodeSamples, encodeSamples } from './codec.js';
+export * from './engine/index.js';
 export * from './errors.js';
+export * from './proxy/index.js';
 export * from './rollout.js';
 export * from './sample.js';
 export * from './task.js';
+export * from './tokenizer/index.js';
+export * from './trajectory/index.js';
 export * from './validate.js';

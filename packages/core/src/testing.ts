@@ -1,2 +1,2 @@
 // Fakes and fixtures for users' tests (the `@vime/core/testing` entry).
-export {};
+export * from './standin/index.js';

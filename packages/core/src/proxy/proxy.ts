@@ -1,0 +1,502 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { EventEmitter } from 'eventemitter3';
+import { newRequestId } from '../engine/http.js';
+import type { Engine, GenerateResult, Sampling } from '../engine/types.js';
+import { ConfigError, EngineError, VimeError } from '../errors.js';
+import type { Turn } from '../rollout.js';
+import type { Sample } from '../sample.js';
+import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
+import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
+import {
+  anthropicJson,
+  anthropicSse,
+  type ChatRequest,
+  type Dialect,
+  errorBody,
+  openaiJson,
+  openaiSse,
+  parseAnthropicRequest,
+  parseOpenAIRequest,
+  RequestError,
+  type TurnReply,
+} from './dialects.js';
+
+export interface SessionOptions {
+  /** Sampling for every turn of the session; what the harness sends is overridden (and reported). */
+  sampling?: Sampling;
+  /** Whole-trajectory token budget: each turn's `max_new_tokens` is clamped to what is left of it. */
+  maxContextTokens?: number;
+  /** Pin the session to one engine (default: the engine with the fewest open sessions). */
+  engine?: Engine;
+  /** Extra chat-template variables for this session, e.g. `{ enable_thinking: false }`. */
+  templateKwargs?: Record<string, unknown>;
+}
+
+/** An open capture session: point a harness at `baseURL` with `apiKey`, or give a client `fetch`. */
+export interface CaptureSession {
+  id: string;
+  /** OpenAI/Anthropic base URL routed to this session (`<proxy>/sessions/<id>/v1`). */
+  baseURL: string;
+  /** The session id, for clients that route by `Authorization: Bearer` / `x-api-key`. */
+  apiKey: string;
+  /** A `fetch` that runs turns in-process (no HTTP hop); see `captureFetch`. */
+  fetch: typeof fetch;
+}
+
+export interface CaptureProxyOptions {
+  /** One engine, or several: each session sticks to the engine with the fewest open sessions. */
+  engine: Engine | readonly Engine[];
+  tokenizer: ChatTokenizer;
+  host?: string;
+  /** Default 0: any free port. */
+  port?: number;
+  /** Where turns are recorded (default: a new manager that decodes `prompt`/`response` text). */
+  trajectories?: TrajectoryManager;
+  /** Sampling for sessions opened without their own. */
+  defaultSampling?: Sampling;
+  /** Default per-turn cap on new tokens when neither the session nor the harness sets one (4096). */
+  defaultMaxTokens?: number;
+  /** Model name reported to harnesses (`/v1/models`, responses). Default `vime-policy`. */
+  modelName?: string;
+  /** Open unknown session ids on first use instead of answering 401 (default false). */
+  autoOpenSessions?: boolean;
+}
+
+export interface ProxyTurnEvent {
+  sessionId: string;
+  dialect: Dialect;
+  turn: Turn;
+  promptTokens: number;
+  outputTokens: number;
+  durationMs: number;
+}
+
+export interface ProxyEvents {
+  turn: (event: ProxyTurnEvent) => void;
+  /** Harness-sent sampling knobs that the session's sampling replaced. */
+  'sampling:override': (event: {
+    sessionId: string;
+    fields: Record<string, { sent: unknown; used: unknown }>;
+  }) => void;
+  /** A turn's upstream request was cancelled (client disconnect or session finish). */
+  'turn:abort': (event: { sessionId: string; rid: string; reason: string }) => void;
+  'turn:error': (event: { sessionId: string; error: Error }) => void;
+  /** The session's token budget was spent; the turn was answered as truncated without calling the engine. */
+  'budget:exhausted': (event: { sessionId: string; promptTokens: number; maxContextTokens: number }) => void;
+}
+
+export interface CaptureProxy {
+  url: string;
+  events: EventEmitter<ProxyEvents>;
+  trajectories: TrajectoryManager;
+  openSession(id: string, options?: SessionOptions): CaptureSession;
+  /** Close a session and return its slime-wire training rows (see `TrajectoryManager.finish`). */
+  finishSession(id: string, options?: FinishOptions): Sample[];
+  /** Number of open sessions. */
+  readonly size: number;
+  close(): Promise<void>;
+}
+
+interface SessionState {
+  id: string;
+  sampling: Sampling;
+  maxContextTokens: number | undefined;
+  engine: Engine;
+  templateKwargs: Record<string, unknown> | undefined;
+  truncated: boolean;
+  inflight: Set<AbortController>;
+  /** Raw argument text of tool calls this session produced, by call id, to re-render them exactly. */
+  toolArgs: Map<string, string>;
+  handle: CaptureSession;
+}
+
+interface Reply {
+  status: number;
+  contentType: string;
+  body: string;
+}
+
+/** Sampling knob wire names → the `Sampling` field that replaces them. */
+const KNOB_FIELDS: Record<string, keyof Sampling> = {
+  temperature: 'temperature',
+  top_p: 'topP',
+  top_k: 'topK',
+  min_p: 'minP',
+  presence_penalty: 'presencePenalty',
+  frequency_penalty: 'frequencyPenalty',
+  repetition_penalty: 'repetitionPenalty',
+  seed: 'seed',
+  stop: 'stop',
+  stop_sequences: 'stop',
+};
+
+const JSON_TYPE = 'application/json';
+const SSE_TYPE = 'text/event-stream';
+
+/**
+ * Start the capture proxy: an OpenAI Chat Completions + Anthropic Messages server in front of
+ * token-in/token-out engines. Any agent harness talks to it unchanged; every turn's prompt ids,
+ * output ids, log probs, finish reason, policy version and timings are recorded per session.
+ */
+export async function startCaptureProxy(options: CaptureProxyOptions): Promise<CaptureProxy> {
+  const engines = Array.isArray(options.engine) ? [...options.engine] : [options.engine as Engine];
+  if (engines.length === 0) throw new ConfigError('startCaptureProxy: `engine` needs at least one engine');
+  const { tokenizer } = options;
+  const modelName = options.modelName ?? 'vime-policy';
+  const trajectories =
+    options.trajectories ?? new TrajectoryManager({ decode: (ids) => tokenizer.decode(ids) });
+  const events = new EventEmitter<ProxyEvents>();
+  const sessions = new Map<string, SessionState>();
+  const load = new Map<Engine, number>(engines.map((e) => [e, 0]));
+  let url = '';
+
+  function openSession(id: string, sessionOptions: SessionOptions = {}): CaptureSession {
+    if (typeof id !== 'string' || id === '' || /[\s/]/.test(id)) {
+      throw new ConfigError(
+        `session id must be a non-empty string without spaces or '/', found ${JSON.stringify(id)}`,
+      );
+    }
+    if (sessions.has(id)) throw new ConfigError(`session ${JSON.stringify(id)} is already open`);
+    const { maxContextTokens } = sessionOptions;
+    if (maxContextTokens !== undefined && !(Number.isInteger(maxContextTokens) && maxContextTokens > 0)) {
+      throw new ConfigError(`maxContextTokens must be a positive integer, found ${maxContextTokens}`);
+    }
+    const engine =
+      sessionOptions.engine ?? engines.reduce((best, e) => (load.get(e)! < load.get(best)! ? e : best));
+    load.set(engine, (load.get(engine) ?? 0) + 1);
+    trajectories.open(id);
+    const state: SessionState = {
+      id,
+      sampling: sessionOptions.sampling ?? options.defaultSampling ?? {},
+      maxContextTokens,
+      engine,
+      templateKwargs: sessionOptions.templateKwargs,
+      truncated: false,
+      inflight: new Set(),
+      toolArgs: new Map(),
+      handle: undefined as unknown as CaptureSession,
+    };
+    const handle: CaptureSession = {
+      id,
+      baseURL: `${url}/sessions/${encodeURIComponent(id)}/v1`,
+      apiKey: id,
+      fetch: undefined as unknown as typeof fetch,
+    };
+    handle.fetch = makeFetch(handle);
+    state.handle = handle;
+    sessions.set(id, state);
+    return handle;
+  }
+
+  function closeSession(state: SessionState, reason: string): void {
+    for (const c of state.inflight) c.abort(new Error(reason));
+    sessions.delete(state.id);
+    load.set(state.engine, Math.max(0, (load.get(state.engine) ?? 1) - 1));
+  }
+
+  function finishSession(id: string, finish: FinishOptions = {}): Sample[] {
+    const state = sessions.get(id);
+    if (!state) throw new ConfigError(`finishSession: no open session ${JSON.stringify(id)}`);
+    closeSession(state, 'session finished');
+    const status = finish.status ?? (state.truncated ? 'truncated' : undefined);
+    return trajectories.finish(id, { ...finish, ...(status ? { status } : {}) });
+  }
+
+  function resolveSampling(state: SessionState, req: ChatRequest, promptTokens: number) {
+    const sampling: Sampling = { ...state.sampling };
+    const overridden: Record<string, { sent: unknown; used: unknown }> = {};
+    for (const [knob, sent] of Object.entries(req.sampling)) {
+      const field = KNOB_FIELDS[knob];
+      if (!field) continue;
+      const used = sampling[field];
+      if (JSON.stringify(used) !== JSON.stringify(sent)) overridden[knob] = { sent, used };
+    }
+    let maxTokens = Math.min(
+      sampling.maxTokens ?? options.defaultMaxTokens ?? 4096,
+      req.maxTokens ?? Number.POSITIVE_INFINITY,
+    );
+    if (state.maxContextTokens !== undefined)
+      maxTokens = Math.min(maxTokens, state.maxContextTokens - promptTokens);
+    if (req.maxTokens !== undefined && req.maxTokens !== maxTokens) {
+      overridden.max_tokens = { sent: req.maxTokens, used: maxTokens };
+    }
+    sampling.maxTokens = maxTokens;
+    return { sampling, overridden };
+  }
+
+  async function runTurn(
+    state: SessionState,
+    dialect: Dialect,
+    req: ChatRequest,
+    signal: AbortSignal,
+  ): Promise<TurnReply> {
+    const startedAt = performance.now();
+    const templateKwargs =
+      state.templateKwargs || req.templateKwargs
+        ? { ...req.templateKwargs, ...state.templateKwargs }
+        : undefined;
+    const promptIds = tokenizer.encodeChat(req.messages, { tools: req.tools, templateKwargs });
+    const { sampling, overridden } = resolveSampling(state, req, promptIds.length);
+    if (Object.keys(overridden).length > 0)
+      events.emit('sampling:override', { sessionId: state.id, fields: overridden });
+    const rid = newRequestId('turn');
+    const base = { id: `chatcmpl-${rid}`, model: req.model ?? modelName, promptTokens: promptIds.length };
+    if (sampling.maxTokens! <= 0) {
+      state.truncated = true;
+      events.emit('budget:exhausted', {
+        sessionId: state.id,
+        promptTokens: promptIds.length,
+        maxContextTokens: state.maxContextTokens!,
+      });
+      return {
+        ...base,
+        parsed: { content: '', reasoning: undefined, toolCalls: [] },
+        toolCallIds: [],
+        finishReason: 'length',
+        outputTokens: 0,
+      };
+    }
+    const controller = new AbortController();
+    const onAbort = () => controller.abort(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    state.inflight.add(controller);
+    let result: GenerateResult;
+    try {
+      result = await state.engine.generate(
+        { inputIds: promptIds, sampling, rid, routingKey: state.id },
+        { signal: controller.signal },
+      );
+    } catch (error) {
+      if (controller.signal.aborted) {
+        events.emit('turn:abort', { sessionId: state.id, rid, reason: String(controller.signal.reason) });
+      } else events.emit('turn:error', { sessionId: state.id, error: error as Error });
+      throw error;
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+      state.inflight.delete(controller);
+    }
+    const endedAt = performance.now();
+    if (!sessions.has(state.id)) throw new ConfigError(`session ${state.id} was finished during the turn`);
+    const turn = trajectories.record(state.id, {
+      promptIds,
+      outputIds: result.outputIds,
+      logprobs: result.logprobs,
+      finishReason: result.finishReason,
+      ...(result.weightVersion !== undefined ? { policyVersion: result.weightVersion } : {}),
+      startedAt,
+      endedAt,
+    });
+    if (result.finishReason === 'length') state.truncated = true;
+    const text = tokenizer.decode(stripStop(result.outputIds, tokenizer.eosTokenId));
+    const parsed = tokenizer.parseResponse(text);
+    const toolCallIds = parsed.toolCalls.map((call, i) => {
+      const id = `${dialect === 'anthropic' ? 'toolu' : 'call'}_${rid}_${i}`;
+      state.toolArgs.set(id, call.arguments);
+      return id;
+    });
+    events.emit('turn', {
+      sessionId: state.id,
+      dialect,
+      turn,
+      promptTokens: promptIds.length,
+      outputTokens: result.outputIds.length,
+      durationMs: endedAt - startedAt,
+    });
+    return {
+      ...base,
+      parsed,
+      toolCallIds,
+      finishReason: result.finishReason,
+      outputTokens: result.outputIds.length,
+    };
+  }
+
+  /** Route one request; `sessionFromPath` wins over the credential headers. */
+  async function dispatch(
+    method: string,
+    pathname: string,
+    credential: string | undefined,
+    readBody: () => Promise<string>,
+    signal: AbortSignal,
+  ): Promise<Reply> {
+    let path = pathname;
+    let sessionId = credential;
+    const m = /^\/sessions\/([^/]+)(\/.*)?$/.exec(path);
+    if (m) {
+      sessionId = decodeURIComponent(m[1]!);
+      path = m[2] ?? '/';
+    }
+    if (path.startsWith('/v1/')) path = path.slice(3);
+    const dialect: Dialect = path === '/messages' ? 'anthropic' : 'openai';
+    if (method === 'GET' && path === '/models') {
+      return json(200, {
+        object: 'list',
+        data: [
+          {
+            id: modelName,
+            object: 'model',
+            created: 0,
+            owned_by: 'vime',
+            type: 'model',
+            display_name: modelName,
+          },
+        ],
+      });
+    }
+    if (method === 'GET' && path === '/health') return json(200, { sessions: sessions.size });
+    if (method !== 'POST' || (path !== '/chat/completions' && path !== '/messages')) {
+      return json(404, errorBody(dialect, 404, `no route ${method} ${pathname}`));
+    }
+    let state = sessionId ? sessions.get(sessionId) : undefined;
+    if (!state && sessionId && options.autoOpenSessions) {
+      openSession(sessionId);
+      state = sessions.get(sessionId);
+    }
+    if (!state) {
+      const why = sessionId
+        ? `no open session ${JSON.stringify(sessionId)}`
+        : 'no session id: send it as the API key (Authorization: Bearer <id> or x-api-key) or use the /sessions/<id>/v1 base URL';
+      return json(401, errorBody(dialect, 401, why));
+    }
+    try {
+      let body: unknown;
+      try {
+        body = JSON.parse(await readBody());
+      } catch {
+        throw new RequestError(400, 'request body is not valid JSON');
+      }
+      const req =
+        dialect === 'anthropic'
+          ? parseAnthropicRequest(body, state.toolArgs)
+          : parseOpenAIRequest(body, state.toolArgs);
+      const reply = await runTurn(state, dialect, req, signal);
+      if (req.stream) {
+        return {
+          status: 200,
+          contentType: SSE_TYPE,
+          body: dialect === 'anthropic' ? anthropicSse(reply) : openaiSse(reply, req.includeUsage),
+        };
+      }
+      return json(200, dialect === 'anthropic' ? anthropicJson(reply) : openaiJson(reply));
+    } catch (error) {
+      if (error instanceof RequestError)
+        return json(error.status, errorBody(dialect, error.status, error.message));
+      const status =
+        error instanceof EngineError
+          ? error.isRetryable
+            ? 503
+            : 502
+          : VimeError.isInstance(error)
+            ? 400
+            : 500;
+      return json(status, errorBody(dialect, status, (error as Error).message));
+    }
+  }
+
+  function makeFetch(handle: CaptureSession): typeof fetch {
+    return async (input, init) => {
+      const request = input instanceof Request ? input : undefined;
+      const target = new URL(
+        request ? request.url : input instanceof URL ? input.href : String(input),
+        'http://in-process',
+      );
+      const method = (init?.method ?? request?.method ?? 'GET').toUpperCase();
+      const signal = init?.signal ?? request?.signal ?? new AbortController().signal;
+      const readBody = async () => {
+        const body = init?.body;
+        if (typeof body === 'string') return body;
+        if (body instanceof Uint8Array) return new TextDecoder().decode(body);
+        if (body != null) return new Response(body as ConstructorParameters<typeof Response>[0]).text();
+        return request ? request.text() : '';
+      };
+      const path = target.pathname.replace(/^.*?(\/v1)?(\/(chat\/completions|messages|models))$/, '$2');
+      const reply = await dispatch(method, path, handle.id, readBody, signal);
+      return new Response(reply.body, {
+        status: reply.status,
+        headers: { 'content-type': reply.contentType },
+      });
+    };
+  }
+
+  const server: Server = createServer((req, res) => {
+    const closer = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) closer.abort(new Error('client disconnected'));
+    });
+    const pathname = (req.url ?? '/').split('?')[0]!;
+    dispatch(req.method ?? 'GET', pathname, credentialOf(req), () => readText(req), closer.signal)
+      .then((reply) => write(res, reply))
+      .catch((error: unknown) => write(res, json(500, errorBody('openai', 500, (error as Error).message))));
+  });
+  server.keepAliveTimeout = 120_000;
+  server.headersTimeout = 0;
+  server.requestTimeout = 0;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => resolve());
+  });
+  const address = server.address() as AddressInfo;
+  url = `http://${address.address.includes(':') ? `[${address.address}]` : address.address}:${address.port}`;
+
+  return {
+    url,
+    events,
+    trajectories,
+    openSession,
+    finishSession,
+    get size() {
+      return sessions.size;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const state of [...sessions.values()]) closeSession(state, 'proxy closed');
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+/** Output ids without the final stop token (it is markup, not text for the harness). */
+function stripStop(ids: Int32Array, eos: number): Int32Array {
+  return ids.length > 0 && ids[ids.length - 1] === eos ? ids.subarray(0, ids.length - 1) : ids;
+}
+
+function credentialOf(req: IncomingMessage): string | undefined {
+  const auth = req.headers.authorization;
+  if (auth?.startsWith('Bearer ')) return auth.slice(7).trim();
+  const key = req.headers['x-api-key'];
+  return typeof key === 'string' ? key : undefined;
+}
+
+async function readText(req: IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function json(status: number, body: unknown): Reply {
+  return { status, contentType: JSON_TYPE, body: JSON.stringify(body) };
+}
+
+function write(res: ServerResponse, reply: Reply): void {
+  if (res.destroyed || res.headersSent) return;
+  res.writeHead(reply.status, {
+    'content-type': reply.contentType,
+    'content-length': Buffer.byteLength(reply.body),
+    ...(reply.contentType === SSE_TYPE ? { 'cache-control': 'no-cache' } : {}),
+  });
+  res.end(reply.body);
+}
+
+/**
+ * A `fetch` that sends a session's turns straight into the proxy's capture path (no HTTP hop), for
+ * in-process clients: `new OpenAI({ baseURL: 'http://vime/v1', apiKey: 'x', fetch: captureFetch(session) })`
+ * or the AI SDK's `createOpenAICompatible({ baseURL, name, fetch: captureFetch(session) })`.
+ */
+export function captureFetch(session: CaptureSession): typeof fetch {
+  if (!session || typeof session.fetch !== 'function') {
+    throw new ConfigError('captureFetch(session): pass the session returned by proxy.openSession(id)');
+  }
+  return session.fetch;
+}
