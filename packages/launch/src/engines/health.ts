@@ -1,0 +1,173 @@
+/**
+ * Engine health gate: poll every inference engine until each answers healthy, with per-engine backoff,
+ * and fail after a deadline naming the engines that never came up and the first error each one gave.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { EngineError } from '@vime/core';
+import { type Dispatcher, request } from 'undici';
+import { parseDuration } from '../skypilot/patterns.js';
+import type { EngineKind } from '../skypilot/render.js';
+
+/**
+ * Health paths per engine kind. SGLang's `/health_generate` runs a one-token generation, so it only
+ * passes after warm-up (older SGLang answers `/health` 200 as soon as HTTP is up); vLLM's `/health`
+ * reflects the engine process.
+ */
+export const HEALTH_PATHS: Record<EngineKind, string> = { sglang: '/health_generate', vllm: '/health' };
+
+export type EngineState =
+  /** Not polled yet. */
+  | 'pending'
+  /** No HTTP answer: connection refused, DNS not resolvable yet, timeout. */
+  | 'unreachable'
+  /** HTTP answered, but not healthy (SGLang/vLLM answer 503 while loading or warming up). */
+  | 'starting'
+  /** Was healthy, then failed again. */
+  | 'flapping'
+  /** Answered healthy `stableChecks` times in a row. */
+  | 'healthy';
+
+export interface EngineTarget {
+  /** Base URL, e.g. `http://sglang-0.my-group:30000`. */
+  url: string;
+  kind?: EngineKind;
+  /** Health path; defaults from the kind. */
+  path?: string;
+}
+
+export interface EngineStatus {
+  url: string;
+  healthUrl: string;
+  state: EngineState;
+  /** Health requests made. */
+  attempts: number;
+  /** The first failure seen (usually the most telling: refused, 503, DNS). */
+  firstError?: string;
+  lastError?: string;
+  /** Milliseconds from the start of the wait until the engine was declared healthy. */
+  healthyAfterMs?: number;
+}
+
+export interface WaitForEnginesOptions {
+  /** Time budget: milliseconds, or a duration such as `"30m"`. */
+  deadline: number | string;
+  signal?: AbortSignal;
+  /** Default engine kind for plain URLs. Default `sglang`. */
+  kind?: EngineKind;
+  /** Consecutive healthy answers required (guards against flapping). Default 2. */
+  stableChecks?: number;
+  /** First poll interval; doubles per failure up to `maxDelayMs`. Defaults 250 ms and 10 s. */
+  initialDelayMs?: number;
+  maxDelayMs?: number;
+  /** Per-request timeout. Default 5 s. */
+  requestTimeoutMs?: number;
+  /** Extra headers, e.g. `Authorization` for an engine started with `--api-key`. */
+  headers?: Record<string, string>;
+  /** Called on every state change. */
+  onState?: (status: Readonly<EngineStatus>) => void;
+  dispatcher?: Dispatcher;
+}
+
+function healthUrl(target: EngineTarget, kind: EngineKind): string {
+  const path = target.path ?? HEALTH_PATHS[target.kind ?? kind];
+  return new URL(path, target.url.endsWith('/') ? target.url : `${target.url}/`).toString();
+}
+
+function describeError(error: unknown): string {
+  const e = error as { code?: string; message?: string; cause?: { code?: string; message?: string } };
+  const code = e.cause?.code ?? e.code;
+  const message = e.cause?.message ?? e.message ?? String(error);
+  return code && !message.includes(code) ? `${code}: ${message}` : message;
+}
+
+/**
+ * Wait until every engine is healthy. Resolves with each engine's status; rejects with an `EngineError`
+ * (`data.engines`) after the deadline, or with the signal's reason when aborted.
+ */
+export async function waitForEngines(
+  engines: ReadonlyArray<string | EngineTarget>,
+  options: WaitForEnginesOptions,
+): Promise<EngineStatus[]> {
+  const kind = options.kind ?? 'sglang';
+  const stable = options.stableChecks ?? 2;
+  const initial = options.initialDelayMs ?? 250;
+  const max = options.maxDelayMs ?? 10_000;
+  const requestTimeout = options.requestTimeoutMs ?? 5_000;
+  const budget =
+    typeof options.deadline === 'number' ? options.deadline : parseDuration(options.deadline, 'deadline');
+  const started = performance.now();
+  const deadline = AbortSignal.timeout(budget);
+  const stop = options.signal ? AbortSignal.any([options.signal, deadline]) : deadline;
+
+  const statuses: EngineStatus[] = engines.map((e) => {
+    const target = typeof e === 'string' ? { url: e } : e;
+    return { url: target.url, healthUrl: healthUrl(target, kind), state: 'pending', attempts: 0 };
+  });
+  const setState = (status: EngineStatus, state: EngineState) => {
+    if (status.state === state) return;
+    status.state = state;
+    options.onState?.({ ...status });
+  };
+
+  const poll = async (status: EngineStatus) => {
+    let streak = 0;
+    let everHealthy = false;
+    let delay = initial;
+    while (!stop.aborted) {
+      status.attempts++;
+      let failure: string | undefined;
+      try {
+        const response = await request(status.healthUrl, {
+          method: 'GET',
+          headers: options.headers ?? {},
+          signal: AbortSignal.any([stop, AbortSignal.timeout(requestTimeout)]),
+          ...(options.dispatcher ? { dispatcher: options.dispatcher } : {}),
+        });
+        const body = (await response.body.text()).trim();
+        if (response.statusCode === 200) {
+          streak++;
+          everHealthy = true;
+          if (streak >= stable) {
+            status.healthyAfterMs = Math.round(performance.now() - started);
+            setState(status, 'healthy');
+            return;
+          }
+        } else {
+          failure = `HTTP ${response.statusCode}${body ? ` ${JSON.stringify(body.slice(0, 200))}` : ''}`;
+        }
+      } catch (error) {
+        if (stop.aborted) break;
+        failure = describeError(error);
+      }
+      if (failure !== undefined) {
+        status.firstError ??= failure;
+        status.lastError = failure;
+        setState(status, everHealthy ? 'flapping' : failure.startsWith('HTTP') ? 'starting' : 'unreachable');
+        streak = 0;
+      }
+      // A healthy answer is re-checked soon; failures back off.
+      const wait = failure === undefined ? initial : delay;
+      if (failure !== undefined) delay = Math.min(max, delay * 2);
+      try {
+        await sleep(wait * (0.8 + Math.random() * 0.4), undefined, { signal: stop });
+      } catch {
+        break;
+      }
+    }
+  };
+
+  await Promise.all(statuses.map(poll));
+  if (options.signal?.aborted) throw options.signal.reason;
+  const down = statuses.filter((s) => s.state !== 'healthy');
+  if (down.length) {
+    const lines = down.map(
+      (s) =>
+        `${s.url} (${s.state}, ${s.attempts} checks; first error: ${s.firstError ?? 'none'}; last: ${s.lastError ?? 'none'})`,
+    );
+    throw new EngineError(
+      `${down.length} of ${statuses.length} engine(s) never became healthy within ${Math.round(budget / 1000)}s: ${lines.join('; ')}`,
+      { isRetryable: false, data: { engines: statuses.map((s) => ({ ...s })) } },
+    );
+  }
+  return statuses;
+}
