@@ -161,6 +161,11 @@ export class QuantileSketch {
     return this;
   }
 
+  /** Buckets in use (the sketch's memory, independent of `count`). */
+  get buckets(): number {
+    return this.positive.size + this.negative.size + (this.zeros > 0 ? 1 : 0);
+  }
+
   get mean(): number {
     return this.count === 0 ? Number.NaN : this.sum / this.count;
   }

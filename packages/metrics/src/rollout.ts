@@ -259,7 +259,7 @@ export function toRolloutRecords(
         duplicates++;
         return;
       }
-      rows += Math.max(1, input.samples.length);
+      rows += input.samples.length;
       const masks = input.samples.map(maskedFraction).filter((v): v is number => v !== undefined);
       const phases = input.timings;
       const total =
@@ -274,7 +274,7 @@ export function toRolloutRecords(
         taskId: input.taskId,
         rolloutId: input.rolloutId,
         status: input.status,
-        rows: Math.max(1, input.samples.length),
+        rows: input.samples.length,
         turns: input.turns,
         maskedFractions: masks,
         timings: phases,
