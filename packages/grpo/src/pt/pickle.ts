@@ -267,7 +267,7 @@ export function unpickle(bytes: Uint8Array, hooks: UnpickleHooks, what = 'data.p
         const name = line();
         const resolved = hooks.resolveGlobal(module, name);
         if (!resolved)
-          fail(`refusing pickle global ${module}.${name}: not a type a torch tensor dump uses`, at);
+          return fail(`refusing pickle global ${module}.${name}: not a type a torch tensor dump uses`, at);
         stack.push(resolved);
         break;
       }
@@ -279,7 +279,7 @@ export function unpickle(bytes: Uint8Array, hooks: UnpickleHooks, what = 'data.p
           fail('STACK_GLOBAL needs two strings', at);
         const resolved = hooks.resolveGlobal(module as string, name as string);
         if (!resolved)
-          fail(`refusing pickle global ${module}.${name}: not a type a torch tensor dump uses`, at);
+          return fail(`refusing pickle global ${module}.${name}: not a type a torch tensor dump uses`, at);
         stack.push(resolved);
         break;
       }
@@ -323,7 +323,7 @@ function isDict(x: StackItem): x is { [key: string]: PyValue } {
 }
 
 function decodeText(
-  text: TextDecoder,
+  text: { decode(input: Uint8Array): string },
   raw: Uint8Array,
   fail: (m: string, at?: number) => never,
   at: number,

@@ -63,7 +63,20 @@ describe('golden: slime trainer dumps decode to the sidecar content', () => {
 
 describe('views, dtypes and nesting written by torch.save', () => {
   const { value } = loadTorchFile(fixture('views.pt'));
-  const v = value as Record<string, TorchTensor> & { nested: Record<string, unknown> };
+  const v = value as {
+    [k in
+      | 'transposed'
+      | 'stepped'
+      | 'column'
+      | 'scalar_view'
+      | 'empty'
+      | 'bf16'
+      | 'f16'
+      | 'f64'
+      | 'i64'
+      | 'i32'
+      | 'mask']: TorchTensor;
+  } & { nested: Record<string, unknown> };
   const base = Array.from({ length: 24 }, (_, i) => i);
 
   it('materializes non-contiguous views with offsets and strides', () => {

@@ -1,0 +1,331 @@
+import { describeValue, ValidationError } from '@vime/core';
+import { allocate, type Dtype, type FloatArray, rounder, sumF64, torchSumF32 } from './f32.js';
+import type { BroadcastMode } from './presets.js';
+
+/** Loss masks: one array per sample, or one flat array over all response tokens (concatenated). */
+export type LossMasks = ReadonlyArray<ArrayLike<number>> | Uint8Array;
+
+/** Validate response lengths and return the token offset of every sample (`offsets[n]` = total). */
+export function tokenOffsets(
+  responseLengths: ArrayLike<number>,
+  count?: number,
+  what = 'responseLengths',
+): Int32Array {
+  if (responseLengths == null || typeof responseLengths.length !== 'number') {
+    throw new ValidationError(
+      what,
+      `expected one length per sample, found ${describeValue(responseLengths)}`,
+    );
+  }
+  if (count !== undefined && responseLengths.length !== count) {
+    throw new ValidationError(
+      what,
+      `has ${responseLengths.length} entries but there are ${count} samples; pass one response length per sample`,
+    );
+  }
+  const offsets = new Int32Array(responseLengths.length + 1);
+  for (let i = 0; i < responseLengths.length; i++) {
+    const len = responseLengths[i]!;
+    if (!Number.isInteger(len) || len < 0) {
+      throw new ValidationError(
+        `${what}[${i}]`,
+        `must be a non-negative integer, found ${describeValue(len)}`,
+      );
+    }
+    offsets[i + 1] = offsets[i]! + len;
+  }
+  return offsets;
+}
+
+/** Flatten masks to one Uint8Array over all tokens, checking each sample's mask length. */
+export function flattenMasks(masks: LossMasks, offsets: Int32Array, what = 'lossMasks'): Uint8Array {
+  const n = offsets.length - 1;
+  const total = offsets[n]!;
+  if (masks instanceof Uint8Array) {
+    if (masks.length !== total) {
+      throw new ValidationError(
+        what,
+        `flat mask has ${masks.length} entries but the responses hold ${total} tokens; pass one mask value per response token`,
+      );
+    }
+    return masks;
+  }
+  if (!Array.isArray(masks) || masks.length !== n) {
+    throw new ValidationError(
+      what,
+      `expected ${n} per-sample masks (or one flat Uint8Array), found ${describeValue(masks)}`,
+    );
+  }
+  const flat = new Uint8Array(total);
+  for (let i = 0; i < n; i++) {
+    const m = masks[i] as ArrayLike<number>;
+    const len = offsets[i + 1]! - offsets[i]!;
+    if (m == null || m.length !== len) {
+      throw new ValidationError(
+        `${what}[${i}]`,
+        `has ${m == null ? describeValue(m) : `${m.length} entries`} but response ${i} is ${len} tokens long`,
+      );
+    }
+    flat.set(m as ArrayLike<number>, offsets[i]!);
+  }
+  return flat;
+}
+
+/** Split a flat per-token array into per-sample views (no copy). */
+export function splitTokens<T extends FloatArray | Uint8Array>(
+  flat: T,
+  responseLengths: ArrayLike<number>,
+): T[] {
+  const offsets = tokenOffsets(responseLengths);
+  if (offsets[offsets.length - 1] !== flat.length) {
+    throw new ValidationError(
+      'responseLengths',
+      `sum to ${offsets[offsets.length - 1]} but the array has ${flat.length} tokens`,
+    );
+  }
+  return Array.from(
+    { length: offsets.length - 1 },
+    (_, i) => flat.subarray(offsets[i]!, offsets[i + 1]!) as T,
+  );
+}
+
+export interface BroadcastOptions {
+  /** `allTokens` (slime: masked tokens keep the value; the mask acts in the loss) or `maskedTokens` (verl: zeroed). */
+  mode?: BroadcastMode;
+  dtype?: Dtype;
+}
+
+/**
+ * Spread one advantage per sample over its response tokens, concatenated: a flat array of
+ * `Σ responseLengths` values. Use `splitTokens` for per-sample views.
+ */
+export function broadcastToTokens(
+  advantages: ArrayLike<number>,
+  responseLengths: ArrayLike<number>,
+  lossMasks: LossMasks | null,
+  options: BroadcastOptions = {},
+): FloatArray {
+  const { mode = 'allTokens', dtype = 'float32' } = options;
+  if (mode !== 'allTokens' && mode !== 'maskedTokens') {
+    throw new ValidationError('mode', `must be 'allTokens' or 'maskedTokens', found ${describeValue(mode)}`);
+  }
+  const n = advantages.length;
+  const offsets = tokenOffsets(responseLengths, n);
+  const out = allocate(dtype, offsets[n]!);
+  if (mode === 'allTokens') {
+    if (lossMasks) flattenMasks(lossMasks, offsets);
+    for (let i = 0; i < n; i++) out.fill(advantages[i]!, offsets[i]!, offsets[i + 1]!);
+    return out;
+  }
+  if (!lossMasks) throw new ValidationError('lossMasks', "mode 'maskedTokens' needs the loss masks");
+  const mask = flattenMasks(lossMasks, offsets);
+  for (let i = 0; i < n; i++) {
+    const from = offsets[i]!;
+    const to = offsets[i + 1]!;
+    out.fill(advantages[i]!, from, to);
+    zeroMasked(out, mask, from, to);
+  }
+  return out;
+}
+
+/** Zero `out` where `mask` is 0 in `[from, to)`, skipping all-ones words quickly (masks are mostly 1). */
+function zeroMasked(out: FloatArray, mask: Uint8Array, from: number, to: number): void {
+  let t = from;
+  for (; t < to && (mask.byteOffset + t) % 4 !== 0; t++) if (mask[t] === 0) out[t] = 0;
+  const words = new Uint32Array(mask.buffer, mask.byteOffset + t, Math.max(0, (to - t) >> 2));
+  for (let w = 0; w < words.length; w++) {
+    if (words[w] === 0x01010101) continue;
+    const base = t + w * 4;
+    for (let k = 0; k < 4; k++) if (mask[base + k] === 0) out[base + k] = 0;
+  }
+  for (let i = t + words.length * 4; i < to; i++) if (mask[i] === 0) out[i] = 0;
+}
+
+export interface WhitenOptions {
+  /** Subtract the mean (default). `false` adds it back after scaling, like slime's `shift_mean=False`. */
+  shiftMean?: boolean;
+  /** Added to the variance under the square root (default 1e-8). */
+  epsilon?: number;
+  /** Bessel-corrected variance (slime, verl) or the biased one (OpenRLHF). */
+  std?: 'unbiased' | 'biased';
+  dtype?: Dtype;
+}
+
+/**
+ * Masked whitening over all tokens: mean and variance over mask==1 tokens, `(x − mean)·rsqrt(var + ε)`
+ * applied to every token (masked ones too), as slime's `distributed_masked_whiten` on one rank.
+ */
+export function maskedWhiten(
+  values: ArrayLike<number>,
+  mask: ArrayLike<number>,
+  options: WhitenOptions = {},
+): FloatArray {
+  const { shiftMean = true, epsilon = 1e-8, std = 'unbiased', dtype = 'float32' } = options;
+  if (values.length !== mask.length) {
+    throw new ValidationError('mask', `has ${mask.length} entries but there are ${values.length} values`);
+  }
+  const round = rounder(dtype);
+  const n = values.length;
+  const masked = allocate(dtype, n);
+  const squared = allocate(dtype, n);
+  let count = 0;
+  for (let i = 0; i < n; i++) {
+    const v = round(values[i]!);
+    const m = mask[i]!;
+    count += m;
+    masked[i] = round(v * m);
+    squared[i] = round(round(v * v) * m);
+  }
+  if (count === 0) {
+    throw new ValidationError(
+      'mask',
+      'every token is masked out; whitening needs at least one token with mask 1',
+    );
+  }
+  const sum = dtype === 'float32' ? torchSumF32(masked) : sumF64(masked);
+  const sumSq = dtype === 'float32' ? torchSumF32(squared) : sumF64(squared);
+  const total = round(count);
+  const mean = round(sum / total);
+  let variance = round(round(sumSq / total) - round(mean * mean));
+  if (std === 'unbiased' && count >= 2) variance = round(variance * round(total / round(total - 1)));
+  if (std === 'biased') variance = Math.max(variance, 0);
+  const scale = round(1 / round(Math.sqrt(round(variance + round(epsilon)))));
+  const out = allocate(dtype, n);
+  for (let i = 0; i < n; i++) {
+    const w = round(round(round(values[i]!) - mean) * scale);
+    out[i] = shiftMean ? w : round(w + mean);
+  }
+  return out;
+}
+
+/**
+ * Discounted returns per response, `G_t = r_t + γ·G_{t+1}` (`G` after the last token is 0), over a
+ * flat array of token rewards. With `resetMask`, the running return restarts where the mask is 0 (verl).
+ */
+export function discountedReturns(
+  tokenRewards: ArrayLike<number>,
+  responseLengths: ArrayLike<number>,
+  gamma: number,
+  options: { resetMask?: ArrayLike<number>; dtype?: Dtype } = {},
+): FloatArray {
+  const { dtype = 'float32', resetMask } = options;
+  checkUnit('gamma', gamma);
+  const offsets = tokenOffsets(responseLengths);
+  const total = offsets[offsets.length - 1]!;
+  if (tokenRewards.length !== total) {
+    throw new ValidationError(
+      'tokenRewards',
+      `has ${tokenRewards.length} values but the responses hold ${total} tokens`,
+    );
+  }
+  const out = allocate(dtype, total);
+  for (let i = 0; i + 1 < offsets.length; i++) {
+    let running = 0;
+    for (let t = offsets[i + 1]! - 1; t >= offsets[i]!; t--) {
+      running = tokenRewards[t]! + gamma * running;
+      out[t] = running;
+      if (resetMask && resetMask[t] === 0) running = 0;
+    }
+  }
+  return out;
+}
+
+function checkUnit(name: string, value: number): void {
+  if (!(Number.isFinite(value) && value >= 0 && value <= 1)) {
+    throw new ValidationError(name, `must be a number in [0, 1], found ${describeValue(value)}`);
+  }
+}
+
+/**
+ * REINFORCE++ token returns (slime): token reward `−klCoef·kl_t·mask_t`, plus the sequence reward at
+ * the last token with mask 1, discounted with `gamma`.
+ */
+export function reinforcePlusPlusReturns(input: {
+  rewards: ArrayLike<number>;
+  responseLengths: ArrayLike<number>;
+  lossMasks: LossMasks;
+  kl?: ArrayLike<number>;
+  klCoef?: number;
+  gamma?: number;
+  dtype?: Dtype;
+}): FloatArray {
+  const { rewards, klCoef = 0, gamma = 1, dtype = 'float32' } = input;
+  const offsets = tokenOffsets(input.responseLengths, rewards.length);
+  const mask = flattenMasks(input.lossMasks, offsets);
+  const round = rounder(dtype);
+  const total = offsets[rewards.length]!;
+  if (input.kl && input.kl.length !== total) {
+    throw new ValidationError('kl', `has ${input.kl.length} values but the responses hold ${total} tokens`);
+  }
+  const tokenRewards = allocate(dtype, total);
+  for (let i = 0; i < rewards.length; i++) {
+    let last = -1;
+    for (let t = offsets[i]!; t < offsets[i + 1]!; t++) {
+      const kl = input.kl ? round(round(input.kl[t]!) * mask[t]!) : 0;
+      tokenRewards[t] = round(round(-klCoef) * kl);
+      if (mask[t]) last = t;
+    }
+    if (last < 0) {
+      throw new ValidationError(
+        `lossMasks[${i}]`,
+        'sample is fully masked; REINFORCE++ puts the reward on its last unmasked token',
+      );
+    }
+    tokenRewards[last] = round(tokenRewards[last]! + round(rewards[i]!));
+  }
+  return discountedReturns(tokenRewards, input.responseLengths, gamma, { dtype });
+}
+
+export interface GaeResult {
+  advantages: FloatArray;
+  returns: FloatArray;
+}
+
+/**
+ * Generalized advantage estimation per response: `δ_t = r_t + γ·V_{t+1} − V_t`, `A_t = δ_t + γλ·A_{t+1}`,
+ * returns `A + V`, with `V` after the last token = 0. With `observationMask`, tokens with mask 0 (tool
+ * output) are skipped: they pass the next value and advantage through unchanged (verl).
+ */
+export function gae(input: {
+  tokenRewards: ArrayLike<number>;
+  values: ArrayLike<number>;
+  responseLengths: ArrayLike<number>;
+  gamma: number;
+  lambda: number;
+  observationMask?: ArrayLike<number>;
+  dtype?: Dtype;
+}): GaeResult {
+  const { tokenRewards, values, gamma, lambda, observationMask, dtype = 'float32' } = input;
+  checkUnit('gamma', gamma);
+  checkUnit('lambda', lambda);
+  const offsets = tokenOffsets(input.responseLengths);
+  const total = offsets[offsets.length - 1]!;
+  for (const [name, arr] of [
+    ['tokenRewards', tokenRewards],
+    ['values', values],
+    ['observationMask', observationMask],
+  ] as const) {
+    if (arr && arr.length !== total) {
+      throw new ValidationError(name, `has ${arr.length} values but the responses hold ${total} tokens`);
+    }
+  }
+  const advantages = allocate(dtype, total);
+  const returns = allocate(dtype, total);
+  const round = rounder(dtype);
+  for (let i = 0; i + 1 < offsets.length; i++) {
+    let nextValue = 0;
+    let last = 0;
+    for (let t = offsets[i + 1]! - 1; t >= offsets[i]!; t--) {
+      const v = values[t]!;
+      const delta = tokenRewards[t]! + gamma * nextValue - v;
+      const candidate = delta + gamma * lambda * last;
+      if (!observationMask || observationMask[t]) {
+        nextValue = v;
+        last = candidate;
+      }
+      advantages[t] = last;
+      returns[t] = round(round(last) + round(v));
+    }
+  }
+  return { advantages, returns };
+}
