@@ -55,7 +55,8 @@ export function makeDemoBatch(options: DemoBatchOptions = {}): Sample[] {
     rewards.forEach((reward, k) => {
       // Response = model turn, then optionally [tool observation, model turn], then maybe a trailing observation.
       const spans: Array<{ length: number; trainable: boolean }> = [{ length: int(10, 40), trainable: true }];
-      if (k % 2 === 1) spans.push({ length: int(4, 12), trainable: false }, { length: int(6, 20), trainable: true });
+      if (k % 2 === 1)
+        spans.push({ length: int(4, 12), trainable: false }, { length: int(6, 20), trainable: true });
       if (k === 2) spans.push({ length: int(3, 8), trainable: false });
       const response: number[] = [];
       const mask: number[] = [];

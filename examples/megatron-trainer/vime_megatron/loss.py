@@ -1,12 +1,16 @@
-"""slime's policy loss and its reduction, on one sample's response tokens.
+"""slime's policy loss and its reduction over samples.
 
-`slime/utils/ppo_utils.py::compute_policy_loss` with the old log probs taken from the rollout
-(`--use-rollout-logprobs`): ratio = exp(logp - rollout_logp), loss = max(-ratio·A, -clip(ratio,
-1 - eps_clip, 1 + eps_clip_high)·A). The reducer (`get_sum_of_sample_mean`) takes each sample's
-token mean over its loss mask, with the denominator shared by samples of one rollout id.
+`slime/utils/ppo_utils.py::compute_policy_loss`: ratio = exp(logp - old_logp), loss = max(-ratio·A,
+-clip(ratio, 1 - eps_clip, 1 + eps_clip_high)·A). The trainer takes the old log probs from the
+rollout (`--use-rollout-logprobs`). The reducer (`get_sum_of_sample_mean`) sums each sample's token
+mean over its loss mask, with the denominator shared by the samples of one rollout id; the caller
+scales the sum by num_microbatches / rollouts in the step, since megatron's schedule divides by
+num_microbatches.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -28,6 +32,29 @@ def policy_loss(
     return loss, clipfrac, ppo_kl
 
 
-def sample_mean(values: torch.Tensor, loss_mask: torch.Tensor, mask_sum: float) -> torch.Tensor:
-    """Σ_t values·mask / max(mask_sum, 1): one sample's share of the per-rollout token mean."""
-    return (values * loss_mask).sum() / max(mask_sum, 1.0)
+@dataclass
+class SampleTerms:
+    """One sample's response tensors, all `[R]` on one device, and its reducer denominator."""
+
+    log_probs: torch.Tensor  # trainer log probs, with grad
+    old_log_probs: torch.Tensor
+    advantages: torch.Tensor
+    loss_mask: torch.Tensor  # float 0/1
+    mask_sum: float  # loss-mask total over the samples sharing this sample's rollout id
+
+
+def sum_of_sample_means(
+    samples: list[SampleTerms], eps_clip: float = 0.2, eps_clip_high: float = 0.28
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Σ_i Σ_t(x·m)/max(D_i, 1) of the policy loss, and of clipfrac and ppo_kl as plain metrics."""
+    loss = samples[0].log_probs.new_zeros(())
+    metrics = {"pg_loss": 0.0, "pg_clipfrac": 0.0, "ppo_kl": 0.0}
+    for s in samples:
+        pg, clipped, kl = policy_loss(s.log_probs, s.old_log_probs, s.advantages, eps_clip, eps_clip_high)
+        denominator = max(s.mask_sum, 1.0)
+        part = (pg * s.loss_mask).sum() / denominator
+        loss = loss + part
+        metrics["pg_loss"] += float(part.detach())
+        metrics["pg_clipfrac"] += float((clipped * s.loss_mask).sum() / denominator)
+        metrics["ppo_kl"] += float((kl.detach() * s.loss_mask).sum() / denominator)
+    return loss, metrics

@@ -25,7 +25,7 @@ import torch
 
 from . import dump
 from .batch import infer_group_size, normalize_rewards, read_batch, rollout_mask_sums, to_train_samples
-from .loss import policy_loss, sample_mean
+from .loss import SampleTerms, sum_of_sample_means
 from .packing import PackedRow, build_row, next_token_log_probs, pack_microbatches, response_slices
 
 
@@ -210,19 +210,22 @@ def main(argv: list[str] | None = None) -> int:
             lp = next_token_log_probs(logits, row.tokens)
             members = [samples[p] for p in row.positions]
             slices = response_slices(row, [s.total_length for s in members], [s.response_length for s in members])
-            loss = logits.new_zeros(())
+            terms = []
             for s, sl in zip(members, slices):
                 p = s.rollout_position
-                logp = lp[sl]
-                collected[p] = logp.detach()
-                adv = torch.full_like(logp, rewards[p])
-                mask = torch.tensor(s.loss_mask, dtype=torch.float32, device=logp.device)
-                pg, clipped, kl = policy_loss(logp, old[p].to(logp.device), adv, args.eps_clip, args.eps_clip_high)
-                part = sample_mean(pg, mask, mask_sums[p])
-                loss = loss + part
-                totals["pg_loss"] += float(part) / num_rollouts
-                totals["pg_clipfrac"] += float(sample_mean(clipped, mask, mask_sums[p])) / num_rollouts
-                totals["ppo_kl"] += float(sample_mean(kl.detach(), mask, mask_sums[p])) / num_rollouts
+                collected[p] = lp[sl].detach()
+                terms.append(
+                    SampleTerms(
+                        log_probs=lp[sl],
+                        old_log_probs=old[p].to(lp.device),
+                        advantages=torch.full_like(lp[sl], rewards[p]),  # GRPO: the reward on every token
+                        loss_mask=torch.tensor(s.loss_mask, dtype=torch.float32, device=lp.device),
+                        mask_sum=mask_sums[p],
+                    )
+                )
+            loss, parts = sum_of_sample_means(terms, args.eps_clip, args.eps_clip_high)
+            for key, value in parts.items():
+                totals[key] += value / num_rollouts
             one = torch.ones((), dtype=torch.int, device=logits.device)
             return loss * scale, one, {"pg_loss": loss.detach()}
 
