@@ -10,7 +10,9 @@ import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bubblewrapProvider } from './bubblewrap.js';
+import { dockerProvider } from './docker.js';
 import { localProvider } from './local.js';
+import { dockerAvailable, testImage } from './test-support.js';
 import type { Sandbox, SandboxProvider } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-sbx-test-'));
@@ -20,6 +22,7 @@ const backends: Array<[string, () => SandboxProvider, string | undefined]> = [
   ['bubblewrap', () => bubblewrapProvider({ rootDir }), undefined],
   ['local', () => localProvider({ rootDir }), undefined],
 ];
+if (isRoot || dockerAvailable()) backends.push(['docker', () => dockerProvider(), testImage]);
 
 describe.each(backends)('%s provider', (name, makeProvider, image) => {
   let provider: SandboxProvider;

@@ -1,0 +1,187 @@
+/**
+ * A small Docker Engine REST client over the unix socket (undici). Also speaks to Podman's compatible
+ * service. Negotiates the API version with `GET /version` instead of hard-coding one.
+ */
+import type { Readable } from 'node:stream';
+import { SandboxError } from '@vime/core';
+import { type Dispatcher, Pool } from 'undici';
+
+/** Newest Engine API this client is written against, and the oldest it accepts. */
+export const DOCKER_API_MAX = '1.47';
+export const DOCKER_API_MIN = '1.40';
+
+function compareVersions(a: string, b: string): number {
+  const [a1 = 0, a2 = 0] = a.split('.').map(Number);
+  const [b1 = 0, b2 = 0] = b.split('.').map(Number);
+  return a1 - b1 || a2 - b2;
+}
+
+/** The socket from `DOCKER_HOST` (`unix://…`), else `/var/run/docker.sock`. */
+export function defaultDockerSocket(): string {
+  const host = process.env.DOCKER_HOST;
+  if (host?.startsWith('unix://')) return host.slice('unix://'.length);
+  return '/var/run/docker.sock';
+}
+
+export interface RequestOptions {
+  query?: Record<string, string | number | boolean | undefined>;
+  json?: unknown;
+  body?: Buffer | Readable;
+  contentType?: string;
+  signal?: AbortSignal | undefined;
+  /** Status codes that are not errors (default: 2xx). */
+  ok?: readonly number[];
+}
+
+export interface EngineResponse {
+  status: number;
+  body: Buffer;
+}
+
+export class DockerEngine {
+  readonly socketPath: string;
+  private readonly client: Pool;
+  private versionPromise: Promise<string> | undefined;
+
+  constructor(socketPath: string = defaultDockerSocket()) {
+    this.socketPath = socketPath;
+    // One connection per in-flight request: an attached exec holds its connection until the process exits.
+    // Exec streams and long waits must not be cut by idle timeouts; callers bound them with signals.
+    this.client = new Pool('http://docker', {
+      socketPath,
+      connections: 256,
+      bodyTimeout: 0,
+      headersTimeout: 0,
+    });
+  }
+
+  /** The API version both sides speak: min(server, DOCKER_API_MAX), checked against the server's minimum. */
+  apiVersion(signal?: AbortSignal): Promise<string> {
+    this.versionPromise ??= (async () => {
+      const res = await this.raw('GET', '/version', { signal });
+      const info = JSON.parse(res.body.toString()) as { ApiVersion?: string; MinAPIVersion?: string };
+      const server = info.ApiVersion ?? DOCKER_API_MIN;
+      const chosen = compareVersions(server, DOCKER_API_MAX) < 0 ? server : DOCKER_API_MAX;
+      if (compareVersions(chosen, DOCKER_API_MIN) < 0) {
+        throw new SandboxError(
+          `the engine at ${this.socketPath} speaks API ${server}, older than the ${DOCKER_API_MIN} this client needs; upgrade Docker/Podman`,
+        );
+      }
+      if (info.MinAPIVersion && compareVersions(chosen, info.MinAPIVersion) < 0) {
+        throw new SandboxError(
+          `the engine at ${this.socketPath} requires API >= ${info.MinAPIVersion}, newer than this client's ${DOCKER_API_MAX}`,
+        );
+      }
+      return chosen;
+    })();
+    this.versionPromise.catch(() => {
+      this.versionPromise = undefined;
+    });
+    return this.versionPromise;
+  }
+
+  private async raw(method: string, path: string, options: RequestOptions = {}): Promise<EngineResponse> {
+    const query = new URLSearchParams();
+    for (const [k, v] of Object.entries(options.query ?? {})) if (v !== undefined) query.set(k, String(v));
+    const qs = query.size > 0 ? `?${query}` : '';
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await this.client.request({
+        method: method as 'GET',
+        path: `${path}${qs}`,
+        headers: {
+          ...(options.json !== undefined ? { 'content-type': 'application/json' } : {}),
+          ...(options.contentType ? { 'content-type': options.contentType } : {}),
+        },
+        body: options.json !== undefined ? JSON.stringify(options.json) : (options.body ?? null),
+        signal: options.signal ?? null,
+      });
+    } catch (error) {
+      if (options.signal?.aborted) throw options.signal.reason;
+      throw new SandboxError(
+        `cannot reach the Docker engine at ${this.socketPath} (${method} ${path}): ${(error as Error).message}. ` +
+          'Start dockerd (or `podman system service`) and point DOCKER_HOST or dockerProvider({ socketPath }) at it.',
+        { cause: error, code: 'sandbox_unavailable' },
+      );
+    }
+    const body = Buffer.from(await res.body.arrayBuffer());
+    const ok = options.ok ?? [];
+    if ((res.statusCode < 200 || res.statusCode >= 300) && !ok.includes(res.statusCode)) {
+      let message = body.toString();
+      try {
+        message = (JSON.parse(message) as { message?: string }).message ?? message;
+      } catch {
+        // plain-text error
+      }
+      throw new SandboxError(`Docker ${method} ${path} failed (${res.statusCode}): ${message.trim()}`, {
+        data: { status: res.statusCode, method, path },
+        code: res.statusCode === 404 ? 'not_found' : 'sandbox_error',
+      });
+    }
+    return { status: res.statusCode, body };
+  }
+
+  /** A versioned API call. */
+  async request(method: string, path: string, options: RequestOptions = {}): Promise<EngineResponse> {
+    const version = await this.apiVersion(options.signal);
+    return this.raw(method, `/v${version}${path}`, options);
+  }
+
+  async json<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
+    const res = await this.request(method, path, options);
+    return (res.body.length === 0 ? undefined : JSON.parse(res.body.toString())) as T;
+  }
+
+  /**
+   * Start an exec attached and hand each demultiplexed frame (1 = stdout, 2 = stderr) to `onFrame`.
+   * Resolves when the engine closes the stream, i.e. when the process has exited.
+   */
+  async attachExec(
+    execId: string,
+    onFrame: (stream: number, payload: Buffer) => void,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const version = await this.apiVersion(signal);
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await this.client.request({
+        method: 'POST',
+        path: `/v${version}/exec/${execId}/start`,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ Detach: false, Tty: false }),
+        signal: signal ?? null,
+      });
+    } catch (error) {
+      if (signal?.aborted) throw signal.reason;
+      throw new SandboxError(`exec start failed at ${this.socketPath}: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
+    if (res.statusCode !== 200) {
+      const text = Buffer.from(await res.body.arrayBuffer()).toString();
+      throw new SandboxError(`exec start failed (${res.statusCode}): ${text.trim()}`);
+    }
+    let pending: Buffer = Buffer.alloc(0);
+    try {
+      for await (const chunk of res.body) {
+        pending = pending.length === 0 ? (chunk as Buffer) : Buffer.concat([pending, chunk as Buffer]);
+        // Frame: [stream, 0, 0, 0, size (uint32 BE)] + payload.
+        while (pending.length >= 8) {
+          const size = pending.readUInt32BE(4);
+          if (pending.length < 8 + size) break;
+          onFrame(pending[0]!, pending.subarray(8, 8 + size));
+          pending = pending.subarray(8 + size);
+        }
+      }
+    } catch (error) {
+      if (signal?.aborted) throw signal.reason;
+      throw new SandboxError(`exec stream from ${this.socketPath} broke: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
+  }
+
+  close(): Promise<void> {
+    return this.client.close();
+  }
+}
