@@ -539,12 +539,12 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
     if (!this.#reader && !(await this.#openReader())) return [];
     const records: QueueRecord[] = [];
     let bytes = 0;
+    // Set once a segment named after the next seq was seen: the current one was complete before it was
+    // created, so after one more read whatever is left in it is garbage.
+    let sealed = false;
     for (;;) {
       const reader = this.#reader!;
       const path = this.#path(reader.base);
-      // A segment named after the next seq means this one was complete before it was created, so
-      // check for it before reading: then whatever is left unread after the read is garbage.
-      const sealed = await this.#exists(reader.seq);
       let tail = 0;
       for (;;) {
         const { buf, eof } = await this.#readChunk(reader, maxBytes - bytes);
@@ -577,7 +577,11 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
           break;
         }
       }
-      if (records.length > 0 || !sealed) return records;
+      if (!sealed) {
+        if (!(await this.#exists(reader.seq))) return records;
+        sealed = true;
+        continue; // read once more: anything written before the next segment appeared is there now
+      }
       if (tail > 0) {
         throw new QueueError(`${path}: invalid frame at byte ${reader.offset} in a sealed segment`, {
           code: 'queue_corrupt',
@@ -592,6 +596,7 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
         offset: FILE_HEADER_BYTES,
         seq: base,
       };
+      sealed = false;
     }
   }
 
