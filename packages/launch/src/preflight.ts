@@ -1,0 +1,154 @@
+/**
+ * Preflight: everything that can be checked before a GPU is allocated, reported all at once. GPU counts
+ * against parallelism and engines, engine reachability from sandboxes, batch sizes against the sandbox
+ * pool, the rendered YAML against SkyPilot's loader rules, and required env.
+ */
+import type { LaunchPlan } from './plan.js';
+import { renderJobGroup, renderVolume } from './skypilot/render.js';
+import { formatProblem, validateSkyPilotYaml } from './skypilot/validate.js';
+import { checkSlimeConfig } from './slime/args.js';
+
+export interface PreflightProblem {
+  /** Stable identifier, e.g. `gpu.trainer`, `sandbox.pool`, `env.missing`. */
+  code: string;
+  /** Plan field the problem is about, e.g. `slime.parallelism.tensor`. */
+  path: string;
+  message: string;
+  severity: 'error' | 'warning';
+}
+
+export interface PreflightReport {
+  /** No errors (warnings allowed). */
+  ok: boolean;
+  problems: PreflightProblem[];
+}
+
+const LOOPBACK = /^(?:localhost|127(?:\.\d+){3}|::1|\[::1\])$/i;
+const gpus = (accelerators: string) => Number(accelerators.split(':')[1] ?? 1);
+
+export function preflight(plan: LaunchPlan): PreflightReport {
+  const problems: PreflightProblem[] = [];
+  const add = (code: string, path: string, message: string, severity: 'error' | 'warning' = 'error') =>
+    problems.push({ code, path, message, severity });
+  const { jobGroup, slime, config } = plan;
+
+  // GPUs: the trainer job must hold exactly what slime will ask Ray for.
+  const trainerGpus = gpus(jobGroup.trainer.accelerators) * jobGroup.trainer.numNodes;
+  const actorGpus = slime.cluster.actorNumNodes * slime.cluster.actorGpusPerNode;
+  if (actorGpus !== trainerGpus) {
+    add(
+      'gpu.trainer',
+      'slime.cluster',
+      `slime asks for ${actorGpus} trainer GPUs (actorNumNodes × actorGpusPerNode) but the trainer job holds ${trainerGpus} (${jobGroup.trainer.accelerators} × ${jobGroup.trainer.numNodes} node(s))`,
+    );
+  }
+  const p = slime.parallelism;
+  // Engines: one address per engine job, each job holding the GPUs slime assumes per engine.
+  const engineGpus = gpus(jobGroup.engines.accelerators);
+  if (!slime.cluster.colocate) {
+    if (slime.engines.external.length !== jobGroup.engines.count) {
+      add(
+        'engines.count',
+        'slime.engines.external',
+        `slime is given ${slime.engines.external.length} engine address(es) but the Job Group runs ${jobGroup.engines.count} engine job(s)`,
+      );
+    }
+    if (engineGpus !== slime.cluster.rolloutGpusPerEngine) {
+      add(
+        'gpu.engine',
+        'engines.accelerators',
+        `each engine job holds ${engineGpus} GPU(s) (${jobGroup.engines.accelerators}) but slime expects ${slime.cluster.rolloutGpusPerEngine} per engine (rolloutGpusPerEngine)`,
+      );
+    }
+  }
+  for (const problem of checkSlimeConfig(slime))
+    add('slime.config', `slime.${problem.path}`, problem.message);
+
+  // Sandboxes call the adapter inside the trainer job: loopback is unreachable from another pod.
+  if (config.sandbox.remote && LOOPBACK.test(config.adapter.host)) {
+    add(
+      'adapter.loopback',
+      'adapter.host',
+      `the agent adapter binds ${config.adapter.host}, which sandboxes on other machines cannot reach; bind 0.0.0.0 (or the pod IP)`,
+    );
+  }
+  // One sandbox claim per concurrent rollout.
+  const concurrent = slime.rollout.batchSize * slime.rollout.samplesPerPrompt;
+  if (!config.sandbox.noPool && config.sandbox.poolReplicas < concurrent) {
+    add(
+      'sandbox.pool',
+      'sandbox.poolReplicas',
+      `${concurrent} concurrent rollouts (rollout batch ${slime.rollout.batchSize} × ${slime.rollout.samplesPerPrompt} samples) need at least ${concurrent} warm sandboxes; the pool has ${config.sandbox.poolReplicas}, so ${concurrent - config.sandbox.poolReplicas} claims would wait or fall back to cold starts`,
+    );
+  }
+  // The trainer's env mirrors (read by its scripts) must agree with the slime config.
+  const mirrors: Record<string, string> = {
+    TP: String(p.tensor),
+    ROLLOUT_BATCH_SIZE: String(slime.rollout.batchSize),
+    N_SAMPLES_PER_PROMPT: String(slime.rollout.samplesPerPrompt),
+    ROLLOUT_GPUS_PER_ENGINE: String(slime.cluster.rolloutGpusPerEngine),
+    SLIME_MODE: slime.mode,
+    WEIGHT_TRANSPORT: slime.weights.transport,
+    WEIGHT_MODE: slime.weights.mode,
+  };
+  for (const [key, expected] of Object.entries(mirrors)) {
+    const actual = jobGroup.trainer.envs[key];
+    if (actual !== undefined && String(actual) !== expected) {
+      add(
+        'env.mirror',
+        `jobGroup.trainer.envs.${key}`,
+        `trainer env ${key}=${actual} disagrees with the slime config (${expected})`,
+      );
+    }
+  }
+  // Disk weight sync goes through the shared volume, which every job must mount read-write-many.
+  if (slime.weights.transport === 'disk') {
+    const volume = jobGroup.volume;
+    if (!volume) {
+      add(
+        'volume.missing',
+        'volume',
+        'disk weight sync needs a shared volume mounted by the trainer and every engine',
+      );
+    } else {
+      if (volume.accessMode !== 'ReadWriteMany') {
+        add(
+          'volume.access',
+          'volume.accessMode',
+          `trainer and engines share the volume, so it must be ReadWriteMany (got ${volume.accessMode})`,
+        );
+      }
+      const dir = slime.weights.diskDir ?? '';
+      if (dir !== volume.mountPath && !dir.startsWith(`${volume.mountPath}/`)) {
+        add(
+          'volume.path',
+          'slime.weights.diskDir',
+          `weights are written to ${dir || '(unset)'}, outside the shared volume at ${volume.mountPath}`,
+        );
+      }
+    }
+  }
+  // The rendered YAML must load under SkyPilot's own rules.
+  for (const [what, text] of [
+    ['jobGroup', renderJobGroup(jobGroup)],
+    ['volume', renderVolume(plan.volume)],
+  ] as const) {
+    for (const problem of validateSkyPilotYaml(text).problems) {
+      add('skypilot.yaml', what, formatProblem(problem), problem.severity);
+    }
+  }
+  // Env.
+  for (const name of plan.requiredEnv) {
+    if (!plan.env[name])
+      add('env.missing', `env.${name}`, `${name} must be set in the environment that launches this plan`);
+  }
+  if (slime.wandb && !plan.env.WANDB_API_KEY) {
+    add(
+      'env.optional',
+      'env.WANDB_API_KEY',
+      'WANDB_API_KEY is not set: the run will not log to Weights & Biases',
+      'warning',
+    );
+  }
+  return { ok: !problems.some((x) => x.severity === 'error'), problems };
+}
