@@ -281,10 +281,15 @@ export class SglangDecodeLogParser {
 export function parseSglangDecodeLog(input: string | Iterable<string>): DecodeLogResult {
   const state = newState();
   if (typeof input === 'string') {
-    const limit = input.endsWith('\n') ? input.length - 1 : input.length;
-    scan(input, limit, state);
+    scan(input, input.length, state);
     return result(state);
   }
-  for (const line of input) scan(line, line.length, state);
+  for (const line of input) {
+    if (line.length > 0) scan(line, line.length, state);
+    else {
+      state.lines++;
+      state.ignored++;
+    }
+  }
   return result(state);
 }
