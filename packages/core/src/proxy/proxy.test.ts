@@ -476,7 +476,7 @@ describe('capture proxy: sessions, sampling, budgets, cancellation', () => {
     const models = (await (await fetch(`${proxy.url}/sessions/s-1/v1/models`)).json()) as {
       data: Array<{ id: string }>;
     };
-    expect(models.data[0].id).toBe('vime-policy');
+    expect(models.data[0]?.id).toBe('vime-policy');
     expect(() => proxy.openSession('s-1')).toThrow(/already open/);
     expect(() => proxy.openSession('a b')).toThrow(/session id/);
     expect(() => proxy.finishSession('nope', { reward: 1 })).toThrow(/no open session/);
@@ -525,7 +525,7 @@ describe('capture proxy: sessions, sampling, budgets, cancellation', () => {
     const models = (await (await f(new Request('http://in-process/v1/models'))).json()) as {
       data: Array<{ id: string }>;
     };
-    expect(models.data[0].id).toBe('vime-policy');
+    expect(models.data[0]?.id).toBe('vime-policy');
     const [sample] = proxy.finishSession('fetch-1', { reward: 1 });
     expect(Array.from(sample!.tokens)).toEqual([...calls[0]!.inputIds, ...calls[0]!.result.outputIds]);
     expect(() => captureFetch({} as never)).toThrow(/openSession/);
