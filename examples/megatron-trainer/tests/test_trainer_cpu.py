@@ -212,7 +212,7 @@ def test_packed_row_loss_equals_slimes_loss_function(case):
     scaled = float(loss) * params["num_microbatches"] / params["step_global_batch_size"]
     assert close(scaled, g["expected"]["loss"])
     for key in ("pg_loss", "pg_clipfrac", "ppo_kl"):
-        assert close(metrics[key], g["expected"]["metrics"][key]), key
+        assert close(float(metrics[key]), g["expected"]["metrics"][key]), key
 
 
 # ---------------------------------------------------------------------------------------------

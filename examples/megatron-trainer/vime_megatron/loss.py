@@ -45,16 +45,18 @@ class SampleTerms:
 
 def sum_of_sample_means(
     samples: list[SampleTerms], eps_clip: float = 0.2, eps_clip_high: float = 0.28
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Σ_i Σ_t(x·m)/max(D_i, 1) of the policy loss, and of clipfrac and ppo_kl as plain metrics."""
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Σ_i Σ_t(x·m)/max(D_i, 1) of the policy loss, and of clipfrac and ppo_kl as detached metrics.
+
+    Metrics stay 0-d tensors on the loss's device, so a training step synchronises with the GPU once.
+    """
     loss = samples[0].log_probs.new_zeros(())
-    metrics = {"pg_loss": 0.0, "pg_clipfrac": 0.0, "ppo_kl": 0.0}
+    clipfrac = loss.new_zeros(())
+    ppo_kl = loss.new_zeros(())
     for s in samples:
         pg, clipped, kl = policy_loss(s.log_probs, s.old_log_probs, s.advantages, eps_clip, eps_clip_high)
         denominator = max(s.mask_sum, 1.0)
-        part = (pg * s.loss_mask).sum() / denominator
-        loss = loss + part
-        metrics["pg_loss"] += float(part.detach())
-        metrics["pg_clipfrac"] += float((clipped * s.loss_mask).sum() / denominator)
-        metrics["ppo_kl"] += float((kl.detach() * s.loss_mask).sum() / denominator)
-    return loss, metrics
+        loss = loss + (pg * s.loss_mask).sum() / denominator
+        clipfrac = clipfrac + (clipped * s.loss_mask).sum() / denominator
+        ppo_kl = ppo_kl + (kl.detach() * s.loss_mask).sum() / denominator
+    return loss, {"pg_loss": loss.detach(), "pg_clipfrac": clipfrac, "ppo_kl": ppo_kl}

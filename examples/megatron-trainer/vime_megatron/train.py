@@ -13,6 +13,7 @@ distributed optimizer. After each step the rollout and train dumps are written a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -129,6 +130,15 @@ def build_model(args: argparse.Namespace, max_length: int):
     return gpt, model, optimizer
 
 
+def on_gpu(row: PackedRow) -> PackedRow:
+    return dataclasses.replace(
+        row,
+        tokens=row.tokens.cuda(),
+        position_ids=row.position_ids.cuda(),
+        attention_mask=row.attention_mask.cuda(),
+    )
+
+
 def flat_params(module: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().float().flatten() for p in module.parameters()])
 
@@ -138,12 +148,25 @@ def score(model, rows: list[PackedRow], samples) -> dict[int, torch.Tensor]:
     """Per-sample response log probs of the current weights (forward only)."""
     out: dict[int, torch.Tensor] = {}
     for row in rows:
-        logits = model(row.tokens.cuda(), row.position_ids.cuda(), row.attention_mask.cuda())
+        logits = model(row.tokens, row.position_ids, row.attention_mask)
         lp = next_token_log_probs(logits, row.tokens)
         members = [samples[p] for p in row.positions]
         slices = response_slices(row, [s.total_length for s in members], [s.response_length for s in members])
         for p, sl in zip(row.positions, slices):
             out[p] = lp[sl].float().cpu()
+    return out
+
+
+def mean_log_prob_by_sign(log_probs: dict[int, torch.Tensor], samples, rewards) -> dict[str, float]:
+    """Mean log p of trainable tokens in samples with positive / negative advantage."""
+    out = {}
+    for name, keep in (("positive", lambda a: a > 0), ("negative", lambda a: a < 0)):
+        picked = [
+            log_probs[s.rollout_position][torch.tensor(s.loss_mask, dtype=torch.bool)]
+            for s in samples
+            if keep(rewards[s.rollout_position])
+        ]
+        out[name] = round(float(torch.cat(picked).mean()), 6) if picked else None
     return out
 
 
@@ -184,9 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     # slime's reducer scale: the schedule divides by num_microbatches; the loss is a mean over rollouts.
     num_rollouts = len({s.rollout_id for s in samples})
     scale = len(rows) / num_rollouts
-    old = {s.rollout_position: torch.tensor(s.rollout_log_probs, dtype=torch.float32) for s in samples}
 
     init_megatron(args.seed)
+    rows = [on_gpu(row) for row in rows]
+    # Per-sample loss inputs live on the GPU for the whole run.
+    old = {s.rollout_position: torch.tensor(s.rollout_log_probs, dtype=torch.float32).cuda() for s in samples}
+    masks = {s.rollout_position: torch.tensor(s.loss_mask, dtype=torch.float32).cuda() for s in samples}
     import megatron.core
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -197,14 +223,14 @@ def main(argv: list[str] | None = None) -> int:
 
     # Packing check: each sample alone in its own row must score like it does packed.
     initial = score(model, rows, samples)
-    single = score(model, [build_row([s.rollout_position], [s.tokens]) for s in samples], samples)
+    single = score(model, [on_gpu(build_row([s.rollout_position], [s.tokens])) for s in samples], samples)
     packed_vs_single = max(float((initial[p] - single[p]).abs().max()) for p in initial)
 
     step_metrics = []
     for step in range(args.steps):
         rollout_id = args.rollout_id + step
         collected: dict[int, torch.Tensor] = {}
-        totals = {"pg_loss": 0.0, "pg_clipfrac": 0.0, "ppo_kl": 0.0}
+        totals: dict[str, Any] = {"pg_loss": 0.0, "pg_clipfrac": 0.0, "ppo_kl": 0.0}
 
         def loss_func(row: PackedRow, logits: torch.Tensor):
             lp = next_token_log_probs(logits, row.tokens)
@@ -217,9 +243,9 @@ def main(argv: list[str] | None = None) -> int:
                 terms.append(
                     SampleTerms(
                         log_probs=lp[sl],
-                        old_log_probs=old[p].to(lp.device),
+                        old_log_probs=old[p],
                         advantages=torch.full_like(lp[sl], rewards[p]),  # GRPO: the reward on every token
-                        loss_mask=torch.tensor(s.loss_mask, dtype=torch.float32, device=lp.device),
+                        loss_mask=masks[p],
                         mask_sum=mask_sums[p],
                     )
                 )
@@ -231,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def forward_step(data_iterator, model):
             row = next(data_iterator)
-            logits = model(row.tokens.cuda(), row.position_ids.cuda(), row.attention_mask.cuda())
+            logits = model(row.tokens, row.position_ids, row.attention_mask)
             return logits, partial(loss_func, row)
 
         before = flat_params(gpt)
@@ -258,16 +284,23 @@ def main(argv: list[str] | None = None) -> int:
             dump.train_payload(rollout_id, samples, rewards, mask_sums, collected, micro_batches),
             os.path.join(args.out, "train_data", f"{rollout_id}.pt"),
         )
+        trained = {p: lp.float().cpu() for p, lp in collected.items()}
         entry = {
             "step": step,
             "rollout_id": rollout_id,
-            **{k: round(v, 8) for k, v in totals.items()},
+            "mean_log_prob_before_update": mean_log_prob_by_sign(trained, samples, rewards),
+            **{k: round(float(v), 8) for k, v in totals.items()},
             "grad_norm": float(grad_norm) if grad_norm is not None else None,
             "update_successful": bool(update_successful),
             "param_delta_l2": delta,
             "step_seconds": round(seconds, 4),
             "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3),
         }
+        if step == 0:
+            # The training forward and a forward-only pass of the same weights must agree.
+            entry["train_forward_vs_score_max_abs_diff"] = max(
+                float((trained[p] - initial[p]).abs().max()) for p in initial
+            )
         step_metrics.append(entry)
         print(json.dumps(entry), flush=True)
 
