@@ -1,4 +1,6 @@
 export * from './advantages.js';
+export * from './check.js';
+export * from './dump.js';
 export { type Dtype, type FloatArray, torchSumF32 } from './f32.js';
 export { type Grouping, type GroupingOptions, resolveGroups } from './groups.js';
 export * from './loss.js';

@@ -1,0 +1,212 @@
+/** The `vime-grpo` command line: `check` compares a slime trainer's dumped advantages with a recomputation. */
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { VimeError } from '@vime/core';
+import { type CheckOptions, type CheckReport, checkAgainstTrainer } from './check.js';
+import { readRolloutDump, readTrainDump } from './dump.js';
+import { PRESETS, type Preset } from './presets.js';
+import { SLIME_ESTIMATORS, type SlimeEstimator } from './slime.js';
+
+export interface Io {
+  stdout: { write(text: string): unknown };
+  stderr: { write(text: string): unknown };
+}
+
+const USAGE = `usage: vime-grpo check <rollout.pt> <train.pt> [options]
+       vime-grpo check <train.pt> --group-size N [options]
+
+Recompute the advantages of a slime run from its debug dumps (--save-debug-rollout-data,
+--save-debug-train-data) and compare them with the trainer's own per-token advantages.
+
+options:
+  --preset P               ${PRESETS.join(' | ')} (default slime)
+  --estimator E            ${SLIME_ESTIMATORS.join(' | ')} (default grpo)
+  --group-size N           positional groups of N (default: the samples' group_index)
+  --reward-key K           scalar key of dict rewards (slime --reward-key)
+  --kl-coef X              slime --kl-coef (default 0)
+  --normalize-advantages   slime --normalize-advantages (default: on for reinforce_plus_plus*)
+  --no-normalize-advantages
+  --atol A --rtol R        tolerance |a - e| <= A + R*|e| (default 1e-6, 1e-5)
+  --json                   print the report as JSON
+
+exit status: 0 the trainer agrees, 1 it does not (the report says where), 2 an input is unreadable
+or not a slime dump.
+`;
+
+export async function main(argv: string[], io: Io): Promise<number> {
+  let parsed: ReturnType<typeof parse>;
+  try {
+    parsed = parse(argv);
+  } catch (error) {
+    io.stderr.write(`vime-grpo: ${(error as Error).message}\n\n${USAGE}`);
+    return 2;
+  }
+  if (parsed === 'help') {
+    io.stdout.write(USAGE);
+    return 0;
+  }
+  const { rolloutPath, trainPath, options, json } = parsed;
+  let report: CheckReport;
+  try {
+    const trainDump = readTrainDump(read(trainPath), trainPath);
+    if (rolloutPath) {
+      report = checkAgainstTrainer(
+        { rolloutDump: readRolloutDump(read(rolloutPath), rolloutPath), trainDump },
+        options,
+      );
+    } else {
+      report = checkAgainstTrainer({ trainDump }, options);
+    }
+  } catch (error) {
+    io.stderr.write(`vime-grpo check: ${VimeError.isInstance(error) ? error.message : String(error)}\n`);
+    return 2;
+  }
+  io.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : render(report, rolloutPath, trainPath));
+  return report.verdict === 'match' ? 0 : 1;
+}
+
+function read(path: string): Uint8Array {
+  try {
+    return new Uint8Array(readFileSync(path));
+  } catch (error) {
+    throw new VimeError(
+      'invalid_argument',
+      `cannot read ${path}: ${(error as NodeJS.ErrnoException).code ?? error}`,
+    );
+  }
+}
+
+function parse(argv: string[]) {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      preset: { type: 'string' },
+      estimator: { type: 'string' },
+      'group-size': { type: 'string' },
+      'reward-key': { type: 'string' },
+      'kl-coef': { type: 'string' },
+      'normalize-advantages': { type: 'boolean' },
+      'no-normalize-advantages': { type: 'boolean' },
+      atol: { type: 'string' },
+      rtol: { type: 'string' },
+      json: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help || positionals[0] === 'help') return 'help' as const;
+  const [command, ...files] = positionals;
+  if (command !== 'check')
+    throw new Error(command ? `unknown command ${JSON.stringify(command)}` : 'missing command');
+  if (files.length === 0 || files.length > 2)
+    throw new Error('check needs <rollout.pt> <train.pt> (or <train.pt> with --group-size)');
+  const [rolloutPath, trainPath] = files.length === 2 ? [files[0], files[1]!] : [undefined, files[0]!];
+  if (!rolloutPath && values['group-size'] === undefined) {
+    throw new Error("with only a train dump, pass --group-size (the run's --n-samples-per-prompt)");
+  }
+  const number = (name: string, v: string | undefined) => {
+    if (v === undefined) return undefined;
+    const n = Number(v);
+    if (!Number.isFinite(n)) throw new Error(`--${name} must be a number, found ${JSON.stringify(v)}`);
+    return n;
+  };
+  const preset = values.preset as Preset | undefined;
+  if (preset !== undefined && !PRESETS.includes(preset)) {
+    throw new Error(`--preset must be one of ${PRESETS.join(', ')}, found ${JSON.stringify(preset)}`);
+  }
+  const estimator = values.estimator as SlimeEstimator | undefined;
+  if (estimator !== undefined && !SLIME_ESTIMATORS.includes(estimator)) {
+    throw new Error(
+      `--estimator must be one of ${SLIME_ESTIMATORS.join(', ')}, found ${JSON.stringify(estimator)}`,
+    );
+  }
+  const options: CheckOptions = {};
+  if (preset) options.preset = preset;
+  if (estimator) options.estimator = estimator;
+  const groupSize = number('group-size', values['group-size']);
+  if (groupSize !== undefined) options.groupSize = groupSize;
+  if (values['reward-key']) options.rewardKey = values['reward-key'];
+  const klCoef = number('kl-coef', values['kl-coef']);
+  if (klCoef !== undefined) options.klCoef = klCoef;
+  if (values['normalize-advantages']) options.normalizeAdvantages = true;
+  if (values['no-normalize-advantages']) options.normalizeAdvantages = false;
+  const atol = number('atol', values.atol);
+  const rtol = number('rtol', values.rtol);
+  if (atol !== undefined || rtol !== undefined) {
+    options.tolerance = {
+      ...(atol !== undefined ? { abs: atol } : {}),
+      ...(rtol !== undefined ? { rel: rtol } : {}),
+    };
+  }
+  return { rolloutPath, trainPath, options, json: values.json ?? false };
+}
+
+const g = (x: number) =>
+  x === 0 ? '0' : Math.abs(x) >= 1e-3 && Math.abs(x) < 1e4 ? x.toFixed(6) : x.toExponential(2);
+
+function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  return rows
+    .map((r) =>
+      r
+        .map((c, i) => c.padEnd(widths[i]!))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
+}
+
+function render(report: CheckReport, rolloutPath: string | undefined, trainPath: string): string {
+  const { summary: s, tolerance: t } = report;
+  const out: string[] = [];
+  out.push(`vime-grpo check  ${rolloutPath ? `${rolloutPath}  ` : ''}${trainPath}`);
+  out.push(
+    `rollout ${report.rolloutId ?? '-'}: ${s.samples} samples, ${s.tokens} tokens, preset ${report.preset}, estimator ${report.estimator}`,
+  );
+  out.push('');
+  out.push(
+    table([
+      ['group', 'size', 'mean', 'std', 'note'],
+      ...report.groups.map((gr) => [
+        String(gr.key),
+        String(gr.size),
+        g(gr.mean),
+        g(gr.std),
+        gr.zeroVariance ? 'zero variance: no signal' : '',
+      ]),
+    ]),
+  );
+  out.push('');
+  out.push(
+    table([
+      ['pos', 'group', 'raw', 'reward', 'trainer', 'tokens', 'max|err|', 'bit-exact', 'status'],
+      ...report.samples.map((x) => [
+        String(x.rolloutPosition),
+        String(x.group),
+        g(x.rawReward),
+        g(x.reward.expected),
+        x.reward.trainer === null ? '-' : g(x.reward.trainer),
+        String(x.tokens),
+        g(x.maxAbsError),
+        `${x.bitExactTokens}/${x.tokens}`,
+        x.ok
+          ? 'ok'
+          : x.firstMismatch
+            ? `MISMATCH at token ${x.firstMismatch.token}: expected ${x.firstMismatch.expected}, trainer ${x.firstMismatch.actual} (mask ${x.firstMismatch.lossMask})`
+            : `MISMATCH in the scalar reward: expected ${x.reward.expected}, trainer ${x.reward.trainer}`,
+      ]),
+    ]),
+  );
+  out.push('');
+  if (report.verdict === 'match') {
+    out.push(
+      `verdict: MATCH — every token within ${t.abs.toExponential()} + ${t.rel.toExponential()}·|e| (max |err| ${g(s.maxAbsError)}; ${s.bitExactTokens}/${s.tokens} tokens bit-exact)`,
+    );
+  } else {
+    out.push(
+      `verdict: MISMATCH — ${s.mismatchedSamples} of ${s.samples} samples differ beyond ${t.abs.toExponential()} + ${t.rel.toExponential()}·|e|`,
+    );
+    for (const h of report.hints) out.push(`  hint: ${h}`);
+  }
+  return `${out.join('\n')}\n`;
+}
