@@ -1,8 +1,10 @@
+export { type CliIo, EXIT, main } from './cli/main.js';
 export * from './engines/health.js';
 export * from './plan.js';
 export * from './preflight.js';
 export * from './presets/qwen3.js';
 export * from './ray/client.js';
+export * from './ray/job.js';
 export * from './ray/types.js';
 export * from './skypilot/patterns.js';
 export * from './skypilot/render.js';

@@ -108,7 +108,12 @@ export const LaunchConfigSchema = z.strictObject({
     .strictObject({ host: z.string().default('0.0.0.0'), port: pos.max(65535).default(8000) })
     .prefault({}),
   wandb: z
-    .strictObject({ project: z.string().default('slime-coding-agent'), group: z.string().optional() })
+    .strictObject({
+      project: z.string().default('slime-coding-agent'),
+      group: z.string().optional(),
+      /** `auto`: log to wandb when WANDB_API_KEY is set where the plan is resolved (the trainer job). */
+      enabled: z.union([z.boolean(), z.literal('auto')]).default('auto'),
+    })
     .prefault({}),
   volume: VolumeConfigSchema.prefault({}),
   ray: z
@@ -200,6 +205,8 @@ export function resolvePlan(
     },
   });
 
+  const env = options.env ?? {};
+  const wandbOn = c.wandb.enabled === 'auto' ? Boolean(env.WANDB_API_KEY) : c.wandb.enabled;
   const modelRoot = `/root/${c.model.dir}`;
   const delta = c.weights.mode === 'delta';
   const disk = c.weights.transport === 'disk';
@@ -265,7 +272,7 @@ export function resolvePlan(
         adamBeta1: 0.9,
         adamBeta2: 0.98,
       },
-      wandb: { project: c.wandb.project, group },
+      ...(wandbOn ? { wandb: { project: c.wandb.project, group } } : {}),
       extraArgs: [
         '--recompute-granularity',
         'full',
@@ -286,7 +293,11 @@ export function resolvePlan(
     'slime config',
   );
 
-  const requiredEnv = [...c.requiredEnv, ...(c.ray.auth === 'token' ? ['RAY_AUTH_TOKEN'] : [])];
+  const requiredEnv = [
+    ...c.requiredEnv,
+    ...(c.ray.auth === 'token' ? ['RAY_AUTH_TOKEN'] : []),
+    ...(c.wandb.enabled === true ? ['WANDB_API_KEY'] : []),
+  ];
   return {
     config: c,
     jobGroup,
@@ -297,7 +308,7 @@ export function resolvePlan(
       (job) => `http://${job}-0.$${JOBGROUP_NAME_ENV}:${c.engines.port}`,
     ),
     requiredEnv,
-    env: options.env ?? {},
+    env,
   };
 }
 

@@ -142,7 +142,7 @@ export function preflight(plan: LaunchPlan): PreflightReport {
     if (!plan.env[name])
       add('env.missing', `env.${name}`, `${name} must be set in the environment that launches this plan`);
   }
-  if (slime.wandb && !plan.env.WANDB_API_KEY) {
+  if (config.wandb.enabled === 'auto' && !plan.env.WANDB_API_KEY) {
     add(
       'env.optional',
       'env.WANDB_API_KEY',

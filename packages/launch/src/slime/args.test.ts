@@ -21,7 +21,7 @@ function problems(config: SlimeConfig): string[] {
 
 describe('slimeArgs', () => {
   it('builds the reference coding-agent command (async, external engines, delta over disk)', () => {
-    const plan = resolvePlan({ engines: { count: 3 } });
+    const plan = resolvePlan({ engines: { count: 3 } }, { env: { WANDB_API_KEY: 'wandb-secret-value' } });
     const { script, argv, args } = slimeArgs(plan.slime);
     expect(script).toBe('train_async.py');
     expect(argv.slice(0, 2)).toEqual(['python3', 'train_async.py']);
@@ -51,7 +51,9 @@ describe('slimeArgs', () => {
     // The reference script passes --update-weight-encoding, which slime silently ignores; we never emit it.
     expect(args).not.toContain('--update-weight-encoding');
     // No secret in argv.
-    expect(args.join(' ')).not.toMatch(/wandb-key|API_KEY/);
+    expect(args.join(' ')).not.toMatch(/wandb-key|API_KEY|wandb-secret-value/);
+    // wandb is opt-in: without the key where the plan is resolved, no wandb flags.
+    expect(slimeArgs(resolvePlan({ engines: { count: 3 } }).slime).args).not.toContain('--use-wandb');
   });
 
   it('picks train.py for sync mode and derives the global batch from the steps per rollout', () => {

@@ -1,0 +1,72 @@
+/**
+ * The Ray job that runs slime for a plan: the argv as a shell entrypoint, and a runtime env that gives
+ * the rollout actors (which read their env from Ray, not the launching shell) the trainer's settings.
+ * Secrets travel only in `runtime_env.env_vars`, never in the entrypoint.
+ */
+import type { LaunchPlan } from '../plan.js';
+import { JOBGROUP_NAME_ENV } from '../skypilot/render.js';
+import { shellJoin, slimeArgs } from '../slime/args.js';
+import type { JobSubmitRequest } from './types.js';
+
+export interface SlimeJobOptions {
+  /** Environment of the launching process: secrets and `SKYPILOT_JOBGROUP_NAME` are read from it. */
+  env?: Record<string, string | undefined>;
+  submissionId?: string;
+  /** Where slime is checked out on the trainer. Default `/root/slime`. */
+  slimeDir?: string;
+  /** Agent code on PYTHONPATH (the custom generate function). Default `$HOME/sky_workdir/code`. */
+  codeDir?: string;
+}
+
+/** Env names forwarded from the launching environment when set: credentials and API endpoints. */
+export const FORWARDED_ENV = [
+  'WANDB_API_KEY',
+  'WANDB_TEAM',
+  'HF_TOKEN',
+  'SKYPILOT_API_SERVER_ENDPOINT',
+  'SKYPILOT_SERVICE_ACCOUNT_TOKEN',
+];
+
+/** Build the Ray submission for a plan's slime command. */
+export function slimeJobRequest(plan: LaunchPlan, options: SlimeJobOptions = {}): JobSubmitRequest {
+  const env = options.env ?? plan.env;
+  const { argv } = slimeArgs(plan.slime);
+  // Engine addresses name the group through $SKYPILOT_JOBGROUP_NAME; resolve it now when known.
+  const group = env[JOBGROUP_NAME_ENV];
+  const resolved = group ? argv.map((a) => a.replaceAll(`$${JOBGROUP_NAME_ENV}`, group)) : argv;
+  const slimeDir = options.slimeDir ?? '/root/slime';
+  const codeDir = options.codeDir ?? '$HOME/sky_workdir/code';
+  const home = env.HOME ?? '/root';
+  const envVars: Record<string, string> = {
+    PYTHONPATH: `/root/Megatron-LM/:${codeDir.replace('$HOME', home)}`,
+    CUDA_DEVICE_MAX_CONNECTIONS: '1',
+    PYTHONUNBUFFERED: '1',
+    ...Object.fromEntries(Object.entries(plan.jobGroup.trainer.envs).map(([k, v]) => [k, String(v)])),
+  };
+  for (const name of FORWARDED_ENV) {
+    const value = env[name];
+    if (value) envVars[name] = value;
+  }
+  return {
+    entrypoint: `cd ${shellJoin([slimeDir])} && ${shellJoin(resolved)}`,
+    ...(options.submissionId ? { submission_id: options.submissionId } : {}),
+    runtime_env: { env_vars: envVars },
+    metadata: {
+      job_group: plan.jobGroup.name,
+      engines: String(plan.jobGroup.engines.count),
+      mode: plan.slime.mode,
+    },
+  };
+}
+
+const SECRET = /(?:API_KEY|ACCESS_KEY|PRIVATE_KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$/i;
+
+/** A copy safe to print or log: secret-looking env values replaced by `***`. */
+export function redactRequest(request: JobSubmitRequest): JobSubmitRequest {
+  const vars = request.runtime_env?.env_vars;
+  if (!vars) return request;
+  const redacted = Object.fromEntries(
+    Object.entries(vars).map(([k, v]) => [k, SECRET.test(k) && v ? '***' : v]),
+  );
+  return { ...request, runtime_env: { ...request.runtime_env, env_vars: redacted } };
+}
