@@ -81,6 +81,8 @@ export function lineChart(options: {
   yLabel: string;
   series: LineSeries[];
   yMax?: number;
+  /** Only whole-number ticks on the x axis (steps). */
+  integerX?: boolean;
   width?: number;
   height?: number;
 }): string {
@@ -103,7 +105,9 @@ export function lineChart(options: {
     f.left +
     (xHi > xLo ? ((v - xLo) / (xHi - xLo)) * (f.width - f.left - f.right) : (f.width - f.left - f.right) / 2);
   const y = (v: number) => f.height - f.bottom - (v / yTop) * (f.height - f.top - f.bottom);
-  const xTicks = niceTicks(xLo, xHi, 6).map((v): [number, string] => [x(v), fmtTick(v)]);
+  const xTicks = niceTicks(xLo, xHi, 6)
+    .filter((v) => !options.integerX || Number.isInteger(v))
+    .map((v): [number, string] => [x(v), fmtTick(v)]);
   const paths = options.series.map((s, i) => {
     const color = s.color ?? PALETTE[i % PALETTE.length]!;
     let d = '';
@@ -307,6 +311,7 @@ export function renderHtmlReport(record: RunRecord, options: { title?: string } 
               xLabel: 'step',
               yLabel: 'value',
               yMax: 1,
+              integerX: true,
               series: keys.map((key) => ({
                 name: key === 'reward_mean' ? 'mean reward' : key,
                 points: qIds.map((id): [number, number | null] => [

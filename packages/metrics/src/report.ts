@@ -64,7 +64,8 @@ export interface RunRecord {
   quality: Record<string, { reward_mean: number | null; [passAtK: `pass@${number}`]: number | null }>;
   timeline: Array<{
     engine: string;
-    /** Seconds from the run's first reading (or the reading's index when logs carry no time). */
+    /** What `t` counts: seconds from the run's first reading, or the reading's index (logs without time). */
+    x: 'seconds' | 'index';
     t: Array<number | null>;
     running: Array<number | null>;
     queued: Array<number | null>;
@@ -176,6 +177,7 @@ export function runReport(input: RunReportInput): RunRecord {
     const means = bucketMeans(e.points, Math.min(input.timelinePoints ?? 120, Math.max(1, e.points.length)));
     return {
       engine: e.name,
+      x: t0 === null ? ('index' as const) : ('seconds' as const),
       t: means.t.map((t, i) => (t === null ? (t0 === null ? i : null) : round((t - t0!) / 1000, 1))),
       running: means.running.map((v) => round(v)),
       queued: means.queued.map((v) => round(v)),

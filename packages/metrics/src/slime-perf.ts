@@ -35,7 +35,7 @@ export interface SlimePerfLog {
   rollouts: { completed: number; aborted: number };
 }
 
-const PERF = /(?:^|[\s\]])perf (\d+): (\{.*\})\s*$/;
+const PERF = /(?:^|[\s\]])perf (\d+): (\{.*?)\s*$/;
 const STAMP = /\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]/;
 const METRICS = /\[metrics\] step=(\d+) (.*)$/;
 

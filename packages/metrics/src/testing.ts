@@ -22,6 +22,26 @@ export const CHROMIUM_ARGS = [
   '--disable-sync',
 ];
 
+/** Runs in the page (kept as source text: this package is type-checked without DOM types). */
+const INSPECT_PAGE = `(() => {
+  const svgs = [...document.querySelectorAll('svg')];
+  const drawn = (svg) =>
+    [...svg.querySelectorAll('path, rect, circle, line, polyline')].some((el) => {
+      const box = el.getBBox();
+      return box.width > 0 || box.height > 0;
+    });
+  return {
+    svgCount: svgs.length,
+    emptySvgCount: svgs.filter((s) => !drawn(s)).length,
+    svgSizes: svgs.map((s) => {
+      const r = s.getBoundingClientRect();
+      return { width: r.width, height: r.height };
+    }),
+    title: document.title,
+    text: document.body.innerText,
+  };
+})()`;
+
 export interface RenderOptions {
   /** Where to write a full-page PNG screenshot (folders are created). */
   screenshotPath?: string;
@@ -97,24 +117,7 @@ export async function renderHtmlInChromium(html: string, options: RenderOptions 
       return route.abort();
     });
     await page.setContent(html, { waitUntil: 'load' });
-    const facts = await page.evaluate(() => {
-      const svgs = [...document.querySelectorAll('svg')];
-      const drawn = (svg: SVGSVGElement) =>
-        [...svg.querySelectorAll('path, rect, circle, line, polyline')].some((el) => {
-          const box = (el as SVGGraphicsElement).getBBox();
-          return box.width > 0 || box.height > 0;
-        });
-      return {
-        svgCount: svgs.length,
-        emptySvgCount: svgs.filter((s) => !drawn(s)).length,
-        svgSizes: svgs.map((s) => {
-          const r = s.getBoundingClientRect();
-          return { width: r.width, height: r.height };
-        }),
-        title: document.title,
-        text: document.body.innerText,
-      };
-    });
+    const facts = (await page.evaluate(INSPECT_PAGE)) as Omit<RenderResult, 'consoleErrors' | 'requests'>;
     const result: RenderResult = { consoleErrors, requests, ...facts };
     if (options.screenshotPath) {
       mkdirSync(dirname(options.screenshotPath), { recursive: true });
