@@ -1,6 +1,35 @@
 export { type BubblewrapProviderOptions, bubblewrapProvider } from './bubblewrap.js';
-export * from './lifecycle.js';
+export {
+  DEFAULT_DOCKER_IMAGE,
+  type DockerProviderOptions,
+  type DockerUlimit,
+  dockerProvider,
+  HOST_USR_LABEL,
+} from './docker.js';
+export { DOCKER_API_MAX, DOCKER_API_MIN, DockerEngine, defaultDockerSocket } from './docker-engine.js';
+export {
+  type DetachedOptions,
+  execDetached,
+  isTransientFailure,
+  runSetup,
+  type SetupOptions,
+  stageFiles,
+  TRANSIENT_OUTPUT,
+} from './helpers.js';
+export { defaultRootDir } from './host-state.js';
+export {
+  CREATED_LABEL,
+  defaultRunId,
+  liveSandboxCount,
+  OWNER_LABEL,
+  RUN_LABEL,
+  SANDBOX_LABEL,
+  terminateAll,
+} from './lifecycle.js';
 export { type LocalProviderOptions, localProvider } from './local.js';
+export { MAX_POOL_NAME_LENGTH, poolName } from './names.js';
 export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from './output.js';
+export { POOL_LABEL, WarmPool, type WarmPoolOptions, type WarmPoolStats } from './pool.js';
+export { parseDuration, type ReapedSandbox, type ReapOptions, type ReapReport, reapOrphans } from './reap.js';
 export * from './swe/index.js';
 export type * from './types.js';

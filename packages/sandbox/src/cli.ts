@@ -1,0 +1,82 @@
+#!/usr/bin/env node
+/**
+ * `vime-sandbox reap`: remove sandboxes (folders, processes, cgroups, containers) that crashed runs left.
+ */
+import { existsSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { VimeError } from '@vime/core';
+import { defaultDockerSocket } from './docker-engine.js';
+import { parseDuration, type ReapOptions, reapOrphans } from './reap.js';
+
+const USAGE = `Usage: vime-sandbox reap [--run ID] [--older-than DURATION] [options]
+
+Removes sandboxes left behind by runs that crashed: host sandbox folders with their processes,
+cgroups and mounts, and Docker containers. At least one of --run and --older-than is required.
+Sandboxes whose creating process is still running are kept unless --include-live is given.
+
+  --run ID               only sandboxes labelled vime.run=ID
+  --older-than DURATION  only sandboxes older than DURATION (e.g. 90s, 30m, 6h, 2d)
+  --include-live         also remove sandboxes of runs that are still running
+  --root DIR             host sandbox state folder (default: <tmpdir>/vime-sandboxes)
+  --docker-socket PATH   Docker/Podman socket to sweep (default: DOCKER_HOST or /var/run/docker.sock)
+  --no-docker            do not sweep containers
+  --dry-run              list what would be removed
+  --json                 print the report as JSON
+`;
+
+async function main(argv: string[]): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      run: { type: 'string' },
+      'older-than': { type: 'string' },
+      'include-live': { type: 'boolean', default: false },
+      root: { type: 'string' },
+      'docker-socket': { type: 'string' },
+      'no-docker': { type: 'boolean', default: false },
+      'dry-run': { type: 'boolean', default: false },
+      json: { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (values.help || positionals[0] !== 'reap') {
+    (values.help ? process.stdout : process.stderr).write(USAGE);
+    return values.help ? 0 : 2;
+  }
+  const options: ReapOptions = {
+    includeLive: values['include-live'],
+    dryRun: values['dry-run'],
+    docker: values['no-docker'] ? false : (values['docker-socket'] ?? defaultDockerSocket()),
+  };
+  if (values.run !== undefined) options.run = values.run;
+  if (values['older-than'] !== undefined) options.olderThanMs = parseDuration(values['older-than']);
+  if (values.root !== undefined) options.rootDir = values.root;
+  if (options.docker && !existsSync(options.docker as string)) options.docker = false;
+  const report = await reapOrphans(options);
+  if (values.json) {
+    process.stdout.write(
+      `${JSON.stringify({ ...report, errors: report.errors.map((e) => ({ id: e.id, error: String(e.error) })) }, null, 2)}\n`,
+    );
+  } else {
+    const verb = values['dry-run'] ? 'would remove' : 'removed';
+    for (const s of report.removed) {
+      process.stdout.write(
+        `${verb} ${s.provider} ${s.id} (run ${s.labels['vime.run'] ?? '?'}; ${s.reason})\n`,
+      );
+    }
+    for (const e of report.errors) process.stderr.write(`failed ${e.id}: ${String(e.error)}\n`);
+    process.stdout.write(
+      `${verb} ${report.removed.length}, kept ${report.skippedLive} of live runs, ${report.errors.length} errors\n`,
+    );
+  }
+  return report.errors.length > 0 ? 1 : 0;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (error) => {
+    process.stderr.write(`vime-sandbox: ${VimeError.isInstance(error) ? error.message : String(error)}\n`);
+    process.exit(VimeError.isInstance(error) && error.code === 'invalid_config' ? 2 : 1);
+  },
+);

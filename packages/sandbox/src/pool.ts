@@ -1,0 +1,361 @@
+/**
+ * Warm pools over any provider: pre-created sandboxes handed out by `claim()`, an on-demand create when
+ * none is ready (counted as a fallback), background refill, a bound on live sandboxes (creating + idle +
+ * claimed: a semaphore around create→terminate, not around requests) and on the creation rate.
+ */
+import { ConfigError, SandboxError } from '@vime/core';
+import { poolName } from './names.js';
+import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
+
+export const POOL_LABEL = 'vime.pool';
+
+export interface WarmPoolOptions {
+  /** What every sandbox of the pool is created from. */
+  spec: SandboxSpec;
+  /** Sandboxes kept ready (default 0: every claim creates on demand). */
+  size?: number;
+  /** Most sandboxes alive at once, counting creating, idle and claimed ones (default max(2 × size, 4)). */
+  maxLive?: number;
+  /** Most creations started per second, warm refills and cold claims together (default unlimited). */
+  createsPerSecond?: number;
+  /** Pool name (default derived from the image); see `poolName`. */
+  name?: string;
+  /** Check `isAlive` before handing out a warm sandbox (default true). */
+  checkAlive?: boolean;
+  /** Emitter for `claim` and `warning` events (default: the provider's). */
+  events?: SandboxEmitter;
+}
+
+export interface WarmPoolStats {
+  name: string;
+  size: number;
+  maxLive: number;
+  idle: number;
+  creating: number;
+  claimed: number;
+  live: number;
+  /** Claims served from the warm set. */
+  warmHits: number;
+  /** Claims that fell back to an on-demand create. */
+  fallbacks: number;
+  /** Warm sandboxes found dead at claim time and replaced. */
+  deadOnClaim: number;
+  /** Failed background refills. */
+  refillFailures: number;
+}
+
+type Grant = { kind: 'idle'; sandbox: Sandbox } | { kind: 'slot' };
+
+interface Waiter {
+  grant: (g: Grant) => void;
+  fail: (error: unknown) => void;
+}
+
+/** A token bucket; `take` waits for a token. */
+class RateLimiter {
+  private tokens: number;
+  private last = performance.now();
+  constructor(private readonly perSecond: number) {
+    this.tokens = Math.max(1, perSecond);
+  }
+  async take(signal?: AbortSignal): Promise<void> {
+    for (;;) {
+      const now = performance.now();
+      this.tokens = Math.min(
+        Math.max(1, this.perSecond),
+        this.tokens + ((now - this.last) / 1000) * this.perSecond,
+      );
+      this.last = now;
+      if (this.tokens >= 1) {
+        this.tokens -= 1;
+        return;
+      }
+      const waitMs = ((1 - this.tokens) / this.perSecond) * 1000;
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(resolve, waitMs);
+        signal?.addEventListener(
+          'abort',
+          () => {
+            clearTimeout(timer);
+            reject(signal.reason);
+          },
+          { once: true },
+        );
+      });
+    }
+  }
+}
+
+export class WarmPool {
+  readonly name: string;
+  readonly events: SandboxEmitter;
+  private readonly provider: SandboxProvider;
+  private readonly spec: SandboxSpec;
+  private readonly checkAlive: boolean;
+  private readonly limiter: RateLimiter | undefined;
+  private size: number;
+  private maxLive: number;
+  private readonly idle: Sandbox[] = [];
+  private readonly claimed = new Map<string, Sandbox>();
+  /** Ids of everything this pool created and has not seen terminate. */
+  private readonly owned = new Set<string>();
+  private creating = 0;
+  private creatingWarm = 0;
+  private live = 0;
+  private readonly waiters: Waiter[] = [];
+  private closed = false;
+  private refillBackoffMs = 0;
+  private refillTimer: NodeJS.Timeout | undefined;
+  private readonly inflight = new Set<Promise<unknown>>();
+  private readonly counters = { warmHits: 0, fallbacks: 0, deadOnClaim: 0, refillFailures: 0 };
+  private readonly onTerminate: (e: { id: string }) => void;
+
+  constructor(provider: SandboxProvider, options: WarmPoolOptions) {
+    const size = options.size ?? 0;
+    if (!Number.isInteger(size) || size < 0) {
+      throw new ConfigError(`WarmPool size must be a whole number >= 0, got ${JSON.stringify(options.size)}`);
+    }
+    const maxLive = options.maxLive ?? Math.max(2 * size, 4);
+    if (!Number.isInteger(maxLive) || maxLive < 1) {
+      throw new ConfigError(
+        `WarmPool maxLive must be a whole number >= 1, got ${JSON.stringify(options.maxLive)}`,
+      );
+    }
+    if (options.createsPerSecond !== undefined && !(options.createsPerSecond > 0)) {
+      throw new ConfigError(
+        `WarmPool createsPerSecond must be > 0, got ${JSON.stringify(options.createsPerSecond)}`,
+      );
+    }
+    this.provider = provider;
+    this.name = options.name ?? poolName(options.spec.image ?? `${provider.name}-default`);
+    this.spec = { ...options.spec, labels: { ...options.spec.labels, [POOL_LABEL]: this.name } };
+    this.size = size;
+    this.maxLive = maxLive;
+    this.checkAlive = options.checkAlive ?? true;
+    this.events = options.events ?? provider.events;
+    this.limiter =
+      options.createsPerSecond === undefined ? undefined : new RateLimiter(options.createsPerSecond);
+    // However a sandbox ends (release, its own terminate, lifetime, signal), its slot comes back.
+    this.onTerminate = (e) => this.forget(e.id);
+    provider.events.on('terminate', this.onTerminate);
+    this.fill();
+  }
+
+  stats(): WarmPoolStats {
+    return {
+      name: this.name,
+      size: this.size,
+      maxLive: this.maxLive,
+      idle: this.idle.length,
+      creating: this.creating,
+      claimed: this.claimed.size,
+      live: this.live,
+      ...this.counters,
+    };
+  }
+
+  /** Resolves once `size` sandboxes are idle (or the signal aborts). */
+  async ready(options: OpOptions = {}): Promise<void> {
+    while (this.idle.length < this.size && !this.closed) {
+      options.signal?.throwIfAborted();
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+
+  /** A ready, alive sandbox: warm when one is idle, otherwise created on demand. */
+  async claim(options: OpOptions = {}): Promise<Sandbox> {
+    const started = performance.now();
+    for (;;) {
+      const grant = await this.acquire(options.signal);
+      if (grant.kind === 'idle') {
+        const sandbox = grant.sandbox;
+        this.claimed.set(sandbox.id, sandbox);
+        this.fill();
+        if (this.checkAlive && !(await sandbox.isAlive(options).catch(() => false))) {
+          this.counters.deadOnClaim++;
+          void sandbox.terminate();
+          continue;
+        }
+        this.counters.warmHits++;
+        this.events.emit('claim', {
+          id: sandbox.id,
+          pool: this.name,
+          warm: true,
+          latencyMs: performance.now() - started,
+        });
+        return sandbox;
+      }
+      const sandbox = await this.createInSlot(options.signal);
+      this.claimed.set(sandbox.id, sandbox);
+      this.counters.fallbacks++;
+      this.events.emit('claim', {
+        id: sandbox.id,
+        pool: this.name,
+        warm: false,
+        latencyMs: performance.now() - started,
+      });
+      return sandbox;
+    }
+  }
+
+  /** Give a claimed sandbox back. Sandboxes are single-use: it is terminated and its slot refilled. */
+  async release(sandbox: Sandbox): Promise<void> {
+    await sandbox.terminate();
+  }
+
+  /** Change how many sandboxes are kept warm; extra idle ones are terminated. */
+  async resize(size: number, maxLive?: number): Promise<void> {
+    if (!Number.isInteger(size) || size < 0) {
+      throw new ConfigError(`WarmPool.resize size must be a whole number >= 0, got ${JSON.stringify(size)}`);
+    }
+    this.size = size;
+    if (maxLive !== undefined) this.maxLive = maxLive;
+    const excess = this.idle.splice(size);
+    await Promise.all(excess.map((s) => s.terminate()));
+    this.pump();
+    this.fill();
+  }
+
+  /** Stop keeping sandboxes warm and terminate the idle ones; claimed sandboxes and claims keep working. */
+  async drain(): Promise<void> {
+    this.size = 0;
+    if (this.refillTimer) clearTimeout(this.refillTimer);
+    while (this.inflight.size > 0) await Promise.allSettled([...this.inflight]);
+    await Promise.all(this.idle.splice(0).map((s) => s.terminate()));
+  }
+
+  /** Drain, fail waiting claims, and terminate every sandbox of the pool, claimed ones included. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const w of this.waiters.splice(0)) {
+      w.fail(new SandboxError(`pool ${this.name} was closed`, { code: 'pool_closed' }));
+    }
+    await this.drain();
+    await Promise.all([...this.claimed.values()].map((s) => s.terminate()));
+    this.provider.events.off('terminate', this.onTerminate);
+  }
+
+  private acquire(signal?: AbortSignal): Promise<Grant> {
+    if (this.closed)
+      return Promise.reject(new SandboxError(`pool ${this.name} is closed`, { code: 'pool_closed' }));
+    signal?.throwIfAborted();
+    const idle = this.idle.shift();
+    if (idle) return Promise.resolve({ kind: 'idle', sandbox: idle });
+    if (this.live < this.maxLive) {
+      this.live++;
+      return Promise.resolve({ kind: 'slot' });
+    }
+    return new Promise<Grant>((resolve, reject) => {
+      const onAbort = () => {
+        const i = this.waiters.indexOf(waiter);
+        if (i >= 0) this.waiters.splice(i, 1);
+        reject(signal?.reason);
+      };
+      const waiter: Waiter = {
+        grant: (g) => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(g);
+        },
+        fail: (e) => {
+          signal?.removeEventListener('abort', onAbort);
+          reject(e);
+        },
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.waiters.push(waiter);
+    });
+  }
+
+  /** Hand idle sandboxes and free slots to waiting claims, oldest first. */
+  private pump(): void {
+    while (this.waiters.length > 0) {
+      const idle = this.idle.shift();
+      if (idle) {
+        this.waiters.shift()!.grant({ kind: 'idle', sandbox: idle });
+      } else if (this.live < this.maxLive) {
+        this.live++;
+        this.waiters.shift()!.grant({ kind: 'slot' });
+      } else {
+        return;
+      }
+    }
+  }
+
+  /** Create a sandbox in a slot already counted in `live`; gives the slot back on failure. */
+  private async createInSlot(signal: AbortSignal | undefined, warm = false): Promise<Sandbox> {
+    this.creating++;
+    const task = (async () => {
+      await this.limiter?.take(signal);
+      return this.provider.create(this.spec, signal ? { signal } : {});
+    })();
+    this.inflight.add(task);
+    try {
+      const sandbox = await task;
+      this.owned.add(sandbox.id);
+      return sandbox;
+    } catch (error) {
+      this.live--;
+      this.pump();
+      // A failed refill retries on its backoff timer instead.
+      if (!warm) this.fill();
+      throw error;
+    } finally {
+      this.creating--;
+      this.inflight.delete(task);
+    }
+  }
+
+  /** Start background creations until `size` sandboxes are idle or being made (claims waiting go first). */
+  private fill(): void {
+    while (
+      !this.closed &&
+      this.refillTimer === undefined &&
+      this.waiters.length === 0 &&
+      this.idle.length + this.creatingWarm < this.size &&
+      this.live < this.maxLive
+    ) {
+      this.live++;
+      this.creatingWarm++;
+      void this.createInSlot(undefined, true).then(
+        (sandbox) => {
+          this.creatingWarm--;
+          this.refillBackoffMs = 0;
+          if (this.closed || this.idle.length >= this.size) {
+            void sandbox.terminate();
+            return;
+          }
+          this.idle.push(sandbox);
+          this.pump();
+          this.fill();
+        },
+        (error) => {
+          this.creatingWarm--;
+          this.counters.refillFailures++;
+          this.events.emit('warning', {
+            message: `pool ${this.name}: background create failed`,
+            cause: error,
+          });
+          // Back off so a broken provider is not hammered; claims still create on demand meanwhile.
+          if (this.refillTimer !== undefined || this.closed) return;
+          this.refillBackoffMs = Math.min(30_000, Math.max(250, this.refillBackoffMs * 2));
+          this.refillTimer = setTimeout(() => {
+            this.refillTimer = undefined;
+            this.fill();
+          }, this.refillBackoffMs);
+          this.refillTimer.unref();
+        },
+      );
+    }
+  }
+
+  private forget(id: string): void {
+    if (!this.owned.delete(id)) return;
+    this.claimed.delete(id);
+    const i = this.idle.findIndex((s) => s.id === id);
+    if (i >= 0) this.idle.splice(i, 1);
+    this.live--;
+    this.pump();
+    this.fill();
+  }
+}

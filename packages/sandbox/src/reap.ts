@@ -1,0 +1,166 @@
+/**
+ * `reapOrphans`: remove what crashed runs left behind (host sandbox folders with their processes, cgroups
+ * and mounts; Docker containers), selected by run label and/or age. Sandboxes whose creating process is
+ * still alive are left alone unless `includeLive` is set.
+ */
+import { existsSync } from 'node:fs';
+import { stat } from 'node:fs/promises';
+import { ConfigError, SandboxError } from '@vime/core';
+import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
+import { cleanupSandboxDir, defaultRootDir, listSandboxDirs } from './host-state.js';
+import { CREATED_LABEL, isOwnerAlive, OWNER_LABEL, RUN_LABEL, SANDBOX_LABEL } from './lifecycle.js';
+import type { SandboxEmitter } from './types.js';
+
+export interface ReapOptions {
+  /** Only sandboxes labelled with this run (`vime.run`). */
+  run?: string;
+  /** Only sandboxes created longer ago than this. */
+  olderThanMs?: number;
+  /** Also remove sandboxes whose creating process is still running (default false). */
+  includeLive?: boolean;
+  /** Host sandbox state folder (default `<tmpdir>/vime-sandboxes`). */
+  rootDir?: string;
+  /**
+   * Docker engine to sweep: a client, a socket path, or false to skip. Default: the default socket when it
+   * exists.
+   */
+  docker?: DockerEngine | string | false;
+  /** Report what would be removed without removing it. */
+  dryRun?: boolean;
+  events?: SandboxEmitter;
+  signal?: AbortSignal;
+}
+
+export interface ReapedSandbox {
+  id: string;
+  provider: string;
+  labels: Record<string, string>;
+  reason: string;
+}
+
+export interface ReapReport {
+  removed: ReapedSandbox[];
+  /** Matched by the filters but left alone because their run is still alive. */
+  skippedLive: number;
+  errors: Array<{ id: string; error: unknown }>;
+}
+
+function matches(
+  labels: Record<string, string>,
+  createdAt: number,
+  options: ReapOptions,
+): { match: boolean; reason: string } {
+  const reasons: string[] = [];
+  if (options.run !== undefined) {
+    if (labels[RUN_LABEL] !== options.run) return { match: false, reason: '' };
+    reasons.push(`run ${options.run}`);
+  }
+  if (options.olderThanMs !== undefined) {
+    const age = Date.now() - createdAt;
+    if (!(age > options.olderThanMs)) return { match: false, reason: '' };
+    reasons.push(`age ${Math.round(age / 1000)} s`);
+  }
+  return { match: true, reason: reasons.join(', ') };
+}
+
+/**
+ * Remove leftovers of crashed runs. `reapOrphans('run-…')` is short for `reapOrphans({ run: 'run-…' })`.
+ * At least one of `run` and `olderThanMs` is required, so a call can never sweep everything by accident.
+ */
+export async function reapOrphans(selector: string | ReapOptions): Promise<ReapReport> {
+  const options: ReapOptions = typeof selector === 'string' ? { run: selector } : selector;
+  if (options.run === undefined && options.olderThanMs === undefined) {
+    throw new ConfigError('reapOrphans needs `run` (a vime.run label) or `olderThanMs`; neither was given');
+  }
+  if (options.olderThanMs !== undefined && !(options.olderThanMs >= 0)) {
+    throw new ConfigError(`reapOrphans olderThanMs must be >= 0, got ${JSON.stringify(options.olderThanMs)}`);
+  }
+  const report: ReapReport = { removed: [], skippedLive: 0, errors: [] };
+  const reaped = (s: ReapedSandbox) => {
+    report.removed.push(s);
+    options.events?.emit('leak-reaped', s);
+  };
+
+  for (const { dir, meta } of await listSandboxDirs(options.rootDir ?? defaultRootDir())) {
+    options.signal?.throwIfAborted();
+    const id = dir.slice(dir.lastIndexOf('/') + 1);
+    const labels = meta?.labels ?? {};
+    // A folder without metadata was cut off mid-create: only its age can select it.
+    const createdAt = meta?.createdAt ?? (await stat(dir)).mtimeMs;
+    if (!meta && options.olderThanMs === undefined) continue;
+    const { match, reason } = matches(labels, createdAt, options);
+    if (!match) continue;
+    if (!options.includeLive && meta && isOwnerAlive(labels[OWNER_LABEL])) {
+      report.skippedLive++;
+      continue;
+    }
+    if (!options.dryRun) {
+      try {
+        await cleanupSandboxDir(dir, meta);
+      } catch (error) {
+        report.errors.push({ id, error });
+        continue;
+      }
+    }
+    reaped({ id, provider: meta?.provider ?? 'unknown', labels, reason });
+  }
+
+  const engine =
+    options.docker === false
+      ? undefined
+      : options.docker instanceof DockerEngine
+        ? options.docker
+        : typeof options.docker === 'string'
+          ? new DockerEngine(options.docker)
+          : existsSync(defaultDockerSocket())
+            ? new DockerEngine()
+            : undefined;
+  if (engine) {
+    const filters = { label: [options.run === undefined ? RUN_LABEL : `${RUN_LABEL}=${options.run}`] };
+    const containers = await engine.json<
+      Array<{ Id: string; Created: number; Labels: Record<string, string> }>
+    >('GET', '/containers/json', {
+      query: { all: true, filters: JSON.stringify(filters) },
+      signal: options.signal,
+    });
+    for (const c of containers) {
+      const labels = c.Labels ?? {};
+      const createdAt = Number(labels[CREATED_LABEL] ?? c.Created * 1000);
+      const { match, reason } = matches(labels, createdAt, options);
+      if (!match) continue;
+      if (!options.includeLive && isOwnerAlive(labels[OWNER_LABEL])) {
+        report.skippedLive++;
+        continue;
+      }
+      const id = labels[SANDBOX_LABEL] ?? c.Id.slice(0, 12);
+      if (!options.dryRun) {
+        try {
+          await engine.request('DELETE', `/containers/${c.Id}`, {
+            query: { force: true, v: true },
+            ok: [404],
+            signal: options.signal,
+          });
+        } catch (error) {
+          report.errors.push({
+            id,
+            error: SandboxError.isInstance(error) ? error : new SandboxError(String(error)),
+          });
+          continue;
+        }
+      }
+      reaped({ id, provider: 'docker', labels, reason });
+    }
+    if (!(options.docker instanceof DockerEngine)) await engine.close();
+  }
+  return report;
+}
+
+/** Parse `90s`, `30m`, `6h`, `2d`, `500ms` or a bare number of seconds into milliseconds. */
+export function parseDuration(text: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(text.trim());
+  if (!m) {
+    throw new ConfigError(`duration ${JSON.stringify(text)} is not valid; use e.g. 90s, 30m, 6h or 2d`);
+  }
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(m[2] ?? 's') as 'ms'];
+  return Number(m[1]) * unit;
+}

@@ -1,0 +1,144 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigError } from '@vime/core';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { MAX_POOL_NAME_LENGTH, poolName } from './names.js';
+import { BoundedOutput } from './output.js';
+import { parseDuration } from './reap.js';
+import { packTar, unpackTar } from './tar.js';
+
+describe('BoundedOutput', () => {
+  it('keeps everything under the cap', () => {
+    const b = new BoundedOutput(100);
+    b.push(Buffer.from('hello '));
+    b.push(Buffer.from('world'));
+    expect(b.text()).toBe('hello world');
+    expect(b.truncated).toBe(false);
+  });
+
+  it('keeps exactly the first and last half of any chunking beyond the cap', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.uint8Array({ maxLength: 300 }), { maxLength: 30 }),
+        fc.integer({ min: 2, max: 200 }),
+        (chunks, max) => {
+          const b = new BoundedOutput(max);
+          for (const c of chunks) b.push(Buffer.from(c));
+          const all = Buffer.concat(chunks.map((c) => Buffer.from(c)));
+          expect(b.total).toBe(all.length);
+          const head = Math.ceil(max / 2);
+          const tail = Math.floor(max / 2);
+          if (all.length <= max) {
+            expect(b.truncated).toBe(false);
+            expect(b.text()).toBe(new TextDecoder().decode(all));
+          } else {
+            expect(b.truncated).toBe(true);
+            const dropped = all.length - head - tail;
+            const dec = new TextDecoder();
+            expect(b.text()).toBe(
+              `${dec.decode(all.subarray(0, head))}\n[… ${dropped} bytes elided …]\n${dec.decode(all.subarray(all.length - tail))}`,
+            );
+          }
+        },
+      ),
+    );
+  });
+
+  it('decodes invalid UTF-8 with replacement characters', () => {
+    const b = new BoundedOutput(100);
+    b.push(Buffer.from([0x61, 0xff, 0xfe, 0x62]));
+    expect(b.text()).toBe('a\uFFFD\uFFFDb');
+  });
+});
+
+describe('poolName', () => {
+  it('makes Kubernetes-safe names and keeps the run suffix whole', () => {
+    expect(poolName('SWE-smith/pandas-dev__pandas.95b5c9a2', 'run-42')).toBe(
+      'swe-smith-pandas-dev-pandas-95b5c9a2-run-42',
+    );
+    expect(poolName('Image:Latest')).toBe('image-latest');
+    expect(poolName('___')).toBe('pool');
+  });
+
+  it('never exceeds 58 characters, never truncates the suffix, and keeps long bases distinct', () => {
+    fc.assert(
+      fc.property(fc.string({ maxLength: 200 }), fc.stringMatching(/^[a-z0-9]{1,20}$/), (base, run) => {
+        const name = poolName(base, run);
+        expect(name.length).toBeLessThanOrEqual(MAX_POOL_NAME_LENGTH);
+        expect(name).toMatch(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/);
+        expect(name.endsWith(`-${run}`)).toBe(true);
+      }),
+    );
+    const long = 'x'.repeat(80);
+    expect(poolName(`${long}a`, 'r1')).not.toBe(poolName(`${long}b`, 'r1'));
+  });
+
+  it('rejects a suffix that leaves no room', () => {
+    expect(() => poolName('base', 'r'.repeat(55))).toThrow(ConfigError);
+    expect(() => poolName('base', '///')).toThrow(/no usable characters/);
+  });
+});
+
+describe('tar', () => {
+  it('packs archives that GNU tar reads, with long names, modes and owners', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vime-tar-'));
+    const longName = `${'deep/'.repeat(30)}file.txt`;
+    const archive = packTar([
+      { name: 'a/b', type: 'dir', uid: 1000, gid: 1000 },
+      { name: 'a/b/x.sh', type: 'file', content: '#!/bin/sh\n', mode: 0o755, uid: 1000, gid: 1000 },
+      { name: longName, type: 'file', content: new Uint8Array([1, 2, 3]) },
+    ]);
+    writeFileSync(join(dir, 'x.tar'), archive);
+    const listing = execFileSync('tar', ['-tvf', join(dir, 'x.tar'), '--numeric-owner']).toString();
+    expect(listing).toMatch(/^drwxr-xr-x 1000\/1000 .* a\/b\/$/m);
+    expect(listing).toMatch(/^-rwxr-xr-x 1000\/1000 .* a\/b\/x\.sh$/m);
+    expect(listing).toContain(longName);
+    execFileSync('tar', ['-xf', join(dir, 'x.tar'), '-C', dir]);
+    expect(readFileSync(join(dir, longName))).toEqual(Buffer.from([1, 2, 3]));
+  });
+
+  it('reads archives GNU tar writes (long names, symlinks, dirs)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vime-tar-'));
+    const longDir = join(dir, 'src', 'p'.repeat(120));
+    execFileSync('mkdir', ['-p', longDir]);
+    writeFileSync(join(longDir, 'f.txt'), 'payload');
+    execFileSync('ln', ['-s', 'target/elsewhere', join(dir, 'src', 'link')]);
+    const archive = execFileSync('tar', ['-C', join(dir, 'src'), '-cf', '-', '.']);
+    const entries = unpackTar(archive);
+    const file = entries.find((e) => e.name.endsWith('f.txt'));
+    expect(file?.type).toBe('file');
+    expect(file?.name).toBe(`./${'p'.repeat(120)}/f.txt`);
+    expect(Buffer.from(file!.content).toString()).toBe('payload');
+    const link = entries.find((e) => e.name === './link');
+    expect(link).toMatchObject({ type: 'symlink', linkname: 'target/elsewhere' });
+    expect(entries.find((e) => e.name === './')?.type).toBe('dir');
+  });
+
+  it('round-trips its own archives', () => {
+    fc.assert(
+      fc.property(
+        fc.stringMatching(/^[a-z0-9_.-]{1,150}$/),
+        fc.uint8Array({ maxLength: 2000 }),
+        (name, content) => {
+          const [entry] = unpackTar(packTar([{ name, type: 'file', content, mode: 0o600, uid: 7, gid: 8 }]));
+          expect(entry).toMatchObject({ name, type: 'file', mode: 0o600, uid: 7, gid: 8 });
+          expect(Array.from(entry!.content)).toEqual(Array.from(content));
+        },
+      ),
+    );
+  });
+});
+
+describe('parseDuration', () => {
+  it('parses units and rejects junk', () => {
+    expect(parseDuration('90s')).toBe(90_000);
+    expect(parseDuration('30m')).toBe(1_800_000);
+    expect(parseDuration('2d')).toBe(172_800_000);
+    expect(parseDuration('250ms')).toBe(250);
+    expect(parseDuration('5')).toBe(5000);
+    expect(() => parseDuration('soon')).toThrow(/90s, 30m/);
+  });
+});
