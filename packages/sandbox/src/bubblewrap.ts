@@ -270,6 +270,9 @@ class BwrapSandbox extends HostSandbox {
       '--bind',
       config.hostWork,
       config.workdir,
+      // The root itself is bwrap's scratch tmpfs: make it read-only too, so the work dir and /tmp are the
+      // only writable places (over a rootfs, the root is the sandbox's own writable layer).
+      ...(config.root ? [] : ['--remount-ro', '/']),
       '--chdir',
       sandboxPath(config.workdir, options.cwd ?? config.workdir),
       '--unshare-all',

@@ -1,0 +1,187 @@
+/**
+ * The escape suite: what an untrusted command must not be able to do, run against every isolating
+ * backend (bubblewrap always; docker, which scripts/docker-up.sh starts and CI always has as root).
+ */
+import { randomInt } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { networkInterfaces, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bubblewrapProvider } from './bubblewrap.js';
+import { dockerProvider } from './docker.js';
+import { dockerAvailable, testImage } from './test-support.js';
+import type { Sandbox, SandboxProvider, SandboxSpec } from './types.js';
+
+const rootDir = mkdtempSync(join(tmpdir(), 'vime-escape-test-'));
+const isRoot = process.getuid?.() === 0;
+const backends: Array<[string, () => SandboxProvider, Partial<SandboxSpec>]> = [
+  ['bubblewrap', () => bubblewrapProvider({ rootDir }), {}],
+];
+if (isRoot || dockerAvailable()) backends.push(['docker', () => dockerProvider(), { image: testImage }]);
+
+/** Host processes whose command line is `sleep <tag>`. */
+function hostSleepers(tags: number[]): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      if (argv[0]?.endsWith('sleep') && tags.includes(Number(argv[1]))) found.push(Number(entry));
+    } catch {
+      // exited
+    }
+  }
+  return found;
+}
+
+async function eventually(check: () => boolean, ms = 5000): Promise<boolean> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (check()) return true;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return check();
+}
+
+describe.each(backends)('escape suite: %s', (_name, makeProvider, extra) => {
+  let provider: SandboxProvider;
+  let sbx: Sandbox;
+  let server: Server;
+  let port = 0;
+  let connections = 0;
+
+  beforeAll(async () => {
+    provider = makeProvider();
+    sbx = await provider.create({ workdir: '/testbed', ...extra });
+    server = createServer((socket) => {
+      connections++;
+      socket.end('secret-from-host\n');
+    });
+    await new Promise<void>((resolve) => server.listen(0, '0.0.0.0', resolve));
+    port = (server.address() as { port: number }).port;
+  });
+  afterAll(async () => {
+    server?.close();
+    await sbx?.terminate();
+  });
+
+  it('has no network egress: neither loopback services of the host nor outside addresses', async () => {
+    const hostIps = Object.values(networkInterfaces())
+      .flat()
+      .filter((i) => i && i.family === 'IPv4')
+      .map((i) => i!.address);
+    const targets = [...new Set(['127.0.0.1', ...hostIps, '1.1.1.1'])];
+    const script = [
+      'import socket, sys',
+      `for host in ${JSON.stringify(targets)}:`,
+      '    try:',
+      `        s = socket.create_connection((host, ${port}), timeout=3)`,
+      '        print("CONNECTED", host, s.recv(100))',
+      '    except OSError as e:',
+      '        print("blocked", host, type(e).__name__)',
+    ].join('\n');
+    const r = await sbx.exec(['python3', '-c', script]);
+    expect(r.exitCode, r.output).toBe(0);
+    expect(r.stdout).not.toContain('CONNECTED');
+    expect(r.stdout.match(/^blocked/gm)).toHaveLength(targets.length);
+    expect(connections).toBe(0);
+    const dns = await sbx.exec(['python3', '-c', 'import socket; socket.getaddrinfo("deb.debian.org", 80)']);
+    expect(dns.exitCode).not.toBe(0);
+  });
+
+  it('cannot write outside its work dir', async () => {
+    const tag = `vime-escape-${randomInt(1e9)}`;
+    const r = await sbx.exec(
+      `for p in /usr /etc /usr/lib / /root /var /sbin; do touch "$p/${tag}" 2>/dev/null && echo "WROTE $p"; done; ` +
+        `mount -o remount,rw /usr 2>/dev/null && echo REMOUNTED; ` +
+        `echo hacked > /proc/sys/kernel/hostname 2>/dev/null && echo SYSCTL; ` +
+        `touch /tmp/${tag} && echo tmp-ok; touch /testbed/${tag} && echo work-ok`,
+    );
+    expect(r.stdout).not.toMatch(/WROTE|REMOUNTED|SYSCTL/);
+    expect(r.stdout).toContain('work-ok');
+    for (const p of ['/usr', '/etc', '/usr/lib', '/', '/root', '/var', '/tmp']) {
+      expect(existsSync(join(p, tag)), `host ${p}/${tag}`).toBe(false);
+    }
+  });
+
+  it('cannot read host secrets or another sandbox', async () => {
+    const secret = `host-secret-${randomInt(1e9)}`;
+    const secretFile = join(rootDir, 'secret.txt');
+    writeFileSync(secretFile, secret, { mode: 0o600 });
+    const other = await provider.create({ workdir: '/testbed', ...extra });
+    try {
+      await other.writeFile('secret.txt', `other-${secret}`);
+      const r = await sbx.exec(
+        `cat /etc/shadow; cat ${secretFile}; cat /root/.bash_history; ls -a /tmp /home 2>/dev/null; ` +
+          `grep -rs "${secret}" /testbed /tmp /home /root /var /etc 2>/dev/null; ps -e -o comm= | wc -l`,
+      );
+      expect(r.output).not.toContain(secret);
+      expect(r.output).not.toMatch(/^root:[^x]/m);
+      // Only its own processes are visible (a private pid namespace).
+      expect(Number(r.stdout.trim().split('\n').at(-1))).toBeLessThan(10);
+    } finally {
+      await other.terminate();
+    }
+  });
+
+  it('contains a fork bomb (pids limit), then stays usable', async () => {
+    const bounded = await provider.create({ workdir: '/testbed', limits: { pids: 64 }, ...extra });
+    try {
+      const r = await bounded.exec('bomb() { bomb | bomb & }; bomb; sleep 3; echo survived', {
+        timeoutMs: 8000,
+      });
+      expect(r.durationMs).toBeLessThan(20_000);
+      const after = await bounded.exec('echo ok', { timeoutMs: 20_000 });
+      expect(after.stdout).toBe('ok\n');
+    } finally {
+      await bounded.terminate();
+    }
+  });
+
+  it('contains a memory bomb (memory limit)', async () => {
+    const bounded = await provider.create({
+      workdir: '/testbed',
+      limits: { memoryBytes: 128 << 20 },
+      ...extra,
+    });
+    try {
+      const r = await bounded.exec(
+        ['python3', '-c', 'a = []\nwhile True:\n    a.append(bytearray(16 << 20))'],
+        { timeoutMs: 30_000 },
+      );
+      expect(r.timedOut).toBe(false);
+      expect(r.exitCode).not.toBe(0);
+      expect((await bounded.exec('echo ok')).stdout).toBe('ok\n');
+    } finally {
+      await bounded.terminate();
+    }
+  });
+
+  it('timeout kills grandchildren and detached children', async () => {
+    const base = 800_000 + randomInt(100_000);
+    const tags = [base, base + 1, base + 2, base + 3, base + 4];
+    const r = await sbx.exec(
+      `sleep ${tags[0]} & setsid sleep ${tags[1]} & (sleep ${tags[2]} &); ` +
+        `nohup sleep ${tags[3]} >/dev/null 2>&1 & sleep ${tags[4]}`,
+      { timeoutMs: 1000 },
+    );
+    expect(r.timedOut).toBe(true);
+    expect(await eventually(() => hostSleepers(tags).length === 0)).toBe(true);
+  });
+
+  it('handles non-UTF-8 bytes and 100 MB of output with bounded memory', async () => {
+    const r = await sbx.exec(`yes "$(printf 'ok\\377')" | head -c 100000000; echo tail-marker`, {
+      maxOutputBytes: 1 << 20,
+      timeoutMs: 120_000,
+    });
+    expect(r.exitCode).toBe(0);
+    expect(r.truncated).toBe(true);
+    expect(r.stdout.length).toBeLessThan((1 << 20) + 200);
+    expect(r.stdout.startsWith('ok\uFFFD\nok\uFFFD\n')).toBe(true);
+    expect(r.stdout.endsWith('tail-marker\n')).toBe(true);
+    expect(r.stdout).toMatch(/\[… \d+ bytes elided …\]/);
+    const elided = Number(/\[… (\d+) bytes elided/.exec(r.stdout)![1]);
+    expect(elided).toBe(100_000_000 + 'tail-marker\n'.length - (1 << 20));
+  });
+});
