@@ -79,8 +79,18 @@ export function grpoAdvantages(rewards: ArrayLike<number>, options: GrpoOptions)
   return normalizeGroups(raw, grouping, c);
 }
 
-/** Group normalization with resolved conventions (shared by the estimators and the trainer check). */
-export function normalizeGroups(raw: ArrayLike<number>, grouping: Grouping, c: Conventions): FloatArray {
+/**
+ * Group normalization with resolved conventions (shared by the estimators and the trainer check).
+ * A group whose rewards are all equal gets exactly 0. torch does not guarantee that in float32: the
+ * mean of e.g. twelve 0.7s is not exactly 0.7, and slime then hands every sample +0.119. The trainer
+ * check sets `trainerResidual` to reproduce that value.
+ */
+export function normalizeGroups(
+  raw: ArrayLike<number>,
+  grouping: Grouping,
+  c: Conventions,
+  options: { trainerResidual?: boolean } = {},
+): FloatArray {
   const n = raw.length;
   const values = allocate(c.dtype, n);
   values.set(raw);
@@ -110,6 +120,10 @@ export function normalizeGroups(raw: ArrayLike<number>, grouping: Grouping, c: C
       }
       continue;
     }
+    if (!options.trainerResidual && isUniform(values, members, from, to)) {
+      for (let j = from; j < to; j++) out[members[j]!] = 0;
+      continue;
+    }
     const { mean, std } = groupMoments(values, members, from, to, c.dtype, c.std);
     const scale = c.scale === 'group' ? std : batchScale;
     const denom = round(scale + eps);
@@ -120,6 +134,17 @@ export function normalizeGroups(raw: ArrayLike<number>, grouping: Grouping, c: C
     }
   }
   return out;
+}
+
+export function isUniform(
+  values: ArrayLike<number>,
+  members: ArrayLike<number>,
+  from: number,
+  to: number,
+): boolean {
+  const first = values[members[from]!];
+  for (let j = from + 1; j < to; j++) if (values[members[j]!] !== first) return false;
+  return true;
 }
 
 export interface GroupReport {

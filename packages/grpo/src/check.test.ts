@@ -204,3 +204,32 @@ describe('vime-grpo check', () => {
     expect((failed as { code: number }).code).toBe(1);
   });
 });
+
+describe('float32 residual of uniform groups', () => {
+  it('reproduces the trainer bit for bit and warns about it', () => {
+    // What torch 1.13 CPU gives for twelve rewards of 0.7 (measured): every advantage 0.11920928955078125.
+    const rewards = [...Array(12).fill(0.7), 1, 0, 0, 1];
+    const groups = [...Array(12).fill(0), 1, 1, 1, 1];
+    const samples = rewards.map((reward, i) =>
+      createSample({
+        index: i,
+        group_index: groups[i]!,
+        reward,
+        response_length: 2,
+        loss_mask: [1, 1],
+        status: 'completed',
+      }),
+    );
+    const trainer = rewards.map((_, i) =>
+      new Float32Array(2).fill(
+        i < 12 ? 0.11920928955078125 : i === 12 || i === 15 ? 0.8660238981246948 : -0.8660238981246948,
+      ),
+    );
+    const report = checkAgainstTrainer({ samples, advantages: trainer }, { allowUnevenGroups: true });
+    expect(report.verdict).toBe('match');
+    expect(report.summary.bitExactTokens).toBe(report.summary.tokens);
+    expect(report.groups[0]!.zeroVariance).toBe(true);
+    expect(report.warnings).toHaveLength(1);
+    expect(report.warnings[0]).toMatch(/group 0 has identical rewards .*0\.1192/);
+  });
+});

@@ -96,6 +96,8 @@ export interface CheckReport {
   };
   /** Where to look when the verdict is a mismatch (e.g. a preset or grouping that does match). */
   hints: string[];
+  /** Trainer behaviour that agrees with the recomputation but is still wrong (e.g. a uniform group with non-zero advantages). */
+  warnings: string[];
 }
 
 /** One training row as the check sees it, from either input form. */
@@ -266,7 +268,9 @@ function recompute(batch: Batch, options: CheckOptions, grouping: GroupingOption
       estimator === 'reinforce_plus_plus_baseline'
         ? { ...conventions, stdNormalization: false, scale: 'none' as const }
         : conventions;
-    scalars = normalizeGroups(batch.rawRewards, resolveGroups(batch.rawRewards.length, grouping), c);
+    scalars = normalizeGroups(batch.rawRewards, resolveGroups(batch.rawRewards.length, grouping), c, {
+      trainerResidual: true,
+    });
   }
   const rows = batch.rows;
   const perSample = <K extends 'logProbs' | 'refLogProbs' | 'values' | 'teacherLogProbs'>(key: K) =>
@@ -390,7 +394,26 @@ export function checkAgainstTrainer(input: CheckInput, options: CheckOptions = {
       zeroVarianceGroups: stats.zeroVarianceGroups.length,
     },
     hints,
+    warnings: residualWarnings(batch, grouping, stats.groups),
   };
+}
+
+/** Uniform groups whose trainer advantages are not 0: torch's float32 mean left a residual. */
+function residualWarnings(batch: Batch, grouping: GroupingOptions, groups: GroupReport[]): string[] {
+  const { groupOf, keys } = resolveGroups(batch.rawRewards.length, grouping);
+  const out: string[] = [];
+  for (const g of groups) {
+    if (g.size < 2 || g.std !== 0) continue;
+    const row = batch.rows.find(
+      (r) => keys[groupOf[r.position]!] === g.key && (r.trainerReward ?? r.advantages[0] ?? 0) !== 0,
+    );
+    if (row) {
+      out.push(
+        `group ${JSON.stringify(g.key)} has identical rewards but the trainer gave its samples ${row.trainerReward ?? row.advantages[0]} instead of 0: float32 rounding of the group mean (torch); every sample of it gets the same biased push`,
+      );
+    }
+  }
+  return out;
 }
 
 /** On a mismatch, try the other conventions and the known pitfalls; name the ones that match. */

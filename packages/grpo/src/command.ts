@@ -198,6 +198,7 @@ function render(report: CheckReport, rolloutPath: string | undefined, trainPath:
     ]),
   );
   out.push('');
+  for (const w of report.warnings) out.push(`warning: ${w}`);
   if (report.verdict === 'match') {
     out.push(
       `verdict: MATCH — every token within ${t.abs.toExponential()} + ${t.rel.toExponential()}·|e| (max |err| ${g(s.maxAbsError)}; ${s.bitExactTokens}/${s.tokens} tokens bit-exact)`,
