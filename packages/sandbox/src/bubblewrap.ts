@@ -200,7 +200,8 @@ async function prepareRoot(
     if (result.exitCode !== 0)
       throw new SandboxError(`copy of rootfs ${rootfs} failed: ${result.output.trim()}`);
   }
-  // The work dir is bound over this mount point; make sure it exists in the rootfs.
+  // bwrap mounts over these as the sandbox user, who cannot create them in a root-owned rootfs.
+  for (const dir of ['proc', 'dev', 'tmp']) await mkdir(join(root, dir), { recursive: true });
   const mountPoint = join(root, workdir);
   await mkdir(mountPoint, { recursive: true });
   await chmod(mountPoint, 0o755);

@@ -214,9 +214,8 @@ interface DockerSandboxInit {
   lifetimeMs?: number;
 }
 
-// biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, not a template
 const KILL_MARKED =
-  'for p in /proc/[0-9]*; do if grep -qz "^$1=$2\\$" "$p/environ" 2>/dev/null; then kill -9 "${p#/proc/}" 2>/dev/null; fi; done; true';
+  'cd /proc && for p in [0-9]*; do if grep -qz "^$1=$2\\$" "$p/environ" 2>/dev/null; then kill -9 "$p" 2>/dev/null; fi; done; true';
 const WITH_STDIN = 'f=$1; shift; "$@" < "$f"; rc=$?; rm -f "$f"; exit $rc';
 
 class DockerSandbox implements Sandbox {
