@@ -8,6 +8,7 @@ export {
   type ToolCallParser,
   thinkReasoningParser,
 } from './parsers.js';
+export { type ChatRenderer, nativeRenderer, qwen3Renderer, templateJson } from './renderers.js';
 export {
   ChatTokenizer,
   type LoadTokenizerOptions,

@@ -11,6 +11,7 @@ import {
   type ToolCallParser,
   thinkReasoningParser,
 } from './parsers.js';
+import { type ChatRenderer, nativeRenderer } from './renderers.js';
 
 /** A tool call inside an assistant message, in OpenAI's shape (what chat templates expect). */
 export interface TemplateToolCall {
@@ -48,6 +49,11 @@ export interface LoadTokenizerOptions {
   chatTemplate?: string;
   toolParser?: ToolCallParser | null;
   reasoningParser?: ReasoningParser | null;
+  /**
+   * `auto` (default): a built-in native renderer when the template is a known one (same output,
+   * no Jinja interpreter on the hot path), else Jinja. `jinja`: always interpret the template.
+   */
+  renderer?: 'auto' | 'jinja' | ChatRenderer;
   signal?: AbortSignal;
 }
 
@@ -65,6 +71,7 @@ export class ChatTokenizer {
   readonly reasoningParser: ReasoningParser | null;
   readonly #tokenizer: Tokenizer;
   readonly #template: Template;
+  readonly #native: ChatRenderer | undefined;
   readonly #config: Record<string, unknown>;
   /** Splits text around added tokens; pieces between them tokenize independently, so they are cached. */
   readonly #addedSplit: RegExp | undefined;
@@ -86,6 +93,9 @@ export class ChatTokenizer {
     }
     this.chatTemplate = template;
     this.#template = new Template(template);
+    const renderer = options.renderer ?? 'auto';
+    this.#native =
+      typeof renderer === 'function' ? renderer : renderer === 'auto' ? nativeRenderer(template) : undefined;
     this.toolParser = options.toolParser === undefined ? hermesToolParser : options.toolParser;
     this.reasoningParser =
       options.reasoningParser === undefined ? thinkReasoningParser : options.reasoningParser;
@@ -156,8 +166,19 @@ export class ChatTokenizer {
     return this.#addedIds.get(token) ?? this.#tokenizer.token_to_id(token);
   }
 
+  /** Whether rendering uses a native renderer instead of interpreting the Jinja template. */
+  get nativeRendering(): boolean {
+    return this.#native !== undefined;
+  }
+
   /** Render messages with the model's chat template. */
   render(messages: readonly TemplateMessage[], options: RenderOptions = {}): string {
+    if (this.#native) return this.#native(messages, options);
+    return this.renderJinja(messages, options);
+  }
+
+  /** Render by interpreting the Jinja template (the reference the native renderers are tested against). */
+  renderJinja(messages: readonly TemplateMessage[], options: RenderOptions = {}): string {
     const vars: Record<string, unknown> = {
       messages,
       add_generation_prompt: options.addGenerationPrompt ?? true,
