@@ -132,7 +132,9 @@ export function broadcastToTokens(
 function zeroMasked(out: FloatArray, mask: Uint8Array, from: number, to: number): void {
   let t = from;
   for (; t < to && (mask.byteOffset + t) % 4 !== 0; t++) if (mask[t] === 0) out[t] = 0;
-  const words = new Uint32Array(mask.buffer, mask.byteOffset + t, Math.max(0, (to - t) >> 2));
+  // After the loop above either t is 4-byte aligned or t === to (then no words are read).
+  const words =
+    to - t >= 4 ? new Uint32Array(mask.buffer, mask.byteOffset + t, (to - t) >> 2) : new Uint32Array(0);
   for (let w = 0; w < words.length; w++) {
     if (words[w] === 0x01010101) continue;
     const base = t + w * 4;
@@ -200,7 +202,8 @@ export function maskedWhiten(
 
 /**
  * Discounted returns per response, `G_t = r_t + γ·G_{t+1}` (`G` after the last token is 0), over a
- * flat array of token rewards. With `resetMask`, the running return restarts where the mask is 0 (verl).
+ * flat array of token rewards. With `resetMask`, the running return is cut after each mask-0 token, so
+ * earlier tokens do not see what follows it (verl's reset after EOS).
  */
 export function discountedReturns(
   tokenRewards: ArrayLike<number>,
