@@ -1,0 +1,78 @@
+"""Run the library's pytest suite once per candidate bug, fast: pytest is imported once and each run is a
+forked child (no interpreter start-up, no plugin scan), so validating dozens of bugs takes seconds.
+
+Reads one JSON object on stdin: {"workdir": str, "args": [pytest args], "timeout": seconds,
+"runs": [{"file": path relative to workdir, "content": str} or null for the clean code]}.
+Writes one JSON line per run, in order: {"index", "exit_code", "timed_out", "log"}.
+The workdir must be a scratch copy: candidate files are written there and restored after each run.
+"""
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True
+import pytest  # noqa: E402  (imported once, before forking)
+
+
+def run_one(workdir, args, timeout):
+    with tempfile.TemporaryFile() as out:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.chdir(workdir)
+                sys.path.insert(0, workdir)
+                os.dup2(out.fileno(), 1)
+                os.dup2(out.fileno(), 2)
+                code = pytest.main(list(args))
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(int(code))
+            except BaseException:  # noqa: BLE001  (the child must never return into the loop)
+                os._exit(99)
+        deadline = time.monotonic() + timeout
+        timed_out = False
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                timed_out = True
+                status = -1
+                break
+            time.sleep(0.005)
+        out.seek(0)
+        log = out.read().decode("utf-8", "replace")
+    exit_code = None if timed_out else os.waitstatus_to_exitcode(status)
+    return exit_code, timed_out, log
+
+
+def main():
+    request = json.load(sys.stdin)
+    workdir = request["workdir"]
+    for index, candidate in enumerate(request["runs"]):
+        original = None
+        path = None
+        if candidate is not None:
+            path = os.path.join(workdir, candidate["file"])
+            with open(path, encoding="utf-8") as f:
+                original = f.read()
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(candidate["content"])
+        try:
+            exit_code, timed_out, log = run_one(workdir, request["args"], request["timeout"])
+        finally:
+            if path is not None:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(original)
+        sys.stdout.write(json.dumps({"index": index, "exit_code": exit_code, "timed_out": timed_out, "log": log}) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
