@@ -24,14 +24,32 @@ const ILP = 4;
 
 /** Plain scalar ILP-4 row sum (ATen `row_sum` with scalar loads), for fewer than 8 values. */
 function scalarRowSum(x: ArrayLike<number>, from: number, to: number): number {
-  const p = [0, 0, 0, 0];
-  const n = to - from;
-  const rows = Math.floor(n / ILP);
-  for (let j = 0; j < rows; j++) {
-    for (let k = 0; k < ILP; k++) p[k] = f32(p[k]! + x[from + j * ILP + k]!);
+  let p0 = 0;
+  let p1 = 0;
+  let p2 = 0;
+  let p3 = 0;
+  const rowsEnd = from + ((to - from) & ~3);
+  for (let i = from; i < rowsEnd; i += 4) {
+    p0 = f32(p0 + x[i]!);
+    p1 = f32(p1 + x[i + 1]!);
+    p2 = f32(p2 + x[i + 2]!);
+    p3 = f32(p3 + x[i + 3]!);
   }
-  for (let i = from + rows * ILP; i < to; i++) p[0] = f32(p[0]! + x[i]!);
-  return f32(f32(f32(p[0]! + p[1]!) + p[2]!) + p[3]!);
+  for (let i = rowsEnd; i < to; i++) p0 = f32(p0 + x[i]!);
+  return f32(f32(f32(p0 + p1) + p2) + p3);
+}
+
+/** 8 to 31 values: fewer than four vectors, so each lane just accumulates its column. */
+function laneSum(x: ArrayLike<number>, from: number, to: number): number {
+  const vecsEnd = from + ((to - from) & ~7);
+  let total = 0;
+  for (let i = vecsEnd; i < to; i++) total = f32(total + x[i]!);
+  for (let l = 0; l < LANES; l++) {
+    let lane = 0;
+    for (let i = from + l; i < vecsEnd; i += LANES) lane = f32(lane + x[i]!);
+    total = f32(total + lane);
+  }
+  return total;
 }
 
 /** Reused accumulators: `[level][ilp][lane]`, flattened. */
@@ -46,6 +64,7 @@ const at = (level: number, k: number) => (level * ILP + k) * LANES;
 export function torchSumF32(x: ArrayLike<number>, from = 0, to = x.length): number {
   const n = to - from;
   if (n < LANES) return scalarRowSum(x, from, to);
+  if (n < LANES * ILP) return laneSum(x, from, to);
   const vecs = Math.floor(n / LANES);
   const rows = Math.floor(vecs / ILP);
   const levels = 4;

@@ -37,3 +37,20 @@ with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
     z.writestr("evil/version", "3\n")
 with open(os.path.join(here, "evil.pt"), "wb") as f:
     f.write(buf.getvalue())
+
+# float32 sums and group stats as torch 1.13 computes them on CPU, for the summation-order emulation.
+import json
+
+g = torch.Generator().manual_seed(7)
+sums = []
+for n in [1, 2, 3, 5, 7, 8, 9, 13, 16, 31, 32, 33, 64, 100, 255, 256, 257, 511, 1000, 4099, 9000]:
+    x = (torch.randn(n, generator=g) * 10 ** torch.randint(-3, 4, (1,), generator=g).item()).float()
+    sums.append({"values": x.tolist(), "sum": x.reshape(1, -1).sum(-1).item(), "mean": x.reshape(1, -1).mean(-1).item()})
+uniform = []
+for v in [0.1, 0.3, 0.7, 1 / 3]:
+    for n in [4, 7, 12, 16]:
+        r = torch.tensor([v] * n, dtype=torch.float).reshape(1, -1)
+        r = r - r.mean(-1, keepdim=True)
+        uniform.append({"value": v, "n": n, "advantage": (r / (r.std(-1, keepdim=True) + 1e-6))[0, 0].item()})
+with open(os.path.join(here, "torch_sums.json"), "w") as f:
+    json.dump({"torch": torch.__version__, "sums": sums, "uniform_groups": uniform}, f)
