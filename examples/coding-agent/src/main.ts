@@ -1,0 +1,75 @@
+/**
+ * `pnpm coding-agent -- [flags]`: the coding-agent RL loop as a CLI. See `--help`.
+ */
+import { ZodError } from 'zod';
+import { parseConfig, usage } from './config.js';
+import { type RunSummary, runCodingAgent } from './loop.js';
+
+function pct(v: number | null | undefined): string {
+  return v === null || v === undefined ? '-' : `${(v * 100).toFixed(1)}%`;
+}
+
+function printSummary(s: RunSummary): void {
+  const o = s.overall;
+  const lines = [
+    '',
+    s.standIn
+      ? `Engine: ${s.engines.length} stand-in engine(s) — a scripted policy behind SGLang's wire, not a model.`
+      : `Engines: ${s.engines.join(', ')}`,
+    '',
+    'step  rollouts  mean reward  pass@1   zero-var groups  non-zero adv  rollout s',
+    ...s.steps.map(
+      (st) =>
+        `${String(st.step).padEnd(4)}  ${String(st.rollouts).padEnd(8)}  ${(st.metrics.reward.mean ?? 0).toFixed(3).padEnd(11)}  ${pct(st.metrics.passAtK.find((p) => p.k === 1)?.value).padEnd(7)}  ${String(st.zeroVarianceGroups).padEnd(15)}  ${`${st.advantages.nonZero}/${st.advantages.rows}`.padEnd(12)}  ${st.rolloutSeconds.toFixed(1)}`,
+    ),
+    '',
+    `pass@k: ${o.passAtK.map((p) => `pass@${p.k} ${pct(p.value)}`).join(', ')}`,
+    `mean reward: ${(o.reward.mean ?? 0).toFixed(3)}; rollouts: ${o.rollouts.completed} completed, ${o.rollouts.truncated} truncated, ${o.rollouts.failed} failed, ${o.rollouts.aborted} aborted`,
+    ...(Object.keys(s.failuresByCause).length > 0
+      ? [
+          `failed/aborted by cause: ${Object.entries(s.failuresByCause)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ')}`,
+        ]
+      : []),
+    `sandbox claims: ${s.pool.warmHits} warm, ${s.pool.fallbacks} on demand; claim p50/p99 ${ms(o.timing.phases.claim?.p50)}/${ms(o.timing.phases.claim?.p99)}; exec p50/p99 ${ms(o.timing.phases.exec?.p50)}/${ms(o.timing.phases.exec?.p99)}`,
+    `turns per rollout: mean ${o.shape.turns?.mean.toFixed(1) ?? '-'}, max ${o.shape.turns?.max ?? '-'}; output tokens/s: ${s.tokensPerSecond.toFixed(0)}`,
+    '',
+    `batches: ${s.steps.map((st) => st.batchPath).join(', ')}`,
+    `report:  ${s.reportHtml}`,
+    `         ${s.reportJson}`,
+  ];
+  console.log(lines.join('\n'));
+}
+
+function ms(v: number | null | undefined): string {
+  return v === undefined || v === null ? '-' : `${v.toFixed(0)} ms`;
+}
+
+async function main(): Promise<void> {
+  let config: ReturnType<typeof parseConfig>;
+  try {
+    config = parseConfig(process.argv.slice(2));
+  } catch (error) {
+    const detail =
+      error instanceof ZodError
+        ? error.issues.map((i) => `--${i.path.join('.')}: ${i.message}`).join('\n')
+        : (error as Error).message;
+    console.error(`${detail}\n\n${usage}`);
+    process.exit(2);
+  }
+  if (config === 'help') {
+    console.log(usage);
+    return;
+  }
+  const controller = new AbortController();
+  process.once('SIGINT', () => controller.abort(new Error('interrupted')));
+  process.once('SIGTERM', () => controller.abort(new Error('terminated')));
+  const summary = await runCodingAgent(config, { log: (l) => console.log(l), signal: controller.signal });
+  printSummary(summary);
+}
+
+main().catch((error) => {
+  console.error(error instanceof Error ? (error.stack ?? error.message) : error);
+  process.exit(1);
+});

@@ -1,0 +1,116 @@
+/**
+ * One coding-agent rollout: claim a sandbox, establish the buggy state, run the agent through the
+ * capture proxy, grade the captured diff against the hidden tests, and finish the capture session into
+ * slime-wire samples. Infrastructure failures throw, so the runner reports them as `failed` (never reward 0).
+ */
+import { randomUUID } from 'node:crypto';
+import {
+  type CaptureProxy,
+  GradingError,
+  type RolloutContext,
+  type RolloutOutcome,
+  type TaskSpec,
+} from '@vime/core';
+import { gradeSweTask, setupSweTask, type WarmPool } from '@vime/sandbox';
+import OpenAI from 'openai';
+import { runAgent } from './agent.js';
+import type { Config } from './config.js';
+
+export interface RolloutDeps {
+  config: Config;
+  proxy: CaptureProxy;
+  pool: WarmPool;
+  /** Model name sent to the engine through the proxy. */
+  model: string;
+}
+
+const since = (t: number) => performance.now() - t;
+
+export function codingAgentRollout({ config, proxy, pool, model }: RolloutDeps) {
+  return async (task: TaskSpec, ctx: RolloutContext): Promise<RolloutOutcome> => {
+    const { signal } = ctx;
+    const timings: Record<string, number> = {};
+    let t = performance.now();
+    const sandbox = await pool.claim({ signal });
+    timings.claim = since(t);
+    const sessionId = `r${ctx.rolloutId}-${randomUUID().slice(0, 8)}`;
+    let opened = false;
+    let finished = false;
+    let modelMs = 0;
+    const onTurn = (e: { sessionId: string; durationMs: number }) => {
+      if (e.sessionId === sessionId) modelMs += e.durationMs;
+    };
+    proxy.events.on('turn', onTurn);
+    try {
+      t = performance.now();
+      const swe = await setupSweTask(sandbox, task, { signal });
+      timings.setup = since(t);
+
+      proxy.openSession(sessionId, {
+        sampling: { temperature: config.temperature, topP: config.topP, maxTokens: config.maxTokensPerTurn },
+        maxContextTokens: config.maxContextTokens,
+      });
+      opened = true;
+      // A standard OpenAI client: the session id is its API key, as any harness would send it.
+      const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: sessionId, maxRetries: 0 });
+      const transcript: string[] = [];
+      let execMs = 0;
+      t = performance.now();
+      const agent = await runAgent({
+        client,
+        model,
+        task: task.prompt,
+        stepLimit: config.stepLimit,
+        signal,
+        exec: async (command) => {
+          transcript.push(command);
+          const r = await sandbox.exec(command, { timeoutMs: config.execTimeoutMs, signal });
+          execMs += r.durationMs;
+          ctx.emit({ type: 'rollout:exec', command, exitCode: r.exitCode, durationMs: r.durationMs });
+          return r;
+        },
+      });
+      timings.agent = since(t);
+      timings.model = modelMs;
+      timings.exec = execMs;
+
+      t = performance.now();
+      const graded = await gradeSweTask(swe, { transcript, signal });
+      timings.eval = since(t);
+      ctx.emit({
+        type: 'rollout:eval',
+        durationMs: timings.eval,
+        ...(graded.status === 'graded' ? { reward: graded.reward } : {}),
+        detail: {
+          status: graded.status,
+          ...(graded.status === 'graded' ? { resolution: graded.resolution } : { reason: graded.reason }),
+        },
+      });
+      if (graded.status === 'infra_error') {
+        throw new GradingError(`grading ${task.id} failed (${graded.reason}): ${graded.message}`, {
+          data: { reason: graded.reason },
+        });
+      }
+      const status = agent.exitStatus === 'LimitsExceeded' ? 'truncated' : 'completed';
+      const metadata = {
+        instance_id: task.id,
+        exit_status: agent.exitStatus,
+        resolution: graded.resolution,
+        format_errors: agent.formatErrors,
+        hack_flags: graded.flags.map((f) => f.kind),
+      };
+      const samples = proxy.finishSession(sessionId, {
+        reward: graded.reward,
+        status,
+        baseSample: { label: task.id, metadata },
+      });
+      finished = true;
+      return { reward: graded.reward, status, samples, sessionId, turns: agent.steps, timings, metadata };
+    } finally {
+      proxy.events.off('turn', onTurn);
+      // Close the capture session of a rollout that failed; its turns are not training rows.
+      if (opened && !finished) proxy.finishSession(sessionId, { status: 'failed' });
+      await pool.release(sandbox);
+    }
+  };
+}
