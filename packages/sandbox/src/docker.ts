@@ -10,9 +10,10 @@ import { posix } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { DockerEngine } from './docker-engine.js';
-import { EXEC_MARKER_ENV, newExecId, sandboxPath } from './host-sandbox.js';
+import { sandboxPath } from './host-sandbox.js';
 import { newSandboxId, register, sandboxLabels } from './lifecycle.js';
 import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8, tailOf } from './output.js';
+import { EXEC_MARKER_ENV, newExecId } from './proc.js';
 import { packTar, unpackTar } from './tar.js';
 import type {
   ExecOptions,

@@ -2,8 +2,6 @@
  * What the bubblewrap and local sandboxes share: on-disk state, registration for leak-proofing, exec
  * bookkeeping and events, and an idempotent terminate.
  */
-import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync } from 'node:fs';
 import { access } from 'node:fs/promises';
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -24,33 +22,6 @@ import type {
 
 /** Exec options as the providers receive them: stdin may also be a stream (`copyIn`). */
 export type RunExecOptions = Omit<ExecOptions, 'stdin'> & { stdin?: string | Uint8Array | Readable };
-
-/** Environment variable that marks every process of one exec, so escaped (`setsid`) children can be found. */
-export const EXEC_MARKER_ENV = 'VIME_EXEC_ID';
-
-export function newExecId(): string {
-  return randomBytes(6).toString('hex');
-}
-
-/** Kill every process whose environment carries `VIME_EXEC_ID=<execId>` (Linux /proc scan). */
-export function killByExecMarker(execId: string): void {
-  const needle = Buffer.from(`${EXEC_MARKER_ENV}=${execId}\0`);
-  let entries: string[];
-  try {
-    entries = readdirSync('/proc');
-  } catch {
-    return;
-  }
-  for (const entry of entries) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const env = readFileSync(`/proc/${entry}/environ`);
-      if (env.includes(needle)) process.kill(Number(entry), 'SIGKILL');
-    } catch {
-      // exited or not ours
-    }
-  }
-}
 
 /** Resolve a sandbox path: relative paths are under the work dir; the result is normalized and absolute. */
 export function sandboxPath(workdir: string, path: string): string {

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { processStartTicks } from './lifecycle.js';
+import { killByEnv, SANDBOX_MARKER_ENV } from './proc.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -71,6 +72,7 @@ export class HostState {
 
   cleanupSync(): void {
     killTrackedSync(this.dir);
+    if (this.meta.provider === 'local') killByEnv(SANDBOX_MARKER_ENV, this.meta.id);
     for (const cg of this.meta.cgroups) killCgroupSync(cg);
     for (const m of this.meta.mounts) {
       try {
@@ -130,19 +132,24 @@ function cgroupPids(cg: string): number[] {
   }
 }
 
+const sleepSync = (ms: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+
 function killCgroupSync(cg: string): void {
-  if (!existsSync(cg)) return;
-  for (const pid of cgroupPids(cg)) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // gone
+  // Killed processes take a moment to leave the group; until then rmdir says EBUSY.
+  for (let attempt = 0; attempt < 50 && existsSync(cg); attempt++) {
+    for (const pid of cgroupPids(cg)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
     }
-  }
-  try {
-    rmdirSync(cg);
-  } catch {
-    // still busy; the reaper retries
+    try {
+      rmdirSync(cg);
+      return;
+    } catch {
+      sleepSync(20);
+    }
   }
 }
 
@@ -181,6 +188,8 @@ export async function removeTree(dir: string): Promise<void> {
 /** Kill what the sandbox left running, remove its cgroups, unmount its roots and delete its folder. */
 export async function cleanupSandboxDir(dir: string, meta: SandboxMeta | undefined): Promise<void> {
   killTrackedSync(dir);
+  // Local sandboxes' background and setsid-detached processes left their process groups; find them by marker.
+  if (meta?.provider === 'local') killByEnv(SANDBOX_MARKER_ENV, meta.id);
   const errors: unknown[] = [];
   for (const cg of meta?.cgroups ?? []) await removeCgroup(cg).catch((e) => errors.push(e));
   for (const m of meta?.mounts ?? []) {

@@ -6,16 +6,10 @@ import { cp, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, posix } from 'node:path';
 import { SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
-import {
-  EXEC_MARKER_ENV,
-  HostSandbox,
-  killByExecMarker,
-  newExecId,
-  type RunExecOptions,
-  sandboxPath,
-} from './host-sandbox.js';
+import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
 import { defaultRootDir, HostState } from './host-state.js';
 import { newSandboxId, sandboxLabels } from './lifecycle.js';
+import { EXEC_MARKER_ENV, killByExecMarker, newExecId, SANDBOX_MARKER_ENV } from './proc.js';
 import { type RunResult, runProcess } from './process.js';
 import type { Logger, OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
 
@@ -130,6 +124,7 @@ class LocalSandbox extends HostSandbox {
           ...this.spec.env,
           ...options.env,
           [EXEC_MARKER_ENV]: execId,
+          [SANDBOX_MARKER_ENV]: this.id,
         },
         ...(options.stdin === undefined ? {} : { stdin: options.stdin }),
         ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
