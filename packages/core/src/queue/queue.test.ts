@@ -180,7 +180,7 @@ describe('SampleQueue', () => {
       expect(records[3]?.samples[0]?.tokens).toEqual(sampleFor(3, 64).tokens);
     });
 
-    it('drops a segment killed while being created (shorter than its header)', async () => {
+    it('repairs a segment killed while being created (shorter than its header)', async () => {
       const q = await openQueue({ segmentBytes: 4096 });
       for (let i = 0; i < 3; i++) await q.append(`r${i}`, [sampleFor(i, 300)]);
       await q.close();
@@ -192,6 +192,25 @@ describe('SampleQueue', () => {
       expect(reopened.recovered).toEqual({ segment: join(dir, next), truncatedBytes: 5 });
       expect(await reopened.append('r3', [])).toEqual({ seq: 4, duplicate: false });
       expect((await reopened.read()).records.map((r) => r.key)).toEqual(['r0', 'r1', 'r2', 'r3']);
+    });
+
+    it('reads up to a new segment whose first frame is still being written', async () => {
+      const q = await openQueue({ segmentBytes: 4096 });
+      for (let i = 0; i < 3; i++) await q.append(`r${i}`, [sampleFor(i, 300)]);
+      await q.close();
+      open.pop();
+      const names = await segments();
+      const last = await readFile(join(dir, names.at(-1)!));
+      const base = Number(names.at(-1)!.slice(0, 20)) + 1;
+      const name = `${String(base).padStart(20, '0')}.seg`;
+      const header = Buffer.alloc(16);
+      header.write('VIMEQSG1', 'latin1');
+      header.writeBigUInt64LE(BigInt(base), 8);
+      // The first 100 bytes of a frame: a header claiming more bytes than the file holds.
+      await writeFile(join(dir, name), Buffer.concat([header, last.subarray(16, 116)]));
+      const consumer = await openQueue({ mode: 'consumer' });
+      expect((await consumer.read()).records.map((r) => r.key)).toEqual(['r0', 'r1', 'r2']);
+      expect((await consumer.read()).records).toEqual([]);
     });
 
     it('treats a torn tail as not yet written while reading, without skipping past it', async () => {

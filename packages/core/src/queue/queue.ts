@@ -15,7 +15,7 @@
  */
 
 import type { FileHandle } from 'node:fs/promises';
-import { mkdir, open, readdir, readFile, rename, stat, truncate, unlink } from 'node:fs/promises';
+import { mkdir, open, readdir, readFile, rename, truncate, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { EventEmitter } from 'eventemitter3';
 import { z } from 'zod';
@@ -412,11 +412,22 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
       const last = i === bases.length - 1;
       const buf = await readIfExists(path);
       if (!buf) continue; // deleted by the consumer's GC meanwhile; its keys are in keys.log
+      if (expected !== undefined && base !== expected) {
+        throw new QueueError(
+          `${path}: starts at seq ${base} but the previous segment ends before ${expected}; records are missing`,
+          { code: 'queue_corrupt' },
+        );
+      }
       if (last && buf.length < FILE_HEADER_BYTES) {
-        // Killed while creating the segment: it holds no record yet.
-        await unlink(path);
-        await syncDir(this.dir);
+        // Killed while creating the segment: it holds no record yet. Rewrite its header in place (a
+        // consumer may already have it open).
+        const handle = await open(path, 'r+');
+        await handle.truncate(0);
+        await handle.write(fileHeader(SEGMENT_MAGIC, base), 0, FILE_HEADER_BYTES, 0);
+        await handle.sync();
+        this.#active = { base, handle, size: FILE_HEADER_BYTES };
         this.recovered = { segment: path, truncatedBytes: buf.length };
+        expected = base;
         break;
       }
       const headerBase = readFileHeader(buf, SEGMENT_MAGIC, path);
@@ -424,12 +435,6 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
         throw new QueueError(`${path}: header says first seq ${headerBase}, the name says ${base}`, {
           code: 'queue_corrupt',
         });
-      }
-      if (expected !== undefined && base !== expected) {
-        throw new QueueError(
-          `${path}: starts at seq ${base} but the previous segment ends before ${expected}; records are missing`,
-          { code: 'queue_corrupt' },
-        );
       }
       let seq = base;
       const { end, stop } = scanFrames(buf, FILE_HEADER_BYTES, (payload, offset) => {
@@ -539,8 +544,8 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
     if (!this.#reader && !(await this.#openReader())) return [];
     const records: QueueRecord[] = [];
     let bytes = 0;
-    // Set once a segment named after the next seq was seen: the current one was complete before it was
-    // created, so after one more read whatever is left in it is garbage.
+    // Set once a later segment was seen: the current one was complete before that was created, so
+    // after one more read whatever is left in it is garbage.
     let sealed = false;
     for (;;) {
       const reader = this.#reader!;
@@ -577,13 +582,18 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
           break;
         }
       }
+      const next = (await listSegments(this.dir)).find((b) => b > reader.base);
+      if (next === undefined) return records;
       if (!sealed) {
-        if (!(await this.#exists(reader.seq))) return records;
         sealed = true;
         continue; // read once more: anything written before the next segment appeared is there now
       }
-      if (tail > 0) {
-        throw new QueueError(`${path}: invalid frame at byte ${reader.offset} in a sealed segment`, {
+      if (tail > 0 || next !== reader.seq) {
+        const why =
+          tail > 0
+            ? `invalid frame at byte ${reader.offset} in a sealed segment`
+            : `ends at seq ${reader.seq - 1} but the next segment starts at ${next}; records are missing`;
+        throw new QueueError(`${path}: ${why}`, {
           code: 'queue_corrupt',
           data: { path, offset: reader.offset },
         });
@@ -616,16 +626,6 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
     return { buf: buf.subarray(0, bytesRead), eof: bytesRead < want };
   }
 
-  async #exists(base: number): Promise<boolean> {
-    return stat(this.#path(base)).then(
-      () => true,
-      (error: NodeJS.ErrnoException) => {
-        if (error.code === 'ENOENT') return false;
-        throw error;
-      },
-    );
-  }
-
   /** Position the reader at the committed cursor. False when the queue has no segment yet. */
   async #openReader(): Promise<boolean> {
     const bases = await listSegments(this.dir);
@@ -646,6 +646,11 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
     try {
       const head = Buffer.alloc(FILE_HEADER_BYTES);
       const { bytesRead } = await handle.read(head, 0, FILE_HEADER_BYTES, 0);
+      if (bytesRead < FILE_HEADER_BYTES && bases.length === 1) {
+        // The producer is creating the first segment right now.
+        await handle.close();
+        return false;
+      }
       readFileHeader(head.subarray(0, bytesRead), SEGMENT_MAGIC, path);
       let offset = FILE_HEADER_BYTES;
       if (cursor && cursor.segment === base && cursor.next === target) offset = cursor.offset;
