@@ -114,7 +114,8 @@ describe('the trainer’s Python side on CPU (batch reader, group normalisation,
     const badPath = join(scratch, 'broken.msgpack');
     writeFileSync(badPath, encodeSamples(broken));
     const bad = runPython(python, ['-m', 'vime_megatron.dry_run', '--batch', badPath, '--out', out]);
-    expect(bad.status).not.toBe(0);
+    expect(bad.status).toBe(2);
+    expect(bad.output).not.toContain('Traceback');
     expect(bad.output).toContain("sample [5].reward: missing (status 'failed')");
   });
 });
@@ -122,6 +123,10 @@ describe('the trainer’s Python side on CPU (batch reader, group normalisation,
 describe('the committed H200 run (evidence/)', () => {
   const batch = decodeSamples(bytes(join(evidence, 'batch.msgpack')));
   const metrics = JSON.parse(readFileSync(join(evidence, 'h200', 'metrics.json'), 'utf8'));
+
+  it('trained on the batch that makeDemoBatch() and encodeSamples produce', () => {
+    expect(encodeSamples(makeDemoBatch())).toEqual(bytes(join(evidence, 'batch.msgpack')));
+  });
 
   it('wrote dumps that @vime/grpo reads exactly as it reads slime’s own', () => {
     const ours = {

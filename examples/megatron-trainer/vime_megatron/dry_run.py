@@ -16,7 +16,7 @@ import sys
 import torch
 
 from . import dump
-from .batch import infer_group_size, normalize_rewards, read_batch, rollout_mask_sums, to_train_samples
+from .batch import BatchError, infer_group_size, normalize_rewards, read_batch, rollout_mask_sums, to_train_samples
 from .packing import pack_microbatches
 
 
@@ -51,4 +51,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BatchError as error:  # bad input: say what and where, without a traceback
+        print(f"vime_megatron.dry_run: {error}", file=sys.stderr)
+        sys.exit(2)

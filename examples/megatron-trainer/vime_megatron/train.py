@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from . import dump
-from .batch import infer_group_size, normalize_rewards, read_batch, rollout_mask_sums, to_train_samples
+from .batch import BatchError, infer_group_size, normalize_rewards, read_batch, rollout_mask_sums, to_train_samples
 from .loss import SampleTerms, sum_of_sample_means
 from .packing import PackedRow, build_row, next_token_log_probs, pack_microbatches, response_slices
 
@@ -357,4 +357,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BatchError as error:  # bad input: say what and where, without a traceback
+        print(f"vime_megatron.train: {error}", file=sys.stderr)
+        sys.exit(2)
