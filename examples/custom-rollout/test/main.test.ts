@@ -18,7 +18,7 @@ it('runs the custom rollout end to end and prints one row per question', async (
   const rows = stdout.split('\n').filter((l) => /^q\d/.test(l));
   expect(rows).toHaveLength(6);
   for (const row of rows) {
-    const [, correct, , pass1] = row.split(/\s+/);
+    const [, correct, pass1] = row.split(/\s+/);
     const [c, n] = correct!.split('/').map(Number);
     expect(n).toBe(8);
     expect(Number(pass1)).toBeCloseTo(c! / n!, 3);
