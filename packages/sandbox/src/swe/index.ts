@@ -3,3 +3,6 @@ export * from './dataset.js';
 export * from './grading.js';
 export * from './parsers/index.js';
 export * from './profiles.js';
+export * from './antihack.js';
+export * from './offline.js';
+export * from './steps.js';
