@@ -5,6 +5,7 @@
 import { readFile } from 'node:fs/promises';
 import { ConfigError, formatPath, type TaskSpec, TaskSpecSchema, ValidationError } from '@vime/core';
 import { z } from 'zod';
+import { poolName } from '../names.js';
 import { resolveProfile, type SweProfile } from './profiles.js';
 
 /** HF parquet stores the test lists as `list<string>`; some exports store them JSON-encoded. */
@@ -17,10 +18,8 @@ const testList = z.preprocess((value) => {
   }
 }, z.array(z.string()));
 
-const optionalText = z
-  .union([z.string(), z.null()])
-  .optional()
-  .transform((v) => v ?? undefined);
+/** Optional text that may be `null` in parquet exports; `null` is dropped. */
+const optionalText = z.preprocess((v) => (v === null ? undefined : v), z.string().optional());
 
 /** One SWE-smith task instance, as written by SWE-smith's `gather` and published on the Hub. */
 export const SweSmithRowSchema = z.object({
@@ -207,25 +206,9 @@ export function swesmithNames(instanceId: string, options: { arch?: 'x86_64' | '
   };
 }
 
-/** A Kubernetes-safe pool name for a repo (≤ 58 chars, `[a-z0-9-]`), with an optional run suffix. */
-export function poolName(repo: string, runSuffix?: string): string {
-  const base = repo
-    .replace(/^swesmith\//, '')
-    .toLowerCase()
-    .replace(/[^a-z0-9]+/g, '-')
-    .replace(/^-+|-+$/g, '');
-  const suffix = runSuffix
-    ? `-${runSuffix
-        .toLowerCase()
-        .replace(/[^a-z0-9]+/g, '-')
-        .replace(/^-+|-+$/g, '')}`
-    : '';
-  const room = 58 - suffix.length;
-  if (room < 8)
-    throw new ConfigError(
-      `poolName: run suffix ${JSON.stringify(runSuffix)} is too long (max 49 characters)`,
-    );
-  return `${base.slice(0, room).replace(/-+$/, '')}${suffix}`;
+/** The warm-pool name of a repo: the mirror without `swesmith/`, Kubernetes-safe, with an optional run suffix. */
+export function repoPoolName(repo: string, runSuffix?: string): string {
+  return poolName(repo.replace(/^swesmith\//i, ''), runSuffix);
 }
 
 // --- rows → tasks ---------------------------------------------------------------------------------------
@@ -311,7 +294,7 @@ export function rowToTask(row: SweSmithRow, options: RowToTaskOptions = {}): Tas
     id: row.instance_id,
     prompt: taskPrompt(row),
     image: options.image ?? row.image_name,
-    pool: poolName(row.repo, options.runSuffix),
+    pool: repoPoolName(row.repo, options.runSuffix),
     workdir: '/testbed',
     setupCommand: options.setupPrefix ? `${options.setupPrefix} && ${checkout}` : checkout,
     files: options.files ?? [],

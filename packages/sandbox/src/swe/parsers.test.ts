@@ -1,0 +1,156 @@
+/**
+ * Parsers beyond the golden vectors: the runner formats SWE-smith's other language profiles read (Go,
+ * cargo, Jest, Mocha, unittest), Python's string semantics, and the dispatcher's errors.
+ */
+import { describe, expect, it } from 'vitest';
+import { parseTestLog } from './parsers/index.js';
+import { pySplit, pyStrip } from './parsers/python-text.js';
+import { resolveProfile } from './profiles.js';
+
+describe('go test -v', () => {
+  it('reads PASS/FAIL/SKIP lines, subtests and failing packages', () => {
+    const log = [
+      '=== RUN   TestAdd',
+      '--- PASS: TestAdd (0.00s)',
+      '=== RUN   TestDiv',
+      '=== RUN   TestDiv/by_zero',
+      '    --- FAIL: TestDiv/by_zero (0.00s)',
+      '--- FAIL: TestDiv (0.00s)',
+      '--- SKIP: TestSlow (0.00s)',
+      'FAIL\tgithub.com/x/calc\t0.004s',
+      'ok  \tgithub.com/x/other\t0.002s',
+    ].join('\n');
+    expect({ ...parseTestLog(log, { parser: 'go_test' }) }).toEqual({
+      TestAdd: 'PASSED',
+      'TestDiv/by_zero': 'FAILED',
+      TestDiv: 'FAILED',
+      TestSlow: 'SKIPPED',
+      'github.com/x/calc': 'FAILED',
+    });
+  });
+});
+
+describe('cargo test', () => {
+  it('reads ok/FAILED and ignores ignored tests', () => {
+    const log = [
+      'running 4 tests',
+      'test tests::adds ... ok',
+      'test tests::divides ... FAILED',
+      'test tests::slow ... ignored',
+      'test parse::handles_unicode_ünï ... ok',
+      '',
+      'test result: FAILED. 2 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out',
+    ].join('\n');
+    expect({ ...parseTestLog(log, { parser: 'cargo' }) }).toEqual({
+      'tests::adds': 'PASSED',
+      'tests::divides': 'FAILED',
+      'parse::handles_unicode_ünï': 'PASSED',
+    });
+  });
+});
+
+describe('jest --verbose', () => {
+  it('reads ✓ ✕ ○ with durations stripped', () => {
+    const log = [
+      ' PASS  src/sum.test.js',
+      '  sum',
+      '    ✓ adds 1 + 2 to equal 3 (3 ms)',
+      '    ✕ subtracts (12 ms)',
+      '    ○ skipped todo later',
+      '    ✓ handles zero',
+    ].join('\n');
+    expect({ ...parseTestLog(log, { parser: 'jest' }) }).toEqual({
+      'adds 1 + 2 to equal 3': 'PASSED',
+      subtracts: 'FAILED',
+      'skipped todo later': 'SKIPPED',
+      'handles zero': 'PASSED',
+    });
+  });
+});
+
+describe('mocha spec reporter', () => {
+  it('reads passes, pending and numbered failures, not the repeated failure details', () => {
+    const log = [
+      '  Array',
+      '    #indexOf()',
+      '      ✓ returns -1 when absent',
+      '      ✔ returns the index (5ms)',
+      '      - is pending',
+      '      1) throws on bad input',
+      '',
+      '  2 passing (9ms)',
+      '  1 pending',
+      '  1 failing',
+      '',
+      '  1) Array',
+      '       #indexOf()',
+      '         throws on bad input:',
+      '     AssertionError: expected',
+    ].join('\n');
+    expect({ ...parseTestLog(log, { parser: 'mocha' }) }).toEqual({
+      'returns -1 when absent': 'PASSED',
+      'returns the index': 'PASSED',
+      'is pending': 'SKIPPED',
+      'throws on bad input': 'FAILED',
+    });
+  });
+});
+
+describe('python -m unittest -v', () => {
+  it('reads every outcome, keeping the name as printed', () => {
+    const log = [
+      'test_a (pkg.tests.T.test_a) ... ok',
+      'test_b (pkg.tests.T.test_b) ... FAIL',
+      'test_c (pkg.tests.T.test_c) ... ERROR',
+      "test_d (pkg.tests.T.test_d) ... skipped 'later'",
+      'test_e (pkg.tests.T.test_e) ... expected failure',
+      'test_f (pkg.tests.T.test_f) ... unexpected success',
+    ].join('\n');
+    expect({ ...parseTestLog(log, { parser: 'unittest' }) }).toEqual({
+      'test_a (pkg.tests.T.test_a)': 'PASSED',
+      'test_b (pkg.tests.T.test_b)': 'FAILED',
+      'test_c (pkg.tests.T.test_c)': 'ERROR',
+      'test_d (pkg.tests.T.test_d)': 'SKIPPED',
+      'test_e (pkg.tests.T.test_e)': 'XFAIL',
+      'test_f (pkg.tests.T.test_f)': 'FAILED',
+    });
+  });
+});
+
+describe('Python string semantics', () => {
+  it("splits and strips on Python's whitespace, not JavaScript's", () => {
+    // \x1c-\x1f and \x85 are whitespace to Python; \ufeff is whitespace to JavaScript only.
+    expect(pySplit('a\x1cb\x85c\ufeffd  e')).toEqual(['a', 'b', 'c\ufeffd', 'e']);
+    expect(pyStrip('\x1f x \x85')).toBe('x');
+  });
+
+  it('keeps a \\r inside an id, as Python does when it splits on \\n only', () => {
+    const map = parseTestLog('PASSED tests/t.py::a\r\nPASSED tests/t.py::b\n', { parser: 'pytest' });
+    // `\r` is whitespace for str.split(), so the id itself is clean.
+    expect({ ...map }).toEqual({ 'tests/t.py::a': 'PASSED', 'tests/t.py::b': 'PASSED' });
+  });
+
+  it('records a test named __proto__ like any other', () => {
+    const map = parseTestLog('__proto__ PASSED\n', { parser: 'swesmith:swesmith/mewwts__addict.75284f95' });
+    expect(Object.keys(map)).toEqual(['__proto__']);
+  });
+});
+
+describe('dispatch', () => {
+  it('names the valid parsers when given an unknown one', () => {
+    expect(() => parseTestLog('', { parser: 'nose' as never })).toThrow(
+      /unknown parser "nose".*pytest_v2.*swesmith:<mirror>/,
+    );
+  });
+
+  it('rejects an unknown ref', () => {
+    expect(() => parseTestLog('', { parser: 'pytest', ref: 'v3' as never })).toThrow(
+      /ref must be "v4.1.0" or "main"/,
+    );
+  });
+
+  it('uses the default Python profile for mirrors without an override, matched without the commit', () => {
+    expect(resolveProfile('swesmith/unknown__repo.12345678').key).toBe('*');
+    expect(resolveProfile('swesmith/paramiko__paramiko.deadbeef').key).toBe('paramiko__paramiko');
+  });
+});
