@@ -2,6 +2,7 @@ export { type CliIo, EXIT, main } from './cli/main.js';
 export * from './engines/health.js';
 export * from './plan.js';
 export * from './preflight.js';
+export * from './presets/coding-agent.js';
 export * from './presets/qwen3.js';
 export * from './ray/client.js';
 export * from './ray/job.js';

@@ -4,6 +4,7 @@ import { VimeError } from '@vime/core';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments, parse as parseYaml } from 'yaml';
 import { resolvePlan } from '../plan.js';
+import { CODING_AGENT_CONFIGS, codingAgentPlan } from '../presets/coding-agent.js';
 import {
   engineAddresses,
   engineJobNames,
@@ -30,7 +31,7 @@ function pyYamlLoad(text: string): unknown[] {
 describe('reference coding-agent Job Groups', () => {
   for (const engines of [1, 2, 3]) {
     it(`reproduces the ${engines}-engine Job Group from the typed config`, () => {
-      const plan = resolvePlan({ engines: { count: engines } });
+      const plan = resolvePlan(CODING_AGENT_CONFIGS[engines as 1 | 2 | 3]);
       const rendered = renderJobGroup(plan.jobGroup);
       const expected = fixture(`${engines}-engine.yaml`);
       expect(docs(rendered)).toEqual(docs(expected));
@@ -53,7 +54,8 @@ describe('reference coding-agent Job Groups', () => {
   });
 
   it('derives engine names, the members list and discovery hostnames from the count', () => {
-    const plan = resolvePlan({ engines: { count: 4 } });
+    const plan = codingAgentPlan(4, { overrides: { engines: { accelerators: 'L40S:1' } } });
+    expect(plan.jobGroup.engines.accelerators).toBe('L40S:1');
     expect(plan.engineJobs).toEqual(['sglang', 'sglang2', 'sglang3', 'sglang4']);
     expect(plan.jobGroup.trainer.envs).not.toHaveProperty('SGLANG_MEMBERS');
     const trainer = docs(renderJobGroup(plan.jobGroup)).at(-1) as { envs: Record<string, string> };
@@ -222,6 +224,7 @@ describe('validateSkyPilotYaml', () => {
       'document 3 (sglang) name: Duplicate job name in JobGroup: "sglang"',
       'document 4 (trainer) resources.infra: expected "cloud[/region[/zone]]", "*" or "kubernetes[/context]"',
       'document 4 (trainer) resources.accelerators: expected "NAME" or "NAME:COUNT", e.g. "H100:4"',
+      'warning: document 1: jobs are pinned to different infra (kubernetes, (?i:aws)); SkyPilot places a Job Group on one infra',
     ]);
   });
 
@@ -237,6 +240,28 @@ describe('validateSkyPilotYaml', () => {
     const result = validateSkyPilotYaml(task);
     expect(result.kind).toBe('task');
     expect(result.problems).toEqual([]);
+  });
+
+  it('checks placement: one infra per group, Kubernetes when inter_connection is on', () => {
+    const mixed = validGroup.replace(
+      'name: sglang2\nresources:\n  infra: kubernetes',
+      'name: sglang2\nresources:\n  infra: aws',
+    );
+    expect(problemsOf(mixed)).toEqual([
+      'warning: document 1: jobs are pinned to different infra (kubernetes, aws); SkyPilot places a Job Group on one infra',
+    ]);
+    const connected = mixed.replace(
+      'termination_delay: 60s',
+      'termination_delay: 60s\ninter_connection: true',
+    );
+    expect(problemsOf(connected)).toContain(
+      'document 3 (sglang2) resources.infra: inter_connection needs every job on Kubernetes (hostname discovery), but this job is pinned to aws',
+    );
+    expect(
+      problemsOf(
+        validGroup.replace('termination_delay: 60s', 'termination_delay: 60s\ninter_connection: yes please'),
+      ),
+    ).toEqual(['document 1 inter_connection: inter_connection must be a boolean']);
   });
 
   it('treats a header without execution: parallel as a pipeline, and rejects it when a Job Group is asked for', () => {

@@ -317,6 +317,37 @@ function checkHeader(header: Record<string, unknown>, jobNames: string[], report
   }
 }
 
+/** Jobs of a group share one infra, and peer hostnames resolve only on Kubernetes. */
+function checkPlacement(
+  header: unknown,
+  jobs: unknown[],
+  reporter: (document: number, job?: string) => Report,
+): void {
+  const infras = jobs.map((job) => {
+    const resources = isRecord(job) && isRecord(job.resources) ? job.resources : {};
+    return typeof resources.infra === 'string' ? resources.infra : undefined;
+  });
+  const pinned = [...new Set(infras.filter((i): i is string => i !== undefined).map((i) => i.toLowerCase()))];
+  if (pinned.length > 1) {
+    reporter(1)(
+      '',
+      `jobs are pinned to different infra (${pinned.join(', ')}); SkyPilot places a Job Group on one infra`,
+      'warning',
+    );
+  }
+  if (isRecord(header) && header.inter_connection === true) {
+    infras.forEach((infra, i) => {
+      if (infra !== undefined && !/^(?:k8s|kubernetes)(?:\/|$)/i.test(infra)) {
+        const job = jobs[i];
+        reporter(i + 2, isRecord(job) && typeof job.name === 'string' ? job.name : undefined)(
+          'resources.infra',
+          `inter_connection needs every job on Kubernetes (hostname discovery), but this job is pinned to ${infra}`,
+        );
+      }
+    });
+  }
+}
+
 function looksLikeVolume(doc: unknown): boolean {
   return isRecord(doc) && 'type' in doc && !('run' in doc) && !('setup' in doc) && !('resources' in doc);
 }
@@ -400,6 +431,7 @@ export function validateSkyPilotYaml(
       checkTask(job, report);
     });
     if (isRecord(header)) checkHeader(header, names, reporter(1));
+    if (kind === 'job-group') checkPlacement(header, jobs, reporter);
   }
   return { kind, ok: !problems.some((p) => p.severity === 'error'), problems, documents };
 }
