@@ -74,12 +74,18 @@ export function resolveGroups(n: number, options: GroupingOptions, what = 'rewar
   const starts = new Int32Array(count + 1);
   const members = new Int32Array(n);
   const groupOf = new Int32Array(n);
-  for (let i = 0; i < n; i++) {
-    members[i] = i;
-    groupOf[i] = Math.floor(i / groupSize);
+  const keys = new Array<number>(count);
+  for (let g = 0; g < count; g++) {
+    keys[g] = g;
+    const from = g * groupSize;
+    const to = Math.min(from + groupSize, n);
+    starts[g + 1] = to;
+    for (let i = from; i < to; i++) {
+      members[i] = i;
+      groupOf[i] = g;
+    }
   }
-  for (let g = 0; g <= count; g++) starts[g] = Math.min(g * groupSize, n);
-  return { keys: Array.from({ length: count }, (_, g) => g), starts, members, groupOf };
+  return { keys, starts, members, groupOf };
 }
 
 function groupsByKey(

@@ -69,6 +69,16 @@ describe('broadcastToTokens', () => {
     );
   });
 
+  it('writes into a reused array', () => {
+    const out = new Float32Array(7).fill(9);
+    expect(broadcastToTokens(adv, lengths, masks, { mode: 'maskedTokens', out })).toBe(out);
+    expect(list(out)).toEqual([0.5, 0, 0.5, -1.5, -1.5, 0, 0]);
+    throwsVime(
+      () => broadcastToTokens(adv, lengths, masks, { out: new Float32Array(3) }),
+      /out.*3 elements.*7 tokens/,
+    );
+  });
+
   it('bad input names the field', () => {
     throwsVime(() => broadcastToTokens(adv, [3], masks), /responseLengths.*1 entries.*2 samples/);
     throwsVime(() => broadcastToTokens(adv, [3, -1], masks), /responseLengths\[1\].*non-negative/);

@@ -93,6 +93,8 @@ export interface BroadcastOptions {
   /** `allTokens` (slime: masked tokens keep the value; the mask acts in the loss) or `maskedTokens` (verl: zeroed). */
   mode?: BroadcastMode;
   dtype?: Dtype;
+  /** Write into this array (exactly `Σ responseLengths` long) instead of a new one: reuse it across steps. */
+  out?: FloatArray;
 }
 
 /**
@@ -111,36 +113,86 @@ export function broadcastToTokens(
   }
   const n = advantages.length;
   const offsets = tokenOffsets(responseLengths, n);
-  const out = allocate(dtype, offsets[n]!);
+  const total = offsets[n]!;
+  if (options.out && options.out.length !== total) {
+    throw new ValidationError(
+      'out',
+      `has ${options.out.length} elements but the responses hold ${total} tokens`,
+    );
+  }
+  const out = options.out ?? allocate(dtype, total);
   const mask = lossMasks ? flattenMasks(lossMasks, offsets) : null;
   if (mode === 'maskedTokens' && !mask) {
     throw new ValidationError('lossMasks', "mode 'maskedTokens' needs the loss masks");
   }
-  for (let i = 0; i < n; i++) {
-    const a = advantages[i]!;
-    const from = offsets[i]!;
-    const to = offsets[i + 1]!;
-    // fill() pays a call per sample; a plain loop is faster for short responses.
-    if (to - from >= 256) out.fill(a, from, to);
-    else for (let t = from; t < to; t++) out[t] = a;
+  // Hot loops are written once per array type: a loop that sees both Float32Array and Float64Array
+  // runs many times slower.
+  if (out instanceof Float32Array) {
+    if (mode === 'maskedTokens') fillMaskedF32(out, advantages, offsets, mask!);
+    else fillF32(out, advantages, offsets);
+  } else {
+    for (let i = 0; i < n; i++) out.fill(advantages[i]!, offsets[i]!, offsets[i + 1]!);
+    if (mode === 'maskedTokens') for (let t = 0; t < total; t++) if (mask![t] === 0) out[t] = 0;
   }
-  if (mode === 'maskedTokens') zeroMasked(out, mask!);
   return out;
 }
 
-/** Zero `out` where `mask` is 0, reading the mask four bytes at a time (masks are mostly 1). */
-function zeroMasked(out: FloatArray, mask: Uint8Array): void {
-  const n = mask.length;
-  let t = 0;
-  for (; t < n && (mask.byteOffset + t) % 4 !== 0; t++) if (mask[t] === 0) out[t] = 0;
-  const words =
-    n - t >= 4 ? new Uint32Array(mask.buffer, mask.byteOffset + t, (n - t) >> 2) : new Uint32Array(0);
-  for (let w = 0; w < words.length; w++) {
-    if (words[w] === 0x01010101) continue;
-    const base = t + w * 4;
-    for (let k = base; k < base + 4; k++) if (mask[k] === 0) out[k] = 0;
+function fillF32(out: Float32Array, values: ArrayLike<number>, offsets: Int32Array): void {
+  for (let i = 0; i + 1 < offsets.length; i++) {
+    const a = values[i]!;
+    const to = offsets[i + 1]!;
+    let t = offsets[i]!;
+    // fill() costs a call per sample; short responses go faster unrolled by hand.
+    if (to - t >= 256) {
+      out.fill(a, t, to);
+      continue;
+    }
+    for (; t + 4 <= to; t += 4) {
+      out[t] = a;
+      out[t + 1] = a;
+      out[t + 2] = a;
+      out[t + 3] = a;
+    }
+    for (; t < to; t++) out[t] = a;
   }
-  for (let k = t + words.length * 4; k < n; k++) if (mask[k] === 0) out[k] = 0;
+}
+
+/** One pass writing `a` or 0, reading the mask four bytes at a time (masks are mostly 1). */
+function fillMaskedF32(
+  out: Float32Array,
+  values: ArrayLike<number>,
+  offsets: Int32Array,
+  mask: Uint8Array,
+): void {
+  // Words cover the mask from its first 4-byte-aligned byte; token t is byte (t − first) % 4 of word (t − first) / 4.
+  const first = (4 - (mask.byteOffset % 4)) % 4;
+  const words =
+    mask.length - first >= 4
+      ? new Uint32Array(mask.buffer, mask.byteOffset + first, (mask.length - first) >> 2)
+      : new Uint32Array(0);
+  const wordsEnd = first + words.length * 4;
+  for (let i = 0; i + 1 < offsets.length; i++) {
+    const a = values[i]!;
+    const to = offsets[i + 1]!;
+    let t = offsets[i]!;
+    for (; t < to && (t < first || (t - first) % 4 !== 0); t++) out[t] = mask[t] !== 0 ? a : 0;
+    for (; t + 4 <= to && t + 4 <= wordsEnd; t += 4) {
+      const v = words[(t - first) >> 2]!;
+      if (v === 0x01010101) {
+        out[t] = a;
+        out[t + 1] = a;
+        out[t + 2] = a;
+        out[t + 3] = a;
+      } else {
+        // Little-endian: byte k of the word is token t + k.
+        out[t] = (v & 0xff) !== 0 ? a : 0;
+        out[t + 1] = (v & 0xff00) !== 0 ? a : 0;
+        out[t + 2] = (v & 0xff0000) !== 0 ? a : 0;
+        out[t + 3] = v >>> 24 !== 0 ? a : 0;
+      }
+    }
+    for (; t < to; t++) out[t] = mask[t] !== 0 ? a : 0;
+  }
 }
 
 export interface WhitenOptions {
