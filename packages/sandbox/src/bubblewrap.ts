@@ -5,16 +5,18 @@
  * process the command started, detached ones included.
  */
 import { spawn } from 'node:child_process';
-import { lstatSync, readlinkSync } from 'node:fs';
+import { existsSync, lstatSync, readlinkSync } from 'node:fs';
 import { chmod, chown, mkdir, stat } from 'node:fs/promises';
 import { isAbsolute, join, posix } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
+import { BwrapSession, SUPERVISOR } from './bwrap-session.js';
 import { createCgroups } from './cgroup.js';
 import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
 import { defaultRootDir, HostState } from './host-state.js';
 import { newSandboxId, sandboxLabels } from './lifecycle.js';
 import { tailOf } from './output.js';
+import { EXEC_MARKER_ENV, newExecId } from './proc.js';
 import { type RunResult, runProcess } from './process.js';
 import type { Logger, OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
 
@@ -33,6 +35,13 @@ export interface BubblewrapProviderOptions {
   images?: Record<string, string>;
   /** PATH inside the sandbox (default `/usr/local/bin:/usr/bin:/bin`). */
   path?: string;
+  /**
+   * `session` (default when the sandbox root has python3): one bwrap per sandbox with a small supervisor
+   * that forks each command, so an exec costs about a plain spawn, and background processes live until
+   * terminate. `per-exec`: a fresh bwrap for every command (fresh namespaces each time; nothing outlives
+   * its exec), the fallback for roots without python3.
+   */
+  execMode?: 'session' | 'per-exec';
   events?: SandboxEmitter;
   logger?: Logger;
   /** Terminate live sandboxes on SIGINT/SIGTERM/SIGHUP and exit (default true). */
@@ -116,6 +125,13 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
         if (rootfs) root = await prepareRoot(state, rootfs, workdir, user);
         state.meta.cgroups = await createCgroups(`vime-${id}`, spec.limits);
         await state.saveMeta();
+        const python = options.execMode === 'per-exec' ? undefined : findPython(root);
+        if (options.execMode === 'session' && !python) {
+          throw new ConfigError(
+            `bubblewrap execMode "session" needs python3 in the sandbox root (${root ?? 'the host /usr'}); ` +
+              'install it there or use execMode "per-exec"',
+          );
+        }
         const sandbox = new BwrapSandbox(
           {
             id,
@@ -124,11 +140,12 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
             state,
             labels,
             events,
-            capabilities: { persistentProcesses: false, isolatedNetwork: true },
+            capabilities: { persistentProcesses: python !== undefined, isolatedNetwork: true },
             handleSignals: options.handleSignals ?? true,
           },
-          { ...config, workdir, hostWork, root },
+          { ...config, workdir, hostWork, root, python },
         );
+        if (python) await sandbox.startSession(op.signal);
         events.emit('create', {
           id,
           provider: 'bubblewrap',
@@ -142,6 +159,14 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
       }
     },
   };
+}
+
+/** The python3 a session supervisor runs with, as a path inside the sandbox, if the root has one. */
+function findPython(root: string | undefined): string | undefined {
+  for (const candidate of ['/usr/bin/python3', '/usr/local/bin/python3']) {
+    if (existsSync(join(root ?? '/', candidate))) return candidate;
+  }
+  return undefined;
 }
 
 interface BwrapConfig {
@@ -242,6 +267,8 @@ interface BwrapSandboxConfig extends BwrapConfig {
   workdir: string;
   hostWork: string;
   root: string | undefined;
+  /** Set in session mode: the supervisor's interpreter. */
+  python: string | undefined;
 }
 
 const WRITE_SCRIPT =
@@ -258,7 +285,7 @@ class BwrapSandbox extends HostSandbox {
     this.workdir = config.workdir;
   }
 
-  private bwrapArgs(argv: readonly string[], options: RunExecOptions): string[] {
+  private bwrapArgs(argv: readonly string[], options: RunExecOptions, session?: string): string[] {
     const { config } = this;
     const args = config.root ? ['--bind', config.root, '/'] : [...config.systemArgs];
     args.push(
@@ -283,27 +310,34 @@ class BwrapSandbox extends HostSandbox {
       'sandbox',
       '--clearenv',
     );
-    const env = {
-      PATH: config.path,
-      HOME: config.workdir,
-      LANG: 'C.UTF-8',
-      ...this.spec.env,
-      ...options.env,
-    };
+    // A session's supervisor gets a bare environment; each command's own comes with its request.
+    const env = session ? { PATH: config.path, LANG: 'C.UTF-8' } : this.commandEnv(options);
     for (const [k, v] of Object.entries(env)) args.push('--setenv', k, v);
-    args.push('--', ...argv);
+    args.push('--', ...(session ? [session, ...argv.slice(1)] : argv));
     return args;
   }
 
-  /** The launch chain: [cgroup attach as root] → [drop to the sandbox uid] → [prlimit] → bwrap. */
-  private launch(bwrapArgs: string[]): { command: string; args: string[]; uid?: number; gid?: number } {
-    const { config } = this;
+  /** Per-command rlimits (CPU seconds, file size, address space). */
+  private rlimits(): Record<string, number> {
     const limits = this.spec.limits;
+    const out: Record<string, number> = {};
+    if (limits?.cpuSeconds !== undefined) out.cpu = Math.ceil(limits.cpuSeconds);
+    if (limits?.fileSizeBytes !== undefined) out.fsize = limits.fileSizeBytes;
+    if (limits?.addressSpaceBytes !== undefined) out.as = limits.addressSpaceBytes;
+    return out;
+  }
+
+  /**
+   * The launch chain: [cgroup attach as root] → [drop to the sandbox uid] → [prlimit] → bwrap. A session
+   * applies rlimits per command inside instead, so the supervisor itself is not bounded by them.
+   */
+  private launch(
+    bwrapArgs: string[],
+    withRlimits: boolean,
+  ): { command: string; args: string[]; uid?: number; gid?: number } {
+    const { config } = this;
     let chain = [config.bwrap, ...bwrapArgs];
-    const rl: string[] = [];
-    if (limits?.cpuSeconds !== undefined) rl.push(`--cpu=${Math.ceil(limits.cpuSeconds)}`);
-    if (limits?.fileSizeBytes !== undefined) rl.push(`--fsize=${limits.fileSizeBytes}`);
-    if (limits?.addressSpaceBytes !== undefined) rl.push(`--as=${limits.addressSpaceBytes}`);
+    const rl = withRlimits ? Object.entries(this.rlimits()).map(([k, v]) => `--${k}=${v}`) : [];
     if (rl.length > 0) chain = ['prlimit', ...rl, '--', ...chain];
     const cgroups = this.state.meta.cgroups;
     if (cgroups.length === 0) {
@@ -325,14 +359,79 @@ class BwrapSandbox extends HostSandbox {
     return { command: '/bin/sh', args: ['-c', attach, 'sh', ...chain] };
   }
 
-  protected run(
+  private session: BwrapSession | undefined;
+
+  /** Start (or restart) the sandbox's session and wait for its supervisor to report ready. */
+  async startSession(signal?: AbortSignal): Promise<BwrapSession> {
+    const { config } = this;
+    const launch = this.launch(
+      this.bwrapArgs(['python3', '-c', SUPERVISOR, JSON.stringify(this.rlimits())], {}, config.python),
+      false,
+    );
+    const session = new BwrapSession({
+      ...launch,
+      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', VIME_CGROUPS: this.state.meta.cgroups.join(' ') },
+    });
+    this.session = session;
+    this.state.trackPid(session.pid, undefined);
+    const timeout = AbortSignal.timeout(30_000);
+    const abort = signal ? AbortSignal.any([signal, timeout]) : timeout;
+    try {
+      await Promise.race([
+        session.ready,
+        new Promise((_, reject) =>
+          abort.addEventListener('abort', () => reject(abort.reason), { once: true }),
+        ),
+      ]);
+    } catch (error) {
+      session.close();
+      throw SandboxError.isInstance(error)
+        ? error
+        : new SandboxError(`the bubblewrap session of sandbox ${this.id} did not start: ${String(error)}`, {
+            cause: error,
+          });
+    }
+    return session;
+  }
+
+  protected async run(
     command: string | readonly string[],
     options: RunExecOptions,
     raw: boolean,
   ): Promise<RunResult> {
     const argv = typeof command === 'string' ? ['sh', '-c', command] : [...command];
     if (argv.length === 0) throw new SandboxError('exec needs a command', { code: 'invalid_argument' });
-    const launch = this.launch(this.bwrapArgs(argv, options));
+    if (this.config.python) {
+      // A session that died (e.g. its supervisor was OOM-killed) is replaced on the next command.
+      const session = this.session?.alive ? this.session : await this.startSession(options.signal);
+      const marker = newExecId();
+      return session.run({
+        argv,
+        env: { ...this.commandEnv(options), [EXEC_MARKER_ENV]: marker },
+        cwd: sandboxPath(this.config.workdir, options.cwd ?? this.config.workdir),
+        marker,
+        raw,
+        ...(options.stdin === undefined ? {} : { stdin: options.stdin }),
+        ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
+        ...(options.signal === undefined ? {} : { signal: options.signal }),
+        ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
+      });
+    }
+    return this.runPerExec(argv, options, raw);
+  }
+
+  private commandEnv(options: RunExecOptions): Record<string, string> {
+    return {
+      PATH: this.config.path,
+      HOME: this.config.workdir,
+      LANG: 'C.UTF-8',
+      ...this.spec.env,
+      ...options.env,
+    };
+  }
+
+  private runPerExec(argv: string[], options: RunExecOptions, raw: boolean): Promise<RunResult> {
+    const launch = this.launch(this.bwrapArgs(argv, options), true);
     let pid: number | undefined;
     return runProcess(launch.command, launch.args, {
       env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', VIME_CGROUPS: this.state.meta.cgroups.join(' ') },

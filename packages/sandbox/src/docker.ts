@@ -13,7 +13,7 @@ import { DockerEngine } from './docker-engine.js';
 import { sandboxPath } from './host-sandbox.js';
 import { newSandboxId, register, sandboxLabels } from './lifecycle.js';
 import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8, tailOf } from './output.js';
-import { EXEC_MARKER_ENV, newExecId } from './proc.js';
+import { EXEC_MARKER_ENV, killByExecMarker, newExecId } from './proc.js';
 import { packTar, unpackTar } from './tar.js';
 import type {
   ExecOptions,
@@ -216,7 +216,7 @@ interface DockerSandboxInit {
 }
 
 const KILL_MARKED =
-  'cd /proc && for p in [0-9]*; do if grep -qz "^$1=$2\\$" "$p/environ" 2>/dev/null; then kill -9 "$p" 2>/dev/null; fi; done; true';
+  'cd /proc && for pass in 1 2 3; do for p in [0-9]*; do if grep -qz "^$1=$2\\$" "$p/environ" 2>/dev/null; then kill -9 "$p" 2>/dev/null; fi; done; done; true';
 const WITH_STDIN = 'f=$1; shift; "$@" < "$f"; rc=$?; rm -f "$f"; exit $rc';
 
 class DockerSandbox implements Sandbox {
@@ -307,6 +307,9 @@ class DockerSandbox implements Sandbox {
 
   /** Kill every process of one exec, including `setsid`-detached ones, by its environment marker. */
   private async killMarked(execId: string): Promise<void> {
+    // A local engine's containers are visible in the host's /proc: kill from here first, which works even
+    // when the container has no pids left to start the in-container killer (a fork bomb).
+    for (let pass = 0; pass < 3; pass++) killByExecMarker(execId);
     await this.runExec(['sh', '-c', KILL_MARKED, 'sh', EXEC_MARKER_ENV, execId], {
       signal: AbortSignal.timeout(15_000),
     }).catch(() => {});

@@ -17,6 +17,7 @@ const rootDir = mkdtempSync(join(tmpdir(), 'vime-escape-test-'));
 const isRoot = process.getuid?.() === 0;
 const backends: Array<[string, () => SandboxProvider, Partial<SandboxSpec>]> = [
   ['bubblewrap', () => bubblewrapProvider({ rootDir }), {}],
+  ['bubblewrap (per-exec)', () => bubblewrapProvider({ rootDir, execMode: 'per-exec' }), {}],
 ];
 if (isRoot || dockerAvailable()) backends.push(['docker', () => dockerProvider(), { image: testImage }]);
 

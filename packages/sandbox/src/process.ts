@@ -3,6 +3,7 @@
  * and abort support. The building block of the bubblewrap and local providers.
  */
 import { spawn } from 'node:child_process';
+import { constants } from 'node:os';
 import type { Readable } from 'node:stream';
 import { SandboxError } from '@vime/core';
 import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES } from './output.js';
@@ -97,7 +98,9 @@ export function runProcess(
       if (error !== undefined) return reject(error);
       if (aborted) return reject(signal?.reason);
       const out: RunResult = {
-        exitCode: exit?.code ?? null,
+        exitCode: timedOut
+          ? null
+          : (exit?.code ?? (exit?.signal ? 128 + (constants.signals[exit.signal] ?? 0) : null)),
         signal: exit?.signal ?? null,
         stdout: stdout.text(),
         stderr: stderr.text(),

@@ -20,6 +20,7 @@ const isRoot = process.getuid?.() === 0;
 
 const backends: Array<[string, () => SandboxProvider, string | undefined]> = [
   ['bubblewrap', () => bubblewrapProvider({ rootDir }), undefined],
+  ['bubblewrap (per-exec)', () => bubblewrapProvider({ rootDir, execMode: 'per-exec' }), undefined],
   ['local', () => localProvider({ rootDir }), undefined],
 ];
 if (isRoot || dockerAvailable()) backends.push(['docker', () => dockerProvider(), testImage]);
@@ -49,7 +50,7 @@ describe.each(backends)('%s provider', (name, makeProvider, image) => {
     expect(sbx.labels['vime.run']).toBe('providers-test');
     expect(sbx.labels['vime.sandbox']).toBe(sbx.id);
     expect(created).toContain(sbx.id);
-    expect(sbx.provider).toBe(name);
+    expect(sbx.provider).toBe(name.split(' ')[0]);
   });
 
   it('runs shell strings and argv with exit codes, separate and merged output', async () => {
@@ -172,7 +173,7 @@ describe('bubblewrap specifics', () => {
       expect(r.stdout).toMatch(/touch: cannot touch '\/etc\/x': Read-only file system/);
       expect(lines.at(-2)?.trim()).toBe('0');
       expect(lines.at(-1)?.trim()).toBe('lo');
-      expect(sbx.capabilities).toEqual({ persistentProcesses: false, isolatedNetwork: true });
+      expect(sbx.capabilities).toEqual({ persistentProcesses: true, isolatedNetwork: true });
     } finally {
       await sbx.terminate();
     }

@@ -52,7 +52,7 @@ export interface ExecOptions {
 }
 
 export interface ExecResult {
-  /** Exit code, or null when the process was killed by a signal. */
+  /** Exit code (128 + signal number when killed by a signal, as a shell reports it); null when it timed out. */
   exitCode: number | null;
   stdout: string;
   stderr: string;
