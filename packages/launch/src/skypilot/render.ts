@@ -125,18 +125,8 @@ export function resolveJobGroupConfig(
     );
   }
   const membersEnv = membersEnvName(resolved);
-  for (const [key, value] of Object.entries({ ...resolved.trainer.envs, ...resolved.engines.envs })) {
-    if (SECRET_NAME.test(key) && String(value) !== '') {
-      throw new ConfigError(
-        `envs.${key} looks like a credential: do not inline it; list ${JSON.stringify(key)} in trainer.secrets and pass it at launch with --secret ${key}`,
-      );
-    }
-  }
-  for (const secret of resolved.trainer.secrets) {
-    if (secret in resolved.trainer.envs) {
-      throw new ConfigError(`trainer: ${secret} is both an env and a secret; keep it in secrets only`);
-    }
-  }
+  checkNoInlinedSecrets(resolved.trainer.envs, resolved.trainer.secrets, 'trainer');
+  checkNoInlinedSecrets(resolved.engines.envs, [], 'engines');
   if (membersEnv in resolved.trainer.envs) {
     throw new ConfigError(
       `trainer.envs.${membersEnv} is derived from engines.count; remove it from the config (it would say ${JSON.stringify(resolved.trainer.envs[membersEnv])})`,
@@ -184,38 +174,124 @@ function stringEnvs(map: Record<string, string | number | boolean>): Record<stri
 
 type Job = Record<string, unknown>;
 
-/** The Job Group as plain objects: `[header, ...engines, trainer]`, ready for YAML. */
-export function jobGroupDocuments(config: JobGroupConfig | ResolvedJobGroupConfig): Job[] {
-  const c = resolveJobGroupConfig(config);
-  const volumes = c.volume ? { volumes: { [c.volume.mountPath]: c.volume.name } } : {};
-  const base = (job: { infra?: string | undefined; image?: string | undefined }, accel: string) => ({
-    resources: {
-      infra: job.infra ?? c.infra,
-      accelerators: accel,
-      ...((job.image ?? c.image) ? { image_id: job.image ?? c.image } : {}),
-    },
-    ...(c.workdir !== undefined ? { workdir: c.workdir } : {}),
-    ...volumes,
-  });
-  const names = engineJobNames(c);
-  const engines = names.map((jobName) => ({
-    name: jobName,
-    ...base(c.engines, c.engines.accelerators),
-    ...(Object.keys(c.engines.envs).length ? { envs: stringEnvs(c.engines.envs) } : {}),
-    ...(c.engines.setup !== undefined ? { setup: c.engines.setup } : {}),
-    run: engineRun(c.engines),
-  }));
-  const t = c.trainer;
-  const trainer: Job = {
+export const TaskConfigSchema = z.strictObject({
+  name,
+  infra: infra.optional(),
+  accelerators: accelerators.optional(),
+  cpus: z.union([z.number().positive(), z.string().regex(/^[0-9]+(?:\.[0-9]+)?\+?$/)]).optional(),
+  memory: z.union([z.number().positive(), z.string().regex(/^[0-9]+(?:\.[0-9]+)?\+?$/)]).optional(),
+  /** Container image, e.g. `docker:slimerl/slime:latest`. */
+  image: z.string().optional(),
+  useSpot: z.boolean().optional(),
+  ports: z
+    .array(z.union([z.number().int().min(1).max(65535), z.string().regex(/^[0-9]+(?:-[0-9]+)?$/)]))
+    .optional(),
+  numNodes: z.number().int().min(1).default(1),
+  workdir: z.string().optional(),
+  fileMounts: z.record(z.string(), z.string()).default({}),
+  /** Mount path -> existing volume name. */
+  volumes: z.record(z.string().startsWith('/', 'mount paths are absolute'), name).default({}),
+  envs: envs.default({}),
+  /** Secret names, emitted as `NAME: ""` and supplied at launch with `--secret NAME`. */
+  secrets: z
+    .array(z.string().regex(ENV_KEY_PATTERN, 'secret names match [A-Za-z_][A-Za-z0-9_]*'))
+    .default([]),
+  setup: z.string().optional(),
+  run: z.string(),
+});
+export type TaskConfig = z.input<typeof TaskConfigSchema>;
+export type ResolvedTaskConfig = z.output<typeof TaskConfigSchema>;
+
+/** Credentials belong in `secrets`, referenced by name; an env that looks like one must be empty. */
+function checkNoInlinedSecrets(
+  envMap: Record<string, string | number | boolean>,
+  secrets: string[],
+  where: string,
+): void {
+  for (const [key, value] of Object.entries(envMap)) {
+    if (SECRET_NAME.test(key) && String(value) !== '') {
+      throw new ConfigError(
+        `${where}.envs.${key} looks like a credential: do not inline it; list ${JSON.stringify(key)} in ${where}.secrets and pass it at launch with --secret ${key}`,
+      );
+    }
+  }
+  for (const secret of secrets) {
+    if (secret in envMap)
+      throw new ConfigError(`${where}: ${secret} is both an env and a secret; keep it in secrets only`);
+  }
+}
+
+/** One task as a plain object in SkyPilot's key order. */
+export function taskDocument(config: TaskConfig | ResolvedTaskConfig): Job {
+  const t = parseWith(TaskConfigSchema, config, 'task config');
+  checkNoInlinedSecrets(t.envs, t.secrets, 'task');
+  const resources = Object.fromEntries(
+    Object.entries({
+      infra: t.infra,
+      accelerators: t.accelerators,
+      cpus: t.cpus,
+      memory: t.memory,
+      image_id: t.image,
+      use_spot: t.useSpot,
+      ports: t.ports,
+    }).filter(([, v]) => v !== undefined),
+  );
+  return {
     name: t.name,
     ...(t.numNodes !== 1 ? { num_nodes: t.numNodes } : {}),
-    ...base(t, t.accelerators),
+    ...(Object.keys(resources).length ? { resources } : {}),
+    ...(t.workdir !== undefined ? { workdir: t.workdir } : {}),
+    ...(Object.keys(t.volumes).length ? { volumes: t.volumes } : {}),
     ...(Object.keys(t.fileMounts).length ? { file_mounts: t.fileMounts } : {}),
-    envs: { [membersEnvName(c)]: names.join(' '), ...stringEnvs(t.envs) },
+    ...(Object.keys(t.envs).length ? { envs: stringEnvs(t.envs) } : {}),
     ...(t.secrets.length ? { secrets: Object.fromEntries(t.secrets.map((s) => [s, ''])) } : {}),
     ...(t.setup !== undefined ? { setup: t.setup } : {}),
     run: t.run,
   };
+}
+
+/** Render one task YAML for `sky launch` / `sky jobs launch`. */
+export function renderTask(config: TaskConfig | ResolvedTaskConfig): string {
+  return toYaml(taskDocument(config));
+}
+
+/** The Job Group as plain objects: `[header, ...engines, trainer]`, ready for YAML. */
+export function jobGroupDocuments(config: JobGroupConfig | ResolvedJobGroupConfig): Job[] {
+  const c = resolveJobGroupConfig(config);
+  const shared = {
+    infra: c.infra,
+    ...(c.image !== undefined ? { image: c.image } : {}),
+    ...(c.workdir !== undefined ? { workdir: c.workdir } : {}),
+    volumes: c.volume ? { [c.volume.mountPath]: c.volume.name } : {},
+  };
+  const names = engineJobNames(c);
+  const e = c.engines;
+  const engines = names.map((jobName) =>
+    taskDocument({
+      ...shared,
+      name: jobName,
+      accelerators: e.accelerators,
+      ...(e.infra !== undefined ? { infra: e.infra } : {}),
+      ...(e.image !== undefined ? { image: e.image } : {}),
+      envs: e.envs,
+      ...(e.setup !== undefined ? { setup: e.setup } : {}),
+      run: engineRun(e),
+    }),
+  );
+  const t = c.trainer;
+  const trainer = taskDocument({
+    ...shared,
+    name: t.name,
+    numNodes: t.numNodes,
+    accelerators: t.accelerators,
+    ...(t.infra !== undefined ? { infra: t.infra } : {}),
+    ...(t.image !== undefined ? { image: t.image } : {}),
+    fileMounts: t.fileMounts,
+    envs: { [membersEnvName(c)]: names.join(' '), ...t.envs },
+    secrets: t.secrets,
+    ...(t.setup !== undefined ? { setup: t.setup } : {}),
+    run: t.run,
+  });
   const header = {
     name: c.name,
     execution: 'parallel',

@@ -10,6 +10,7 @@ import {
   engineJobNames,
   type JobGroupConfig,
   renderJobGroup,
+  renderTask,
   renderVolume,
 } from './render.js';
 import { formatProblem, validateSkyPilotYaml } from './validate.js';
@@ -88,6 +89,43 @@ const minimal: JobGroupConfig = {
   trainer: { run: 'bash train.sh', accelerators: 'H100:8' },
   engines: { count: 2, kind: 'vllm', model: '/models/qwen', accelerators: 'L40S:1', port: 8000 },
 };
+
+describe('renderTask', () => {
+  it('emits a single task that loads under the task schema, with empty envs quoted and secrets referenced', () => {
+    const text = renderTask({
+      name: 'sglang-router',
+      infra: 'kubernetes/my-ctx',
+      cpus: '4+',
+      ports: [30000],
+      image: 'docker:lmsysorg/sglang:v0.5.15',
+      envs: { WORKERS: 3, EXTRA: '', DEBUG: false },
+      secrets: ['HF_TOKEN'],
+      run: 'python -m sglang_router.launch_router \\\n  --policy cache_aware',
+    });
+    expect(pyYamlLoad(text)).toEqual([
+      {
+        name: 'sglang-router',
+        resources: {
+          infra: 'kubernetes/my-ctx',
+          cpus: '4+',
+          image_id: 'docker:lmsysorg/sglang:v0.5.15',
+          ports: [30000],
+        },
+        envs: { WORKERS: '3', EXTRA: '', DEBUG: 'false' },
+        secrets: { HF_TOKEN: '' },
+        run: 'python -m sglang_router.launch_router \\\n  --policy cache_aware',
+      },
+    ]);
+    expect(text).toContain('run: |');
+    expect(validateSkyPilotYaml(text)).toMatchObject({ kind: 'task', ok: true, problems: [] });
+    expect(() => renderTask({ name: 't', run: 'x', envs: { HF_TOKEN: 'hf_abc' } })).toThrow(
+      /task\.envs\.HF_TOKEN looks like a credential/,
+    );
+    expect(() => renderTask({ name: 't', run: 'x', envs: { A: null as never } })).toThrow(
+      /envs\.A: env values are never null/,
+    );
+  });
+});
 
 describe('renderJobGroup', () => {
   it('puts vLLM engines on their own, cheaper accelerators and derives their command', () => {
