@@ -192,11 +192,16 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
         throw new HttpFailure(fault.status ?? 503, fault.message ?? 'injected fault');
       }
       if (fault?.kind === 'stall') await sleep(fault.ms, signal);
+      let prompt: string | undefined;
       const scripted = await policy({
         rid,
         requestIndex: index,
         inputIds,
-        prompt: tokenizer.decode(inputIds),
+        // decoded only when the policy reads it (decoding a long prompt costs more than the rest)
+        get prompt() {
+          prompt ??= tokenizer.decode(inputIds);
+          return prompt;
+        },
         maxTokens,
         temperature,
         signal,

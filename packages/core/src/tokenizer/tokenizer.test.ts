@@ -67,6 +67,25 @@ describe('loadTokenizer (Qwen3 files from disk)', () => {
     );
   });
 
+  it('fast byte-level decoding equals the reference decoder, with and without special tokens', async () => {
+    const tok = await qwen3();
+    const reference = new Tokenizer(
+      JSON.parse(readFileSync(join(QWEN3_DIR, 'tokenizer.json'), 'utf8')),
+      JSON.parse(readFileSync(join(QWEN3_DIR, 'tokenizer_config.json'), 'utf8')),
+    );
+    const id = fc.oneof(fc.integer({ min: 0, max: 151642 }), fc.integer({ min: 151643, max: 151668 }));
+    fc.assert(
+      fc.property(fc.array(id, { minLength: 1, maxLength: 40 }), fc.boolean(), (ids, skip) => {
+        const expected = reference.decode(ids, {
+          skip_special_tokens: skip,
+          clean_up_tokenization_spaces: false,
+        });
+        expect(tok.decode(ids, { skipSpecialTokens: skip })).toBe(expected);
+      }),
+      { numRuns: 500 },
+    );
+  });
+
   it('renders tools, tool calls, tool responses and the generation prompt with the model template', async () => {
     const tok = await qwen3();
     const messages: TemplateMessage[] = [

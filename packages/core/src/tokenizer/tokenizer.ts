@@ -77,6 +77,12 @@ export class ChatTokenizer {
   readonly #addedSplit: RegExp | undefined;
   readonly #addedIds = new Map<string, number>();
   readonly #segments = new Map<string, Int32Array>();
+  /** Byte-level BPE: each id's bytes (or, for added tokens, its text), filled lazily; see `decode`. */
+  readonly #byteLevel: boolean;
+  readonly #pieces: Array<Uint8Array | string | undefined> = [];
+  readonly #addedById = new Map<number, string>();
+  readonly #specialIds = new Set<number>();
+  readonly #utf8 = new TextDecoder('utf-8', { fatal: false, ignoreBOM: true });
 
   constructor(
     tokenizerJson: Record<string, unknown>,
@@ -111,7 +117,13 @@ export class ChatTokenizer {
     const cacheable =
       added.every((t) => !t.lstrip && !t.rstrip && !t.normalized) &&
       !JSON.stringify(tokenizerJson.pre_tokenizer ?? null).includes('Metaspace');
-    for (const t of added) this.#addedIds.set(String(t.content), Number(t.id));
+    const extraSpecial = new Set((config.additional_special_tokens ?? []) as string[]);
+    for (const t of added) {
+      this.#addedIds.set(String(t.content), Number(t.id));
+      this.#addedById.set(Number(t.id), String(t.content));
+      if (t.special || extraSpecial.has(String(t.content))) this.#specialIds.add(Number(t.id));
+    }
+    this.#byteLevel = (tokenizerJson.decoder as { type?: string } | undefined)?.type === 'ByteLevel';
     if (cacheable && added.length > 0) {
       const alternatives = [...this.#addedIds.keys()]
         .sort((a, b) => b.length - a.length)
@@ -155,10 +167,53 @@ export class ChatTokenizer {
   /** Text of `ids` (special tokens kept unless `skipSpecialTokens`). */
   decode(ids: ArrayLike<number>, options: { skipSpecialTokens?: boolean } = {}): string {
     if (ids.length === 0) return '';
-    return this.#tokenizer.decode(Array.from(ids), {
-      skip_special_tokens: options.skipSpecialTokens ?? false,
-      clean_up_tokenization_spaces: false,
-    });
+    const skip = options.skipSpecialTokens ?? false;
+    if (!this.#byteLevel) {
+      return this.#tokenizer.decode(Array.from(ids), {
+        skip_special_tokens: skip,
+        clean_up_tokenization_spaces: false,
+      });
+    }
+    // Byte-level BPE, as the library's ByteLevel decoder does it (bytes between added tokens decoded as
+    // UTF-8, added tokens as their text) with the per-token work cached: decoding is on the hot path.
+    let out = '';
+    let bytes = new Uint8Array(256);
+    let n = 0;
+    for (let i = 0; i < ids.length; i++) {
+      const id = ids[i]!;
+      if (skip && this.#specialIds.has(id)) continue;
+      const piece = this.#piece(id);
+      if (typeof piece === 'string') {
+        if (n > 0) out += this.#utf8.decode(bytes.subarray(0, n));
+        n = 0;
+        out += piece;
+        continue;
+      }
+      if (n + piece.length > bytes.length) {
+        const grown = new Uint8Array(Math.max(bytes.length * 2, n + piece.length));
+        grown.set(bytes.subarray(0, n));
+        bytes = grown;
+      }
+      bytes.set(piece, n);
+      n += piece.length;
+    }
+    if (n > 0) out += this.#utf8.decode(bytes.subarray(0, n));
+    return out;
+  }
+
+  #piece(id: number): Uint8Array | string {
+    let piece = this.#pieces[id];
+    if (piece === undefined) {
+      const added = this.#addedById.get(id);
+      if (added !== undefined) piece = added;
+      else {
+        const token = this.#tokenizer.id_to_token(id) ?? '';
+        const chars = [...token];
+        piece = Uint8Array.from(chars, (c) => UNICODE_TO_BYTE.get(c) ?? 0);
+      }
+      if (id >= 0 && id < 1 << 24) this.#pieces[id] = piece;
+    }
+    return piece;
   }
 
   /** The id of one token's text, or undefined. */
@@ -200,6 +255,17 @@ export class ChatTokenizer {
     return parseResponse(text, { toolCalls: this.toolParser, reasoning: this.reasoningParser });
   }
 }
+
+/** GPT-2's byte-to-unicode table, reversed: the character a byte-level BPE vocabulary uses for each byte. */
+const UNICODE_TO_BYTE: Map<string, number> = (() => {
+  const map = new Map<string, number>();
+  let extra = 0;
+  for (let b = 0; b < 256; b++) {
+    const printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    map.set(String.fromCharCode(printable ? b : 256 + extra++), b);
+  }
+  return map;
+})();
 
 function tokenText(value: unknown): string | undefined {
   if (typeof value === 'string') return value;
