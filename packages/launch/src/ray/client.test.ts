@@ -159,7 +159,7 @@ describe('RayJobsClient', () => {
   });
 
   it('gets, lists (an array, submissions first), tails, stops and deletes', async () => {
-    const server = await ray({ script: { pendingMs: 30, lines: ['a', 'b', 'c', 'd'], lineIntervalMs: 30 } });
+    const server = await ray({ script: { pendingMs: 400, lines: ['a', 'b', 'c', 'd'], lineIntervalMs: 30 } });
     const client = new RayJobsClient({ address: server.url });
     await client.submit({
       entrypoint: 'python3 train.py',
