@@ -15,7 +15,7 @@ export DOCKER_HOST="unix://$VIME_DOCKER_DIR/docker.sock"
 _vime_docker_log() { printf '\033[2m[vime docker]\033[0m %s\n' "$*" >&2; }
 
 _vime_docker_ping() {
-  curl -sf --max-time 2 --unix-socket "$VIME_DOCKER_DIR/docker.sock" http://localhost/_ping 2>/dev/null | grep -q OK
+  [ -S "$VIME_DOCKER_DIR/docker.sock" ] && timeout 5 docker version >/dev/null 2>&1
 }
 
 _vime_docker_down() {
