@@ -41,6 +41,42 @@ describe('broadcastToTokens', () => {
     ]);
   });
 
+  it('long responses (fill-then-zero path) match a per-token reference', () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            len: fc.integer({ min: 0, max: 1200 }),
+            zeros: fc.array(fc.nat(1199), { maxLength: 30 }),
+          }),
+          {
+            minLength: 1,
+            maxLength: 5,
+          },
+        ),
+        fc.nat(7),
+        (samples, shift) => {
+          const lens = samples.map((s) => s.len);
+          const backing = new Uint8Array(shift + lens.reduce((x, y) => x + y, 0));
+          const mask = backing.subarray(shift).fill(1);
+          let at = 0;
+          for (const s of samples) {
+            for (const z of s.zeros) if (z < s.len) mask[at + z] = 0;
+            at += s.len;
+          }
+          const a = samples.map((_, i) => i + 0.5);
+          const out = broadcastToTokens(a, lens, mask, { mode: 'maskedTokens' });
+          let t = 0;
+          for (let i = 0; i < samples.length; i++) {
+            for (let k = 0; k < lens[i]!; k++, t++) if (out[t] !== (mask[t] ? a[i] : 0)) return false;
+          }
+          return true;
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+
   it('a flat mask at any byte offset gives the same result as per-sample masks', () => {
     fc.assert(
       fc.property(
