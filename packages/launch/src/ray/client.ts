@@ -73,7 +73,7 @@ export interface RayJobsClientOptions {
   /** Dashboard URL, e.g. `http://127.0.0.1:8265`. */
   address: string;
   /** Token for clusters with `RAY_AUTH_MODE=token`; sent as `Authorization: Bearer`. */
-  token?: string;
+  token?: string | undefined;
   headers?: Record<string, string>;
   /** Submission retries for rejections that prove the job did not run. Default 6 attempts, 10 s apart. */
   submitAttempts?: number;
