@@ -129,6 +129,7 @@ interface Reader {
 const KEYS_FILE = 'keys.log';
 const CURSOR_FILE = 'cursor.json';
 const READ_CHUNK = 4 << 20;
+const WRITE_CHUNK = 1 << 20;
 
 async function listSegments(dir: string): Promise<number[]> {
   const names = await readdir(dir);
@@ -332,7 +333,8 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
       active = await this.#startSegment(this.#nextSeq);
     }
     const time = Date.now();
-    const chunks: Uint8Array[] = [];
+    // Frames go out in writes of about 1 MiB: one huge write is slower to flush than several.
+    const writes: Array<{ chunks: Uint8Array[]; bytes: number }> = [];
     let seq = this.#nextSeq;
     let total = 0;
     for (const p of batch) {
@@ -341,23 +343,29 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
       );
       const parts = [header, ...p.parts];
       const frame = frameHeader(parts);
-      chunks.push(frame, ...parts);
-      total += frame.length + header.length + p.bytes;
+      const bytes = frame.length + header.length + p.bytes;
+      const last = writes.at(-1);
+      if (last && last.bytes + bytes <= WRITE_CHUNK) {
+        last.chunks.push(frame, ...parts);
+        last.bytes += bytes;
+      } else writes.push({ chunks: [frame, ...parts], bytes });
+      total += bytes;
       seq++;
     }
     const start = active.size;
     try {
-      let written = 0;
-      while (written < total) {
-        const { bytesWritten } = await active.handle.writev(
-          written === 0 ? chunks : [Buffer.concat(chunks).subarray(written)],
-          start + written,
-        );
-        written += bytesWritten;
+      let position = start;
+      for (const write of writes) {
+        let done = 0;
+        while (done < write.bytes) {
+          const buffers = done === 0 ? write.chunks : [Buffer.concat(write.chunks).subarray(done)];
+          const { bytesWritten } = await active.handle.writev(buffers, position + done);
+          done += bytesWritten;
+        }
+        position += write.bytes;
       }
       if (this.#sync) await active.handle.datasync();
     } catch (error) {
-      // Cut off whatever part of the batch reached the file, so the next append starts clean.
       const failure = new QueueError(
         `writing ${batch.length} record(s) to ${this.#path(active.base)} failed`,
         {

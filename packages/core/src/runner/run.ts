@@ -5,20 +5,18 @@
  * and phase; nothing a rollout does escapes the iterator.
  */
 import { EventEmitter } from 'eventemitter3';
-import { z } from 'zod';
 import { ConfigError, describeValue, ValidationError, VimeError } from '../errors.js';
 import {
   now,
   type Phase,
   PhaseSchema,
   type PhaseTimings,
-  PhaseTimingsSchema,
   type RolloutError,
   type RolloutEvent,
   type RolloutEventType,
   type RolloutResult,
 } from '../rollout.js';
-import { assertSampleInvariants, type Sample, SampleSchema } from '../sample.js';
+import { assertSampleInvariants, type Sample } from '../sample.js';
 
 /** Identity of one rollout. `rolloutId = groupIndex * samplesPerPrompt + sampleIndex`, stable across runs. */
 export interface RolloutRef {
@@ -146,15 +144,50 @@ function checkOptions(options: RunRolloutsOptions): void {
   }
 }
 
-const OutcomeSchema = z.object({
-  reward: z.number().refine(Number.isFinite, 'expected a finite number'),
-  status: z.enum(['completed', 'truncated']).optional(),
-  samples: z.array(SampleSchema).optional(),
-  sessionId: z.string().optional(),
-  turns: z.number().int().nonnegative().optional(),
-  timings: PhaseTimingsSchema.optional(),
-  metadata: z.record(z.string(), z.unknown()).optional(),
-});
+const STATUSES = new Set(['completed', 'truncated']);
+
+/** Where a returned outcome is malformed (`[path, message]`), or undefined. Hand-written: it runs per rollout. */
+function checkOutcome(value: unknown): [string, string] | undefined {
+  if (value === null || typeof value !== 'object')
+    return ['', `expected an object, found ${describeValue(value)}`];
+  const o = value as Record<string, unknown>;
+  if (typeof o.reward !== 'number' || !Number.isFinite(o.reward)) {
+    return ['.reward', `expected a finite number, found ${describeValue(o.reward)}`];
+  }
+  if (o.status !== undefined && !STATUSES.has(o.status as string)) {
+    return ['.status', `expected 'completed' or 'truncated', found ${describeValue(o.status)}`];
+  }
+  if (o.samples !== undefined) {
+    if (!Array.isArray(o.samples))
+      return ['.samples', `expected an array of Sample, found ${describeValue(o.samples)}`];
+    for (const [i, sample] of o.samples.entries()) {
+      if (
+        sample === null ||
+        typeof sample !== 'object' ||
+        !((sample as Sample).tokens instanceof Int32Array)
+      ) {
+        return [
+          `.samples[${i}]`,
+          `expected a Sample (build it with createSample), found ${describeValue(sample)}`,
+        ];
+      }
+    }
+  }
+  const turns = o.turns;
+  if (turns !== undefined && !(typeof turns === 'number' && Number.isInteger(turns) && turns >= 0)) {
+    return ['.turns', `expected an integer ≥ 0, found ${describeValue(turns)}`];
+  }
+  for (const key of ['timings', 'metadata'] as const) {
+    const v = o[key];
+    if (v !== undefined && (v === null || typeof v !== 'object' || Array.isArray(v))) {
+      return [`.${key}`, `expected an object, found ${describeValue(v)}`];
+    }
+  }
+  if (o.sessionId !== undefined && typeof o.sessionId !== 'string') {
+    return ['.sessionId', `expected a string, found ${describeValue(o.sessionId)}`];
+  }
+  return undefined;
+}
 
 /**
  * Run `rollout` `samplesPerPrompt` times for every task, at most `concurrency` at once, and yield the
@@ -175,7 +208,8 @@ export function runRollouts<T extends TaskLike>(
 }
 
 interface Running {
-  controller: AbortController;
+  /** Abort the rollout's signal and wake the runner waiting on it. */
+  abort: (reason: VimeError) => void;
   settled: Promise<void>;
 }
 
@@ -289,7 +323,7 @@ export class RolloutRun<T extends TaskLike>
     this.#stopped = true;
     this.#stopReason = reason;
     this.#exhausted = true;
-    for (const r of this.#running) r.controller.abort(reason);
+    for (const r of this.#running) r.abort(reason);
     // Close a generator source so its own cleanup runs; a pending next() may still settle later.
     void Promise.resolve(this.#source?.return?.()).catch(() => {});
     this.#signalReady();
@@ -370,9 +404,20 @@ export class RolloutRun<T extends TaskLike>
     stats.inFlight++;
     stats.peakInFlight = Math.max(stats.peakInFlight, stats.inFlight);
     const controller = new AbortController();
-    const running: Running = { controller, settled: Promise.resolve() };
+    // Resolved wherever the runner aborts the signal (cheaper than an abort listener per rollout).
+    let wake: (value: null) => void = () => {};
+    const aborted = new Promise<null>((resolve) => {
+      wake = resolve;
+    });
+    const running: Running = {
+      abort: (reason) => {
+        controller.abort(reason);
+        wake(null);
+      },
+      settled: Promise.resolve(),
+    };
     this.#running.add(running);
-    running.settled = this.#execute(task, ref, controller).then((result) => {
+    running.settled = this.#execute(task, ref, controller.signal, running.abort, aborted).then((result) => {
       this.#running.delete(running);
       stats.inFlight--;
       stats.finished++;
@@ -388,7 +433,13 @@ export class RolloutRun<T extends TaskLike>
     this.emit('event', event);
   }
 
-  async #execute(task: T, ref: RolloutRef, controller: AbortController): Promise<RolloutResult> {
+  async #execute(
+    task: T,
+    ref: RolloutRef,
+    signal: AbortSignal,
+    abort: (reason: VimeError) => void,
+    aborted: Promise<null>,
+  ): Promise<RolloutResult> {
     const { rolloutId } = ref;
     const startedAt = now();
     this.#emit({ type: 'rollout:start', t: startedAt, ...ref });
@@ -397,7 +448,7 @@ export class RolloutRun<T extends TaskLike>
     let failedPhase: Phase | undefined;
     const context: RolloutContext = {
       ...ref,
-      signal: controller.signal,
+      signal,
       emit: (event) => this.#emit({ t: now(), rolloutId, ...event } as RolloutEvent),
       phase: async (phase, fn) => {
         phases.push(phase);
@@ -420,31 +471,24 @@ export class RolloutRun<T extends TaskLike>
       Number.isFinite(this.#guardMs) && !this.#stopped
         ? setTimeout(
             () =>
-              controller.abort(
-                abortError('timeout', `rollout exceeded its wall-clock guard of ${this.#guardMs} ms`),
-              ),
+              abort(abortError('timeout', `rollout exceeded its wall-clock guard of ${this.#guardMs} ms`)),
             this.#guardMs,
           )
         : undefined;
-    if (this.#stopped) controller.abort(this.#stopReason);
+    if (this.#stopped && this.#stopReason) abort(this.#stopReason);
 
     type Settled = { ok: true; value: unknown } | { ok: false; error: unknown };
     const settled: Promise<Settled> = (async () => this.#rollout(task, context))().then(
       (value) => ({ ok: true, value }),
       (error: unknown) => ({ ok: false, error }),
     );
-    const aborted = new Promise<null>((resolve) => {
-      if (controller.signal.aborted) resolve(null);
-      else controller.signal.addEventListener('abort', () => resolve(null), { once: true });
-    });
-
     const base = { taskId: ref.taskId, groupIndex: ref.groupIndex, sampleIndex: ref.sampleIndex, rolloutId };
     let result: RolloutResult;
     try {
       const first = await Promise.race([settled, aborted]);
       if (first?.ok) {
         result = this.#completed(base, first.value, timings, startedAt);
-      } else if (first && !controller.signal.aborted) {
+      } else if (first && !signal.aborted) {
         // A rollout may give up on its own by throwing a VimeError with code `aborted`.
         const status =
           VimeError.isInstance(first.error) && first.error.code === 'aborted' ? 'aborted' : 'failed';
@@ -461,7 +505,7 @@ export class RolloutRun<T extends TaskLike>
             graceMs: this.#graceMs,
           });
         }
-        const reason = controller.signal.reason as VimeError;
+        const reason = signal.reason as VimeError;
         const error: RolloutError = { code: reason.code, message: reason.message, cause: reason };
         if (phase) error.phase = phase;
         if (late && !late.ok && late.error !== reason) error.cause = late.error;
@@ -483,13 +527,11 @@ export class RolloutRun<T extends TaskLike>
   }
 
   #completed(base: RolloutRef, value: unknown, timings: PhaseTimings, startedAt: number): RolloutResult {
-    const parsed = OutcomeSchema.safeParse(value);
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0]!;
-      const path = `outcome${issue.path.map((k) => (typeof k === 'number' ? `[${k}]` : `.${String(k)}`)).join('')}`;
+    const invalid = checkOutcome(value);
+    if (invalid) {
       const error = new ValidationError(
-        path,
-        `the rollout function returned an invalid outcome: ${issue.message}; return { reward: number, samples?: Sample[] } or throw`,
+        `outcome${invalid[0]}`,
+        `the rollout function returned an invalid outcome: ${invalid[1]}; return { reward: number, samples?: Sample[] } or throw`,
       );
       return this.#unscored('failed', base, toRolloutError(error, undefined), timings, startedAt);
     }
