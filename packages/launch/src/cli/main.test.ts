@@ -186,6 +186,36 @@ describe('vime CLI', () => {
       );
     });
 
+    it("submits the plan's slime command with the trainer env and secrets in the runtime env, not in argv", async () => {
+      const env = {
+        RAY_AUTH_TOKEN: 'tok',
+        WANDB_API_KEY: 'wandb-secret',
+        SKYPILOT_JOBGROUP_NAME: 'coding-agent-2eng',
+      };
+      const result = await vime(
+        ['ray', 'submit', '--engines', '2', '--address', ray.url, '--submission-id', 'plan-run', '--no-wait'],
+        env,
+      );
+      expect(result.code).toBe(EXIT.ok);
+      const status = JSON.parse(
+        (await vime(['ray', 'status', 'plan-run', '--json', '--address', ray.url], env)).stdout,
+      );
+      expect(status.entrypoint).toMatch(/^cd \/root\/slime && python3 train_async\.py /);
+      expect(status.entrypoint).toContain(
+        '--rollout-external-engine-addrs sglang-0.coding-agent-2eng:30000 sglang2-0.coding-agent-2eng:30000',
+      );
+      expect(status.entrypoint).toContain('--use-wandb');
+      expect(status.entrypoint).not.toContain('wandb-secret');
+      expect(status.runtime_env.env_vars).toMatchObject({
+        WANDB_API_KEY: 'wandb-secret',
+        CUDA_DEVICE_MAX_CONNECTIONS: '1',
+        ROLLOUT_BATCH_SIZE: '23',
+        SANDBOX_POOL_REPLICAS: '184',
+      });
+      expect(status.metadata).toEqual({ job_group: 'coding-agent-rl-2eng', engines: '2', mode: 'async' });
+      expect(result.stderr + result.stdout).not.toContain('wandb-secret');
+    });
+
     it('exits 1 with the job log tail when the job fails, and explains a missing token', async () => {
       const failed = await vime(['ray', 'submit', '--address', ray.url, '--', 'python3', 'fail.py'], {
         RAY_AUTH_TOKEN: 'tok',
@@ -216,6 +246,17 @@ describe('vime CLI', () => {
     expect(fail.code).toBe(EXIT.failed);
     expect(fail.stderr).toMatch(/1 of 2 engine\(s\) never became healthy/);
     expect(fail.stdout).toContain(`${bad.url}\tstarting\t`);
+    // Plan-derived engines resolve the group name from the environment.
+    const planned = await vime(['engines', 'wait', '--engines', '2', '--timeout', '1s'], {
+      SKYPILOT_JOBGROUP_NAME: 'grp.invalid',
+    });
+    expect(planned.code).toBe(EXIT.failed);
+    expect(planned.stderr).toContain(
+      'waiting for 2 engine(s): http://sglang-0.grp.invalid:30000 http://sglang2-0.grp.invalid:30000',
+    );
+    expect(planned.stdout).toMatch(
+      /^http:\/\/sglang-0\.grp\.invalid:30000\tunreachable\t\d+ checks\tfirst error: .*ENOTFOUND/m,
+    );
     const noGroup = await vime(['engines', 'wait']);
     expect(noGroup.code).toBe(EXIT.usage);
     expect(noGroup.stderr).toContain('SKYPILOT_JOBGROUP_NAME is not set');
