@@ -136,7 +136,8 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
         ulimits.push({ Name: 'fsize', Soft: limits.fileSizeBytes, Hard: limits.fileSizeBytes });
       }
       if (limits.addressSpaceBytes !== undefined) {
-        ulimits.push({ Name: 'as', Soft: limits.addressSpaceBytes, Hard: limits.addressSpaceBytes });
+        // The Engine has no `as` ulimit; RLIMIT_DATA also bounds anonymous mappings (Linux >= 4.7).
+        ulimits.push({ Name: 'data', Soft: limits.addressSpaceBytes, Hard: limits.addressSpaceBytes });
       }
       const body = {
         Image: image,

@@ -110,8 +110,15 @@ class LocalSandbox extends HostSandbox {
         },
       );
     }
-    const argv = typeof command === 'string' ? ['/bin/sh', '-c', command] : [...command];
+    let argv = typeof command === 'string' ? ['/bin/sh', '-c', command] : [...command];
     if (argv.length === 0) throw new SandboxError('exec needs a command', { code: 'invalid_argument' });
+    // rlimits work unprivileged; memory/pids/cpus need cgroups and are not applied here.
+    const limits = this.spec.limits;
+    const rl: string[] = [];
+    if (limits?.cpuSeconds !== undefined) rl.push(`--cpu=${Math.ceil(limits.cpuSeconds)}`);
+    if (limits?.fileSizeBytes !== undefined) rl.push(`--fsize=${limits.fileSizeBytes}`);
+    if (limits?.addressSpaceBytes !== undefined) rl.push(`--as=${limits.addressSpaceBytes}`);
+    if (rl.length > 0) argv = ['prlimit', ...rl, '--', ...argv];
     const execId = newExecId();
     let pid: number | undefined;
     try {

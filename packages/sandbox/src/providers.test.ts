@@ -11,6 +11,7 @@ import { SandboxError } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bubblewrapProvider } from './bubblewrap.js';
 import { dockerProvider } from './docker.js';
+import { DOCKER_API_MAX, DockerEngine } from './docker-engine.js';
 import { localProvider } from './local.js';
 import { dockerAvailable, testImage } from './test-support.js';
 import type { Sandbox, SandboxProvider } from './types.js';
@@ -147,6 +148,38 @@ describe.each(backends)('%s provider', (name, makeProvider, image) => {
     expect(r.stdout).toBe('ok\uFFFD\uFFFDend');
   });
 
+  it('enforces CPU-seconds, file-size and address-space limits', async () => {
+    const limited = await provider.create({
+      workdir: '/testbed',
+      limits: { cpuSeconds: 1, fileSizeBytes: 1 << 20, addressSpaceBytes: 512 << 20 },
+      ...(image ? { image } : {}),
+    });
+    try {
+      const cpu = await limited.exec('while :; do :; done', { timeoutMs: 20_000 });
+      expect(cpu.timedOut).toBe(false);
+      expect(cpu.exitCode).toBeGreaterThan(128);
+      const big = await limited.exec('head -c 5000000 /dev/zero > big; echo rc=$?; wc -c < big');
+      expect(big.stdout).toMatch(/rc=(153|1)\n1048576\n/);
+      const mem = await limited.exec(['python3', '-c', 'x = bytearray(1 << 30)']);
+      expect(mem.exitCode).toBe(1);
+      expect(mem.stderr).toContain('MemoryError');
+      expect((await limited.exec(['python3', '-c', 'x = bytearray(64 << 20); print(len(x))'])).stdout).toBe(
+        '67108864\n',
+      );
+    } finally {
+      await limited.terminate();
+    }
+  });
+
+  it('emits exec events', async () => {
+    const seen: Array<{ id: string; exitCode: number | null }> = [];
+    const listener = (e: { id: string; exitCode: number | null }) => seen.push(e);
+    provider.events.on('exec', listener);
+    await sbx.exec('exit 5');
+    provider.events.off('exec', listener);
+    expect(seen).toContainEqual(expect.objectContaining({ id: sbx.id, exitCode: 5 }));
+  });
+
   it('is alive until terminated; terminate is idempotent and cleans up', async () => {
     const other = await provider.create({ workdir: '/testbed', ...(image ? { image } : {}) });
     expect(await other.isAlive()).toBe(true);
@@ -156,6 +189,47 @@ describe.each(backends)('%s provider', (name, makeProvider, image) => {
     expect(terminated.filter((id) => id === other.id)).toHaveLength(1);
     await expect(other.exec('true')).rejects.toSatisfy((e) => SandboxError.isInstance(e));
     if (name !== 'docker') expect(existsSync(join(rootDir, other.id))).toBe(false);
+  });
+});
+
+describe.runIf(isRoot || dockerAvailable())('docker specifics', () => {
+  it('negotiates the API version with the engine instead of hard-coding one', async () => {
+    const engine = new DockerEngine();
+    try {
+      const server = JSON.parse(
+        execFileSync('docker', ['version', '--format', '{{json .Server}}']).toString(),
+      ) as { ApiVersion: string };
+      const [major, minor] = server.ApiVersion.split('.').map(Number) as [number, number];
+      const [maxMajor, maxMinor] = DOCKER_API_MAX.split('.').map(Number) as [number, number];
+      const expected = major * 1000 + minor < maxMajor * 1000 + maxMinor ? server.ApiVersion : DOCKER_API_MAX;
+      expect(await engine.apiVersion()).toBe(expected);
+    } finally {
+      await engine.close();
+    }
+  });
+
+  it('labels containers with the run and names a missing image with the fix', async () => {
+    const provider = dockerProvider();
+    const sbx = await provider.create({
+      workdir: '/w',
+      image: testImage,
+      labels: { 'vime.run': 'labels-test' },
+    });
+    try {
+      const engine = new DockerEngine();
+      const info = await engine.json<{ Config: { Labels: Record<string, string>; User: string } }>(
+        'GET',
+        `/containers/vime-${sbx.id}/json`,
+      );
+      await engine.close();
+      expect(info.Config.Labels).toMatchObject({ 'vime.run': 'labels-test', 'vime.sandbox': sbx.id });
+      expect(info.Config.User).toBe('1000:1000');
+    } finally {
+      await sbx.terminate();
+    }
+    await expect(provider.create({ workdir: '/w', image: 'vime/absent:never' })).rejects.toThrow(
+      /never pulls/,
+    );
   });
 });
 
