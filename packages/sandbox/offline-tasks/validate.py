@@ -1,7 +1,8 @@
 """Run the library's pytest suite once per candidate bug, fast: pytest is imported once and each run is a
 forked child (no interpreter start-up, no plugin scan), so validating dozens of bugs takes seconds.
 
-Reads one JSON object on stdin: {"workdir": str, "args": [pytest args], "timeout": seconds,
+Reads one JSON object on stdin: {"workdir": str, "args": [pytest args], "timeout": wall seconds (a backstop),
+"cpu_seconds": CPU seconds a run may use (the real limit),
 "runs": [{"file": path relative to workdir, "content": str} or null for the clean code]}.
 Writes one JSON line per run, in order: {"index", "exit_code", "timed_out", "log"}.
 The workdir must be a scratch copy: candidate files are written there and restored after each run.
@@ -9,6 +10,7 @@ The workdir must be a scratch copy: candidate files are written there and restor
 
 import json
 import os
+import resource
 import signal
 import sys
 import tempfile
@@ -18,11 +20,14 @@ sys.dont_write_bytecode = True
 import pytest  # noqa: E402  (imported once, before forking)
 
 
-def run_one(workdir, args, timeout):
+def run_one(workdir, args, timeout, cpu_seconds):
     with tempfile.TemporaryFile() as out:
         pid = os.fork()
         if pid == 0:
             try:
+                # CPU time, not wall time, decides that a bug loops forever: the verdict must not depend
+                # on how busy the machine is.
+                resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
                 os.chdir(workdir)
                 sys.path.insert(0, workdir)
                 os.dup2(out.fileno(), 1)
@@ -49,6 +54,9 @@ def run_one(workdir, args, timeout):
         out.seek(0)
         log = out.read().decode("utf-8", "replace")
     exit_code = None if timed_out else os.waitstatus_to_exitcode(status)
+    if exit_code is not None and exit_code < 0:
+        # Killed by a signal (SIGXCPU/SIGKILL at the CPU limit): the bug made the suite hang.
+        exit_code, timed_out = None, True
     return exit_code, timed_out, log
 
 
@@ -65,7 +73,7 @@ def main():
             with open(path, "w", encoding="utf-8") as f:
                 f.write(candidate["content"])
         try:
-            exit_code, timed_out, log = run_one(workdir, request["args"], request["timeout"])
+            exit_code, timed_out, log = run_one(workdir, request["args"], request["timeout"], request["cpu_seconds"])
         finally:
             if path is not None:
                 with open(path, "w", encoding="utf-8") as f:

@@ -21,7 +21,7 @@ import { runOk } from './process.js';
 import { defineProfile, PYTHON_TEST_CMD, type SweProfile } from './profiles.js';
 
 /** Bump when the generator's output for the same sources changes, so cached builds are rebuilt. */
-const GENERATOR_VERSION = 1;
+const GENERATOR_VERSION = 2;
 export const OFFLINE_OWNER = 'vime';
 export const OFFLINE_REPO = 'toolbelt';
 export const BUG_PATCH_SUBJECT = 'Bug Patch';
@@ -84,7 +84,10 @@ export interface OfflineTaskSetOptions {
   python?: string;
   /** Validation runs in parallel (default 2). */
   concurrency?: number;
-  /** Per-run timeout for a validation run (default 3 s; the suite takes ~0.2 s); timed-out candidates are dropped, as SWE-smith drops bugs that time out. */
+  /**
+   * Wall-clock backstop per validation run (default 60 s). Hanging bugs are cut by a CPU-time limit (3 s;
+   * the suite needs ~0.2 s) and dropped, as SWE-smith drops bugs that time out.
+   */
   timeoutMs?: number;
   /** Rebuild even when a matching build exists. */
   force?: boolean;
@@ -202,6 +205,12 @@ interface RunReport {
   timedOut: boolean;
 }
 
+/**
+ * CPU seconds one validation run may use. The suite needs ~0.2 s; a bug that loops forever hits this limit
+ * whatever the machine's load, so the set of kept bugs does not depend on it.
+ */
+const CPU_SECONDS = 3;
+
 /** pytest arguments of the offline test command (after `python3 -m pytest`). */
 const PYTEST_ARGS = [...PYTHON_TEST_CMD.split(' ').slice(1), '-p', 'no:cacheprovider'];
 
@@ -221,7 +230,13 @@ function validateRuns(
   return new Promise((resolve, reject) => {
     const child = spawn(python, [join(assets, 'validate.py')], {
       cwd: workdir,
-      env: { ...process.env, PYTEST_DISABLE_PLUGIN_AUTOLOAD: '1', PYTHONDONTWRITEBYTECODE: '1' },
+      // COLUMNS: pytest cuts summary messages to the terminal width; fixed, so problem statements are stable.
+      env: {
+        ...process.env,
+        PYTEST_DISABLE_PLUGIN_AUTOLOAD: '1',
+        PYTHONDONTWRITEBYTECODE: '1',
+        COLUMNS: '160',
+      },
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     let stopped = false;
@@ -256,7 +271,15 @@ function validateRuns(
       else resolve();
     });
     child.stdin.on('error', () => {});
-    child.stdin.end(JSON.stringify({ workdir, args: PYTEST_ARGS, timeout: timeoutMs / 1000, runs }));
+    child.stdin.end(
+      JSON.stringify({
+        workdir,
+        args: PYTEST_ARGS,
+        timeout: timeoutMs / 1000,
+        cpu_seconds: CPU_SECONDS,
+        runs,
+      }),
+    );
   });
 }
 
@@ -365,7 +388,7 @@ export async function buildOfflineTaskSet(options: OfflineTaskSetOptions): Promi
     seed = 1,
     python = 'python3',
     concurrency = 2,
-    timeoutMs = 3_000,
+    timeoutMs = 60_000,
     signal,
   } = options;
   if (!Number.isInteger(count) || count < 1)
