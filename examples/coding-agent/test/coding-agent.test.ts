@@ -1,0 +1,237 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { decodeSamples, SLIME_SAMPLE_FIELDS } from '@vime/core';
+import { renderHtmlInChromium } from '@vime/metrics/testing';
+import { defaultDockerSocket } from '@vime/sandbox';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+const NODE_ARGS = ['--import', 'tsx', '--conditions=@vime/source'];
+const CLI = 'examples/coding-agent/src/main.ts';
+// Debian's interpreter, where python3-msgpack is installed.
+const PYTHON = '/usr/bin/python3';
+
+interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function runCli(args: string[], timeoutMs = 300_000): Promise<CliRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...NODE_ARGS, CLI, ...args], {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+let tmp: string;
+beforeAll(async () => {
+  tmp = await mkdtemp(join(tmpdir(), 'vime-coding-agent-'));
+});
+afterAll(async () => {
+  await rm(tmp, { recursive: true, force: true });
+});
+
+async function readBatch(out: string, step: number) {
+  return decodeSamples(await readFile(join(out, 'steps', `${step}.msgpack`)));
+}
+
+describe('coding-agent main job', () => {
+  it('runs the embedded defaults end to end: 2 steps, mixed rewards, advantages, pass@k, reports', {
+    timeout: 320_000,
+  }, async () => {
+    const out = join(tmp, 'main');
+    const started = performance.now();
+    const run = await runCli(['--out', out]);
+    expect(run.code, run.stderr.slice(-3000)).toBe(0);
+    expect((performance.now() - started) / 1000).toBeLessThan(300);
+    expect(run.stdout).toMatch(/stand-in engine\(s\) — a scripted policy/);
+    expect(run.stdout).toMatch(/pass@k: pass@1 [\d.]+%, pass@2 [\d.]+%, pass@4 [\d.]+%/);
+
+    const report = JSON.parse(await readFile(join(out, 'report.json'), 'utf8'));
+    expect(Object.keys(report.quality)).toEqual(['1', '2']);
+    const mean = report.rollout_metrics.reward.mean as number;
+    expect(mean).toBeGreaterThan(0);
+    expect(mean).toBeLessThan(1);
+
+    const rows = [...(await readBatch(out, 1)), ...(await readBatch(out, 2))];
+    expect(rows.length).toBeGreaterThanOrEqual(report.rollouts_completed);
+    const rewards = new Set(rows.map((r) => r.reward));
+    expect(rewards).toEqual(new Set([0, 1]));
+    expect(rows.some((r) => (r.metadata.advantage as number) > 0)).toBe(true);
+    expect(rows.some((r) => (r.metadata.advantage as number) < 0)).toBe(true);
+    for (const row of rows) {
+      expect(row.response_length).toBe(row.loss_mask!.length);
+      expect(row.rollout_log_probs!.length).toBe(row.response_length);
+      expect(row.status === 'completed' || row.status === 'truncated').toBe(true);
+    }
+    // Multi-turn rollouts pack observations as loss-masked spans.
+    expect(rows.some((r) => r.loss_mask!.includes(0))).toBe(true);
+
+    // Python decodes the batch into slime-shaped dicts.
+    const script = String.raw`
+import sys, json, msgpack
+rows = msgpack.unpackb(open(sys.argv[1], "rb").read(), raw=False)
+print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted({r["status"] for r in rows}),
+  "ok": all(len(r["loss_mask"]) == r["response_length"] == len(r["rollout_log_probs"]) and r["tokens"][-r["response_length"]:] for r in rows)}))`;
+    const py = await promisify(execFile)(PYTHON, ['-c', script, join(out, 'steps', '1.msgpack')]);
+    const decoded = JSON.parse(py.stdout);
+    expect(decoded.keys).toEqual([...SLIME_SAMPLE_FIELDS]);
+    expect(decoded.ok).toBe(true);
+
+    // The HTML report renders every chart in headless Chromium.
+    const screenshotPath = join(out, 'report.png');
+    const rendered = await renderHtmlInChromium(await readFile(join(out, 'report.html'), 'utf8'), {
+      screenshotPath,
+    });
+    expect(rendered.consoleErrors).toEqual([]);
+    expect(rendered.svgCount).toBeGreaterThanOrEqual(3);
+    expect(rendered.emptySvgCount).toBe(0);
+    expect((await stat(screenshotPath)).size).toBeGreaterThan(10_000);
+  });
+
+  it('uses an engine given by --engine-url, started as a separate process', {
+    timeout: 240_000,
+  }, async () => {
+    const engine = spawn(process.execPath, [...NODE_ARGS, 'examples/coding-agent/src/standin-server.ts'], {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        let text = '';
+        engine.stdout!.on('data', (d) => {
+          text += d;
+          const m = /listening on (http:\/\/\S+)/.exec(text);
+          if (m) resolve(m[1]!);
+        });
+        engine.on('exit', (code) => reject(new Error(`stand-in engine exited with ${code}`)));
+      });
+      const out = join(tmp, 'engine-url');
+      const run = await runCli([
+        '--out',
+        out,
+        '--engine-url',
+        url,
+        '--steps',
+        '1',
+        '--prompts',
+        '2',
+        '--samples',
+        '2',
+        '--quiet',
+      ]);
+      expect(run.code, run.stderr.slice(-3000)).toBe(0);
+      expect(run.stdout).toContain(`Engines: ${url}`);
+      expect(run.stdout).toMatch(/rollouts: 4 completed/);
+      const metrics = await (await fetch(`${url}/metrics`)).text();
+      expect(metrics).toMatch(
+        /sglang:num_requests_total|sglang:generation_tokens_total|sglang:prompt_tokens_total/,
+      );
+    } finally {
+      engine.kill('SIGTERM');
+    }
+  });
+
+  const dockerReady = process.getuid?.() === 0 || existsSync(defaultDockerSocket());
+  it.runIf(dockerReady)('runs with --sandbox docker', { timeout: 240_000 }, async () => {
+    const out = join(tmp, 'docker');
+    const run = await runCli([
+      '--out',
+      out,
+      '--sandbox',
+      'docker',
+      '--steps',
+      '1',
+      '--prompts',
+      '2',
+      '--samples',
+      '2',
+      '--quiet',
+    ]);
+    expect(run.code, run.stderr.slice(-3000)).toBe(0);
+    expect(run.stdout).toMatch(/rollouts: 4 completed/);
+    expect((await readBatch(out, 1)).length).toBeGreaterThanOrEqual(4);
+  });
+
+  it('resumes a run killed mid-step without losing or repeating a completed rollout', {
+    timeout: 480_000,
+  }, async () => {
+    const out = join(tmp, 'resume');
+    const args = [
+      '--out',
+      out,
+      '--steps',
+      '2',
+      '--prompts',
+      '2',
+      '--samples',
+      '4',
+      '--concurrency',
+      '2',
+      '--quiet',
+    ];
+    const child: ChildProcess = spawn(process.execPath, [...NODE_ARGS, CLI, ...args], {
+      cwd: root,
+      stdio: 'ignore',
+      detached: true,
+    });
+    const keysLog = join(out, 'queue', 'keys.log');
+    const size = async (p: string) => (await stat(p).catch(() => undefined))?.size ?? -1;
+    const deadline = Date.now() + 240_000;
+    // Wait until step 1 was handed off and at least one rollout of step 2 is in the queue, then SIGKILL.
+    while (!existsSync(join(out, 'steps', '1.results.json'))) {
+      if (Date.now() > deadline) throw new Error('step 1 never finished');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const afterStep1 = await size(keysLog);
+    while ((await size(keysLog)) <= afterStep1) {
+      if (Date.now() > deadline) throw new Error('no rollout of step 2 finished');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    process.kill(-child.pid!, 'SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+    expect(existsSync(join(out, 'steps', '2.msgpack'))).toBe(false);
+
+    const resumed = await runCli(['--resume', out, '--quiet']);
+    expect(resumed.code, resumed.stderr.slice(-3000)).toBe(0);
+    const skipped = Number(/resumed: (\d+) completed rollouts/.exec(resumed.stdout)?.[1] ?? 0);
+    expect(skipped).toBeGreaterThanOrEqual(1 + 8); // step 1 in full (8) plus what step 2 had finished
+
+    for (const step of [1, 2]) {
+      const results = JSON.parse(
+        await readFile(join(out, 'steps', `${step}.results.json`), 'utf8'),
+      ) as Array<{
+        status: string;
+        rolloutId: number;
+      }>;
+      const ids = results.map((r) => r.rolloutId);
+      expect(new Set(ids).size, `step ${step}: a rollout appears twice`).toBe(ids.length);
+      expect(ids.length).toBe(8);
+      const completed = results
+        .filter((r) => r.status === 'completed' || r.status === 'truncated')
+        .map((r) => r.rolloutId);
+      const rows = await readBatch(out, step);
+      expect(new Set(rows.map((r) => r.rollout_id))).toEqual(new Set(completed));
+      const identities = rows.map((r) => `${r.rollout_id}:${r.tokens.length}:${r.response}`);
+      expect(new Set(identities).size, `step ${step}: a row appears twice`).toBe(rows.length);
+    }
+  });
+});
