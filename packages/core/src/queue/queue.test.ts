@@ -285,6 +285,17 @@ describe('SampleQueue', () => {
     await expect(blocked).rejects.toThrow('shutting down');
   });
 
+  it('commits while a read waits, and ends a waiting read on close', async () => {
+    const q = await openQueue({ pollMs: 10 });
+    await q.append('a', []);
+    const batch = await q.read();
+    const waiting = q.read({ wait: true });
+    await q.commit(batch.next);
+    expect(q.committed).toBe(2);
+    await q.close();
+    await expect(waiting).rejects.toThrow(/closed/);
+  });
+
   it('allows one producer and one consumer, taking over a lock left by a dead process', async () => {
     const q = await openQueue({ mode: 'producer' });
     const error = await SampleQueue.open(dir, { mode: 'producer' }).catch((e: unknown) => e);

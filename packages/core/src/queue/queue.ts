@@ -168,6 +168,7 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
   readonly #autoGc: boolean;
   readonly #releases: Array<() => Promise<void>> = [];
   #closed = false;
+  #closing = false;
 
   // Producer state.
   readonly #index = new Map<string, number>();
@@ -185,6 +186,9 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
   /** Start positions of records read but not committed, by seq. */
   readonly #starts = new Map<number, { segment: number; offset: number }>();
   #reading: Promise<unknown> = Promise.resolve();
+  #committing: Promise<unknown> = Promise.resolve();
+  /** Position after the last record handed to the caller (undefined: the committed one). */
+  #delivered: number | undefined;
   #wakeReaders = new Set<() => void>();
   #keysLog: FileHandle | undefined;
 
@@ -497,10 +501,10 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
     return this.#committed;
   }
 
-  /** The position after the last record read (≥ committed). */
+  /** The position after the last record returned by `read` (≥ committed). */
   get readPosition(): number {
     this.#need('consumer', 'readPosition');
-    return this.#reader?.seq ?? this.#committed;
+    return this.#delivered ?? this.#committed;
   }
 
   /**
@@ -523,8 +527,11 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
     }
     for (;;) {
       signal?.throwIfAborted();
+      if (this.#closing)
+        throw new QueueError('SampleQueue.read: the queue was closed', { code: 'queue_closed' });
       const from = this.readPosition;
       const records = await this.#readAvailable(max, maxBytes);
+      if (records.length > 0) this.#delivered = records.at(-1)!.seq + 1;
       if (records.length > 0 || !wait) return { records, from, next: this.readPosition };
       await this.#waitForAppend(signal);
     }
@@ -693,8 +700,14 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
    * Persist the consumer position: records before `next` (default: everything read) are done and will
    * not be read again after a restart. With `autoGc`, fully committed segments are then deleted.
    */
-  async commit(next?: number): Promise<void> {
-    await this.#reading;
+  commit(next?: number): Promise<void> {
+    // Commits are serialized; a read waiting for records does not hold them up.
+    const run = this.#committing.then(() => this.#commit(next));
+    this.#committing = run.catch(() => {});
+    return run;
+  }
+
+  async #commit(next: number | undefined): Promise<void> {
     this.#need('consumer', 'commit');
     const target = next ?? this.readPosition;
     if (!Number.isInteger(target) || target < this.#committed || target > this.readPosition) {
@@ -729,8 +742,10 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
   async rewind(): Promise<void> {
     await this.#reading;
     this.#need('consumer', 'rewind');
+    await this.#committing;
     await this.#reader?.handle.close();
     this.#reader = undefined;
+    this.#delivered = undefined;
     this.#starts.clear();
   }
 
@@ -814,8 +829,11 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
   /** Wait for pending appends, then release files and locks. */
   async close(): Promise<void> {
     if (this.#closed) return;
+    this.#closing = true;
+    for (const wake of this.#wakeReaders) wake();
     await this.#flushing;
     await this.#reading;
+    await this.#committing;
     this.#closed = true;
     await this.#active?.handle.close();
     await this.#reader?.handle.close();
