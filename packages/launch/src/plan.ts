@@ -118,7 +118,7 @@ export const LaunchConfigSchema = z.strictObject({
   volume: VolumeConfigSchema.prefault({}),
   ray: z
     .strictObject({
-      address: z.string().url().default('http://127.0.0.1:8265'),
+      address: z.url().default('http://127.0.0.1:8265'),
       /** `token` when the cluster runs with RAY_AUTH_MODE=token (then RAY_AUTH_TOKEN is required). */
       auth: z.enum(['none', 'token']).default('none'),
     })

@@ -253,6 +253,7 @@ describe('validateSkyPilotYaml', () => {
   it('reports duplicate and bad job names, bad accelerators and bad infra, all at once', () => {
     const text = validGroup
       .replace('name: sglang2', 'name: sglang')
+
       .replace('  accelerators: H100:4', '  accelerators: H100 x4')
       .replace(
         'name: trainer\nresources:\n  infra: kubernetes',
@@ -264,6 +265,13 @@ describe('validateSkyPilotYaml', () => {
       'document 4 (trainer) resources.accelerators: expected "NAME" or "NAME:COUNT", e.g. "H100:4"',
       'warning: document 1: jobs are pinned to different infra (kubernetes, (?i:aws)); SkyPilot places a Job Group on one infra',
     ]);
+  });
+
+  it('requires hostname-safe job names in a Job Group, not in a plain task', () => {
+    expect(problemsOf(validGroup.replace('name: sglang2', 'name: sglang.2'))).toEqual([
+      'document 3 (sglang.2) name: invalid job name "sglang.2": use letters, digits, "-" and "_" only (it becomes a hostname)',
+    ]);
+    expect(validateSkyPilotYaml('name: my.task\nrun: echo').ok).toBe(true);
   });
 
   it('accepts what the loader accepts: numbers in envs, null top-level keys, accelerator maps', () => {

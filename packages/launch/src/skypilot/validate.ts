@@ -146,7 +146,7 @@ const taskVolume = z.union([
 ]);
 
 const taskShape = {
-  name: z.string().regex(NAME_PATTERN, 'use letters, digits, "-" and "_" only'),
+  name: str,
   workdir: z.union([str, z.strictObject({ url: str, ref: str.optional() })]),
   event_callback: str,
   num_nodes: z.number().int().min(1),
@@ -425,9 +425,14 @@ export function validateSkyPilotYaml(
       const name = isRecord(job) && typeof job.name === 'string' ? job.name : undefined;
       const report = reporter(i + 2, name);
       if (name === undefined) report('name', 'every job in a Job Group needs a name');
-      else if (names.includes(name))
+      else if (!NAME_PATTERN.test(name)) {
+        report(
+          'name',
+          `invalid job name ${JSON.stringify(name)}: use letters, digits, "-" and "_" only (it becomes a hostname)`,
+        );
+      } else if (names.includes(name)) {
         report('name', `Duplicate job name in JobGroup: ${JSON.stringify(name)}`);
-      else names.push(name);
+      } else names.push(name);
       checkTask(job, report);
     });
     if (isRecord(header)) checkHeader(header, names, reporter(1));
