@@ -41,6 +41,9 @@ describe('preflight', () => {
     );
     expect(byCode['adapter.loopback']).toMatch(/binds 127\.0\.0\.1.*bind 0\.0\.0\.0/);
     // No pool: on-demand sandboxes, nothing to size. Local sandboxes may reach loopback.
+    const vllm = preflight(resolvePlan({ engines: { kind: 'vllm' } }, { env: { WANDB_API_KEY: 'k' } }));
+    expect(vllm.ok).toBe(true);
+    expect(vllm.problems.map((p) => `${p.severity}:${p.code}`)).toEqual(['warning:engines.kind']);
     const local = preflight(
       resolvePlan({
         adapter: { host: 'localhost' },

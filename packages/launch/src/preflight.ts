@@ -61,6 +61,14 @@ export function preflight(plan: LaunchPlan): PreflightReport {
       );
     }
   }
+  if (jobGroup.engines.kind === 'vllm') {
+    add(
+      'engines.kind',
+      'engines.kind',
+      "slime's rollout and weight updates speak SGLang's API (/generate, /server_info, /update_weights_from_disk); vLLM engines need a custom generate function and weight-update path",
+      'warning',
+    );
+  }
   for (const problem of checkSlimeConfig(slime))
     add('slime.config', `slime.${problem.path}`, problem.message);
 
