@@ -34,14 +34,15 @@ export function groupMoments(
     if (scratch.length < n) scratch = new Float32Array(n * 2);
     for (let j = 0; j < n; j++) scratch[j] = values[members[from + j]!]!;
     const mean = f32(torchSumF32(scratch, 0, n) / n);
-    // slime takes the std of the already-centred float32 values; ATen accumulates it in float64 (Welford).
-    let m = 0;
+    // slime takes the std of the already-centred float32 values; ATen accumulates it in float64, which a
+    // float64 two-pass sum reproduces after rounding to float32.
+    let sum = 0;
+    for (let j = 0; j < n; j++) sum += f32(scratch[j]! - mean);
+    const m = sum / n;
     let m2 = 0;
     for (let j = 0; j < n; j++) {
-      const x = f32(scratch[j]! - mean);
-      const delta = x - m;
-      m += delta / (j + 1);
-      m2 += delta * (x - m);
+      const d = f32(scratch[j]! - mean) - m;
+      m2 += d * d;
     }
     return { mean, std: f32(Math.sqrt(m2 / (n - correction))) };
   }

@@ -11,6 +11,7 @@ const recorded = JSON.parse(
 ) as {
   sums: Array<{ values: number[]; sum: number; mean: number }>;
   uniform_groups: Array<{ value: number; n: number; advantage: number }>;
+  groups: Array<{ rewards: number[]; advantages: number[] }>;
 };
 
 describe('float32 emulation of torch CPU reductions', () => {
@@ -21,6 +22,13 @@ describe('float32 emulation of torch CPU reductions', () => {
       expect(Math.fround(torchSumF32(x) / x.length)).toBe(mean);
     });
   }
+
+  it('group normalization of 120 recorded random groups (sizes 2–64) is bit-exact', () => {
+    for (const [i, { rewards, advantages }] of recorded.groups.entries()) {
+      const actual = grpoAdvantages(rewards, { groupSize: rewards.length, preset: 'slime' });
+      expect(Array.from(actual), `group ${i} (${rewards.length} rewards)`).toEqual(advantages);
+    }
+  });
 
   it("reproduces slime's non-zero advantages for uniform groups (trainer residual) and avoids them by default", () => {
     for (const { value, n, advantage } of recorded.uniform_groups) {

@@ -52,5 +52,16 @@ for v in [0.1, 0.3, 0.7, 1 / 3]:
         r = torch.tensor([v] * n, dtype=torch.float).reshape(1, -1)
         r = r - r.mean(-1, keepdim=True)
         uniform.append({"value": v, "n": n, "advantage": (r / (r.std(-1, keepdim=True) + 1e-6))[0, 0].item()})
+groups = []
+for i in range(120):
+    n = int(torch.randint(2, 65, (1,), generator=g))
+    scale = 10.0 ** int(torch.randint(-4, 4, (1,), generator=g))
+    raw = (torch.rand(n, generator=g) * scale).float()
+    if i % 4 == 0:
+        raw = (raw > raw.mean()).float()  # binary
+    r = raw.reshape(1, -1)
+    r = r - r.mean(-1, keepdim=True)
+    adv = r / (r.std(-1, keepdim=True) + 1e-6)  # slime _post_process_rewards, one group
+    groups.append({"rewards": raw.tolist(), "advantages": adv[0].tolist()})
 with open(os.path.join(here, "torch_sums.json"), "w") as f:
-    json.dump({"torch": torch.__version__, "sums": sums, "uniform_groups": uniform}, f)
+    json.dump({"torch": torch.__version__, "sums": sums, "uniform_groups": uniform, "groups": groups}, f)
