@@ -233,3 +233,29 @@ describe('float32 residual of uniform groups', () => {
     expect(report.warnings[0]).toMatch(/group 0 has identical rewards .*0\.1192/);
   });
 });
+
+describe('dict rewards (slime --reward-key)', () => {
+  it('picks the scalar by key and asks for the key when it is missing', () => {
+    const rewards = [
+      { acc: 1, fmt: 0.5 },
+      { acc: 0, fmt: 0.5 },
+      { acc: 0, fmt: 1 },
+      { acc: 1, fmt: 0 },
+    ];
+    const samples = rewards.map((reward, i) =>
+      createSample({
+        index: i,
+        group_index: 0,
+        reward,
+        response_length: 1,
+        loss_mask: [1],
+        status: 'completed',
+      }),
+    );
+    const expected = grpoAdvantages([1, 0, 0, 1], { groupSize: 4 });
+    const advantages = Array.from(expected, (a) => [a]);
+    expect(checkAgainstTrainer({ samples, advantages }, { rewardKey: 'acc' }).verdict).toBe('match');
+    expect(checkAgainstTrainer({ samples, advantages }, { rewardKey: 'fmt' }).verdict).toBe('mismatch');
+    expect(() => checkAgainstTrainer({ samples, advantages })).toThrow(/samples\[0\]\.reward.*rewardKey/);
+  });
+});
