@@ -14,12 +14,16 @@
  * and cut off at the last valid frame.
  */
 import { crc32 } from 'node:zlib';
-import { decode, encode } from '@msgpack/msgpack';
+import { Decoder, Encoder } from '@msgpack/msgpack';
 import { z } from 'zod';
 import { decodeSamples } from '../codec.js';
 import { VimeError, type VimeErrorOptions } from '../errors.js';
 import type { Sample } from '../sample.js';
 import { parseWith } from '../validate.js';
+
+// Shared instances: `encode()` / `decode()` build a new (de)coder with its own buffer on every call.
+const encoder = new Encoder({ ignoreUndefined: true });
+const decoder = new Decoder();
 
 export const SEGMENT_MAGIC = Buffer.from('VIMEQSG1', 'latin1');
 export const KEYS_MAGIC = Buffer.from('VIMEQKY1', 'latin1');
@@ -108,7 +112,7 @@ export function readRecordHeader(
   if (4 + headerLength > payload.length) fail(`header length ${headerLength} exceeds the payload`);
   let raw: unknown;
   try {
-    raw = decode(payload.subarray(4, 4 + headerLength));
+    raw = decoder.decode(payload.subarray(4, 4 + headerLength));
   } catch (cause) {
     fail('header is not msgpack', cause);
   }
@@ -124,7 +128,7 @@ export function readRecordHeader(
 }
 
 export function encodeRecordHeader(header: RecordHeader): Buffer {
-  const bytes = encode(header, { ignoreUndefined: true });
+  const bytes = encoder.encodeSharedRef(header);
   const out = Buffer.allocUnsafe(4 + bytes.length);
   out.writeUInt32LE(bytes.length, 0);
   out.set(bytes, 4);
@@ -138,12 +142,15 @@ export function decodeRecordSamples(payload: Buffer, bodyStart: number): Sample[
 const KeyPairsSchema = z.array(z.tuple([z.string(), z.number().int().positive()]));
 
 export function encodeKeyPairs(pairs: ReadonlyArray<readonly [string, number]>): Uint8Array {
-  return encode(pairs);
+  return encoder.encode(pairs);
 }
 
 export function decodeKeyPairs(payload: Buffer, where: string): Array<[string, number]> {
   try {
-    return parseWith(KeyPairsSchema, decode(payload), 'keys entry', { root: where, code: 'queue_corrupt' });
+    return parseWith(KeyPairsSchema, decoder.decode(payload), 'keys entry', {
+      root: where,
+      code: 'queue_corrupt',
+    });
   } catch (cause) {
     throw new QueueError(`${where}: malformed keys entry`, { code: 'queue_corrupt', cause });
   }
