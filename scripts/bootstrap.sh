@@ -23,7 +23,8 @@ fi
 # System packages: command or file that proves presence -> Debian package.
 want=(bwrap:bubblewrap git:git python3:python3 pytest:python3-pytest /usr/lib/python3/dist-packages/msgpack:python3-msgpack patch:patch)
 if [ "${1:-main}" = test ]; then
-  want+=(/usr/lib/python3/dist-packages/numpy:python3-numpy chromium:chromium)
+  want+=(/usr/lib/python3/dist-packages/numpy:python3-numpy /usr/lib/python3/dist-packages/yaml:python3-yaml
+    /usr/lib/python3/dist-packages/torch:python3-torch chromium:chromium curl:curl)
   [ "$(id -u)" -eq 0 ] && want+=(dockerd:docker.io)
 fi
 missing=()
