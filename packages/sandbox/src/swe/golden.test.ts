@@ -6,6 +6,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { swesmithNames } from './dataset.js';
 import { getLogsEval, gradeReport, readTestOutput, validReport } from './grading.js';
+import { BUG_PATCH_SUBJECT, REMOVE_TESTS_SUBJECT } from './layout.js';
 import { type ParserId, parseTestLog } from './parsers/index.js';
 import { pythonTestFiles, resolveProfile } from './profiles.js';
 
@@ -146,6 +147,6 @@ describe('branch_layout', () => {
     expect(f2pFiles, id).toEqual(v.expected.removed_at_tip);
     const atTip = v.expected['files_at_HEAD~1'].filter((f: string) => !f2pFiles.includes(f));
     expect(atTip, id).toEqual(v.expected.files_at_branch_tip);
-    expect(v.expected.commits_on_branch_newest_first, id).toEqual(['Remove F2P Tests', 'Bug Patch']);
+    expect(v.expected.commits_on_branch_newest_first, id).toEqual([REMOVE_TESTS_SUBJECT, BUG_PATCH_SUBJECT]);
   });
 });

@@ -10,14 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadJsonl, SweSmithRowSchema } from './dataset.js';
 import { evalScript } from './eval-script.js';
 import { readTestOutput, validReport } from './grading.js';
-import {
-  BUG_PATCH_SUBJECT,
-  bugKindOf,
-  buildOfflineTaskSet,
-  OFFLINE_TEST_COMMAND,
-  type OfflineTaskSet,
-  REMOVE_TESTS_SUBJECT,
-} from './offline.js';
+import { BUG_PATCH_SUBJECT, REMOVE_TESTS_SUBJECT } from './layout.js';
+import { bugKindOf, buildOfflineTaskSet, OFFLINE_TEST_COMMAND, type OfflineTaskSet } from './offline.js';
 import { parseTestLog } from './parsers/index.js';
 
 const work = mkdtempSync(join(tmpdir(), 'vime-swe-offline-'));

@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { ConfigError, SandboxError, type TaskSpec } from '@vime/core';
 import { parseJsonlRows, rowToTask, type SweSmithRow, swesmithNames } from './dataset.js';
 import { validReport } from './grading.js';
+import { BUG_PATCH_SUBJECT, REMOVE_TESTS_SUBJECT } from './layout.js';
 import { parsePythonProfile } from './parsers/swesmith.js';
 import type { StatusMap } from './parsers/types.js';
 import { runOk } from './process.js';
@@ -24,8 +25,6 @@ import { defineProfile, PYTHON_TEST_CMD, type SweProfile } from './profiles.js';
 const GENERATOR_VERSION = 2;
 export const OFFLINE_OWNER = 'vime';
 export const OFFLINE_REPO = 'toolbelt';
-export const BUG_PATCH_SUBJECT = 'Bug Patch';
-export const REMOVE_TESTS_SUBJECT = 'Remove F2P Tests';
 /** Staged into the work dir by offline tasks and unpacked by their setup command. */
 export const OFFLINE_BUNDLE_NAME = '.vime-task.bundle';
 

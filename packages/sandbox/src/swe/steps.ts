@@ -26,11 +26,10 @@ import {
   recordedExitCode,
   type TestsStatus,
 } from './grading.js';
+import { REMOVE_TESTS_SUBJECT } from './layout.js';
 import { type ParserId, parseTestLog } from './parsers/index.js';
 import type { StatusMap } from './parsers/types.js';
 import { pythonTestFiles } from './profiles.js';
-
-export const REMOVE_F2P_SUBJECT = 'Remove F2P Tests';
 
 /** git inside the sandbox: the work dir may belong to another uid than the one running git. */
 const GIT_ENV: Record<string, string> = {
@@ -155,7 +154,7 @@ export async function setupSweTask(
     await runOk(sandbox, 'git log -1 --format=%s HEAD', 'reading the start commit', signal)
   ).trim();
   let tests: string;
-  if (subject === REMOVE_F2P_SUBJECT) {
+  if (subject === REMOVE_TESTS_SUBJECT) {
     tests = (await runOk(sandbox, 'git rev-parse HEAD~1', 'reading the tests-present commit', signal)).trim();
   } else {
     // One-commit layout (rows gathered before mid-2025, or non-Python repos): the tests are at HEAD.
@@ -165,7 +164,7 @@ export async function setupSweTask(
       const quoted = present.map(shellQuote).join(' ');
       await runOk(
         sandbox,
-        `git rm -q --ignore-unmatch -- ${quoted} && (git diff --cached --quiet || git commit -q -m '${REMOVE_F2P_SUBJECT}')`,
+        `git rm -q --ignore-unmatch -- ${quoted} && (git diff --cached --quiet || git commit -q -m '${REMOVE_TESTS_SUBJECT}')`,
         'removing the F2P test files',
         signal,
       );

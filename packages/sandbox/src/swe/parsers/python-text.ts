@@ -11,16 +11,44 @@ export const PY_WS =
 export const S = `[${PY_WS}]`;
 export const NS = `[^${PY_WS}]`;
 
-const wsRun = new RegExp(`${S}+`, 'u');
 const leading = new RegExp(`^${S}+`, 'u');
 const trailing = new RegExp(`${S}+$`, 'u');
 
-/** Python `s.split()` with no arguments: split on whitespace runs, no empty strings. */
-export function pySplit(s: string): string[] {
-  const parts = s.split(wsRun);
-  if (parts.length > 0 && parts[0] === '') parts.shift();
-  if (parts.length > 0 && parts[parts.length - 1] === '') parts.pop();
-  return parts;
+/** Python's `str.isspace()` for one UTF-16 code unit (every whitespace character is in the BMP). */
+export function isPyWhitespace(c: number): boolean {
+  if (c <= 32) return c === 32 || (c >= 9 && c <= 13) || (c >= 28 && c <= 31);
+  if (c < 0x85) return false;
+  return (
+    c === 0x85 ||
+    c === 0xa0 ||
+    c === 0x1680 ||
+    (c >= 0x2000 && c <= 0x200a) ||
+    c === 0x2028 ||
+    c === 0x2029 ||
+    c === 0x202f ||
+    c === 0x205f ||
+    c === 0x3000
+  );
+}
+
+/**
+ * Python `s.split()` with no arguments: split on whitespace runs, no empty strings. With `limit`, stop after
+ * that many tokens (the rest of the line is not needed; the tokens found are the same).
+ */
+export function pySplit(s: string, limit = Number.POSITIVE_INFINITY): string[] {
+  const out: string[] = [];
+  let start = -1;
+  for (let i = 0; i < s.length; i++) {
+    if (isPyWhitespace(s.charCodeAt(i))) {
+      if (start >= 0) {
+        out.push(s.slice(start, i));
+        if (out.length >= limit) return out;
+        start = -1;
+      }
+    } else if (start < 0) start = i;
+  }
+  if (start >= 0) out.push(s.slice(start));
+  return out;
 }
 
 /** Python `s.strip()` with no arguments. */

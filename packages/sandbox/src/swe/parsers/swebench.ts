@@ -4,7 +4,7 @@
  * lines, `SKIPPED [1]` keys (v4.1.0), later lines overwriting earlier ones.
  */
 import { beforeFirst, beforeLast, pyLstrip, pySplit, pyStrip, replaceAll, S } from './python-text.js';
-import { newStatusMap, type StatusMap, type SwebenchRef, TEST_STATUSES } from './types.js';
+import { newStatusMap, record, type StatusMap, type SwebenchRef, TEST_STATUSES } from './types.js';
 
 function startsWithStatus(line: string): boolean {
   for (const s of TEST_STATUSES) if (line.startsWith(s)) return true;
@@ -22,12 +22,12 @@ const skipCount = /^\[\d+\]$/;
 function summaryLine(line: string, ref: SwebenchRef, map: StatusMap): void {
   let text = line;
   if (text.startsWith('FAILED')) text = replaceAll(text, ' - ', ' ');
-  const tokens = pySplit(text);
+  const tokens = pySplit(text, 2);
   if (tokens.length <= 1) return;
   const [status, id] = tokens as [string, string];
   // main skips the `SKIPPED [N] file:line: reason` summary lines v4.1.0 records under the key `[N]`.
   if (ref === 'main' && status === 'SKIPPED' && skipCount.test(id)) return;
-  map[id] = status;
+  record(map, id, status);
 }
 
 export function parsePytest(log: string, ref: SwebenchRef): StatusMap {
@@ -47,14 +47,14 @@ export function parsePytestOptions(log: string, ref: SwebenchRef): StatusMap {
     for (const [id, status] of Object.entries(one)) {
       const m = optionPattern.exec(id);
       if (!m) {
-        map[id] = status;
+        record(map, id, status);
         continue;
       }
       let option = m[2]!;
       if (option.startsWith('/') && !option.startsWith('//') && !option.includes('*')) {
         option = `/${option.split('/').at(-1)}`;
       }
-      map[`${m[1]}[${option}]`] = status;
+      record(map, `${m[1]}[${option}]`, status);
     }
   }
   return map;
@@ -77,12 +77,12 @@ export function parsePytestV2(log: string, ref: SwebenchRef): StatusMap {
       const tokens = pySplit(text);
       if (tokens.length <= 1) continue;
       if (tokens[0] === 'SKIPPED' && skipCount.test(tokens[1]!)) continue;
-      map[tokens.slice(1).join(' ')] = tokens[0]!;
+      record(map, tokens.slice(1).join(' '), tokens[0]!);
     } else if (endsWithStatus(line)) {
       const tokens = pySplit(line);
       if (tokens.length <= 1) continue;
       const id = ref === 'v4.1.0' ? tokens[0]! : tokens.slice(0, -1).join(' ');
-      map[id] = tokens.at(-1)!;
+      record(map, id, tokens.at(-1)!);
     }
   }
   return map;
@@ -103,14 +103,14 @@ export function parseSeaborn(log: string): StatusMap {
     if (line.startsWith('FAILED')) {
       const id = pySplit(line)[1];
       if (id === undefined) throw new IndexError('parse_log_seaborn', line);
-      map[id] = 'FAILED';
+      record(map, id, 'FAILED');
     } else if (line.includes(' PASSED ')) {
       const parts = pySplit(line);
-      if (parts[1] === 'PASSED') map[parts[0]!] = 'PASSED';
+      if (parts[1] === 'PASSED') record(map, parts[0]!, 'PASSED');
     } else if (line.startsWith('PASSED')) {
       const id = pySplit(line)[1];
       if (id === undefined) throw new IndexError('parse_log_seaborn', line);
-      map[id] = 'PASSED';
+      record(map, id, 'PASSED');
     }
   }
   return map;
@@ -138,28 +138,28 @@ export function parseDjango(log: string): StatusMap {
   for (const raw of log.split('\n')) {
     let line = pyStrip(raw);
     if (line.includes('--version is equivalent to version'))
-      map['--version is equivalent to version'] = 'PASSED';
+      record(map, '--version is equivalent to version', 'PASSED');
     if (line.includes(' ... ')) prevTest = beforeFirst(line, ' ... ');
     for (const suffix of djangoPass) {
       if (line.endsWith(suffix)) {
         if (line.startsWith('Applying sites.0002_alter_domain_unique...test_no_migrations')) {
           line = pyStrip(line.slice(line.indexOf('...') + 3));
         }
-        map[beforeLast(line, suffix)] = 'PASSED';
+        record(map, beforeLast(line, suffix), 'PASSED');
         break;
       }
     }
-    if (line.includes(' ... skipped')) map[beforeFirst(line, ' ... skipped')] = 'SKIPPED';
-    if (line.endsWith(' ... FAIL')) map[beforeFirst(line, ' ... FAIL')] = 'FAILED';
+    if (line.includes(' ... skipped')) record(map, beforeFirst(line, ' ... skipped'), 'SKIPPED');
+    if (line.endsWith(' ... FAIL')) record(map, beforeFirst(line, ' ... FAIL'), 'FAILED');
     if (line.startsWith('FAIL:'))
-      map[pyStrip(pySplit(line)[1] ?? throwIndex('parse_log_django', line))] = 'FAILED';
-    if (line.endsWith(' ... ERROR')) map[beforeFirst(line, ' ... ERROR')] = 'ERROR';
+      record(map, pyStrip(pySplit(line)[1] ?? throwIndex('parse_log_django', line)), 'FAILED');
+    if (line.endsWith(' ... ERROR')) record(map, beforeFirst(line, ' ... ERROR'), 'ERROR');
     if (line.startsWith('ERROR:'))
-      map[pyStrip(pySplit(line)[1] ?? throwIndex('parse_log_django', line))] = 'ERROR';
-    if (pyLstrip(line).startsWith('ok') && prevTest !== undefined) map[prevTest] = 'PASSED';
+      record(map, pyStrip(pySplit(line)[1] ?? throwIndex('parse_log_django', line)), 'ERROR');
+    if (pyLstrip(line).startsWith('ok') && prevTest !== undefined) record(map, prevTest, 'PASSED');
   }
   for (const pattern of djangoPatterns) {
-    for (const m of log.matchAll(pattern)) map[m[1]!] = 'PASSED';
+    for (const m of log.matchAll(pattern)) record(map, m[1]!, 'PASSED');
   }
   return map;
 }
@@ -172,13 +172,13 @@ const sympyFailure = /(_*) ([^\n]*)\.py:([^\n]*) (_*)/g;
 
 export function parseSympy(log: string): StatusMap {
   const map = newStatusMap();
-  for (const m of log.matchAll(sympyFailure)) map[`${m[2]}.py:${m[3]}`] = 'FAILED';
+  for (const m of log.matchAll(sympyFailure)) record(map, `${m[2]}.py:${m[3]}`, 'FAILED');
   for (const raw of log.split('\n')) {
     const line = pyStrip(raw);
     if (!line.startsWith('test_')) continue;
-    if (line.endsWith(' E')) map[pySplit(line)[0]!] = 'ERROR';
-    if (line.endsWith(' F')) map[pySplit(line)[0]!] = 'FAILED';
-    if (line.endsWith(' ok')) map[pySplit(line)[0]!] = 'PASSED';
+    if (line.endsWith(' E')) record(map, pySplit(line)[0]!, 'ERROR');
+    if (line.endsWith(' F')) record(map, pySplit(line)[0]!, 'FAILED');
+    if (line.endsWith(' ok')) record(map, pySplit(line)[0]!, 'PASSED');
   }
   return map;
 }

@@ -4,7 +4,7 @@
  * formats of their runners (Go `go test -v`, `cargo test`, Jest, Mocha).
  */
 import { NS, PY_WS, pySplit, S } from './python-text.js';
-import { newStatusMap, type StatusMap, TEST_STATUSES } from './types.js';
+import { newStatusMap, record, type StatusMap, TEST_STATUSES } from './types.js';
 
 const pythonDefault = TEST_STATUSES.map((status) => ({
   status,
@@ -18,7 +18,7 @@ export function parsePythonProfile(log: string): StatusMap {
     for (const { status, re } of pythonDefault) {
       if (!line.includes(status)) continue;
       const m = re.exec(line);
-      if (m) map[m[1]!] = status;
+      if (m) record(map, m[1]!, status);
     }
   }
   return map;
@@ -32,7 +32,7 @@ export function parseParamiko(log: string): StatusMap {
   for (const line of log.split('\n')) {
     for (const { status, re } of paramiko) {
       const m = re.exec(line);
-      if (m) map[m[1]!] = status;
+      if (m) record(map, m[1]!, status);
     }
   }
   return map;
@@ -49,7 +49,7 @@ export function parseAutograd(log: string): StatusMap {
   for (const line of log.split('\n')) {
     for (const { status, re } of autograd) {
       const m = re.exec(line);
-      if (m) map[m[1]!] = status;
+      if (m) record(map, m[1]!, status);
     }
   }
   return map;
@@ -59,10 +59,10 @@ export function parseAutograd(log: string): StatusMap {
 export function parseTornado(log: string): StatusMap {
   const map = newStatusMap();
   for (const line of log.split('\n')) {
-    if (line.endsWith('... ok')) map[line.split(' ... ')[0]!] = 'PASSED';
-    else if (line.includes(' ... skipped ')) map[line.split(' ... ')[0]!] = 'SKIPPED';
+    if (line.endsWith('... ok')) record(map, line.split(' ... ')[0]!, 'PASSED');
+    else if (line.includes(' ... skipped ')) record(map, line.split(' ... ')[0]!, 'SKIPPED');
     else if (line.startsWith('ERROR:') || line.startsWith('FAIL:'))
-      map[pySplit(line).slice(1, 3).join(' ')] = 'FAILED';
+      record(map, pySplit(line).slice(1, 3).join(' '), 'FAILED');
   }
   return map;
 }
@@ -75,7 +75,7 @@ export function parseSlugify(log: string): StatusMap {
   const map = newStatusMap();
   for (const line of log.split('\n')) {
     const m = slugify.exec(line);
-    if (m) map[m[1]!] = slugifyStatus[m[2] as keyof typeof slugifyStatus];
+    if (m) record(map, m[1]!, slugifyStatus[m[2] as keyof typeof slugifyStatus]);
   }
   return map;
 }
@@ -87,7 +87,7 @@ export function parseMypy(log: string): StatusMap {
     for (const status of ['PASSED', 'FAILED'] as const) {
       if (line.includes(status)) {
         const last = pySplit(line).at(-1);
-        if (last !== undefined) map[last] = status;
+        if (last !== undefined) record(map, last, status);
         break;
       }
     }
@@ -103,12 +103,12 @@ export function parseUnittest(log: string): StatusMap {
     if (at < 0) continue;
     const name = line.slice(0, at).trim();
     const outcome = line.slice(at + 5).trim();
-    if (outcome === 'ok') map[name] = 'PASSED';
-    else if (outcome === 'FAIL') map[name] = 'FAILED';
-    else if (outcome === 'ERROR') map[name] = 'ERROR';
-    else if (outcome.startsWith('skipped')) map[name] = 'SKIPPED';
-    else if (outcome === 'expected failure') map[name] = 'XFAIL';
-    else if (outcome === 'unexpected success') map[name] = 'FAILED';
+    if (outcome === 'ok') record(map, name, 'PASSED');
+    else if (outcome === 'FAIL') record(map, name, 'FAILED');
+    else if (outcome === 'ERROR') record(map, name, 'ERROR');
+    else if (outcome.startsWith('skipped')) record(map, name, 'SKIPPED');
+    else if (outcome === 'expected failure') record(map, name, 'XFAIL');
+    else if (outcome === 'unexpected success') record(map, name, 'FAILED');
   }
   return map;
 }
@@ -128,7 +128,7 @@ export function parseGoTest(log: string): StatusMap {
     for (const { re, status } of goPatterns) {
       const m = re.exec(line);
       if (m) {
-        map[m[1]!] = status;
+        record(map, m[1]!, status);
         break;
       }
     }
@@ -144,8 +144,8 @@ export function parseCargo(log: string): StatusMap {
     const at = line.lastIndexOf(' ... ');
     if (at < 0) continue;
     const outcome = line.slice(at + 5).trim();
-    if (outcome === 'ok') map[line.slice(0, at)] = 'PASSED';
-    else if (outcome === 'FAILED') map[line.slice(0, at)] = 'FAILED';
+    if (outcome === 'ok') record(map, line.slice(0, at), 'PASSED');
+    else if (outcome === 'FAILED') record(map, line.slice(0, at), 'FAILED');
   }
   return map;
 }
@@ -158,7 +158,7 @@ export function parseJest(log: string): StatusMap {
   const map = newStatusMap();
   for (const line of log.split('\n')) {
     const m = jestLine.exec(line);
-    if (m) map[m[2]!] = jestStatus[m[1] as keyof typeof jestStatus];
+    if (m) record(map, m[2]!, jestStatus[m[1] as keyof typeof jestStatus]);
   }
   return map;
 }
@@ -176,17 +176,17 @@ export function parseMocha(log: string): StatusMap {
     if (/^\s*\d+ failing/.test(line)) inFailureDetails = true;
     let m = mochaPass.exec(line);
     if (m) {
-      map[m[1]!] = 'PASSED';
+      record(map, m[1]!, 'PASSED');
       continue;
     }
     if (inFailureDetails) continue;
     m = mochaFail.exec(line);
     if (m) {
-      map[m[1]!] = 'FAILED';
+      record(map, m[1]!, 'FAILED');
       continue;
     }
     m = mochaSkip.exec(line);
-    if (m) map[m[1]!] = 'SKIPPED';
+    if (m) record(map, m[1]!, 'SKIPPED');
   }
   return map;
 }
