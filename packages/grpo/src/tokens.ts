@@ -26,7 +26,7 @@ export function tokenOffsets(
   const offsets = new Int32Array(responseLengths.length + 1);
   for (let i = 0; i < responseLengths.length; i++) {
     const len = responseLengths[i]!;
-    if (!Number.isInteger(len) || len < 0) {
+    if (!(len >= 0 && len <= 0x7fffffff && len === Math.floor(len))) {
       throw new ValidationError(
         `${what}[${i}]`,
         `must be a non-negative integer, found ${describeValue(len)}`,
@@ -142,7 +142,7 @@ function fillF32(out: Float32Array, values: ArrayLike<number>, offsets: Int32Arr
     const a = values[i]!;
     const to = offsets[i + 1]!;
     let t = offsets[i]!;
-    // fill() costs a call per sample; short responses go faster unrolled by hand.
+    // fill() costs a call per sample, which only pays off on long responses.
     if (to - t >= 256) {
       out.fill(a, t, to);
       continue;
@@ -162,43 +162,37 @@ function fillMaskedF32(
   out: Float32Array,
   values: ArrayLike<number>,
   offsets: Int32Array,
-  mask: Uint8Array,
+  flatMask: Uint8Array,
 ): void {
-  // Words cover the mask from its first 4-byte-aligned byte; token t is byte (t − first) % 4 of word (t − first) / 4.
-  const first = (4 - (mask.byteOffset % 4)) % 4;
-  const words =
-    mask.length - first >= 4
-      ? new Uint32Array(mask.buffer, mask.byteOffset + first, (mask.length - first) >> 2)
-      : new Uint32Array(0);
-  const wordsEnd = first + words.length * 4;
+  // Word w holds tokens 4w..4w+3 (little-endian bytes); copy a mask that does not start 4-byte aligned.
+  const mask = flatMask.byteOffset % 4 === 0 ? flatMask : flatMask.slice();
+  const words = new Uint32Array(mask.buffer, mask.byteOffset, mask.length >> 2);
   for (let i = 0; i + 1 < offsets.length; i++) {
     const a = values[i]!;
     const to = offsets[i + 1]!;
     let t = offsets[i]!;
-    for (; t < to && (t < first || (t - first) % 4 !== 0); t++) out[t] = mask[t] !== 0 ? a : 0;
-    if (to - t >= 256) {
-      // Long response: fill (write-only, the fastest store) then zero the few masked tokens.
-      const end = Math.min(to - ((to - t) % 4), wordsEnd);
-      out.fill(a, t, end);
-      for (let w = (t - first) >> 2, k = t; k < end; w++, k += 4) {
-        const v = words[w]!;
+    for (; t < to && (t & 3) !== 0; t++) out[t] = mask[t] !== 0 ? a : 0;
+    const wordEnd = to & ~3;
+    if (wordEnd - t >= 256) {
+      // Long response: fill (write-only, the fastest store), then zero the few masked tokens.
+      out.fill(a, t, wordEnd);
+      for (; t < wordEnd; t += 4) {
+        const v = words[t >> 2]!;
         if (v === 0x01010101) continue;
-        if ((v & 0xff) === 0) out[k] = 0;
-        if ((v & 0xff00) === 0) out[k + 1] = 0;
-        if ((v & 0xff0000) === 0) out[k + 2] = 0;
-        if (v >>> 24 === 0) out[k + 3] = 0;
+        if ((v & 0xff) === 0) out[t] = 0;
+        if ((v & 0xff00) === 0) out[t + 1] = 0;
+        if ((v & 0xff0000) === 0) out[t + 2] = 0;
+        if (v >>> 24 === 0) out[t + 3] = 0;
       }
-      t = end;
     }
-    for (; t + 4 <= to && t + 4 <= wordsEnd; t += 4) {
-      const v = words[(t - first) >> 2]!;
+    for (; t < wordEnd; t += 4) {
+      const v = words[t >> 2]!;
       if (v === 0x01010101) {
         out[t] = a;
         out[t + 1] = a;
         out[t + 2] = a;
         out[t + 3] = a;
       } else {
-        // Little-endian: byte k of the word is token t + k.
         out[t] = (v & 0xff) !== 0 ? a : 0;
         out[t + 1] = (v & 0xff00) !== 0 ? a : 0;
         out[t + 2] = (v & 0xff0000) !== 0 ? a : 0;
