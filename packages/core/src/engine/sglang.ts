@@ -1,8 +1,7 @@
 import { z } from 'zod';
+import { EngineError } from '../errors.js';
 import { JsonClient, newRequestId } from './http.js';
 import type { Engine, EngineFinishReason, EngineOptions, GenerateResult, Sampling } from './types.js';
-
-const LogprobEntry = z.tuple([z.number().nullable(), z.number().int()]).rest(z.unknown());
 
 /** SGLang `POST /generate` answer (non-streaming, single input). */
 export const SglangGenerateResponseSchema = z.looseObject({
@@ -14,7 +13,8 @@ export const SglangGenerateResponseSchema = z.looseObject({
     completion_tokens: z.number().int(),
     cached_tokens: z.number().int().optional(),
     weight_version: z.union([z.string(), z.number()]).nullish(),
-    output_token_logprobs: z.array(LogprobEntry),
+    // `[logprob, token_id, text]` per output token; checked by `readLogprobs` (a zod tuple per token is slow)
+    output_token_logprobs: z.array(z.unknown()),
   }),
 });
 
@@ -80,15 +80,8 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
           signal,
           ...(request.routingKey ? { headers: { 'x-smg-routing-key': request.routingKey } } : {}),
         });
-        const entries = res.meta_info.output_token_logprobs;
-        const outputIds = new Int32Array(entries.length);
-        const logprobs = new Float32Array(entries.length);
-        for (let i = 0; i < entries.length; i++) {
-          const e = entries[i]!;
-          outputIds[i] = e[1];
-          logprobs[i] = e[0] ?? 0;
-        }
         const meta = res.meta_info;
+        const { outputIds, logprobs } = readLogprobs(meta.output_token_logprobs, http.url);
         return {
           rid,
           outputIds,
@@ -117,4 +110,24 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
     },
     close: () => http.close(),
   };
+}
+
+/** Split SGLang's `output_token_logprobs` (`[logprob, token_id, text?]` per token) into typed arrays. */
+function readLogprobs(entries: unknown[], url: string): { outputIds: Int32Array; logprobs: Float32Array } {
+  const outputIds = new Int32Array(entries.length);
+  const logprobs = new Float32Array(entries.length);
+  for (let i = 0; i < entries.length; i++) {
+    const e = entries[i] as [unknown, unknown] | undefined;
+    const lp = Array.isArray(e) ? e[0] : undefined;
+    const id = Array.isArray(e) ? e[1] : undefined;
+    if (!Number.isInteger(id) || (lp !== null && typeof lp !== 'number')) {
+      throw new EngineError(
+        `${url}/generate: meta_info.output_token_logprobs[${i}]: expected [logprob, token_id, text], found ${JSON.stringify(e)}`,
+        { url },
+      );
+    }
+    outputIds[i] = id as number;
+    logprobs[i] = (lp as number | null) ?? 0;
+  }
+  return { outputIds, logprobs };
 }
