@@ -191,6 +191,7 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
   #delivered: number | undefined;
   #wakeReaders = new Set<() => void>();
   #keysLog: FileHandle | undefined;
+  #buffer: Buffer | undefined;
 
   private constructor(dir: string, options: SampleQueueOptions) {
     super();
@@ -625,20 +626,29 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
     }
   }
 
-  /** Bytes from the reader's offset: a chunk, or the whole next frame when that is larger. */
+  /**
+   * Bytes from the reader's offset: a chunk, or the whole next frame when that is larger. The buffer is
+   * reused by the next call; records are decoded (copied out) before that.
+   */
   async #readChunk(reader: Reader, budget: number): Promise<{ buf: Buffer; eof: boolean }> {
     const want = Math.max(FRAME_HEADER_BYTES, Math.min(READ_CHUNK, budget));
-    const buf = Buffer.allocUnsafe(want);
+    const buf = this.#readBuffer(want);
     const { bytesRead } = await reader.handle.read(buf, 0, want, reader.offset);
     if (bytesRead === want) {
       const frame = FRAME_HEADER_BYTES + buf.readUInt32LE(0);
       if (frame > want && frame <= MAX_PAYLOAD_BYTES + FRAME_HEADER_BYTES) {
-        const big = Buffer.allocUnsafe(frame);
+        const big = this.#readBuffer(frame);
         const again = await reader.handle.read(big, 0, frame, reader.offset);
         return { buf: big.subarray(0, again.bytesRead), eof: again.bytesRead < frame };
       }
     }
     return { buf: buf.subarray(0, bytesRead), eof: bytesRead < want };
+  }
+
+  #readBuffer(size: number): Buffer {
+    if (!this.#buffer || this.#buffer.length < size)
+      this.#buffer = Buffer.allocUnsafe(Math.max(size, READ_CHUNK));
+    return this.#buffer;
   }
 
   /** Position the reader at the committed cursor. False when the queue has no segment yet. */
