@@ -271,6 +271,25 @@ describe('SampleQueue', () => {
     expect(await segments()).toHaveLength(1);
   });
 
+  it('recovers keys.log from an entry torn by a consumer killed during GC', async () => {
+    let q = await openQueue({ segmentBytes: 8192 });
+    for (let i = 0; i < 12; i++) await q.append(`r${i}`, [sampleFor(i, 200)]);
+    await q.read({ max: 4 });
+    await q.commit();
+    await q.close();
+    open.pop();
+    // A consumer killed while appending the next GC entry leaves half a frame.
+    await appendFile(join(dir, 'keys.log'), Buffer.from([40, 0, 0, 0, 1, 2, 3]));
+    q = await openQueue({ segmentBytes: 8192 });
+    await q.read({ max: 100 });
+    await q.commit();
+    await q.close();
+    open.pop();
+    q = await openQueue({ segmentBytes: 8192 });
+    for (let i = 0; i < 12; i++) expect(q.seqOf(`r${i}`)).toBe(i + 1);
+    expect(await segments()).toHaveLength(1);
+  });
+
   it('wakes a waiting read on an append in the same process and by polling across handles', async () => {
     const consumer = await openQueue({ mode: 'consumer', pollMs: 10 });
     const producer = await openQueue({ mode: 'producer' });
