@@ -25,15 +25,39 @@ export interface DecodeBatchSample {
   /** CUDA (or CPU) graph in use. */
   graph: boolean;
   /** Speculative decoding: mean accepted length, when logged. */
-  acceptLen?: number;
-  dpRank?: number;
-  tpRank?: number;
+  acceptLen: number | null;
+  /** Data-parallel and tensor-parallel rank from the log prefix, when present. */
+  dpRank: number | null;
+  tpRank: number | null;
   /** 1-based line number in the input. */
   line: number;
 }
 
+/**
+ * Decode-batch readings stored column-wise (typed arrays, one entry per reading, in log order): a
+ * million readings take 60 MB instead of a million objects. Absent values are `NaN` (t, acceptLen) or
+ * -1 (ranks).
+ */
+export interface DecodeColumns {
+  t: Float64Array;
+  running: Float64Array;
+  queued: Float64Array;
+  tokens: Float64Array;
+  kvUsage: Float64Array;
+  genThroughput: Float64Array;
+  acceptLen: Float64Array;
+  graph: Uint8Array;
+  dpRank: Int32Array;
+  tpRank: Int32Array;
+  line: Int32Array;
+}
+
 export interface DecodeLogResult {
-  samples: DecodeBatchSample[];
+  /** Readings parsed. */
+  count: number;
+  columns: DecodeColumns;
+  /** The readings as objects (built on first access). */
+  readonly samples: DecodeBatchSample[];
   /** Lines read. */
   lines: number;
   /** Lines that were not decode-batch lines (other log output). */
@@ -47,25 +71,107 @@ export interface DecodeLogResult {
 const MARK = 'Decode batch';
 const MAX_REPORTED = 20;
 
-interface ScanState extends DecodeLogResult {
-  lastStamp: string;
-  lastStampMs: number;
+/** Growable column store. */
+class ColumnBuilder {
+  length = 0;
+  cols: DecodeColumns = ColumnBuilder.allocate(1024);
+
+  static allocate(n: number): DecodeColumns {
+    return {
+      t: new Float64Array(n),
+      running: new Float64Array(n),
+      queued: new Float64Array(n),
+      tokens: new Float64Array(n),
+      kvUsage: new Float64Array(n),
+      genThroughput: new Float64Array(n),
+      acceptLen: new Float64Array(n),
+      graph: new Uint8Array(n),
+      dpRank: new Int32Array(n),
+      tpRank: new Int32Array(n),
+      line: new Int32Array(n),
+    };
+  }
+
+  /** Make room for one more row and return its index. */
+  next(): number {
+    if (this.length === this.cols.t.length) {
+      const bigger = ColumnBuilder.allocate(this.length * 2);
+      for (const key of Object.keys(bigger) as Array<keyof DecodeColumns>) {
+        (bigger[key] as Float64Array).set(this.cols[key] as Float64Array);
+      }
+      this.cols = bigger;
+    }
+    return this.length++;
+  }
+
+  finish(): DecodeColumns {
+    const out = {} as Record<keyof DecodeColumns, unknown>;
+    for (const key of Object.keys(this.cols) as Array<keyof DecodeColumns>)
+      out[key] = this.cols[key].slice(0, this.length);
+    return out as DecodeColumns;
+  }
+}
+
+class DecodeLog implements DecodeLogResult {
+  #samples: DecodeBatchSample[] | undefined;
+  constructor(
+    readonly count: number,
+    readonly columns: DecodeColumns,
+    readonly lines: number,
+    readonly ignored: number,
+    readonly malformed: number,
+    readonly malformedLines: number[],
+  ) {}
+
+  get samples(): DecodeBatchSample[] {
+    if (!this.#samples) {
+      const c = this.columns;
+      const orNull = (v: number) => (Number.isNaN(v) || v < 0 ? null : v);
+      this.#samples = Array.from({ length: this.count }, (_, i) => ({
+        t: orNull(c.t[i]!),
+        running: c.running[i]!,
+        queued: c.queued[i]!,
+        tokens: c.tokens[i]!,
+        kvUsage: c.kvUsage[i]!,
+        genThroughput: c.genThroughput[i]!,
+        graph: c.graph[i] === 1,
+        acceptLen: orNull(c.acceptLen[i]!),
+        dpRank: orNull(c.dpRank[i]!),
+        tpRank: orNull(c.tpRank[i]!),
+        line: c.line[i]!,
+      }));
+    }
+    return this.#samples;
+  }
+}
+
+interface ScanState {
+  rows: ColumnBuilder;
+  lines: number;
+  ignored: number;
+  malformed: number;
+  malformedLines: number[];
+  lastMinute: string;
+  lastMinuteMs: number;
 }
 
 function newState(): ScanState {
   return {
-    samples: [],
+    rows: new ColumnBuilder(),
     lines: 0,
     ignored: 0,
     malformed: 0,
     malformedLines: [],
-    lastStamp: '',
-    lastStampMs: 0,
+    lastMinute: '',
+    lastMinuteMs: 0,
   };
 }
 
-/** Parse an unsigned decimal number starting at `i`; returns [value, end] or null when no digit is there. */
-function numberAt(text: string, i: number, end: number): [number, number] | null {
+/** End of the last number read by `numberAt` (a module cursor instead of a tuple: no garbage per field). */
+let cursor = 0;
+
+/** Parse an unsigned decimal number starting at `i`; `NaN` when no digit is there. Sets `cursor`. */
+function numberAt(text: string, i: number, end: number): number {
   let mantissa = 0;
   let scale = 1;
   let digits = 0;
@@ -80,15 +186,16 @@ function numberAt(text: string, i: number, end: number): [number, number] | null
     } else if (ch === 46 && !dot) dot = true;
     else break;
   }
-  if (digits === 0) return null;
+  cursor = j;
+  if (digits === 0) return Number.NaN;
   // Up to 15 significant digits the integer/power-of-ten division is correctly rounded, like parseFloat.
-  return [digits <= 15 ? mantissa / scale : Number.parseFloat(text.slice(i, j)), j];
+  return digits <= 15 ? mantissa / scale : Number.parseFloat(text.slice(i, j));
 }
 
-/** Find `key` in [from, end) and read the number after it. */
-function field(text: string, key: string, from: number, end: number): [number, number] | null {
+/** Find `key` in [from, end) and read the number after it (`NaN` when absent). Sets `cursor`. */
+function field(text: string, key: string, from: number, end: number): number {
   const at = text.indexOf(key, from);
-  if (at === -1 || at >= end) return null;
+  if (at === -1 || at >= end) return Number.NaN;
   return numberAt(text, at + key.length, end);
 }
 
@@ -103,45 +210,50 @@ function digitsAt(text: string, i: number, n: number): number {
 }
 
 /** Read the `[YYYY-MM-DD HH:MM:SS DP0 TP0]` prefix that ends before `hit`, searching back to `from`. */
-function readPrefix(
-  text: string,
-  from: number,
-  hit: number,
-  state: ScanState,
-  sample: { t: number | null; dpRank?: number; tpRank?: number },
-): void {
-  const open = text.lastIndexOf('[', hit);
-  if (open < from) return;
+/** What `readPrefix` found (module variables: no object per line). */
+let prefixT = Number.NaN;
+let prefixDp = -1;
+let prefixTp = -1;
+
+function readPrefix(text: string, from: number, hit: number, state: ScanState): void {
+  prefixT = Number.NaN;
+  prefixDp = -1;
+  prefixTp = -1;
+  // The last '[' before the mark (forward search: usually the segment's first character).
+  let open = -1;
+  for (let at = text.indexOf('[', from); at !== -1 && at < hit; at = text.indexOf('[', at + 1)) open = at;
+  if (open === -1) return;
   const close = text.indexOf(']', open);
   if (close === -1 || close > hit) return;
   if (close - open >= 20 && text.charCodeAt(open + 5) === 45 && text.charCodeAt(open + 14) === 58) {
-    const stamp = text.slice(open + 1, open + 20);
-    if (stamp === state.lastStamp) sample.t = state.lastStampMs;
-    else {
+    const seconds = digitsAt(text, open + 18, 2);
+    // Readings come several per second: reuse the minute's epoch value while the minute is unchanged.
+    if (state.lastMinute.length === 16 && text.startsWith(state.lastMinute, open + 1)) {
+      prefixT = state.lastMinuteMs + seconds * 1000;
+    } else {
       const ms = Date.UTC(
         digitsAt(text, open + 1, 4),
         digitsAt(text, open + 6, 2) - 1,
         digitsAt(text, open + 9, 2),
         digitsAt(text, open + 12, 2),
         digitsAt(text, open + 15, 2),
-        digitsAt(text, open + 18, 2),
       );
-      if (!Number.isNaN(ms)) {
-        state.lastStamp = stamp;
-        state.lastStampMs = ms;
-        sample.t = ms;
+      if (!Number.isNaN(ms) && !Number.isNaN(seconds)) {
+        state.lastMinute = text.slice(open + 1, open + 17);
+        state.lastMinuteMs = ms;
+        prefixT = ms + seconds * 1000;
       }
     }
   }
   const tp = text.indexOf('TP', open);
   if (tp !== -1 && tp < close) {
     const v = numberAt(text, tp + 2, close);
-    if (v) sample.tpRank = v[0];
+    if (!Number.isNaN(v)) prefixTp = v;
   }
   const dp = text.indexOf('DP', open);
   if (dp !== -1 && dp < close) {
     const v = numberAt(text, dp + 2, close);
-    if (v) sample.dpRank = v[0];
+    if (!Number.isNaN(v)) prefixDp = v;
   }
 }
 
@@ -163,47 +275,51 @@ function parseSegment(
   const sep = text.charCodeAt(i);
   if (sep !== 46 && sep !== 44) return false;
   const running = field(text, '#running-req: ', i, end);
-  if (!running) return false;
-  let pos = running[1];
-  let tokens = field(text, '#token: ', pos, end);
-  let usage: [number, number] | null = null;
-  if (tokens) usage = field(text, 'token usage: ', tokens[1], end);
+  if (Number.isNaN(running)) return false;
+  const afterRunning = cursor;
+  let tokens = field(text, '#token: ', afterRunning, end);
+  let kvUsage = Number.NaN;
+  if (!Number.isNaN(tokens)) kvUsage = field(text, 'token usage: ', cursor, end);
   else {
-    tokens = field(text, '#full token: ', pos, end);
-    if (tokens) usage = field(text, 'full token usage: ', tokens[1], end);
+    tokens = field(text, '#full token: ', afterRunning, end);
+    if (!Number.isNaN(tokens)) kvUsage = field(text, 'full token usage: ', cursor, end);
   }
-  if (!tokens || !usage) return false;
-  pos = usage[1];
-  const accept = field(text, 'accept len: ', pos, end);
-  let graphAt = text.indexOf('graph: ', pos);
+  if (Number.isNaN(kvUsage)) return false;
+  const afterPool = cursor;
+  let graphAt = text.indexOf('graph: ', afterPool);
   if (graphAt === -1 || graphAt >= end) return false;
   graphAt += 7;
   const graph = text.startsWith('True', graphAt);
   if (!graph && !text.startsWith('False', graphAt)) return false;
-  const tput = field(text, 'gen throughput (token/s): ', graphAt, end);
-  if (!tput) return false;
-  const queue = field(text, '#queue-req: ', tput[1], end);
-  if (!queue) return false;
-  const sample: DecodeBatchSample = {
-    t: null,
-    running: running[0],
-    queued: queue[0],
-    tokens: tokens[0],
-    kvUsage: usage[0],
-    genThroughput: tput[0],
-    graph,
-    line,
-  };
-  if (accept) sample.acceptLen = accept[0];
-  readPrefix(text, prefixFrom, hit, state, sample);
+  const genThroughput = field(text, 'gen throughput (token/s): ', graphAt, end);
+  if (Number.isNaN(genThroughput)) return false;
+  const queued = field(text, '#queue-req: ', cursor, end);
+  if (Number.isNaN(queued)) return false;
+  const acceptAt = text.indexOf('accept len: ', afterPool);
+  const acceptLen = acceptAt !== -1 && acceptAt < graphAt ? numberAt(text, acceptAt + 12, end) : Number.NaN;
+  readPrefix(text, prefixFrom, hit, state);
+  let t = prefixT;
   const ts = text.indexOf('timestamp: ', i);
   if (ts !== -1 && ts < end) {
     const stop = text.indexOf(',', ts);
     const iso = text.slice(ts + 11, stop === -1 || stop > end ? end : stop).trim();
     const ms = Date.parse(/[zZ]|[+-]\d\d:?\d\d$/.test(iso) ? iso : `${iso}Z`);
-    if (!Number.isNaN(ms)) sample.t = ms;
+    if (!Number.isNaN(ms)) t = ms;
   }
-  state.samples.push(sample);
+  const rows = state.rows;
+  const r = rows.next();
+  const c = rows.cols;
+  c.t[r] = t;
+  c.running[r] = running;
+  c.queued[r] = queued;
+  c.tokens[r] = tokens;
+  c.kvUsage[r] = kvUsage;
+  c.genThroughput[r] = genThroughput;
+  c.acceptLen[r] = acceptLen;
+  c.graph[r] = graph ? 1 : 0;
+  c.dpRank[r] = prefixDp;
+  c.tpRank[r] = prefixTp;
+  c.line[r] = line;
   return true;
 }
 
@@ -216,38 +332,45 @@ function malformedAt(state: ScanState, line: number): void {
 function scan(text: string, limit: number, state: ScanState): void {
   let pos = 0;
   while (pos < limit) {
-    const hit = text.indexOf(MARK, pos);
-    const decodeLineStart = hit === -1 || hit >= limit ? limit : text.lastIndexOf('\n', hit) + 1;
-    // Count the ordinary lines before the next decode line.
-    while (pos < decodeLineStart) {
-      const nl = text.indexOf('\n', pos);
-      const next = nl === -1 || nl >= limit ? limit : nl + 1;
+    let hit = text.indexOf(MARK, pos);
+    if (hit >= limit) hit = -1;
+    // Count the ordinary lines before the line holding the next mark (or all that remain).
+    let nl = text.indexOf('\n', pos);
+    while (nl !== -1 && nl < limit && (hit === -1 || nl < hit)) {
       state.lines++;
       state.ignored++;
-      pos = next;
+      pos = nl + 1;
+      nl = text.indexOf('\n', pos);
     }
-    if (pos >= limit) break;
-    const nl = text.indexOf('\n', hit);
+    if (hit === -1) {
+      if (pos < limit) {
+        state.lines++;
+        state.ignored++;
+      }
+      return;
+    }
     const lineEnd = nl === -1 || nl >= limit ? limit : nl;
     state.lines++;
-    const line = state.lines;
+    const lineNo = state.lines;
+    // Work on the line alone so that searches for absent fields stop at its end.
+    const line = text.slice(pos, lineEnd);
     // Several entries on one line means interleaved output: each segment runs to the next mark.
-    let segFrom = pos;
-    let at = hit;
-    while (at !== -1 && at < lineEnd) {
-      const next = text.indexOf(MARK, at + MARK.length);
-      const segEnd = next === -1 || next >= lineEnd ? lineEnd : next;
-      if (!parseSegment(text, segFrom, at, segEnd, line, state)) malformedAt(state, line);
+    let segFrom = 0;
+    let at = hit - pos;
+    while (at !== -1) {
+      const next = line.indexOf(MARK, at + MARK.length);
+      const segEnd = next === -1 ? line.length : next;
+      if (!parseSegment(line, segFrom, at, segEnd, lineNo, state)) malformedAt(state, lineNo);
       segFrom = at + MARK.length;
-      at = next === -1 || next >= lineEnd ? -1 : next;
+      at = next;
     }
     pos = lineEnd + 1;
   }
 }
 
 function result(state: ScanState): DecodeLogResult {
-  const { samples, lines, ignored, malformed, malformedLines } = state;
-  return { samples, lines, ignored, malformed, malformedLines };
+  const { rows, lines, ignored, malformed, malformedLines } = state;
+  return new DecodeLog(rows.length, rows.finish(), lines, ignored, malformed, malformedLines);
 }
 
 /**
