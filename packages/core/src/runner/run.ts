@@ -213,6 +213,8 @@ interface Running {
   settled: Promise<void>;
 }
 
+type Next<T> = [T, RolloutRef] | undefined;
+
 const abortError = (code: 'aborted' | 'timeout', message: string) => new VimeError(code, message);
 
 export class RolloutRun<T extends TaskLike>
@@ -345,7 +347,8 @@ export class RolloutRun<T extends TaskLike>
         this.stats.inFlight < this.#concurrency &&
         this.#ready.length < this.#concurrency
       ) {
-        const next = await this.#nextRef();
+        let next = this.#nextRef();
+        if (next instanceof Promise) next = await next;
         if (next === undefined || this.#stopped) break;
         if (this.#options.skip?.(next[1])) {
           this.stats.skipped++;
@@ -362,29 +365,38 @@ export class RolloutRun<T extends TaskLike>
     }
   }
 
-  async #nextRef(): Promise<[T, RolloutRef] | undefined> {
-    if (this.#sampleIndex >= this.#samplesPerPrompt) {
-      this.#source ??=
-        Symbol.asyncIterator in this.#tasks
-          ? (this.#tasks as AsyncIterable<T>)[Symbol.asyncIterator]()
-          : (this.#tasks as Iterable<T>)[Symbol.iterator]();
-      const step = await this.#source.next();
-      if (step.done) {
-        this.#exhausted = true;
-        this.total = (this.#groupIndex + 1 - (this.#options.firstGroupIndex ?? 0)) * this.#samplesPerPrompt;
-        return undefined;
-      }
-      const task = step.value;
-      if (task === null || typeof task !== 'object' || typeof task.id !== 'string') {
-        throw new ValidationError(
-          `tasks[${this.#groupIndex + 1 - (this.#options.firstGroupIndex ?? 0)}].id`,
-          `expected a task with a string id, found ${describeValue(task)}`,
-        );
-      }
-      this.#task = task;
-      this.#groupIndex++;
-      this.#sampleIndex = 0;
+  /** The next rollout to start; synchronous unless a new task must come from an async source. */
+  #nextRef(): Next<T> | Promise<Next<T>> {
+    if (this.#sampleIndex < this.#samplesPerPrompt) return this.#ref();
+    this.#source ??=
+      Symbol.asyncIterator in this.#tasks
+        ? (this.#tasks as AsyncIterable<T>)[Symbol.asyncIterator]()
+        : (this.#tasks as Iterable<T>)[Symbol.iterator]();
+    const step = this.#source.next();
+    return step instanceof Promise ? step.then((s) => this.#nextTask(s)) : this.#nextTask(step);
+  }
+
+  #nextTask(step: IteratorResult<T>): Next<T> {
+    const position = this.#groupIndex + 1 - (this.#options.firstGroupIndex ?? 0);
+    if (step.done) {
+      this.#exhausted = true;
+      this.total = position * this.#samplesPerPrompt;
+      return undefined;
     }
+    const task = step.value;
+    if (task === null || typeof task !== 'object' || typeof task.id !== 'string') {
+      throw new ValidationError(
+        `tasks[${position}].id`,
+        `expected a task with a string id, found ${describeValue(task)}`,
+      );
+    }
+    this.#task = task;
+    this.#groupIndex++;
+    this.#sampleIndex = 0;
+    return this.#ref();
+  }
+
+  #ref(): Next<T> {
     const sampleIndex = this.#sampleIndex++;
     const task = this.#task!;
     return [
