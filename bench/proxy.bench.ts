@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import {
   type ChatTokenizer,
   loadTokenizer,
+  runRollouts,
   sglangEngine,
   startCaptureProxy,
   type TemplateMessage,
@@ -391,6 +392,74 @@ const bench: Bench = {
       });
     } finally {
       instant.child.disconnect();
+    }
+    // 3. The runner keeps min(batch, cap) rollouts in flight, each one a captured multi-turn session.
+    const engine3 = await startEngineProcess(DECODE_TOKENS_PER_S);
+    const upstream = sglangEngine(engine3.url, { connections: 2048 });
+    const proxy = await startCaptureProxy({
+      engine: upstream,
+      tokenizer,
+      defaultSampling: { maxTokens: 512 },
+    });
+    try {
+      const rows: Table['rows'] = [];
+      const checks: NonNullable<Table['checks']> = [];
+      const bodies = [0, 1, 2].map((k) => JSON.stringify({ messages: messagesAt(k), tools: TOOLS }));
+      for (const [batch, cap] of [
+        [1000, 1000],
+        [1000, 256],
+        [200, 1000],
+      ] as const) {
+        const tasks = Array.from({ length: batch }, (_, i) => ({ id: `task-${i}` }));
+        const t0 = performance.now();
+        let rowsOut = 0;
+        const run = runRollouts(
+          tasks,
+          async (_task, ctx) => {
+            const session = proxy.openSession(`run-${batch}-${cap}-${ctx.rolloutId}`);
+            for (const body of bodies) {
+              const res = await session.fetch('http://vime/v1/chat/completions', {
+                method: 'POST',
+                body,
+                signal: ctx.signal,
+              });
+              if (res.status !== 200) throw new Error(`proxy answered ${res.status}`);
+              await res.text();
+              await sleep(50); // the tool call
+            }
+            const samples = proxy.finishSession(session.id, { reward: 1 });
+            return { reward: 1, samples, sessionId: session.id, turns: bodies.length };
+          },
+          { concurrency: cap, guardMs: 120_000 },
+        );
+        for await (const result of run) rowsOut += result.samples.length;
+        const expected = Math.min(batch, cap);
+        rows.push([
+          batch,
+          cap,
+          run.stats.peakInFlight,
+          expected,
+          run.stats.byStatus.completed,
+          rowsOut,
+          fmt.ms(performance.now() - t0),
+        ]);
+        checks.push({
+          target: `batch ${batch}, cap ${cap}: peak in flight = min(batch, cap) = ${expected}`,
+          measured: String(run.stats.peakInFlight),
+          ok: run.stats.peakInFlight === expected,
+        });
+      }
+      tables.push({
+        title: 'Rollout runner: rollouts in flight (3 captured turns each, 50 ms tool time between turns)',
+        columns: ['batch', 'cap', 'peak in flight', 'min(batch, cap)', 'completed', 'sample rows', 'wall'],
+        rows,
+        checks,
+        notes: ['Turns go through captureFetch into the proxy, then to the stand-in engine process.'],
+      });
+    } finally {
+      await proxy.close();
+      await upstream.close();
+      engine3.child.disconnect();
     }
     return tables;
   },
