@@ -98,6 +98,10 @@ describe('vime-metrics CLI', () => {
       expect(record.saturation.engine_names).toEqual(['vllm0']);
       expect(record.saturation.samples_per_eng[0]).toBeGreaterThanOrEqual(3);
       expect(record.saturation.running_req_peak_per_eng[0]).toBe(10 + record.saturation.samples_per_eng[0]!);
+      const w = record.saturation.scrape_window_per_eng![0]!;
+      expect(w.scrapes).toBe(record.saturation.samples_per_eng[0]);
+      expect(w.promptTokens).toBe(100 * (w.scrapes - 1));
+      expect(readFileSync(join(dir, 'r.html'), 'utf8')).toMatch(/TTFT p50 \(ms\)/);
     } finally {
       await new Promise<void>((r) => server.close(() => r()));
     }

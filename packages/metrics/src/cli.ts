@@ -128,7 +128,7 @@ async function main(argv: string[]): Promise<number> {
       say(
         `${scrapes[i]!.name}: ${points.length} scrapes of ${s.url}, ${s.errors.length} failed${s.errors[0] ? ` (${s.errors[0].message})` : ''}`,
       );
-      engines.push({ name: scrapes[i]!.name, points });
+      engines.push({ name: scrapes[i]!.name, points, scrapes: s.scrapes });
     });
   }
   const perf = values['trainer-log']

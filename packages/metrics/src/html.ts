@@ -249,7 +249,7 @@ export function renderHtmlReport(record: RunRecord, options: { title?: string } 
         sat.queue_req_median_per_eng[i],
         sat.kv_cache_frac_peak_per_eng[i],
       ]),
-    )}</section>`,
+    )}${scrapeTable(record)}</section>`,
   );
 
   const stepIds = Object.keys(record.steps).sort((a, b) => Number(a) - Number(b));
@@ -353,6 +353,41 @@ ${sections.join('\n')}
 <script type="application/json" id="run-record">${json}</script>
 </body></html>
 `;
+}
+
+function scrapeTable(record: RunRecord): string {
+  const windows = record.saturation.scrape_window_per_eng;
+  if (!windows) return '';
+  const ms = (v: number | null | undefined) =>
+    v === null || v === undefined ? null : Number((v * 1000).toPrecision(3));
+  return table(
+    [
+      'engine',
+      'window (s)',
+      'gen tok/s',
+      'prefix hit',
+      'TTFT p50 (ms)',
+      'TTFT p99 (ms)',
+      'ITL p50 (ms)',
+      'ITL p99 (ms)',
+      'preemptions',
+    ],
+    windows.map((w, i) => {
+      const name = record.saturation.engine_names[i];
+      if (!w) return [name, null, null, null, null, null, null, null, null];
+      return [
+        name,
+        Number(w.seconds.toFixed(1)),
+        w.seconds > 0 ? Math.round(w.generationTokens / w.seconds) : null,
+        w.prefixCacheHitRate === null ? null : Number(w.prefixCacheHitRate.toFixed(3)),
+        ms(w.ttft?.p50),
+        ms(w.ttft?.p99),
+        ms(w.itl?.p50),
+        ms(w.itl?.p99),
+        w.preemptions,
+      ];
+    }),
+  );
 }
 
 function figure(svgText: string, caption: string): string {

@@ -24,7 +24,9 @@ export {
 export {
   counterIncrease,
   type EngineSnapshot,
+  type EngineWindow,
   engineSnapshot,
+  engineWindow,
   histogramIncrease,
   histogramQuantile,
   type PrometheusScrape,

@@ -6,6 +6,7 @@ import { type LoadState, sglangMetrics, vllmMetrics } from './__fixtures__/metri
 import {
   counterIncrease,
   engineSnapshot,
+  engineWindow,
   histogramIncrease,
   histogramQuantile,
   parsePrometheusText,
@@ -241,5 +242,37 @@ describe('scrapePrometheus over HTTP', () => {
     expect(broken!.errors.length).toBe(sglang!.scrapes.length);
     const increase = counterIncrease(sglang!.scrapes.map((s) => s.snapshot.counters.promptTokens));
     expect(increase).toBe(sglang!.scrapes.at(-1)!.snapshot.counters.promptTokens! - 1000);
+    const w = engineWindow(sglang!.scrapes);
+    expect(w).toMatchObject({
+      scrapes: sglang!.scrapes.length,
+      promptTokens: increase,
+      prefixCacheHitRate: 0.625,
+    });
+    expect(w.seconds).toBeGreaterThan(0.1);
+  });
+
+  it('summarizes a window of scrapes across an engine restart', () => {
+    const at = (t: number, s: LoadState) => ({
+      t,
+      snapshot: engineSnapshot(parsePrometheusText(vllmMetrics(s))),
+    });
+    const w = engineWindow([
+      at(0, load({ promptTokens: 1000, generationTokens: 100, ttft: [0, 0, 0, 0, 0, 0] })),
+      at(10_000, load({ promptTokens: 5000, generationTokens: 900, ttft: [10, 40, 70, 90, 99, 100] })),
+      // restart: counters start again
+      at(20_000, load({ promptTokens: 2000, generationTokens: 200, ttft: [2, 2, 2, 2, 2, 2] })),
+    ]);
+    expect(w).toMatchObject({
+      scrapes: 3,
+      seconds: 20,
+      promptTokens: 4000 + 2000,
+      generationTokens: 800 + 200,
+      preemptions: 0,
+    });
+    // vLLM: hits/queries counters (hits are a quarter of queries in the fixture)
+    expect(w.prefixCacheHitRate).toBeCloseTo(0.25, 12);
+    expect(w.ttft).toMatchObject({ count: 102 });
+    expect(w.ttft!.p50).toBeCloseTo(0.25 + (0.25 * (51 - 42)) / 30, 12);
+    expect(engineWindow([])).toMatchObject({ scrapes: 0, ttft: null, prefixCacheHitRate: null });
   });
 });

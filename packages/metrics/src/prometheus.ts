@@ -456,3 +456,61 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
     signal?.addEventListener('abort', done, { once: true });
   });
 }
+
+export interface LatencyQuantiles {
+  p50: number | null;
+  p90: number | null;
+  p99: number | null;
+  /** Requests observed in the window. */
+  count: number;
+}
+
+/** What an engine did between its first and last scrape (counter resets handled). */
+export interface EngineWindow {
+  scrapes: number;
+  /** Seconds between the first and last scrape. */
+  seconds: number;
+  promptTokens: number;
+  generationTokens: number;
+  preemptions: number;
+  /** Prefix-cache hits / queries over the window (vLLM counters), else the mean of SGLang's gauge. */
+  prefixCacheHitRate: number | null;
+  /** Seconds, from the histogram buckets filled during the window. */
+  ttft: LatencyQuantiles | null;
+  itl: LatencyQuantiles | null;
+  e2e: LatencyQuantiles | null;
+}
+
+function quantiles(h: PromHistogram | null): LatencyQuantiles | null {
+  if (!h || h.count <= 0) return null;
+  return {
+    p50: histogramQuantile(h, 0.5),
+    p90: histogramQuantile(h, 0.9),
+    p99: histogramQuantile(h, 0.99),
+    count: h.count,
+  };
+}
+
+/** Token throughput, preemptions, prefix-cache hit rate and latency quantiles over a scrape series. */
+export function engineWindow(scrapes: ReadonlyArray<{ t: number; snapshot: EngineSnapshot }>): EngineWindow {
+  const snaps = scrapes.map((s) => s.snapshot);
+  const counter = (pick: (c: EngineSnapshot['counters']) => number | null) =>
+    counterIncrease(snaps.map((s) => pick(s.counters)));
+  const queries = counter((c) => c.prefixCacheQueries);
+  const hits = counter((c) => c.prefixCacheHits);
+  const gauges = snaps.map((s) => s.prefixCacheHitRate).filter((v): v is number => v !== null);
+  const first = scrapes[0];
+  const last = scrapes[scrapes.length - 1];
+  return {
+    scrapes: scrapes.length,
+    seconds: first && last ? (last.t - first.t) / 1000 : 0,
+    promptTokens: counter((c) => c.promptTokens),
+    generationTokens: counter((c) => c.generationTokens),
+    preemptions: counter((c) => c.preemptions),
+    prefixCacheHitRate:
+      queries > 0 ? hits / queries : gauges.length ? gauges.reduce((a, b) => a + b, 0) / gauges.length : null,
+    ttft: quantiles(histogramIncrease(snaps.map((s) => s.histograms.ttft))),
+    itl: quantiles(histogramIncrease(snaps.map((s) => s.histograms.itl))),
+    e2e: quantiles(histogramIncrease(snaps.map((s) => s.histograms.e2e))),
+  };
+}

@@ -1,3 +1,4 @@
+import { type EngineWindow, engineWindow, type ScrapeSeries } from './prometheus.js';
 import type { RolloutMetrics } from './rollout.js';
 import { bucketMeans, type EngineSaturation, engineSaturation, type SaturationPoint } from './saturation.js';
 import type { PerfStep, SlimePerfLog } from './slime-perf.js';
@@ -7,6 +8,8 @@ export interface EngineInput {
   name: string;
   /** Load readings over time: decode-batch samples or scrape snapshots mapped to `SaturationPoint`s. */
   points: ReadonlyArray<SaturationPoint>;
+  /** Prometheus scrapes of the engine, when it was scraped: adds tokens, prefix-cache hits and latency. */
+  scrapes?: ScrapeSeries['scrapes'];
 }
 
 export interface RunReportInput {
@@ -59,6 +62,8 @@ export interface RunRecord {
     queue_req_peak_per_eng: Array<number | null>;
     queue_req_median_per_eng: Array<number | null>;
     kv_cache_frac_peak_per_eng: Array<number | null>;
+    /** From scrapes (`null` for engines read from logs): what each engine did over the scrape window. */
+    scrape_window_per_eng?: Array<EngineWindow | null>;
     [deciles: `eng${number}_${'running_req' | 'queue_req' | 'kv_cache_frac'}_deciles`]: Array<number | null>;
   };
   quality: Record<string, { reward_mean: number | null; [passAtK: `pass@${number}`]: number | null }>;
@@ -152,6 +157,11 @@ export function runReport(input: RunReportInput): RunRecord {
     queue_req_median_per_eng: sats.map((s) => s.queued.median),
     kv_cache_frac_peak_per_eng: sats.map((s) => round(s.kvUsage.peak)),
   };
+  if (engines.some((e) => e.scrapes && e.scrapes.length > 0)) {
+    saturation.scrape_window_per_eng = engines.map((e) =>
+      e.scrapes?.length ? engineWindow(e.scrapes) : null,
+    );
+  }
   sats.forEach((s, i) => {
     saturation[`eng${i}_running_req_deciles`] = s.deciles.running.map((v) => round(v));
     saturation[`eng${i}_queue_req_deciles`] = s.deciles.queued.map((v) => round(v));
