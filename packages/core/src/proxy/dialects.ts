@@ -192,8 +192,16 @@ export const AnthropicRequestSchema = z.looseObject({
 const ANTHROPIC_KNOBS = ['temperature', 'top_p', 'top_k', 'stop_sequences'] as const;
 
 /** Parse an Anthropic Messages request. */
-export function parseAnthropicRequest(json: unknown, rawArgs: Map<string, string>): ChatRequest {
-  const body = parse(AnthropicRequestSchema, json, 'messages request');
+export function parseAnthropicRequest(
+  json: unknown,
+  rawArgs: Map<string, string>,
+  options: { countOnly?: boolean } = {},
+): ChatRequest {
+  // `count_tokens` requests carry no max_tokens
+  const schema = options.countOnly
+    ? AnthropicRequestSchema.extend({ max_tokens: z.number().int().optional() })
+    : AnthropicRequestSchema;
+  const body = parse(schema, json, 'messages request');
   const messages: TemplateMessage[] = [];
   if (body.system !== undefined) messages.push({ role: 'system', content: partsText(body.system) });
   for (const m of body.messages) {

@@ -530,4 +530,57 @@ describe('capture proxy: sessions, sampling, budgets, cancellation', () => {
     expect(Array.from(sample!.tokens)).toEqual([...calls[0]!.inputIds, ...calls[0]!.result.outputIds]);
     expect(() => captureFetch({} as never)).toThrow(/openSession/);
   });
+
+  it('answers Anthropic count_tokens with the rendered prompt length, without calling the engine', async () => {
+    const { proxy, calls, tokenizer } = await setup(script('unused'));
+    const s = proxy.openSession('count-1');
+    const res = await post(`${s.baseURL}/messages/count_tokens`, {
+      system: 'Be brief.',
+      messages: [{ role: 'user', content: 'How many tokens?' }],
+      tools: anthropicTools,
+    });
+    expect(res.status).toBe(200);
+    const expected = tokenizer.encodeChat(
+      [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'How many tokens?' },
+      ],
+      { tools },
+    ).length;
+    expect(JSON.parse(res.text)).toEqual({ input_tokens: expected });
+    expect(calls).toHaveLength(0);
+  });
+
+  it('spreading sessions over two throughput-bound engines halves the time of a batch', async () => {
+    const tokenizer = await qwen3();
+    const policy: StandInPolicy = () => ({ ids: new Array(100).fill(42) });
+    async function batchMs(engineCount: number): Promise<number> {
+      const standIns = await Promise.all(
+        Array.from({ length: engineCount }, () =>
+          startStandInEngine({ tokenizer, policy, service: { tokensPerSecond: 4000 } }),
+        ),
+      );
+      const engines = standIns.map((e) => sglangEngine(e.url));
+      const proxy = await startCaptureProxy({ engine: engines, tokenizer });
+      try {
+        const sessions = Array.from({ length: 8 }, (_, i) => proxy.openSession(`b${engineCount}-${i}`));
+        const t0 = performance.now();
+        await Promise.all(
+          sessions.map((s) =>
+            post(`${s.baseURL}/chat/completions`, { messages: [{ role: 'user', content: 'go' }] }),
+          ),
+        );
+        return performance.now() - t0;
+      } finally {
+        await proxy.close();
+        await Promise.all([...engines.map((e) => e.close()), ...standIns.map((e) => e.close())]);
+      }
+    }
+    const one = await batchMs(1);
+    const two = await batchMs(2);
+    // 800 tokens at 4,000 tokens/s: 200 ms on one engine, 100 ms on two (plus HTTP and rendering)
+    expect(one).toBeGreaterThanOrEqual(195);
+    expect(two).toBeGreaterThanOrEqual(95);
+    expect(two).toBeLessThan(one * 0.8);
+  });
 });

@@ -328,7 +328,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       path = m[2] ?? '/';
     }
     if (path.startsWith('/v1/')) path = path.slice(3);
-    const dialect: Dialect = path === '/messages' ? 'anthropic' : 'openai';
+    const dialect: Dialect = path.startsWith('/messages') ? 'anthropic' : 'openai';
     if (method === 'GET' && path === '/models') {
       return json(200, {
         object: 'list',
@@ -345,7 +345,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       });
     }
     if (method === 'GET' && path === '/health') return json(200, { sessions: sessions.size });
-    if (method !== 'POST' || (path !== '/chat/completions' && path !== '/messages')) {
+    const countOnly = path === '/messages/count_tokens';
+    if (method !== 'POST' || (path !== '/chat/completions' && path !== '/messages' && !countOnly)) {
       return json(404, errorBody(dialect, 404, `no route ${method} ${pathname}`));
     }
     let state = sessionId ? sessions.get(sessionId) : undefined;
@@ -368,8 +369,15 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       }
       const req =
         dialect === 'anthropic'
-          ? parseAnthropicRequest(body, state.toolArgs)
+          ? parseAnthropicRequest(body, state.toolArgs, { countOnly })
           : parseOpenAIRequest(body, state.toolArgs);
+      if (countOnly) {
+        const ids = tokenizer.encodeChat(req.messages, {
+          tools: req.tools,
+          templateKwargs: state.templateKwargs,
+        });
+        return json(200, { input_tokens: ids.length });
+      }
       const reply = await runTurn(state, dialect, req, signal);
       if (req.stream) {
         return {
@@ -410,7 +418,10 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         if (body != null) return new Response(body as ConstructorParameters<typeof Response>[0]).text();
         return request ? request.text() : '';
       };
-      const path = target.pathname.replace(/^.*?(\/v1)?(\/(chat\/completions|messages|models))$/, '$2');
+      const path = target.pathname.replace(
+        /^.*?(\/v1)?(\/(chat\/completions|messages(?:\/count_tokens)?|models))$/,
+        '$2',
+      );
       const reply = await dispatch(method, path, handle.id, readBody, signal);
       return new Response(reply.body, {
         status: reply.status,
