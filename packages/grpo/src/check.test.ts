@@ -8,7 +8,7 @@ import { grpoAdvantages } from './advantages.js';
 import { checkAgainstTrainer } from './check.js';
 import { main } from './command.js';
 import { readRolloutDump, readTrainDump } from './dump.js';
-import { dumpsGolden } from './test/golden.js';
+import { dumpsGolden, loadGolden } from './test/golden.js';
 import { broadcastToTokens, splitTokens } from './tokens.js';
 
 const bytes = (path: string) => new Uint8Array(readFileSync(`${dumpsGolden}${path}`));
@@ -257,5 +257,33 @@ describe('dict rewards (slime --reward-key)', () => {
     expect(checkAgainstTrainer({ samples, advantages }, { rewardKey: 'acc' }).verdict).toBe('match');
     expect(checkAgainstTrainer({ samples, advantages }, { rewardKey: 'fmt' }).verdict).toBe('mismatch');
     expect(() => checkAgainstTrainer({ samples, advantages })).toThrow(/samples\[0\]\.reward.*rewardKey/);
+  });
+});
+
+describe('REINFORCE++-baseline: KL shaping and whitening', () => {
+  it('recomputes the whitened advantages from a train dump (golden compute_advantages_and_returns inputs)', () => {
+    const [g] = loadGolden('slime__compute_advantages_and_returns__reinforce_plus_plus_baseline');
+    const i = g!.inputs as { rewards: number[]; response_lengths: number[]; loss_masks: number[][] };
+    const e = g!.expected as { advantages: number[][]; returns: number[][]; kl: number[][] };
+    const samples = i.rewards.map((reward, s) => ({
+      data_parallel_rank: 0,
+      sample_index: s,
+      rollout_position: s,
+      tokens: new Int32Array(i.response_lengths[s]!),
+      response_lengths: i.response_lengths[s]!,
+      rewards: reward,
+      loss_masks: Uint8Array.from(i.loss_masks[s]!),
+      advantages: Float32Array.from(e.advantages[s]!),
+      returns: Float32Array.from(e.returns[s]!),
+      kl: Float32Array.from(e.kl[s]!),
+    }));
+    // The golden rewards are already centred, so centring them again changes nothing.
+    const trainDump = { format_version: 2 as const, rollout_id: 0, samples, raw_reward: i.rewards };
+    const options = { estimator: 'reinforce_plus_plus_baseline' as const, groupSize: 4, klCoef: 0.05 };
+    const report = checkAgainstTrainer({ trainDump }, options);
+    expect(report.verdict, report.samples.map((s) => s.firstMismatch).join()).toBe('match');
+    expect(checkAgainstTrainer({ trainDump }, { ...options, klCoef: 0 }).verdict).toBe('mismatch');
+    const unwhitened = checkAgainstTrainer({ trainDump }, { ...options, normalizeAdvantages: false });
+    expect(unwhitened.hints.join('\n')).toMatch(/--normalize-advantages/);
   });
 });

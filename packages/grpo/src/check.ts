@@ -42,6 +42,8 @@ export interface CheckOptions extends ConventionOptions {
   /** `--disable-rewards-normalization` when false. */
   rewardsNormalization?: boolean;
   klCoef?: number;
+  /** `--use-opd --opd-kl-coef`: subtract `coef·(logp − teacher)` using the dumped teacher log-probs. */
+  opdKlCoef?: number;
   /** `--normalize-advantages` (default: on for the REINFORCE++ estimators, which require it). */
   normalizeAdvantages?: boolean;
   gamma?: number;
@@ -113,6 +115,7 @@ interface Row {
   refLogProbs?: ArrayLike<number>;
   values?: ArrayLike<number>;
   teacherLogProbs?: ArrayLike<number>;
+  kl?: ArrayLike<number>;
 }
 
 interface Batch {
@@ -186,6 +189,7 @@ function fromDumps(input: { rolloutDump?: RolloutDump; trainDump: TrainDump }, o
       ...(s.ref_log_probs ? { refLogProbs: s.ref_log_probs } : {}),
       ...(s.values ? { values: s.values } : {}),
       ...(s.teacher_log_probs ? { teacherLogProbs: s.teacher_log_probs } : {}),
+      ...(s.kl ? { kl: s.kl } : {}),
     };
   });
   return { rolloutId: trainDump.rollout_id, rawRewards, groupKeys, rows };
@@ -273,11 +277,19 @@ function recompute(batch: Batch, options: CheckOptions, grouping: GroupingOption
     });
   }
   const rows = batch.rows;
-  const perSample = <K extends 'logProbs' | 'refLogProbs' | 'values' | 'teacherLogProbs'>(key: K) =>
+  const perSample = <K extends 'logProbs' | 'refLogProbs' | 'values' | 'teacherLogProbs' | 'kl'>(key: K) =>
     rows.every((r) => r[key]) ? rows.map((r) => r[key]!) : undefined;
   const logProbs = perSample('logProbs');
   const refLogProbs = perSample('refLogProbs');
   const values = perSample('values');
+  // The trainer's own per-token KL (its --kl-loss-type is not in the dump).
+  const kl = perSample('kl');
+  const required = (key: 'teacherLogProbs') => {
+    const column = perSample(key);
+    if (!column)
+      throw new ValidationError('trainDump.samples', 'opdKlCoef needs teacher_log_probs in every sample');
+    return column;
+  };
   const result = slimeAdvantagesAndReturns({
     estimator,
     rewards: rows.map((r) => scalars[r.position]!),
@@ -286,6 +298,10 @@ function recompute(batch: Batch, options: CheckOptions, grouping: GroupingOption
     ...(logProbs ? { logProbs } : {}),
     ...(refLogProbs ? { refLogProbs } : {}),
     ...(values ? { values } : {}),
+    ...(kl ? { kl } : {}),
+    ...(options.opdKlCoef !== undefined
+      ? { teacherLogProbs: required('teacherLogProbs'), opdKlCoef: options.opdKlCoef }
+      : {}),
     klCoef: options.klCoef ?? 0,
     gamma: options.gamma ?? 1,
     lambda: options.lambda ?? 1,

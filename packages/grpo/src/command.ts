@@ -24,6 +24,7 @@ options:
   --group-size N           positional groups of N (default: the samples' group_index)
   --reward-key K           scalar key of dict rewards (slime --reward-key)
   --kl-coef X              slime --kl-coef (default 0)
+  --opd-kl-coef X          slime --use-opd with --opd-kl-coef X
   --normalize-advantages   slime --normalize-advantages (default: on for reinforce_plus_plus*)
   --no-normalize-advantages
   --atol A --rtol R        tolerance |a - e| <= A + R*|e| (default 1e-6, 1e-5)
@@ -86,6 +87,7 @@ function parse(argv: string[]) {
       'group-size': { type: 'string' },
       'reward-key': { type: 'string' },
       'kl-coef': { type: 'string' },
+      'opd-kl-coef': { type: 'string' },
       'normalize-advantages': { type: 'boolean' },
       'no-normalize-advantages': { type: 'boolean' },
       atol: { type: 'string' },
@@ -128,6 +130,8 @@ function parse(argv: string[]) {
   if (values['reward-key']) options.rewardKey = values['reward-key'];
   const klCoef = number('kl-coef', values['kl-coef']);
   if (klCoef !== undefined) options.klCoef = klCoef;
+  const opdKlCoef = number('opd-kl-coef', values['opd-kl-coef']);
+  if (opdKlCoef !== undefined) options.opdKlCoef = opdKlCoef;
   if (values['normalize-advantages']) options.normalizeAdvantages = true;
   if (values['no-normalize-advantages']) options.normalizeAdvantages = false;
   const atol = number('atol', values.atol);

@@ -77,6 +77,8 @@ export interface SlimeAdvantageInput {
   /** Teacher log-probs: subtract `opdKlCoef·(logp − teacher)` from the advantages (`--use-opd`). */
   teacherLogProbs?: TokenValues;
   opdKlCoef?: number;
+  /** Per-token KL as the trainer computed it (`rollout_data["kl"]`); computed from the log-probs when absent. */
+  kl?: TokenValues;
   klCoef?: number;
   klType?: KlType;
   gamma?: number;
@@ -109,7 +111,9 @@ export function slimeAdvantagesAndReturns(input: SlimeAdvantageInput): SlimeAdva
   const mask = flattenMasks(input.lossMasks, offsets);
   const logProbs = input.logProbs ? flattenTokens(input.logProbs, offsets, 'logProbs') : undefined;
   let kl: Float32Array;
-  if (klCoef === 0 || !logProbs) {
+  if (input.kl) {
+    kl = flattenTokens(input.kl, offsets, 'kl');
+  } else if (klCoef === 0 || !logProbs) {
     kl = new Float32Array(total);
   } else {
     if (!input.refLogProbs)
