@@ -179,7 +179,7 @@ function fromDumps(input: { rolloutDump?: RolloutDump; trainDump: TrainDump }, o
     }
     return {
       position: s.rollout_position,
-      sampleIndex: s.sample_index,
+      sampleIndex: s.sample_index ?? null,
       responseLength: s.response_lengths,
       lossMask: s.loss_masks,
       advantages: s.advantages,

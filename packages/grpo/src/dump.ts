@@ -41,12 +41,15 @@ export const RolloutDumpSchema = z.looseObject({
 });
 export type RolloutDump = z.infer<typeof RolloutDumpSchema>;
 
-/** One training sample of a train dump: the trainer's columns, tensors as typed arrays. */
+/**
+ * One training sample of a train dump: the trainer's columns, tensors as typed arrays. The columns
+ * the check reads are required; bookkeeping ones are optional.
+ */
 export const TrainDumpSampleSchema = z.looseObject({
-  data_parallel_rank: int,
-  sample_index: int.nullable(),
+  data_parallel_rank: int.optional(),
+  sample_index: int.nullable().optional(),
   rollout_position: int.nonnegative(),
-  tokens: ids,
+  tokens: ids.optional(),
   response_lengths: int.nonnegative(),
   rewards: z.number(),
   loss_masks: mask,
