@@ -192,11 +192,16 @@ interface Cost {
   cpu: number;
 }
 
-/** Run the variants in turn `rounds` times after one warm-up round; best wall and CPU ms of each. */
+/**
+ * Run the variants in turn `rounds` times after one warm-up round; best wall and CPU ms of each. The
+ * order rotates every round, so no variant always pays for the garbage its predecessor left.
+ */
 async function interleaved(variants: Array<() => Promise<unknown>>, rounds: number): Promise<Cost[]> {
   const best = variants.map(() => ({ wall: Number.POSITIVE_INFINITY, cpu: Number.POSITIVE_INFINITY }));
   for (let round = -1; round < rounds; round++) {
-    for (const [i, variant] of variants.entries()) {
+    for (let k = 0; k < variants.length; k++) {
+      const i = (k + Math.max(round, 0)) % variants.length;
+      const variant = variants[i]!;
       const c0 = process.cpuUsage();
       const t0 = performance.now();
       await variant();
