@@ -109,13 +109,20 @@ describe('native chat renderers', () => {
       }),
       { numRuns: 400, seed: 20261130 },
     );
-    const rendered = JSON.parse(
-      execFileSync('python3', ['-c', PYTHON_RENDER], {
+    let output: string;
+    try {
+      output = execFileSync('python3', ['-c', PYTHON_RENDER], {
         input: JSON.stringify({ template: tok.chatTemplate, cases }),
         encoding: 'utf8',
         maxBuffer: 64 << 20,
-      }),
-    ) as string[];
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+    } catch (cause) {
+      throw new Error(
+        `this test needs python3 with jinja2 (Debian: python3-jinja2): ${(cause as { stderr?: string }).stderr ?? cause}`,
+      );
+    }
+    const rendered = JSON.parse(output) as string[];
     expect(rendered).toHaveLength(cases.length);
     cases.forEach((c, i) => {
       const options = {
