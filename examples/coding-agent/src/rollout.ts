@@ -24,15 +24,12 @@ export interface RolloutDeps {
   model: string;
 }
 
-const since = (t: number) => performance.now() - t;
-
 export function codingAgentRollout({ config, proxy, pool, model }: RolloutDeps) {
   return async (task: TaskSpec, ctx: RolloutContext): Promise<RolloutOutcome> => {
     const { signal } = ctx;
-    const timings: Record<string, number> = {};
-    let t = performance.now();
-    const sandbox = await pool.claim({ signal });
-    timings.claim = since(t);
+    // claim/setup/agent/eval are timed by ctx.phase (a failure inside one is reported with that phase);
+    // model and exec time are summed per call.
+    const sandbox = await ctx.phase('claim', () => pool.claim({ signal }));
     const sessionId = `r${ctx.rolloutId}-${randomUUID().slice(0, 8)}`;
     let opened = false;
     let finished = false;
@@ -42,9 +39,7 @@ export function codingAgentRollout({ config, proxy, pool, model }: RolloutDeps) 
     };
     proxy.events.on('turn', onTurn);
     try {
-      t = performance.now();
-      const swe = await setupSweTask(sandbox, task, { signal });
-      timings.setup = since(t);
+      const swe = await ctx.phase('setup', () => setupSweTask(sandbox, task, { signal }));
 
       proxy.openSession(sessionId, {
         sampling: { temperature: config.temperature, topP: config.topP, maxTokens: config.maxTokensPerTurn },
@@ -55,31 +50,27 @@ export function codingAgentRollout({ config, proxy, pool, model }: RolloutDeps) 
       const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: sessionId, maxRetries: 0 });
       const transcript: string[] = [];
       let execMs = 0;
-      t = performance.now();
-      const agent = await runAgent({
-        client,
-        model,
-        task: task.prompt,
-        stepLimit: config.stepLimit,
-        signal,
-        exec: async (command) => {
-          transcript.push(command);
-          const r = await sandbox.exec(command, { timeoutMs: config.execTimeoutMs, signal });
-          execMs += r.durationMs;
-          ctx.emit({ type: 'rollout:exec', command, exitCode: r.exitCode, durationMs: r.durationMs });
-          return r;
-        },
-      });
-      timings.agent = since(t);
-      timings.model = modelMs;
-      timings.exec = execMs;
-
-      t = performance.now();
-      const graded = await gradeSweTask(swe, { transcript, signal });
-      timings.eval = since(t);
+      const agent = await ctx.phase('agent', () =>
+        runAgent({
+          client,
+          model,
+          task: task.prompt,
+          stepLimit: config.stepLimit,
+          signal,
+          exec: async (command) => {
+            transcript.push(command);
+            const r = await sandbox.exec(command, { timeoutMs: config.execTimeoutMs, signal });
+            execMs += r.durationMs;
+            ctx.emit({ type: 'rollout:exec', command, exitCode: r.exitCode, durationMs: r.durationMs });
+            return r;
+          },
+        }),
+      );
+      const evalStart = performance.now();
+      const graded = await ctx.phase('eval', () => gradeSweTask(swe, { transcript, signal }));
       ctx.emit({
         type: 'rollout:eval',
-        durationMs: timings.eval,
+        durationMs: performance.now() - evalStart,
         ...(graded.status === 'graded' ? { reward: graded.reward } : {}),
         detail: {
           status: graded.status,
@@ -105,6 +96,7 @@ export function codingAgentRollout({ config, proxy, pool, model }: RolloutDeps) 
         baseSample: { label: task.id, metadata },
       });
       finished = true;
+      const timings = { model: modelMs, exec: execMs };
       return { reward: graded.reward, status, samples, sessionId, turns: agent.steps, timings, metadata };
     } finally {
       proxy.events.off('turn', onTurn);

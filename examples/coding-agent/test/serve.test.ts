@@ -1,0 +1,80 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+const NODE_ARGS = ['--import', 'tsx', '--conditions=@vime/source'];
+const children: ChildProcess[] = [];
+afterAll(() => {
+  for (const c of children) c.kill('SIGTERM');
+});
+
+function start(script: string, args: string[], ready: RegExp): Promise<string> {
+  const child = spawn(process.execPath, [...NODE_ARGS, script, ...args], {
+    cwd: root,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  children.push(child);
+  return new Promise((resolve, reject) => {
+    let text = '';
+    child.stdout!.on('data', (d) => {
+      text += d;
+      const m = ready.exec(text);
+      if (m) resolve(m[1]!);
+    });
+    child.on('exit', (code) => reject(new Error(`${script} exited with ${code}`)));
+  });
+}
+
+it('serves coding-agent rollouts to slime through the Python bridge', { timeout: 240_000 }, async () => {
+  const engineUrl = await start(
+    'examples/coding-agent/src/standin-server.ts',
+    [],
+    /listening on (http:\/\/\S+)/,
+  );
+  const serverUrl = await start(
+    'examples/coding-agent/src/serve.ts',
+    ['--engine-url', engineUrl, '--host', '127.0.0.1', '--port', '0', '--sandbox', 'bubblewrap'],
+    /rollout server on (http:\/\/\S+)/,
+  );
+  const rows = (await readFile(join(root, 'runs/.cache/offline-tasks/instances.jsonl'), 'utf8'))
+    .trim()
+    .split('\n');
+  const script = String.raw`
+import asyncio, json, sys, types
+import vime_bridge
+from stand_in_sample import Sample
+rows = [json.loads(l) for l in sys.argv[1:]]
+async def main():
+    samples = [Sample(group_index=g, index=g * 2 + i, prompt=r["problem_statement"], label=r["instance_id"], metadata=r)
+               for g, r in enumerate(rows) for i in range(2)]
+    out = await asyncio.gather(*(vime_bridge.generate(types.SimpleNamespace(), s, {"temperature": 1.0, "max_new_tokens": 512}) for s in samples))
+    flat = [x for o in out for x in (o if isinstance(o, list) else [o])]
+    print(json.dumps([{"status": s.status.value, "reward": s.reward, "index": s.index, "group_index": s.group_index,
+      "rl": s.response_length, "mask": len(s.loss_mask), "lp": len(s.rollout_log_probs), "masked": s.loss_mask.count(0),
+      "instance": s.metadata.get("instance_id")} for s in flat]))
+asyncio.run(main())`;
+  const { stdout } = await promisify(execFile)('/usr/bin/python3', ['-c', script, rows[0]!, rows[1]!], {
+    env: {
+      ...process.env,
+      PYTHONPATH: join(root, 'examples/slime-bridge/python'),
+      VIME_ROLLOUT_URL: serverUrl,
+      VIME_SAMPLE_CLASS: 'stand_in_sample:Sample',
+    },
+    timeout: 200_000,
+  });
+  const samples = JSON.parse(stdout) as Array<Record<string, number | string | null>>;
+  expect(samples.length).toBeGreaterThanOrEqual(4);
+  for (const s of samples) {
+    expect(s.status).toBe('completed');
+    expect([0, 1]).toContain(s.reward);
+    expect(s.mask).toBe(s.rl);
+    expect(s.lp).toBe(s.rl);
+    expect(s.masked).toBeGreaterThan(0); // observations are loss-masked
+  }
+  expect(new Set(samples.map((s) => s.index))).toEqual(new Set([0, 1, 2, 3]));
+  expect(samples.find((s) => s.index === 2)?.group_index).toBe(1);
+});
