@@ -29,6 +29,7 @@ import { grpoAdvantages } from '@vime/grpo';
 import {
   type EngineInput,
   parseSglangDecodeLog,
+  percentile,
   type RolloutMetrics,
   renderHtmlReport,
   rolloutMetrics,
@@ -72,6 +73,8 @@ export interface RunSummary {
   pool: { warmHits: number; fallbacks: number };
   /** Rollouts found already completed in the queue (a resumed run) and not run again. */
   resumedRollouts: number;
+  /** Duration of each agent command in the sandbox (ms): p50 and p99. */
+  execPerCall: { p50: number | null; p99: number | null };
   /** Failed and aborted rollouts by error code. */
   failuresByCause: Record<string, number>;
   tokensPerSecond: number;
@@ -258,10 +261,12 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     maxLive: config.concurrency + config.warmSandboxes,
   });
   const queue = await SampleQueue.open(join(out, 'queue'));
+  await pool.ready(io.signal ? { signal: io.signal } : {});
   const rollout = codingAgentRollout({ config, proxy, pool, model: 'vime-policy' });
 
   const steps: StepSummary[] = [];
   let resumedRollouts = 0;
+  const execDurations: number[] = [];
   const allResults: RolloutResult[] = [];
   const failedByStep = new Map<number, RolloutResult[]>();
   const started = performance.now();
@@ -335,6 +340,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
         ...(io.signal ? { signal: io.signal } : {}),
       });
       const bar = config.quiet ? undefined : rolloutProgressBar(run, { label: `step ${step}` });
+      run.on('rollout:exec', (e) => execDurations.push(e.durationMs));
       const failed: RolloutResult[] = [];
       for await (const result of run) {
         if (result.status === 'completed' || result.status === 'truncated') {
@@ -413,6 +419,10 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     pool: { warmHits: stats.warmHits, fallbacks: stats.fallbacks },
     failuresByCause,
     resumedRollouts,
+    execPerCall: {
+      p50: execDurations.length ? percentile(execDurations, 50) : null,
+      p99: execDurations.length ? percentile(execDurations, 99) : null,
+    },
     tokensPerSecond: outputTokens / ((performance.now() - started) / 1000),
   };
 }

@@ -36,7 +36,7 @@ function printSummary(s: RunSummary): void {
             .join(', ')}`,
         ]
       : []),
-    `sandbox claims: ${s.pool.warmHits} warm, ${s.pool.fallbacks} on demand; claim p50/p99 ${ms(o.timing.phases.claim?.p50)}/${ms(o.timing.phases.claim?.p99)}; exec p50/p99 ${ms(o.timing.phases.exec?.p50)}/${ms(o.timing.phases.exec?.p99)}`,
+    `sandbox claims: ${s.pool.warmHits} warm, ${s.pool.fallbacks} on demand; claim p50/p99 ${ms(o.timing.phases.claim?.p50)}/${ms(o.timing.phases.claim?.p99)}; exec per command p50/p99 ${ms(s.execPerCall.p50)}/${ms(s.execPerCall.p99)}`,
     `turns per rollout: mean ${o.shape.turns?.mean.toFixed(1) ?? '-'}, max ${o.shape.turns?.max ?? '-'}; output tokens/s: ${s.tokensPerSecond.toFixed(0)}`,
     '',
     `batches: ${s.steps.map((st) => st.batchPath).join(', ')}`,
