@@ -68,6 +68,7 @@ export {
 } from './saturation.js';
 export {
   type DecodeBatchSample,
+  type DecodeColumns,
   type DecodeLogResult,
   parseSglangDecodeLog,
   SglangDecodeLogParser,
