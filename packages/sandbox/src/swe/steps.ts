@@ -365,7 +365,7 @@ export async function gradeSweTask(
       }
       attempts.push(`${command}: ${r.output.trim().slice(-400)}`);
       // A failed `--reject`/`patch` may leave partial changes: start the next attempt from a clean tree.
-      await run(sandbox, `git reset -q --hard && git clean -fdq -e ${PATCH_FILE}`, signal);
+      await run(sandbox, 'git reset -q --hard && git clean -fdq', signal);
     }
     if (appliedWith === null) {
       return infra(
