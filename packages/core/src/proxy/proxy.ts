@@ -108,7 +108,6 @@ interface SessionState {
   inflight: Set<AbortController>;
   /** Raw argument text of tool calls this session produced, by call id, to re-render them exactly. */
   toolArgs: Map<string, string>;
-  handle: CaptureSession;
 }
 
 interface Reply {
@@ -164,9 +163,9 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
     const engine =
       sessionOptions.engine ?? engines.reduce((best, e) => (load.get(e)! < load.get(best)! ? e : best));
-    load.set(engine, (load.get(engine) ?? 0) + 1);
     trajectories.open(id);
-    const state: SessionState = {
+    load.set(engine, (load.get(engine) ?? 0) + 1);
+    sessions.set(id, {
       id,
       sampling: sessionOptions.sampling ?? options.defaultSampling ?? {},
       maxContextTokens,
@@ -175,17 +174,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       truncated: false,
       inflight: new Set(),
       toolArgs: new Map(),
-      handle: undefined as unknown as CaptureSession,
-    };
+    });
     const handle: CaptureSession = {
       id,
       baseURL: `${url}/sessions/${encodeURIComponent(id)}/v1`,
       apiKey: id,
-      fetch: undefined as unknown as typeof fetch,
+      fetch: makeFetch(id),
     };
-    handle.fetch = makeFetch(handle);
-    state.handle = handle;
-    sessions.set(id, state);
     return handle;
   }
 
@@ -402,7 +397,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
   }
 
-  function makeFetch(handle: CaptureSession): typeof fetch {
+  function makeFetch(sessionId: string): typeof fetch {
     return async (input, init) => {
       const request = input instanceof Request ? input : undefined;
       const target = new URL(
@@ -422,7 +417,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         /^.*?(\/v1)?(\/(chat\/completions|messages(?:\/count_tokens)?|models))$/,
         '$2',
       );
-      const reply = await dispatch(method, path, handle.id, readBody, signal);
+      const reply = await dispatch(method, path, sessionId, readBody, signal);
       return new Response(reply.body, {
         status: reply.status,
         headers: { 'content-type': reply.contentType },
