@@ -159,8 +159,7 @@ const readIfExists = (path: string): Promise<Buffer | undefined> =>
 export class SampleQueue extends EventEmitter<QueueEvents> {
   readonly dir: string;
   readonly mode: 'producer' | 'consumer' | 'both';
-  /** A torn tail cut off while opening (the bytes of an append that never completed), if any. */
-  recovered: { segment: string; truncatedBytes: number } | undefined;
+  #recovered: { segment: string; truncatedBytes: number } | undefined;
 
   readonly #segmentBytes: number;
   readonly #sync: boolean;
@@ -189,7 +188,7 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
   #committing: Promise<unknown> = Promise.resolve();
   /** Position after the last record handed to the caller (undefined: the committed one). */
   #delivered: number | undefined;
-  #wakeReaders = new Set<() => void>();
+  readonly #wakeReaders = new Set<() => void>();
   #keysLog: FileHandle | undefined;
   #buffer: Buffer | undefined;
 
@@ -238,6 +237,11 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
       throw error;
     }
     return queue;
+  }
+
+  /** A torn tail cut off while opening (the bytes of an append that never completed), if any. */
+  get recovered(): { segment: string; truncatedBytes: number } | undefined {
+    return this.#recovered;
   }
 
   // ------------------------------------------------------------------------------------------------
@@ -439,7 +443,7 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
         await handle.write(fileHeader(SEGMENT_MAGIC, base), 0, FILE_HEADER_BYTES, 0);
         await handle.sync();
         this.#active = { base, handle, size: FILE_HEADER_BYTES };
-        this.recovered = { segment: path, truncatedBytes: buf.length };
+        this.#recovered = { segment: path, truncatedBytes: buf.length };
         expected = base;
         break;
       }
@@ -469,7 +473,7 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
           });
         }
         await truncate(path, end);
-        this.recovered = { segment: path, truncatedBytes: buf.length - end };
+        this.#recovered = { segment: path, truncatedBytes: buf.length - end };
       }
       expected = seq;
       if (last) {
