@@ -24,15 +24,23 @@ export function tokenOffsets(
     );
   }
   const offsets = new Int32Array(responseLengths.length + 1);
+  let total = 0;
   for (let i = 0; i < responseLengths.length; i++) {
     const len = responseLengths[i]!;
-    if (!(len >= 0 && len <= 0x7fffffff && len === Math.floor(len))) {
+    if (!(len >= 0 && len === Math.floor(len))) {
       throw new ValidationError(
         `${what}[${i}]`,
         `must be a non-negative integer, found ${describeValue(len)}`,
       );
     }
-    offsets[i + 1] = offsets[i]! + len;
+    total += len;
+    offsets[i + 1] = total;
+  }
+  if (total > 0x7fffffff) {
+    throw new ValidationError(
+      what,
+      `sum to ${total} tokens, more than one typed array can index; split the batch`,
+    );
   }
   return offsets;
 }
