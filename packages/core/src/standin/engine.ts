@@ -222,7 +222,6 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
       const job: Job = { tokens: ids.length, promptTokens: inputIds.length, done: 0, onDone: () => {} };
       let decoded = ids.length;
       await new Promise<void>((resolve, reject) => {
-        job.onDone = resolve;
         const onAbort = () => {
           scheduler.cancel(job);
           decoded = Math.floor(job.done);
