@@ -12,13 +12,16 @@ import { pythonTestFiles, resolveProfile } from './profiles.js';
 
 const goldenDir = new URL('../../../../../shared/golden/swe/', import.meta.url);
 
+// biome-ignore lint/suspicious/noExplicitAny: vectors are heterogeneous JSON; the assertions check their shape
+type Json = any;
+
 interface Vector {
   id: string;
   kind: string;
   log: string;
-  expected: any;
-  meta: Record<string, any>;
-  [key: string]: any;
+  expected: Json;
+  meta: Record<string, Json>;
+  [key: string]: Json;
 }
 
 const vectors: Vector[] = readdirSync(goldenDir)
