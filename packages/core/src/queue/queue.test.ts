@@ -343,6 +343,11 @@ describe('SampleQueue', () => {
     await expect(producer.append('', [])).rejects.toThrow(/key: expected a non-empty string/);
     await expect(producer.append('a', {} as never)).rejects.toThrow(/samples: expected an array of Sample/);
     await expect(producer.append('a', [{ tokens: [1] } as never])).rejects.toThrow(/\[0\]\./);
+    const good = producer.append('ok', []);
+    await expect(producer.append('b', [], { meta: { f: () => 1 } as never })).rejects.toThrow(
+      /meta: cannot encode/,
+    );
+    expect(await good).toEqual({ seq: 1, duplicate: false });
     await expect(SampleQueue.open(dir, { segmentBytes: 10 })).rejects.toThrow(/segmentBytes.*≥ 4096/);
     await producer.close();
     await expect(producer.append('a', [])).rejects.toThrow(/closed/);

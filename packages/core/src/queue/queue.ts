@@ -296,6 +296,16 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
       if (existing !== undefined) return Promise.resolve({ seq: existing, duplicate: true });
       const inflight = this.#inflight.get(key);
       if (inflight) return inflight.then((r) => ({ seq: r.seq, duplicate: true }));
+      if (options.meta !== undefined) {
+        // Encode once here so a bad value fails this append alone, not the whole group commit.
+        try {
+          encodeRecordHeader({ seq: 1, key, time: 0, meta: options.meta });
+        } catch (cause) {
+          throw new ValidationError('meta', `cannot encode ${describeValue(options.meta)} as msgpack`, {
+            cause,
+          });
+        }
+      }
       const body = encodeSamples(samples);
       if (body.length > MAX_PAYLOAD_BYTES - 64 * 1024) {
         throw new ValidationError(
