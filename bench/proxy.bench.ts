@@ -1,8 +1,9 @@
 /**
  * Capture-proxy overhead: the same multi-turn agent sessions, once through the proxy (OpenAI chat
  * messages in; render, tokenize, capture, parse) and once as direct `/generate` calls with the prompt
- * ids precomputed, against one stand-in engine in a separate process. Also: turns/s on this machine,
- * and the rollout runner holding min(batch, cap) rollouts in flight for 1,000 concurrent rollouts.
+ * ids precomputed, against one stand-in engine. Harness client, proxy and engine are separate processes.
+ * Also: turns/s on this machine, and the rollout runner holding min(batch, cap) rollouts in flight for
+ * 1,000 concurrent rollouts.
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import { Agent, request } from 'node:http';
@@ -56,9 +57,7 @@ function turnText(k: number): string {
 
 /** The stand-in's policy: find the turn number from how many tool responses the prompt holds. */
 function policyFor(prompt: string): string {
-  const k = prompt.split('<tool_response>').length - 1;
-  const text = turnText(k);
-  return text;
+  return turnText(prompt.split('<tool_response>').length - 1);
 }
 
 const OBSERVATION = 'def handler(event):\n    return process(event)\n'.repeat(6);
