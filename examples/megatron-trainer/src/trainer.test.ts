@@ -155,7 +155,7 @@ describe('the committed H200 run (evidence/)', () => {
       expect(dump.raw_reward).toEqual(batch.map((s) => s.reward));
       dump.samples.forEach((s, i) => {
         expect(s.rollout_position).toBe(i);
-        expect(Array.from(s.tokens)).toEqual(Array.from(batch[i]!.tokens));
+        expect(Array.from(s.tokens!)).toEqual(Array.from(batch[i]!.tokens));
         expect(Array.from(s.loss_masks)).toEqual(Array.from(batch[i]!.loss_mask!));
         expect(Array.from(s.rollout_log_probs!)).toEqual(Array.from(batch[i]!.rollout_log_probs!));
       });
