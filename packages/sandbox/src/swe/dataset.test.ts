@@ -160,6 +160,13 @@ describe('rows to tasks', () => {
     });
   });
 
+  it('runs only the F2P and P2P test files for min_testing repositories, as SWE-smith does', () => {
+    const task = rowToTask(row(1, 'swesmith/pandas-dev__pandas.95280573'));
+    expect(task.testCommand).toBe(
+      'source /opt/miniconda3/bin/activate; conda activate testbed; pytest --disable-warnings --color=no --tb=no --verbose tests/test_a.py tests/test_b.py',
+    );
+  });
+
   it('writes a fallback prompt from the failing tests when the problem statement is empty', () => {
     const task = rowToTask({ ...row(1), problem_statement: '' });
     expect(task.prompt).toContain('tests/test_a.py::test_1');

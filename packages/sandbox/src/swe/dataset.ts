@@ -6,7 +6,7 @@ import { readFile } from 'node:fs/promises';
 import { ConfigError, formatPath, type TaskSpec, TaskSpecSchema, ValidationError } from '@vime/core';
 import { z } from 'zod';
 import { poolName } from '../names.js';
-import { resolveProfile, type SweProfile } from './profiles.js';
+import { resolveProfile, type SweProfile, testCommandFor } from './profiles.js';
 
 /** HF parquet stores the test lists as `list<string>`; some exports store them JSON-encoded. */
 const testList = z.preprocess((value) => {
@@ -299,7 +299,7 @@ export function rowToTask(row: SweSmithRow, options: RowToTaskOptions = {}): Tas
     setupCommand: options.setupPrefix ? `${options.setupPrefix} && ${checkout}` : checkout,
     files: options.files ?? [],
     hiddenFiles: [],
-    testCommand: options.testCommand ?? profile.commandFor?.(row) ?? profile.testCommand,
+    testCommand: options.testCommand ?? testCommandFor(profile, row),
     grader: {
       kind: 'swesmith',
       failToPass: row.FAIL_TO_PASS,

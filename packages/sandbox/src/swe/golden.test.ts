@@ -8,7 +8,7 @@ import { swesmithNames } from './dataset.js';
 import { getLogsEval, gradeReport, readTestOutput, validReport } from './grading.js';
 import { BUG_PATCH_SUBJECT, REMOVE_TESTS_SUBJECT } from './layout.js';
 import { type ParserId, parseTestLog } from './parsers/index.js';
-import { pythonTestFiles, resolveProfile } from './profiles.js';
+import { pythonTestFiles, resolveProfile, testCommandFor } from './profiles.js';
 
 const goldenDir = new URL('../../../../../shared/golden/swe/', import.meta.url);
 
@@ -99,7 +99,7 @@ describe('read_test_output', () => {
 describe('profile', () => {
   it.each(byKind('profile'))('%s', (id, v) => {
     const profile = resolveProfile(v.instance.repo);
-    const command = profile.commandFor?.(v.instance) ?? profile.testCommand;
+    const command = testCommandFor(profile, v.instance);
     expect(command, id).toBe(v.expected.get_test_cmd[0]);
     expect(profile.testFiles(v.instance), id).toEqual(v.expected.get_test_files);
     const names = swesmithNames(v.instance.instance_id, { arch: v.expected.arch });

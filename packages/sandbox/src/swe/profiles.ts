@@ -30,6 +30,8 @@ export interface SweProfile {
   /** The whole command run between the eval markers. */
   testCommand: string;
   parser: LogParser;
+  /** SWE-smith `min_testing`: run only the rows' F2P and P2P test files instead of the whole suite. */
+  minTesting?: boolean;
   /** Per-row command where the profile builds one (SWE-smith `get_test_cmd` overrides, e.g. mypy's `-k`). */
   commandFor?(row: { FAIL_TO_PASS: readonly string[] }): string;
   /** Test files of a row: `[FAIL_TO_PASS files, PASS_TO_PASS files]` (`get_test_files`). */
@@ -57,6 +59,8 @@ function python(key: string, testCommand: string, parser: LogParser = parsePytho
   };
 }
 
+const minTesting = (profile: SweProfile): SweProfile => ({ ...profile, minTesting: true });
+
 const builtins: SweProfile[] = [
   python('*', PYTHON_TEST_CMD),
   python('paramiko__paramiko', 'pytest -rA --color=no --disable-warnings', parseParamiko),
@@ -70,6 +74,22 @@ const builtins: SweProfile[] = [
   },
   python('tkrajina__gpxpy', 'pytest test.py --verbose --color=no --tb=no --disable-warnings'),
   python('mido__mido', `${PYTHON_TEST_CMD} -rs -c /dev/null`),
+  ...[
+    'Project-MONAI__MONAI',
+    'iterative__dvc',
+    'facebookresearch__hydra',
+    'dask__dask',
+    'modin-project__modin',
+    'conan-io__conan',
+    'pandas-dev__pandas',
+    'scrapy__scrapy',
+    'sqlfluff__sqlfluff',
+    'tobymao__sqlglot',
+    'sunpy__sunpy',
+    'sympy__sympy',
+    'getmoto__moto',
+  ].map((key) => minTesting(python(key, PYTHON_TEST_CMD))),
+  minTesting(python('jax-ml__jax', `${PYTHON_TEST_CMD} -n auto`)),
   {
     ...python('pydantic__pydantic', ''),
     testCommand: `${CONDA_ACTIVATE}/root/.local/bin/uv run ${PYTHON_TEST_CMD}`,
@@ -95,6 +115,21 @@ export const LANGUAGE_PROFILES = {
   },
   mocha: { key: '*', language: 'javascript', testCommand: 'npx mocha', parser: parseMocha, testFiles: none },
 } as const satisfies Record<string, SweProfile>;
+
+/**
+ * SWE-smith `get_test_cmd` for a row: the profile's own rule, else with `min_testing` the command followed by
+ * the F2P then P2P test files, else the command alone (the whole suite).
+ */
+export function testCommandFor(
+  profile: SweProfile,
+  row: { FAIL_TO_PASS: readonly string[]; PASS_TO_PASS: readonly string[] },
+): string {
+  if (profile.commandFor) return profile.commandFor(row);
+  if (!profile.minTesting) return profile.testCommand;
+  const [f2p, p2p] = profile.testFiles(row);
+  const files = [...f2p, ...p2p];
+  return files.length > 0 ? `${profile.testCommand} ${files.join(' ')}` : profile.testCommand;
+}
 
 /** `swesmith/owner__repo.commit8` or `owner__repo.commit8` → `owner__repo`. */
 export function profileKey(mirrorOrRepoName: string): string {
