@@ -553,7 +553,7 @@ describe('capture proxy: sessions, sampling, budgets, cancellation', () => {
 
   it('spreading sessions over two throughput-bound engines halves the time of a batch', async () => {
     const tokenizer = await qwen3();
-    const policy: StandInPolicy = () => ({ ids: new Array(100).fill(42) });
+    const policy: StandInPolicy = () => ({ ids: new Array(200).fill(42) });
     async function batchMs(engineCount: number): Promise<number> {
       const standIns = await Promise.all(
         Array.from({ length: engineCount }, () =>
@@ -578,9 +578,25 @@ describe('capture proxy: sessions, sampling, budgets, cancellation', () => {
     }
     const one = await batchMs(1);
     const two = await batchMs(2);
-    // 800 tokens at 4,000 tokens/s: 200 ms on one engine, 100 ms on two (plus HTTP and rendering)
-    expect(one).toBeGreaterThanOrEqual(195);
-    expect(two).toBeGreaterThanOrEqual(95);
+    // 1,600 tokens at 4,000 tokens/s: 400 ms on one engine, 200 ms on two (plus HTTP and rendering)
+    expect(one).toBeGreaterThanOrEqual(395);
+    expect(two).toBeGreaterThanOrEqual(195);
     expect(two).toBeLessThan(one * 0.8);
+  });
+
+  it('answers a retryable 503 when the engine aborts a turn, and records nothing for it', async () => {
+    const { proxy, standIn } = await setup(() => ({ ids: new Array(400).fill(13) }), {
+      service: { tokensPerSecond: 100 },
+    });
+    const s = proxy.openSession('engine-abort');
+    const pending = post(`${s.baseURL}/chat/completions`, { messages: [{ role: 'user', content: 'go' }] });
+    const deadline = performance.now() + 2000;
+    while (standIn.stats().running !== 1 && performance.now() < deadline)
+      await new Promise((r) => setTimeout(r, 5));
+    await post(`${standIn.url}/abort_request`, { abort_all: true });
+    const res = await pending;
+    expect(res.status).toBe(503);
+    expect(JSON.parse(res.text).error.message).toMatch(/aborted .*retry the turn/);
+    expect(proxy.trajectories.trajectory('engine-abort').turns).toHaveLength(0);
   });
 });

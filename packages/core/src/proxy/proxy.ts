@@ -273,6 +273,18 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
     const endedAt = performance.now();
     if (!sessions.has(state.id)) throw new ConfigError(`session ${state.id} was finished during the turn`);
+    if (result.finishReason === 'abort') {
+      // The engine cut the request (pause for a weight update, abort_all): the harness retries the same
+      // prompt, so the partial output is not recorded.
+      events.emit('turn:abort', { sessionId: state.id, rid, reason: 'aborted by the engine' });
+      throw new EngineError(
+        `the engine aborted request ${rid} (e.g. paused for a weight update); retry the turn`,
+        {
+          isRetryable: true,
+          url: state.engine.url,
+        },
+      );
+    }
     const turn = trajectories.record(state.id, {
       promptIds,
       outputIds: result.outputIds,
