@@ -86,7 +86,7 @@ describe('coding-agent main job', () => {
     expect(rows.some((r) => r.loss_mask!.includes(0))).toBe(true);
 
     // Python decodes the batch into slime-shaped dicts.
-    const script = String.raw`
+    const script = `
 import sys, json, msgpack
 rows = msgpack.unpackb(open(sys.argv[1], "rb").read(), raw=False)
 print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted({r["status"] for r in rows}),

@@ -43,7 +43,7 @@ it('serves coding-agent rollouts to slime through the Python bridge', { timeout:
   const rows = (await readFile(join(root, 'runs/.cache/offline-tasks/instances.jsonl'), 'utf8'))
     .trim()
     .split('\n');
-  const script = String.raw`
+  const script = `
 import asyncio, json, sys, types
 import vime_bridge
 from stand_in_sample import Sample

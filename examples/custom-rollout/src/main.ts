@@ -29,7 +29,10 @@ const tokenizerDir = dirname(
 );
 const tokenizer = await loadTokenizer(tokenizerDir);
 let seed = 11;
-const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+const random = () => {
+  seed = (seed * 1103515245 + 12345) % 2 ** 31;
+  return seed / 2 ** 31;
+};
 const engine = await startStandInEngine({
   tokenizer,
   policy: ({ prompt }) => {

@@ -175,7 +175,8 @@ describe('the committed H200 run (evidence/)', () => {
       const report = checkAgainstTrainer(dumps, { preset: 'slime' });
       expect(report.verdict).toBe('match');
       expect(report.summary.bitExactTokens).toBe(report.summary.tokens);
-      dumps.trainDump.samples.forEach((s, i) => expect(s.advantages.every((a) => a === sdk[i])).toBe(true));
+      for (const [i, s] of dumps.trainDump.samples.entries())
+        expect(s.advantages.every((a) => a === sdk[i])).toBe(true);
       for (const preset of ['drGrpo', 'verl'] as const) {
         expect(checkAgainstTrainer(dumps, { preset }).verdict).toBe('mismatch');
       }

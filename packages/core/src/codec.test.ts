@@ -216,7 +216,7 @@ describe('Python interop', () => {
       }),
       createSample({ tokens: [], status: 'aborted' }),
     ];
-    const script = String.raw`
+    const script = `
 import sys, json, math, msgpack
 rows = msgpack.unpackb(sys.stdin.buffer.read(), raw=False)
 assert isinstance(rows, list) and all(isinstance(r, dict) for r in rows)
