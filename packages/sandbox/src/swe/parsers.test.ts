@@ -38,6 +38,7 @@ describe('cargo test', () => {
       'test tests::divides ... FAILED',
       'test tests::slow ... ignored',
       'test parse::handles_unicode_ünï ... ok',
+      'test tests::timed ... ok (0.2s)',
       '',
       'test result: FAILED. 2 passed; 1 failed; 1 ignored; 0 measured; 0 filtered out',
     ].join('\n');
@@ -45,6 +46,7 @@ describe('cargo test', () => {
       'tests::adds': 'PASSED',
       'tests::divides': 'FAILED',
       'parse::handles_unicode_ünï': 'PASSED',
+      'tests::timed': 'PASSED',
     });
   });
 });
@@ -152,5 +154,17 @@ describe('dispatch', () => {
   it('uses the default Python profile for mirrors without an override, matched without the commit', () => {
     expect(resolveProfile('swesmith/unknown__repo.12345678').key).toBe('*');
     expect(resolveProfile('swesmith/paramiko__paramiko.deadbeef').key).toBe('paramiko__paramiko');
+  });
+
+  it("knows SWE-smith's Go and Rust repositories", () => {
+    expect(resolveProfile('swesmith/gin-gonic__gin.3c12d2a8')).toMatchObject({
+      language: 'go',
+      testCommand: 'go test -v ./...',
+    });
+    expect(resolveProfile('swesmith/tokio-rs__tokio.ab3ff69c')).toMatchObject({
+      language: 'rust',
+      testCommand: 'cargo test --verbose --features full -- --skip try_exists',
+    });
+    expect(resolveProfile('swesmith/dtolnay__anyhow.1d7ef1db').testCommand).toBe('cargo test --verbose');
   });
 });

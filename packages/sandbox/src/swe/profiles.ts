@@ -96,6 +96,84 @@ const builtins: SweProfile[] = [
   },
 ];
 
+/** SWE-smith's Go and Rust registries (`profiles/golang.py`, `profiles/rust.py`): repo → test command override. */
+const GO_REPOS = [
+  'gin-gonic__gin',
+  'junegunn__fzf',
+  'beego__beego',
+  'caddyserver__caddy',
+  'cli__cli',
+  'concourse__concourse',
+  'etcd-io__etcd',
+  'fatedier__frp',
+  'go-gorm__gorm',
+  'gohugoio__hugo',
+  'grpc__grpc-go',
+  'istio__istio',
+  'jesseduffield__lazygit',
+  'labstack__echo',
+  'nats-io__nats-server',
+  'bojanz__address',
+  'prometheus__prometheus',
+  'syncthing__syncthing',
+  'zeromicro__go-zero',
+  'arp242__goatcounter',
+  'cweill__gotests',
+];
+const RUST_REPOS: Record<string, string | undefined> = {
+  dtolnay__anyhow: undefined,
+  'marshallpierce__rust-base64': undefined,
+  'clap-rs__clap': 'make test-full ARGS=--verbose',
+  hyperium__hyper: 'cargo test --verbose --features full',
+  'rust-itertools__itertools': 'cargo test --verbose --all-features',
+  'serde-rs__json': undefined,
+  'rust-lang__log': undefined,
+  dtolnay__semver: undefined,
+  'tokio-rs__tokio': 'cargo test --verbose --features full -- --skip try_exists',
+  'uuid-rs__uuid': 'cargo test --verbose --all-features',
+  'rust-lang__mdBook': 'cargo test --workspace --verbose',
+  'BurntSushi__rust-csv': undefined,
+  servo__html5ever: undefined,
+  BurntSushi__byteorder: undefined,
+  chronotope__chrono: undefined,
+  orium__rpds: undefined,
+  'rayon-rs__rayon': undefined,
+  BurntSushi__ripgrep: 'cargo test --all --verbose',
+  'rust-lang__rust-clippy': undefined,
+  sharkdp__hexyl: undefined,
+  hatoo__oha: undefined,
+  'console-rs__indicatif': undefined,
+  'yoav-lavi__melody': undefined,
+  'cordx56__rust-owl': undefined,
+  'quinn-rs__quinn': undefined,
+  anordal__shellharden: undefined,
+  pemistahl__grex: undefined,
+  mgdm__htmlq: undefined,
+  ducaale__xh: undefined,
+  'parcel-bundler__lightningcss': undefined,
+  svenstaro__miniserve: undefined,
+  bensadeh__tailpsin: undefined,
+  mozilla__sccache: undefined,
+  'boa-dev__boa': undefined,
+  sharkdp__pastel: undefined,
+  dtolnay__cxx: undefined,
+  'rust-lang__rustfmt': undefined,
+  'tealdeer-rs__tealdeer': undefined,
+  'image-rs__image': undefined,
+  'Byron__dua-cli': undefined,
+  'serenity-rs__serenity': undefined,
+  'http-rs__tide': undefined,
+  rhaiscript__rhai: undefined,
+  Canop__broot: undefined,
+  o2sh__onefetch: undefined,
+  seanmonstar__reqwest: undefined,
+  bootandy__dust: undefined,
+  ekzhang__bore: undefined,
+  seanmonstar__warp: undefined,
+  orf__gping: undefined,
+  huggingface__tokenizers: 'cd ~/testbed/tokenizers && cargo test --verbose',
+};
+
 /** Family defaults for repositories of other languages (their per-repo commands vary; pass your own). */
 export const LANGUAGE_PROFILES = {
   go: { key: '*', language: 'go', testCommand: 'go test -v ./...', parser: parseGoTest, testFiles: none },
@@ -158,5 +236,14 @@ export function resolveProfile(mirrorOrRepoName: string, extra: readonly SweProf
   const lower = key.toLowerCase();
   const found =
     extra.find((p) => p.key.toLowerCase() === lower) ?? builtins.find((p) => p.key.toLowerCase() === lower);
-  return found ?? builtins[0]!;
+  if (found) return found;
+  if (GO_REPOS.some((r) => r.toLowerCase() === lower)) return { ...LANGUAGE_PROFILES.go, key };
+  const rust = Object.keys(RUST_REPOS).find((r) => r.toLowerCase() === lower);
+  if (rust)
+    return {
+      ...LANGUAGE_PROFILES.rust,
+      key,
+      testCommand: RUST_REPOS[rust] ?? LANGUAGE_PROFILES.rust.testCommand,
+    };
+  return builtins[0]!;
 }

@@ -77,3 +77,10 @@ export function beforeLast(s: string, sep: string): string {
 export function replaceAll(s: string, a: string, b: string): string {
   return s.includes(a) ? s.split(a).join(b) : s;
 }
+
+/** Python `s.splitlines()`: breaks at \n, \r, \r\n, \v, \f, \x1c-\x1e, \x85, \u2028, \u2029. */
+export function pySplitLines(s: string): string[] {
+  const lines = s.split(/\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]/);
+  if (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
+  return lines;
+}

@@ -3,7 +3,7 @@
  * verbose progress lines; a few repositories override it. Other language families follow the documented
  * formats of their runners (Go `go test -v`, `cargo test`, Jest, Mocha).
  */
-import { NS, PY_WS, pySplit, S } from './python-text.js';
+import { beforeLast, NS, PY_WS, pySplit, pySplitLines, pyStrip, S } from './python-text.js';
 import { newStatusMap, record, type StatusMap, TEST_STATUSES } from './types.js';
 
 const pythonDefault = TEST_STATUSES.map((status) => ({
@@ -114,38 +114,32 @@ export function parseUnittest(log: string): StatusMap {
 }
 
 const goPatterns = [
-  { re: /--- PASS: (\S+)/, status: 'PASSED' },
-  { re: /--- FAIL: (\S+)/, status: 'FAILED' },
-  { re: /FAIL:?\s?(.+?)\s/, status: 'FAILED' },
-  { re: /--- SKIP: (\S+)/, status: 'SKIPPED' },
+  { re: new RegExp(`^--- PASS: (${NS}+)`, 'u'), status: 'PASSED' },
+  { re: new RegExp(`^--- FAIL: (${NS}+)`, 'u'), status: 'FAILED' },
+  { re: new RegExp(`^FAIL:?${S}?([^\\n]+?)${S}`, 'u'), status: 'FAILED' },
+  { re: new RegExp(`^--- SKIP: (${NS}+)`, 'u'), status: 'SKIPPED' },
 ] as const;
 
-/** `go test -v` (SWE-smith `GoProfile`): first matching pattern per stripped line. */
+/** `go test -v` (SWE-smith `GoProfile`): `re.match` (anchored) of each pattern on the stripped line. */
 export function parseGoTest(log: string): StatusMap {
   const map = newStatusMap();
   for (const raw of log.split('\n')) {
-    const line = raw.trim();
+    const line = pyStrip(raw);
     for (const { re, status } of goPatterns) {
       const m = re.exec(line);
-      if (m) {
-        record(map, m[1]!, status);
-        break;
-      }
+      if (m) record(map, m[1]!, status);
     }
   }
   return map;
 }
 
-/** `cargo test` (SWE-smith `RustProfile`): `test name ... ok|FAILED`; ignored tests are not recorded. */
+/** `cargo test` (SWE-smith `RustProfile`): `... ok` / `... FAILED` anywhere; the name is before the last ` ... `. */
 export function parseCargo(log: string): StatusMap {
   const map = newStatusMap();
-  for (const raw of log.split('\n')) {
+  for (const raw of pySplitLines(log)) {
     const line = raw.startsWith('test ') ? raw.slice(5) : raw;
-    const at = line.lastIndexOf(' ... ');
-    if (at < 0) continue;
-    const outcome = line.slice(at + 5).trim();
-    if (outcome === 'ok') record(map, line.slice(0, at), 'PASSED');
-    else if (outcome === 'FAILED') record(map, line.slice(0, at), 'FAILED');
+    if (line.includes('... ok')) record(map, pyStrip(beforeLast(line, ' ... ')), 'PASSED');
+    else if (line.includes('... FAILED')) record(map, pyStrip(beforeLast(line, ' ... ')), 'FAILED');
   }
   return map;
 }
