@@ -199,6 +199,17 @@ function field(text: string, key: string, from: number, end: number): number {
   return numberAt(text, at + key.length, end);
 }
 
+/**
+ * The number after `key`: read at `at` when the line has the usual layout (`sep` then `key`), else
+ * searched for in [at, end). Sets `cursor`.
+ */
+function next(text: string, sep: string, key: string, at: number, end: number): number {
+  if (text.startsWith(sep, at) && text.startsWith(key, at + sep.length)) {
+    return numberAt(text, at + sep.length + key.length, end);
+  }
+  return field(text, key, at, end);
+}
+
 function digitsAt(text: string, i: number, n: number): number {
   let v = 0;
   for (let j = i; j < i + n; j++) {
@@ -219,10 +230,10 @@ function readPrefix(text: string, from: number, hit: number, state: ScanState): 
   prefixT = Number.NaN;
   prefixDp = -1;
   prefixTp = -1;
-  // The last '[' before the mark (forward search: usually the segment's first character).
-  let open = -1;
-  for (let at = text.indexOf('[', from); at !== -1 && at < hit; at = text.indexOf('[', at + 1)) open = at;
-  if (open === -1) return;
+  // The last '[' before the mark: the prefix is a few dozen characters back.
+  let open = hit - 1;
+  while (open >= from && text.charCodeAt(open) !== 91) open--;
+  if (open < from) return;
   const close = text.indexOf(']', open);
   if (close === -1 || close > hit) return;
   if (close - open >= 20 && text.charCodeAt(open + 5) === 45 && text.charCodeAt(open + 14) === 58) {
@@ -274,32 +285,41 @@ function parseSegment(
   }
   const sep = text.charCodeAt(i);
   if (sep !== 46 && sep !== 44) return false;
-  const running = field(text, '#running-req: ', i, end);
+  // Each field is first looked for where the usual layout puts it (right after the previous one), and
+  // searched for only when the line is laid out differently.
+  const running = next(text, ' ', '#running-req: ', i + 1, end);
   if (Number.isNaN(running)) return false;
   const afterRunning = cursor;
-  let tokens = field(text, '#token: ', afterRunning, end);
+  let tokens = next(text, ', ', '#token: ', afterRunning, end);
   let kvUsage = Number.NaN;
-  if (!Number.isNaN(tokens)) kvUsage = field(text, 'token usage: ', cursor, end);
+  if (!Number.isNaN(tokens)) kvUsage = next(text, ', ', 'token usage: ', cursor, end);
   else {
     tokens = field(text, '#full token: ', afterRunning, end);
     if (!Number.isNaN(tokens)) kvUsage = field(text, 'full token usage: ', cursor, end);
   }
   if (Number.isNaN(kvUsage)) return false;
   const afterPool = cursor;
-  let graphAt = text.indexOf('graph: ', afterPool);
-  if (graphAt === -1 || graphAt >= end) return false;
-  graphAt += 7;
+  let graphAt: number;
+  let acceptLen = Number.NaN;
+  if (text.startsWith(', cuda graph: ', afterPool)) graphAt = afterPool + 14;
+  else {
+    graphAt = text.indexOf('graph: ', afterPool);
+    if (graphAt === -1 || graphAt >= end) return false;
+    graphAt += 7;
+    const acceptAt = text.indexOf('accept len: ', afterPool);
+    if (acceptAt !== -1 && acceptAt < graphAt) acceptLen = numberAt(text, acceptAt + 12, end);
+  }
   const graph = text.startsWith('True', graphAt);
   if (!graph && !text.startsWith('False', graphAt)) return false;
-  const genThroughput = field(text, 'gen throughput (token/s): ', graphAt, end);
+  const genThroughput = next(text, ', ', 'gen throughput (token/s): ', graphAt + (graph ? 4 : 5), end);
   if (Number.isNaN(genThroughput)) return false;
-  const queued = field(text, '#queue-req: ', cursor, end);
+  const queued = next(text, ', ', '#queue-req: ', cursor, end);
   if (Number.isNaN(queued)) return false;
-  const acceptAt = text.indexOf('accept len: ', afterPool);
-  const acceptLen = acceptAt !== -1 && acceptAt < graphAt ? numberAt(text, acceptAt + 12, end) : Number.NaN;
+  const tail = cursor;
   readPrefix(text, prefixFrom, hit, state);
   let t = prefixT;
-  const ts = text.indexOf('timestamp: ', i);
+  // Releases that log a timestamp field append it after #queue-req.
+  const ts = text.indexOf('timestamp: ', tail);
   if (ts !== -1 && ts < end) {
     const stop = text.indexOf(',', ts);
     const iso = text.slice(ts + 11, stop === -1 || stop > end ? end : stop).trim();
