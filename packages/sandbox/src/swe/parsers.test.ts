@@ -70,30 +70,38 @@ describe('jest --verbose', () => {
   });
 });
 
-describe('mocha spec reporter', () => {
-  it('reads passes, pending and numbered failures, not the repeated failure details', () => {
+describe('mocha (SWE-smith parse_log_mocha)', () => {
+  it('reads ✔ ✖ and - with durations stripped; other marks are not its format', () => {
     const log = [
       '  Array',
-      '    #indexOf()',
-      '      ✓ returns -1 when absent',
-      '      ✔ returns the index (5ms)',
-      '      - is pending',
-      '      1) throws on bad input',
-      '',
-      '  2 passing (9ms)',
-      '  1 pending',
-      '  1 failing',
-      '',
-      '  1) Array',
-      '       #indexOf()',
-      '         throws on bad input:',
-      '     AssertionError: expected',
+      '    ✔ returns -1 when absent',
+      '    ✔ returns the index (5ms)',
+      '    - is pending',
+      '    ✖ throws on bad input',
+      '    ✓ a jest mark',
+      '  1) Array throws on bad input:',
     ].join('\n');
     expect({ ...parseTestLog(log, { parser: 'mocha' }) }).toEqual({
       'returns -1 when absent': 'PASSED',
       'returns the index': 'PASSED',
       'is pending': 'SKIPPED',
       'throws on bad input': 'FAILED',
+    });
+  });
+});
+
+describe('vitest --reporter verbose (SWE-smith parse_log_vitest)', () => {
+  it('reads ✓ ✗ ○ lines, durations stripped', () => {
+    const log = [
+      ' ✓ src/a.test.ts > adds (3ms)',
+      ' ✗ src/a.test.ts > divides',
+      ' ○ src/a.test.ts > later',
+      ' ❯ src/b.test.ts (2)',
+    ].join('\n');
+    expect({ ...parseTestLog(log, { parser: 'vitest' }) }).toEqual({
+      'src/a.test.ts > adds': 'PASSED',
+      'src/a.test.ts > divides': 'FAILED',
+      'src/a.test.ts > later': 'SKIPPED',
     });
   });
 });

@@ -16,6 +16,7 @@ import {
   parsePythonProfile,
   parseSlugify,
   parseTornado,
+  parseVitest,
 } from './parsers/swesmith.js';
 import type { LogParser } from './parsers/types.js';
 
@@ -191,7 +192,20 @@ export const LANGUAGE_PROFILES = {
     parser: parseJest,
     testFiles: none,
   },
-  mocha: { key: '*', language: 'javascript', testCommand: 'npx mocha', parser: parseMocha, testFiles: none },
+  mocha: {
+    key: '*',
+    language: 'javascript',
+    testCommand: 'npm test -- --verbose',
+    parser: parseMocha,
+    testFiles: none,
+  },
+  vitest: {
+    key: '*',
+    language: 'javascript',
+    testCommand: 'npx vitest run --reporter verbose',
+    parser: parseVitest,
+    testFiles: none,
+  },
 } as const satisfies Record<string, SweProfile>;
 
 /**

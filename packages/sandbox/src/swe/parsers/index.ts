@@ -9,7 +9,7 @@ import {
   parseSeaborn,
   parseSympy,
 } from './swebench.js';
-import { parseCargo, parseGoTest, parseJest, parseMocha, parseUnittest } from './swesmith.js';
+import { parseCargo, parseGoTest, parseJest, parseMocha, parseUnittest, parseVitest } from './swesmith.js';
 import type { StatusMap, SwebenchRef } from './types.js';
 
 export { IndexError as UpstreamIndexError } from './swebench.js';
@@ -25,7 +25,7 @@ export type SwebenchParser =
   | 'matplotlib'
   | 'seaborn';
 /** Runner formats without an upstream Python twin. */
-export type RunnerParser = 'unittest' | 'go_test' | 'cargo' | 'jest' | 'mocha';
+export type RunnerParser = 'unittest' | 'go_test' | 'cargo' | 'jest' | 'mocha' | 'vitest';
 /** `swesmith:<mirror>`: the log parser of that mirror's SWE-smith profile. */
 export type ParserId = SwebenchParser | RunnerParser | `swesmith:${string}`;
 
@@ -51,6 +51,7 @@ const runners: Record<RunnerParser, (log: string) => StatusMap> = {
   cargo: parseCargo,
   jest: parseJest,
   mocha: parseMocha,
+  vitest: parseVitest,
 };
 
 /**

@@ -144,43 +144,55 @@ export function parseCargo(log: string): StatusMap {
   return map;
 }
 
-const jestLine = /^\s*(✓|✕|○)\s(.+?)(?:\s\((\d+\s*m?s)\))?$/;
+const duration = `(?:${S}\\((\\p{Nd}+${S}*m?s)\\))?$`;
+const jestLine = new RegExp(`^${S}*(✓|✕|○)${S}([^\\n]+?)${duration}`, 'u');
 const jestStatus = { '✓': 'PASSED', '✕': 'FAILED', '○': 'SKIPPED' } as const;
 
-/** Jest `--verbose` (SWE-smith `parse_log_jest`): `✓` pass, `✕` fail, `○` skipped, duration stripped. */
+/** Jest `--verbose` (SWE-smith `parse_log_jest`): `✓` pass, `✕` fail, `○` skipped, on stripped lines. */
 export function parseJest(log: string): StatusMap {
   const map = newStatusMap();
   for (const line of log.split('\n')) {
-    const m = jestLine.exec(line);
+    const m = jestLine.exec(pyStrip(line));
     if (m) record(map, m[2]!, jestStatus[m[1] as keyof typeof jestStatus]);
   }
   return map;
 }
 
-const mochaPass = /^\s*[✓✔]\s(.+?)(?:\s\(\d+\s*m?s\))?$/;
-const mochaFail = /^\s*(?:✖|\d+\))\s(.+?)$/;
-const mochaSkip = /^\s*-\s(.+?)$/;
+const mochaLine = new RegExp(`^${S}*(✔|✖|-)${S}([^\\n]+?)${duration}`, 'u');
+const mochaStatus = { '✔': 'PASSED', '✖': 'FAILED', '-': 'SKIPPED' } as const;
 
-/** Mocha spec reporter (SWE-smith `parse_log_mocha`): `✓`/`✔` pass, `✖` or `N) name` fail, `- name` pending. */
+/** Mocha (SWE-smith `parse_log_mocha`): `✔` pass, `✖` fail, `-` pending, on stripped lines. */
 export function parseMocha(log: string): StatusMap {
   const map = newStatusMap();
-  let inFailureDetails = false;
   for (const line of log.split('\n')) {
-    // The numbered list after "N failing" repeats names with their suite path; only the first listing counts.
-    if (/^\s*\d+ failing/.test(line)) inFailureDetails = true;
-    let m = mochaPass.exec(line);
-    if (m) {
-      record(map, m[1]!, 'PASSED');
-      continue;
+    const m = mochaLine.exec(pyStrip(line));
+    if (m) record(map, m[2]!, mochaStatus[m[1] as keyof typeof mochaStatus]);
+  }
+  return map;
+}
+
+const vitestPatterns = ['✓', '✗', '○'] as const;
+const vitestStatus = { '✓': 'PASSED', '✗': 'FAILED', '○': 'SKIPPED' } as const;
+const vitestRules = [
+  ...vitestPatterns.map((m) => ({
+    re: new RegExp(`^${m}${S}+([^\\n]+?)(?:${S}+\\([.\\p{Nd}]+ms\\))?$`, 'u'),
+    status: vitestStatus[m],
+  })),
+  ...vitestPatterns.map((m) => ({ re: new RegExp(`^${m}${S}+([^\\n]+?)$`, 'u'), status: vitestStatus[m] })),
+];
+
+/** Vitest `--reporter verbose` (SWE-smith `parse_log_vitest`): first matching rule per stripped line. */
+export function parseVitest(log: string): StatusMap {
+  const map = newStatusMap();
+  for (const line of log.split('\n')) {
+    const stripped = pyStrip(line);
+    for (const { re, status } of vitestRules) {
+      const m = re.exec(stripped);
+      if (m) {
+        record(map, pyStrip(m[1]!), status);
+        break;
+      }
     }
-    if (inFailureDetails) continue;
-    m = mochaFail.exec(line);
-    if (m) {
-      record(map, m[1]!, 'FAILED');
-      continue;
-    }
-    m = mochaSkip.exec(line);
-    if (m) record(map, m[1]!, 'SKIPPED');
   }
   return map;
 }
