@@ -70,6 +70,18 @@ describe('SampleQueue', () => {
     expect((await q.read()).records).toEqual([]);
   });
 
+  it('writes concurrent appends together, with one flush per group', async () => {
+    const q = await openQueue();
+    const flushes: number[] = [];
+    q.on('flush', (e) => {
+      expect(e.synced).toBe(true);
+      flushes.push(e.records);
+    });
+    await Promise.all(Array.from({ length: 64 }, (_, i) => q.append(`a${i}`, [sampleFor(i)])));
+    for (let i = 0; i < 3; i++) await q.append(`b${i}`, [sampleFor(i)]);
+    expect(flushes).toEqual([64, 1, 1, 1]);
+  });
+
   it('does not write a key twice, also when the duplicate arrives while the first is in flight', async () => {
     const q = await openQueue();
     const [first, concurrent] = await Promise.all([

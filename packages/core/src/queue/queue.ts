@@ -92,6 +92,8 @@ export interface ReadOptions {
 
 export interface QueueEvents {
   append: [{ seq: number; key: string; bytes: number }];
+  /** One group commit: the records written together and, with `sync`, flushed by one `fdatasync`. */
+  flush: [{ records: number; bytes: number; synced: boolean; durationMs: number }];
   commit: [{ next: number }];
   gc: [{ segment: string; records: number }];
 }
@@ -372,6 +374,7 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
       seq++;
     }
     const start = active.size;
+    const t0 = performance.now();
     try {
       let position = start;
       for (const write of writes) {
@@ -400,6 +403,12 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
       throw failure;
     }
     active.size = start + total;
+    this.emit('flush', {
+      records: batch.length,
+      bytes: total,
+      synced: this.#sync,
+      durationMs: performance.now() - t0,
+    });
     seq = this.#nextSeq;
     for (const p of batch) {
       this.#index.set(p.key, seq);
