@@ -24,6 +24,7 @@ fi
 want=(bwrap:bubblewrap git:git python3:python3 pytest:python3-pytest /usr/lib/python3/dist-packages/msgpack:python3-msgpack patch:patch)
 if [ "${1:-main}" = test ]; then
   want+=(/usr/lib/python3/dist-packages/numpy:python3-numpy /usr/lib/python3/dist-packages/yaml:python3-yaml
+    /usr/lib/python3/dist-packages/jinja2:python3-jinja2
     /usr/lib/python3/dist-packages/torch:python3-torch chromium:chromium curl:curl)
   [ "$(id -u)" -eq 0 ] && want+=(dockerd:docker.io)
 fi
