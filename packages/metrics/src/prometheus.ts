@@ -222,7 +222,9 @@ function pick(map: Map<string, PromSample[]>, names: string[]): PromSample[] | u
 const sumOf = (list: PromSample[] | undefined) =>
   list ? list.reduce((s, x) => s + (Number.isNaN(x.value) ? 0 : x.value), 0) : null;
 const maxOf = (list: PromSample[] | undefined) =>
-  list ? list.reduce((m, x) => Math.max(m, x.value), Number.NEGATIVE_INFINITY) : null;
+  list
+    ? list.reduce((m, x) => (Number.isNaN(x.value) ? m : Math.max(m, x.value)), Number.NEGATIVE_INFINITY)
+    : null;
 
 function histogram(map: Map<string, PromSample[]>, names: string[]): PromHistogram | null {
   for (const name of names) {
@@ -422,8 +424,8 @@ export async function scrapeEngines(
   },
 ): Promise<ScrapeSeries[]> {
   const series: ScrapeSeries[] = urls.map((url) => ({ url, scrapes: [], errors: [] }));
-  const deadline = Date.now() + options.durationMs;
-  const { onScrape, intervalMs, durationMs: _d, ...scrapeOptions } = options;
+  const { onScrape, intervalMs, durationMs, ...scrapeOptions } = options;
+  const deadline = Date.now() + durationMs;
   while (!options.signal?.aborted) {
     const started = Date.now();
     await Promise.all(

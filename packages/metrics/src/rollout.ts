@@ -211,7 +211,7 @@ function rewardOfRow(row: Sample, rewardKey: string | undefined, at: string): nu
 function defaultRolloutReward(
   rows: ReadonlyArray<Sample>,
   key: string,
-  options: RolloutMetricsOptions,
+  rewardKey: string | undefined,
 ): number {
   const stamped = rows.map((r) => r.metadata.rollout_reward ?? r.metadata.agent_reward);
   if (stamped.every((v) => typeof v === 'number')) {
@@ -224,7 +224,7 @@ function defaultRolloutReward(
     }
     return first;
   }
-  const rewards = rows.map((row, i) => rewardOfRow(row, options.rewardKey, `rollout ${key} row ${i}`));
+  const rewards = rows.map((row, i) => rewardOfRow(row, rewardKey, `rollout ${key} row ${i}`));
   const first = rewards[0];
   if (first === null || first === undefined || rewards.some((r) => r !== first)) {
     throw new ValidationError(
@@ -246,7 +246,7 @@ function keyOfRow(row: Sample, i: number): string {
 /** Deduplicate rollouts and rows into one `RolloutRecord` per rollout. */
 export function toRolloutRecords(
   inputs: ReadonlyArray<RolloutInput>,
-  options: Omit<RolloutMetricsOptions, 'correct'> & { correct?: RolloutMetricsOptions['correct'] } = {},
+  options: Pick<RolloutMetricsOptions, 'groupBy' | 'rewardKey' | 'rolloutReward'> = {},
 ): { records: RolloutRecord[]; rows: number; duplicates: number } {
   const records = new Map<string, RolloutRecord>();
   const rowGroups = new Map<string, { rows: Sample[]; first: number }>();
@@ -347,7 +347,7 @@ export function toRolloutRecords(
     if (status === 'completed' || status === 'truncated') {
       record.reward = options.rolloutReward
         ? options.rolloutReward(group)
-        : defaultRolloutReward(group, key, options as RolloutMetricsOptions);
+        : defaultRolloutReward(group, key, options.rewardKey);
     }
     records.set(key, record);
   }
