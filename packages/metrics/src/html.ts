@@ -219,9 +219,7 @@ export function renderHtmlReport(record: RunRecord, options: { title?: string } 
     figure(
       lineChart({
         title: `${tl.engine}: requests over time`,
-        xLabel: record.timeline.some((t) => t.t.some((v) => v !== null && !Number.isInteger(v)))
-          ? 'seconds from start'
-          : 'reading',
+        xLabel: tl.x === 'seconds' ? 'seconds from start' : 'reading',
         yLabel: 'requests',
         series: [
           {

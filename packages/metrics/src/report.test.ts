@@ -155,6 +155,7 @@ describe('reports people look at', () => {
     for (const size of r.svgSizes) expect(size.width).toBeGreaterThan(300);
     expect(r.title).toBe('Run sync_2eng');
     expect(r.text).toMatch(/eng1: running peak 160, median \d+; queued peak 39/);
+    expect(html).toMatch(/seconds from start/);
     expect(statSync(screenshotPath).size).toBeGreaterThan(10_000);
     expect(readFileSync(screenshotPath).subarray(1, 4).toString()).toBe('PNG');
 
