@@ -694,8 +694,8 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
     try {
       const head = Buffer.alloc(FILE_HEADER_BYTES);
       const { bytesRead } = await handle.read(head, 0, FILE_HEADER_BYTES, 0);
-      if (bytesRead < FILE_HEADER_BYTES && bases.length === 1) {
-        // The producer is creating the first segment right now.
+      if (bytesRead < FILE_HEADER_BYTES && base === bases.at(-1)) {
+        // The producer is creating this segment right now.
         await handle.close();
         return false;
       }
