@@ -113,17 +113,43 @@ function fromBase64(text: string): Uint8Array {
   return new Uint8Array(Buffer.from(text.trim(), 'base64'));
 }
 
-/** F2P/P2P test files of a task: from its metadata when `rowToTask` recorded them, else the Python rule. */
-export function taskTestFiles(task: TaskSpec): string[] {
-  if (task.grader.kind !== 'swesmith')
+/**
+ * F2P and P2P test files of a task, `[f2p, p2p]`: from its metadata when `rowToTask` recorded them (the repo
+ * profile's rule), else the Python rule (the part of each id before `::`).
+ */
+export function taskTestFileSets(task: TaskSpec): [string[], string[]] {
+  if (task.grader.kind !== 'swesmith') {
     throw new GradingError(`task ${task.id} has grader ${task.grader.kind}, not swesmith`);
+  }
   const recorded = task.metadata.test_files as
     | { FAIL_TO_PASS?: string[]; PASS_TO_PASS?: string[] }
     | undefined;
-  const [f2p, p2p] = recorded?.FAIL_TO_PASS
-    ? [recorded.FAIL_TO_PASS, recorded.PASS_TO_PASS ?? []]
-    : pythonTestFiles({ FAIL_TO_PASS: task.grader.failToPass, PASS_TO_PASS: task.grader.passToPass });
+  if (recorded?.FAIL_TO_PASS) return [recorded.FAIL_TO_PASS, recorded.PASS_TO_PASS ?? []];
+  return pythonTestFiles({ FAIL_TO_PASS: task.grader.failToPass, PASS_TO_PASS: task.grader.passToPass });
+}
+
+/** Every F2P/P2P test file of a task, sorted and unique: what grading restores. */
+export function taskTestFiles(task: TaskSpec): string[] {
+  const [f2p, p2p] = taskTestFileSets(task);
   return [...new Set([...f2p, ...p2p])].sort();
+}
+
+/** Read files at a commit in one exec: one line per file, base64 content or `-` when absent there. */
+async function snapshotFiles(
+  sandbox: Sandbox,
+  commit: string,
+  files: readonly string[],
+  signal?: AbortSignal,
+): Promise<Map<string, Uint8Array | null>> {
+  const snapshot = new Map<string, Uint8Array | null>();
+  if (files.length === 0) return snapshot;
+  const script = `for f in ${files.map(shellQuote).join(' ')}; do if git cat-file -e "${commit}:$f" 2>/dev/null; then git cat-file blob "${commit}:$f" | base64 -w0; echo; else echo -; fi; done`;
+  const lines = (await runOk(sandbox, script, 'reading the test files', signal)).split('\n');
+  files.forEach((file, i) => {
+    const line = lines[i] ?? '-';
+    snapshot.set(file, line === '-' ? null : fromBase64(line));
+  });
+  return snapshot;
 }
 
 /**
@@ -142,12 +168,7 @@ export async function setupSweTask(
   if (task.setupCommand)
     await runSetup(sandbox, task.setupCommand, { retries, timeoutMs, env: GIT_ENV, ...op });
   const testFiles = taskTestFiles(task);
-  const f2pFiles = new Set(
-    task.grader.kind === 'swesmith'
-      ? ((task.metadata.test_files as { FAIL_TO_PASS?: string[] } | undefined)?.FAIL_TO_PASS ??
-          pythonTestFiles({ FAIL_TO_PASS: task.grader.failToPass, PASS_TO_PASS: [] })[0])
-      : [],
-  );
+  const [f2pFiles] = taskTestFileSets(task);
 
   let start = (await runOk(sandbox, 'git rev-parse HEAD', 'reading the start commit', signal)).trim();
   const subject = (
@@ -159,7 +180,7 @@ export async function setupSweTask(
   } else {
     // One-commit layout (rows gathered before mid-2025, or non-Python repos): the tests are at HEAD.
     tests = start;
-    const present = [...f2pFiles].filter((f) => f);
+    const present = f2pFiles.filter((f) => f);
     if (present.length > 0) {
       const quoted = present.map(shellQuote).join(' ');
       await runOk(
@@ -172,15 +193,7 @@ export async function setupSweTask(
     }
   }
 
-  const snapshot = new Map<string, Uint8Array | null>();
-  for (const file of testFiles) {
-    const r = await run(
-      sandbox,
-      `git cat-file -e ${tests}:${shellQuote(file)} 2>/dev/null && git cat-file blob ${tests}:${shellQuote(file)} | base64 -w0`,
-      signal,
-    );
-    snapshot.set(file, r.exitCode === 0 ? fromBase64(r.stdout) : null);
-  }
+  const snapshot = await snapshotFiles(sandbox, tests, testFiles, signal);
 
   if (hideHistory) {
     await runOk(
