@@ -14,7 +14,7 @@ import { BwrapSession, SUPERVISOR } from './bwrap-session.js';
 import { createCgroups } from './cgroup.js';
 import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
 import { defaultRootDir, HostState } from './host-state.js';
-import { newSandboxId, sandboxLabels } from './lifecycle.js';
+import { forwardWarnings, newSandboxId, sandboxLabels } from './lifecycle.js';
 import { tailOf } from './output.js';
 import { EXEC_MARKER_ENV, newExecId } from './proc.js';
 import { type RunResult, runProcess } from './process.js';
@@ -73,6 +73,7 @@ function hostSystemArgs(): string[] {
  */
 export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): SandboxProvider {
   const events = options.events ?? (new EventEmitter() as SandboxEmitter);
+  forwardWarnings(events, options.logger);
   const rootDir = options.rootDir ?? defaultRootDir();
   const bwrap = options.bwrapPath ?? 'bwrap';
   const user = isRoot() ? { uid: options.uid ?? 65533, gid: options.gid ?? options.uid ?? 65533 } : undefined;

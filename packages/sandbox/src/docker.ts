@@ -11,7 +11,7 @@ import { ConfigError, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { DockerEngine } from './docker-engine.js';
 import { sandboxPath } from './host-sandbox.js';
-import { newSandboxId, register, sandboxLabels } from './lifecycle.js';
+import { forwardWarnings, newSandboxId, register, sandboxLabels } from './lifecycle.js';
 import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8, tailOf } from './output.js';
 import { EXEC_MARKER_ENV, killByExecMarker, newExecId } from './proc.js';
 import { packTar, unpackTar } from './tar.js';
@@ -81,6 +81,7 @@ function parseUser(user: string): { uid: number; gid: number } {
 
 export function dockerProvider(options: DockerProviderOptions = {}): SandboxProvider {
   const events = options.events ?? (new EventEmitter() as SandboxEmitter);
+  forwardWarnings(events, options.logger);
   const engine = options.engine ?? new DockerEngine(options.socketPath);
   const user = options.user ?? '1000:1000';
   const owner = parseUser(user);

@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import type { TerminateReason } from './types.js';
+import type { Logger, SandboxEmitter, TerminateReason } from './types.js';
 
 /** Label naming the run that created a sandbox; `reapOrphans({ run })` matches it. */
 export const RUN_LABEL = 'vime.run';
@@ -128,4 +128,10 @@ export function register(sandbox: Terminable, options: RegisterOptions = {}): ()
     if (timer) clearTimeout(timer);
     live.delete(sandbox);
   };
+}
+
+/** Pass `warning` events on to an optional logger (once per emitter). */
+export function forwardWarnings(events: SandboxEmitter, logger: Logger | undefined): void {
+  if (!logger?.warn) return;
+  events.on('warning', (w) => logger.warn?.(w.message, { cause: w.cause }));
 }

@@ -8,7 +8,7 @@ import { SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
 import { defaultRootDir, HostState } from './host-state.js';
-import { newSandboxId, sandboxLabels } from './lifecycle.js';
+import { forwardWarnings, newSandboxId, sandboxLabels } from './lifecycle.js';
 import { EXEC_MARKER_ENV, killByExecMarker, newExecId, SANDBOX_MARKER_ENV } from './proc.js';
 import { type RunResult, runProcess } from './process.js';
 import type { Logger, OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
@@ -33,6 +33,7 @@ export interface LocalProviderOptions {
  */
 export function localProvider(options: LocalProviderOptions = {}): SandboxProvider {
   const events = options.events ?? (new EventEmitter() as SandboxEmitter);
+  forwardWarnings(events, options.logger);
   const rootDir = options.rootDir ?? defaultRootDir();
   return {
     name: 'local',

@@ -63,8 +63,8 @@ export class BoundedOutput {
 
   /** The captured text; an elided middle is marked with how many bytes were dropped. */
   text(): string {
+    if (!this.truncated) return decodeUtf8(Buffer.concat([...this.head, ...this.tail]));
     const head = decodeUtf8(Buffer.concat(this.head));
-    if (!this.truncated) return head + decodeUtf8(Buffer.concat(this.tail));
     const dropped = this.total - this.headBytes - this.tailBytes;
     return `${head}\n[… ${dropped} bytes elided …]\n${decodeUtf8(Buffer.concat(this.tail))}`;
   }

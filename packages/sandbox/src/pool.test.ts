@@ -122,7 +122,8 @@ describe('WarmPool', () => {
   });
 
   it('backs off failed refills, reports them, and recovers', async () => {
-    const real = localProvider({ rootDir });
+    const logged: string[] = [];
+    const real = localProvider({ rootDir, logger: { warn: (message) => logged.push(message) } });
     let failuresLeft = 2;
     const flaky: SandboxProvider = {
       name: 'flaky',
@@ -138,6 +139,7 @@ describe('WarmPool', () => {
     await pool.ready({ signal: AbortSignal.timeout(10_000) });
     expect(pool.stats().refillFailures).toBe(2);
     expect(warnings.filter((w) => w.includes('background create failed'))).toHaveLength(2);
+    expect(logged).toEqual(warnings);
   });
 
   it('resizes, drains and still serves cold claims after draining', async () => {
