@@ -146,6 +146,20 @@ describe('Python string semantics', () => {
   });
 });
 
+describe('parse_log_pytest_v2 old-style lines (`id STATUS`, no -rA summary)', () => {
+  it('v4.1.0 keeps the first two tokens, main joins all but the status', () => {
+    const log = 'tests/t.py::test_space[a b] PASSED\ntests/t.py::test_ok PASSED\n';
+    expect({ ...parseTestLog(log, { parser: 'pytest_v2', ref: 'v4.1.0' }) }).toEqual({
+      'tests/t.py::test_space[a': 'b]',
+      'tests/t.py::test_ok': 'PASSED',
+    });
+    expect({ ...parseTestLog(log, { parser: 'pytest_v2', ref: 'main' }) }).toEqual({
+      'tests/t.py::test_space[a b]': 'PASSED',
+      'tests/t.py::test_ok': 'PASSED',
+    });
+  });
+});
+
 describe('dispatch', () => {
   it('names the valid parsers when given an unknown one', () => {
     expect(() => parseTestLog('', { parser: 'nose' as never })).toThrow(

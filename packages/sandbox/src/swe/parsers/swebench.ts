@@ -79,10 +79,12 @@ export function parsePytestV2(log: string, ref: SwebenchRef): StatusMap {
       if (tokens[0] === 'SKIPPED' && skipCount.test(tokens[1]!)) continue;
       record(map, tokens.slice(1).join(' '), tokens[0]!);
     } else if (endsWithStatus(line)) {
+      // Old-style `path::test STATUS`. v4.1.0 takes the first two tokens, so an id with a space records its
+      // second word as the "status" (`test_space[a b] PASSED` → `test_space[a`: `b]`).
       const tokens = pySplit(line);
       if (tokens.length <= 1) continue;
-      const id = ref === 'v4.1.0' ? tokens[0]! : tokens.slice(0, -1).join(' ');
-      record(map, id, tokens.at(-1)!);
+      if (ref === 'v4.1.0') record(map, tokens[0]!, tokens[1]!);
+      else record(map, tokens.slice(0, -1).join(' '), tokens.at(-1)!);
     }
   }
   return map;
