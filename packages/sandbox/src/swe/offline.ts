@@ -34,6 +34,9 @@ export const OFFLINE_BUNDLE_NAME = '.vime-task.bundle';
  */
 export const OFFLINE_TEST_COMMAND = `PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -m ${PYTHON_TEST_CMD} -p no:cacheprovider`;
 
+/** Keeps pytest's and Python's caches out of `git add -A`, so they never enter a captured patch. */
+const LIBRARY_GITIGNORE = '__pycache__/\n*.pyc\n.pytest_cache/\n';
+
 /** Deterministic commits: same sources, same SHAs. */
 const GIT_ENV = {
   GIT_AUTHOR_NAME: 'Vime Tasks',
@@ -153,7 +156,7 @@ async function sourceKey(
   options: { count: number; combined: number; seed: number },
 ): Promise<string> {
   const hash = createHash('sha256');
-  hash.update(JSON.stringify({ GENERATOR_VERSION, ...options, test: OFFLINE_TEST_COMMAND }));
+  hash.update(JSON.stringify({ GENERATOR_VERSION, ...options, test: OFFLINE_TEST_COMMAND, LIBRARY_GITIGNORE }));
   for (const file of await listFiles(assets)) {
     hash.update(file);
     hash.update(await readFile(join(assets, file)));
@@ -412,6 +415,8 @@ export async function buildOfflineTaskSet(options: OfflineTaskSetOptions): Promi
   const library = join(assets, 'library');
   const filter = (src: string) => !/__pycache__|\.pytest_cache/.test(src);
   await cp(library, repoDir, { recursive: true, filter });
+  // Written here, not shipped: package managers drop `.gitignore` files from published packages.
+  await writeFile(join(repoDir, '.gitignore'), LIBRARY_GITIGNORE);
   const git = (args: string[], cwd = repoDir) =>
     runOk(
       'git',
