@@ -52,10 +52,25 @@ export default {
     return [
       {
         title: 'engine scaling: 2 steps × 16 rollouts (4 prompts × 4 samples), concurrency 16',
-        columns: ['engines', 'step time (step 2)', 'speed-up vs 1 engine', 'rollouts/min', 'output tokens/s', 'run wall time'],
+        columns: [
+          'engines',
+          'step time (step 2)',
+          'speed-up vs 1 engine',
+          'rollouts/min',
+          'output tokens/s',
+          'run wall time',
+        ],
         rows,
-        checks: [{ target: 'step time falls as engines are added (3 engines faster than 1)', measured: fmt.ratio(speedup3), ok: speedup3 > 1.2 }],
-        notes: ['Stand-in engines: a scripted policy behind SGLang\'s wire with a fixed decode throughput, not a model.'],
+        checks: [
+          {
+            target: 'step time falls as engines are added (3 engines faster than 1)',
+            measured: fmt.ratio(speedup3),
+            ok: speedup3 > 1.2,
+          },
+        ],
+        notes: [
+          "Stand-in engines: a scripted policy behind SGLang's wire with a fixed decode throughput, not a model.",
+        ],
       },
     ];
   },

@@ -156,7 +156,9 @@ async function sourceKey(
   options: { count: number; combined: number; seed: number },
 ): Promise<string> {
   const hash = createHash('sha256');
-  hash.update(JSON.stringify({ GENERATOR_VERSION, ...options, test: OFFLINE_TEST_COMMAND, LIBRARY_GITIGNORE }));
+  hash.update(
+    JSON.stringify({ GENERATOR_VERSION, ...options, test: OFFLINE_TEST_COMMAND, LIBRARY_GITIGNORE }),
+  );
   for (const file of await listFiles(assets)) {
     hash.update(file);
     hash.update(await readFile(join(assets, file)));
