@@ -220,19 +220,20 @@ function digitsAt(text: string, i: number, n: number): number {
   return v;
 }
 
-/** Read the `[YYYY-MM-DD HH:MM:SS DP0 TP0]` prefix that ends before `hit`, searching back to `from`. */
 /** What `readPrefix` found (module variables: no object per line). */
 let prefixT = Number.NaN;
 let prefixDp = -1;
 let prefixTp = -1;
 
+/** Read the `[YYYY-MM-DD HH:MM:SS DP0 TP0]` prefix that ends before `hit`, searching back to `from`. */
 function readPrefix(text: string, from: number, hit: number, state: ScanState): void {
   prefixT = Number.NaN;
   prefixDp = -1;
   prefixTp = -1;
-  // The last '[' before the mark: the prefix is a few dozen characters back.
+  // The last '[' before the mark: usually the first character of the line, else a few dozen back.
   let open = hit - 1;
-  while (open >= from && text.charCodeAt(open) !== 91) open--;
+  if (text.charCodeAt(from) === 91 && hit - from < 48) open = from;
+  else while (open >= from && text.charCodeAt(open) !== 91) open--;
   if (open < from) return;
   const close = text.indexOf(']', open);
   if (close === -1 || close > hit) return;
@@ -256,15 +257,15 @@ function readPrefix(text: string, from: number, hit: number, state: ScanState): 
       }
     }
   }
-  const tp = text.indexOf('TP', open);
-  if (tp !== -1 && tp < close) {
-    const v = numberAt(text, tp + 2, close);
-    if (!Number.isNaN(v)) prefixTp = v;
-  }
-  const dp = text.indexOf('DP', open);
-  if (dp !== -1 && dp < close) {
-    const v = numberAt(text, dp + 2, close);
-    if (!Number.isNaN(v)) prefixDp = v;
+  // Rank tags after the time: " DP0 TP0", " PP0 TP1", …
+  for (let j = open + 3; j + 1 < close; j++) {
+    if (text.charCodeAt(j) !== 80 /* P */ || text.charCodeAt(j - 2) !== 32) continue;
+    const kind = text.charCodeAt(j - 1);
+    if (kind !== 84 /* T */ && kind !== 68 /* D */) continue;
+    const v = numberAt(text, j + 1, close);
+    if (Number.isNaN(v)) continue;
+    if (kind === 84) prefixTp = v;
+    else prefixDp = v;
   }
 }
 
@@ -322,10 +323,30 @@ function parseSegment(
   const ts = text.indexOf('timestamp: ', tail);
   if (ts !== -1 && ts < end) {
     const stop = text.indexOf(',', ts);
-    const iso = text.slice(ts + 11, stop === -1 || stop > end ? end : stop).trim();
-    const ms = Date.parse(/[zZ]|[+-]\d\d:?\d\d$/.test(iso) ? iso : `${iso}Z`);
+    const ms = isoTime(text.slice(ts + 11, stop === -1 || stop > end ? end : stop));
     if (!Number.isNaN(ms)) t = ms;
   }
+  pushRow(state, t, running, queued, tokens, kvUsage, genThroughput, acceptLen, graph, line);
+  return true;
+}
+
+function malformedAt(state: ScanState, line: number): void {
+  state.malformed++;
+  if (state.malformedLines.length < MAX_REPORTED) state.malformedLines.push(line);
+}
+
+function pushRow(
+  state: ScanState,
+  t: number,
+  running: number,
+  queued: number,
+  tokens: number,
+  kvUsage: number,
+  genThroughput: number,
+  acceptLen: number,
+  graph: boolean,
+  line: number,
+): void {
   const rows = state.rows;
   const r = rows.next();
   const c = rows.cols;
@@ -340,19 +361,80 @@ function parseSegment(
   c.dpRank[r] = prefixDp;
   c.tpRank[r] = prefixTp;
   c.line[r] = line;
-  return true;
 }
 
-function malformedAt(state: ScanState, line: number): void {
-  state.malformed++;
-  if (state.malformedLines.length < MAX_REPORTED) state.malformedLines.push(line);
+function isoTime(iso: string): number {
+  const trimmed = iso.trim();
+  return Date.parse(/[zZ]|[+-]\d\d:?\d\d$/.test(trimmed) ? trimmed : `${trimmed}Z`);
+}
+
+/**
+ * Read one entry laid out the usual way (either historical head, the plain KV pool, optional
+ * speculative fields, optional trailing timestamp) straight from the text at `hit`, without slicing or
+ * searching; false sends the line down the tolerant path.
+ */
+function usualEntry(
+  text: string,
+  lineStart: number,
+  hit: number,
+  lineEnd: number,
+  line: number,
+  state: ScanState,
+): boolean {
+  let i = hit + MARK.length;
+  if (text.charCodeAt(i) === 32) {
+    if (text.charCodeAt(i + 1) !== 91) return false;
+    i = text.indexOf(']', i);
+    if (i === -1 || i >= lineEnd) return false;
+    i++;
+  }
+  const sep = text.charCodeAt(i);
+  if ((sep !== 46 && sep !== 44) || !text.startsWith(' #running-req: ', i + 1)) return false;
+  const running = numberAt(text, i + 16, lineEnd);
+  if (!text.startsWith(', #token: ', cursor)) return false;
+  const tokens = numberAt(text, cursor + 10, lineEnd);
+  if (!text.startsWith(', token usage: ', cursor)) return false;
+  const kvUsage = numberAt(text, cursor + 15, lineEnd);
+  i = cursor;
+  let acceptLen = Number.NaN;
+  if (text.startsWith(', cuda graph: ', i)) i += 14;
+  else if (text.startsWith(', cpu graph: ', i)) i += 13;
+  else if (text.startsWith(', accept len: ', i)) {
+    acceptLen = numberAt(text, i + 14, lineEnd);
+    i = text.indexOf(' graph: ', cursor);
+    if (i === -1 || i >= lineEnd) return false;
+    i += 8;
+  } else return false;
+  let graph: boolean;
+  if (text.startsWith('True', i)) {
+    graph = true;
+    i += 4;
+  } else if (text.startsWith('False', i)) {
+    graph = false;
+    i += 5;
+  } else return false;
+  if (!text.startsWith(', gen throughput (token/s): ', i)) return false;
+  const genThroughput = numberAt(text, i + 28, lineEnd);
+  if (!text.startsWith(', #queue-req: ', cursor)) return false;
+  const queued = numberAt(text, cursor + 14, lineEnd);
+  if (Number.isNaN(running + tokens + kvUsage + genThroughput + queued)) return false;
+  i = cursor;
+  let t = Number.NaN;
+  if (text.startsWith(', timestamp: ', i)) {
+    const stop = text.indexOf(',', i + 13);
+    t = isoTime(text.slice(i + 13, stop === -1 || stop > lineEnd ? lineEnd : stop));
+  }
+  readPrefix(text, lineStart, hit, state);
+  if (Number.isNaN(t)) t = prefixT;
+  pushRow(state, t, running, queued, tokens, kvUsage, genThroughput, acceptLen, graph, line);
+  return true;
 }
 
 /** Scan complete lines in `text[0..limit)`; `limit` is just past a newline or the text's end. */
 function scan(text: string, limit: number, state: ScanState): void {
   let pos = 0;
+  let hit = text.indexOf(MARK, 0);
   while (pos < limit) {
-    let hit = text.indexOf(MARK, pos);
     if (hit >= limit) hit = -1;
     // Count the ordinary lines before the line holding the next mark (or all that remain).
     let nl = text.indexOf('\n', pos);
@@ -372,19 +454,25 @@ function scan(text: string, limit: number, state: ScanState): void {
     const lineEnd = nl === -1 || nl >= limit ? limit : nl;
     state.lines++;
     const lineNo = state.lines;
-    // Work on the line alone so that searches for absent fields stop at its end.
-    const line = text.slice(pos, lineEnd);
-    // Several entries on one line means interleaved output: each segment runs to the next mark.
-    let segFrom = 0;
-    let at = hit - pos;
-    while (at !== -1) {
-      const next = line.indexOf(MARK, at + MARK.length);
-      const segEnd = next === -1 ? line.length : next;
-      if (!parseSegment(line, segFrom, at, segEnd, lineNo, state)) malformedAt(state, lineNo);
-      segFrom = at + MARK.length;
-      at = next;
+    let nextHit = text.indexOf(MARK, hit + MARK.length);
+    const single = nextHit === -1 || nextHit > lineEnd;
+    if (!single || !usualEntry(text, pos, hit, lineEnd, lineNo, state)) {
+      // Tolerant path on the line alone, so that searches for absent fields stop at its end. Several
+      // entries on one line means interleaved output: each segment runs to the next mark.
+      const line = text.slice(pos, lineEnd);
+      let segFrom = 0;
+      let at = hit - pos;
+      while (at !== -1) {
+        const next = line.indexOf(MARK, at + MARK.length);
+        const segEnd = next === -1 ? line.length : next;
+        if (!parseSegment(line, segFrom, at, segEnd, lineNo, state)) malformedAt(state, lineNo);
+        segFrom = at + MARK.length;
+        at = next;
+      }
+      if (!single) nextHit = text.indexOf(MARK, lineEnd);
     }
     pos = lineEnd + 1;
+    hit = nextHit;
   }
 }
 
