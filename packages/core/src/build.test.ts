@@ -1,0 +1,39 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+// The published shape of every package: built ESM that plain Node imports (no source condition).
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+const packages = ['core', 'grpo', 'metrics', 'sandbox', 'launch'];
+
+describe('built packages', () => {
+  it.each(packages)(
+    '@vime/%s: exports map puts types first, ships no tests, and its build imports as ESM',
+    (name) => {
+      const dir = `${root}packages/${name}/`;
+      const pkg = JSON.parse(readFileSync(`${dir}package.json`, 'utf8'));
+      expect(pkg.type).toBe('module');
+      expect(pkg.sideEffects).toBe(false);
+      for (const [entry, target] of Object.entries(pkg.exports as Record<string, unknown>)) {
+        if (entry === './package.json') continue;
+        expect(Object.keys(target as object).filter((k) => k !== '@vime/source')[0], entry).toBe('types');
+      }
+      expect(pkg.files).toContain('!dist/**/*.test.*');
+      expect(
+        existsSync(`${dir}dist/index.js`),
+        `run \`pnpm run build\` before the tests (${dir}dist is missing)`,
+      ).toBe(true);
+      const out = execFileSync(
+        process.execPath,
+        [
+          '--input-type=module',
+          '-e',
+          `const m = await import('@vime/${name}'); console.log(Object.keys(m).length)`,
+        ],
+        { cwd: root, encoding: 'utf8' },
+      );
+      expect(Number(out.trim())).toBeGreaterThan(5);
+    },
+  );
+});
