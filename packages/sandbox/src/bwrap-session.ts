@@ -2,12 +2,13 @@
  * A long-lived bubblewrap session: one `bwrap` per sandbox runs a small supervisor (Python, from the
  * sandbox's own /usr) that forks each command inside the already-built namespaces. An exec then costs a
  * fork instead of building namespaces and mounts again, which is what makes bubblewrap as cheap as a plain
- * spawn. Frames on the supervisor's stdio carry requests, output and exit statuses:
- * `[op: u8][exec id: u32 BE][length: u32 BE][payload]`.
+ * spawn. Frames on a socket at the supervisor's fd 3 carry requests, output and exit statuses:
+ * `[op: u8][exec id: u32 BE][length: u32 BE][payload]`. Nothing a command can reach holds that socket:
+ * bwrap's init gets only /dev/null and a diagnostics stderr, and the supervisor is not dumpable.
  */
 import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
-import type { Readable } from 'node:stream';
+import type { Duplex, Readable } from 'node:stream';
 import { SandboxError } from '@vime/core';
 import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, tailOf } from './output.js';
 import { killByExecMarker } from './proc.js';
@@ -18,7 +19,12 @@ const OUT = { stdout: 1, stderr: 2, exit: 3, ready: 9 } as const;
 
 /** The supervisor. Kept dependency-free and small; it only forks, pipes and reaps. */
 export const SUPERVISOR = String.raw`
-import json, os, queue, resource, selectors, signal, struct, sys, threading, time
+import ctypes, json, os, queue, resource, selectors, signal, struct, sys, threading, time
+# The channel to the host is fd 3, which bwrap's init does not keep. Not dumpable, so commands (same
+# uid) cannot ptrace us or open our fds and forge frames; not inherited by the commands either.
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+CH = 3
+os.set_inheritable(CH, False)
 LIMITS = json.loads(sys.argv[1])
 RL = {"cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE, "as": resource.RLIMIT_AS}
 wlock = threading.Lock()
@@ -26,7 +32,7 @@ def send(op, xid, payload=b""):
     data = memoryview(struct.pack(">BII", op, xid, len(payload)) + payload)
     with wlock:
         while data:
-            data = data[os.write(1, data):]
+            data = data[os.write(CH, data):]
 sel = selectors.DefaultSelector()
 execs, bypid = {}, {}
 def feeder(fd, q):
@@ -112,7 +118,7 @@ os.set_blocking(wsig, False)
 signal.set_wakeup_fd(wsig)
 signal.signal(signal.SIGCHLD, lambda *a: None)
 sel.register(rsig, selectors.EVENT_READ, "sig")
-sel.register(0, selectors.EVENT_READ, "ctl")
+sel.register(CH, selectors.EVENT_READ, "ctl")
 buf = b""
 send(9, 0)
 while True:
@@ -123,7 +129,7 @@ while True:
             os.read(rsig, 4096)
             reap()
         elif key.data == "ctl":
-            data = os.read(0, 1 << 16)
+            data = os.read(CH, 1 << 16)
             if not data:
                 sys.exit(0)
             buf += data
@@ -193,6 +199,7 @@ function frame(op: number, id: number, payload: Uint8Array = new Uint8Array()): 
 
 export class BwrapSession {
   private readonly child: ChildProcess;
+  private readonly channel: Duplex;
   private readonly pending = new Map<number, Pending>();
   private nextId = 1;
   private buffer: Buffer = Buffer.alloc(0);
@@ -210,7 +217,7 @@ export class BwrapSession {
   }) {
     this.child = spawn(launch.command, launch.args, {
       env: launch.env,
-      stdio: ['pipe', 'pipe', 'pipe'],
+      stdio: ['ignore', 'ignore', 'pipe', 'pipe'],
       detached: true,
       ...(launch.uid === undefined ? {} : { uid: launch.uid, gid: launch.gid! }),
     });
@@ -222,11 +229,12 @@ export class BwrapSession {
       failReady = reject;
     });
     this.ready.catch(() => {});
-    this.child.stdout!.on('data', (chunk: Buffer) => this.onData(chunk, markReady));
+    this.channel = this.child.stdio[3] as Duplex;
+    this.channel.on('data', (chunk: Buffer) => this.onData(chunk, markReady));
+    this.channel.on('error', () => {});
     this.child.stderr!.on('data', (chunk: Buffer) => {
       this.stderrTail = tailOf(this.stderrTail + chunk.toString(), 4000);
     });
-    this.child.stdin!.on('error', () => {});
     const onGone = (reason: string) => {
       if (this.exited) return;
       this.exited = new SandboxError(
@@ -275,7 +283,7 @@ export class BwrapSession {
   }
 
   private write(data: Buffer): void {
-    if (!this.exited) this.child.stdin!.write(data);
+    if (!this.exited) this.channel.write(data);
   }
 
   async run(req: SessionRun): Promise<RunResult> {

@@ -126,6 +126,41 @@ describe.each(backends)('escape suite: %s', (_name, makeProvider, extra) => {
     }
   });
 
+  it('cannot reach the channel that reports results (ptrace, /proc fds)', async () => {
+    // A background process must not be able to forge the output or exit code of a later command (the
+    // grading run). List every pipe or socket held by a process this command can ptrace, except its own.
+    const script = [
+      'import ctypes, os',
+      'libc = ctypes.CDLL(None, use_errno=True)',
+      'own = set(os.readlink("/proc/self/fd/%d" % i) for i in (0, 1, 2))',
+      'for p in sorted(int(x) for x in os.listdir("/proc") if x.isdigit()):',
+      '    if p in (os.getpid(), os.getppid()):',
+      '        continue',
+      '    attached = libc.ptrace(16, p, None, None) == 0',
+      '    try:',
+      '        fds = {fd: os.readlink("/proc/%d/fd/%s" % (p, fd)) for fd in os.listdir("/proc/%d/fd" % p)}',
+      '    except OSError:',
+      '        fds = {}',
+      '    if attached:',
+      '        libc.ptrace(17, p, None, None)',
+      '    if not attached and not fds:',
+      '        continue',
+      '    cmd = open("/proc/%d/cmdline" % p).read().replace("\\0", " ").strip()[:40]',
+      '    for fd, target in fds.items():',
+      '        if target.startswith(("pipe:", "socket:")) and target not in own and not (p == 1 and fd == "2"):',
+      '            print("%d %s fd %s %s" % (p, cmd, fd, target))',
+    ].join('\n');
+    const r = await sbx.exec(['python3', '-c', script]);
+    expect(r.stderr).toBe('');
+    const reachable = r.stdout.split('\n').filter(Boolean);
+    if (_name === 'docker') {
+      // Only the container's init and main process: their output goes to the container log, not to execs.
+      for (const line of reachable) expect(line).toMatch(/^\d+ (\/sbin\/docker-init -- )?sleep infinity fd/);
+    } else {
+      expect(reachable).toEqual([]);
+    }
+  });
+
   it('contains a fork bomb (pids limit), then stays usable', async () => {
     const bounded = await provider.create({ workdir: '/testbed', limits: { pids: 64 }, ...extra });
     try {
