@@ -158,6 +158,12 @@ describe('WarmPool', () => {
     await pool.release(sbx);
   });
 
+  it('rejects a size larger than maxLive, naming the fix', () => {
+    expect(() => new WarmPool(localProvider({ rootDir }), { spec, size: 8, maxLive: 4 })).toThrow(
+      /raise maxLive/,
+    );
+  });
+
   it('close fails waiting claims and terminates claimed sandboxes', async () => {
     const provider = localProvider({ rootDir });
     const pool = new WarmPool(provider, { spec, size: 0, maxLive: 1 });

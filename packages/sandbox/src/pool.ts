@@ -121,6 +121,12 @@ export class WarmPool {
         `WarmPool maxLive must be a whole number >= 1, got ${JSON.stringify(options.maxLive)}`,
       );
     }
+    if (size > maxLive) {
+      throw new ConfigError(
+        `WarmPool size ${size} exceeds maxLive ${maxLive}: a pool cannot keep more sandboxes warm than it may ` +
+          'have alive; raise maxLive or lower size',
+      );
+    }
     if (options.createsPerSecond !== undefined && !(options.createsPerSecond > 0)) {
       throw new ConfigError(
         `WarmPool createsPerSecond must be > 0, got ${JSON.stringify(options.createsPerSecond)}`,
@@ -207,6 +213,11 @@ export class WarmPool {
   async resize(size: number, maxLive?: number): Promise<void> {
     if (!Number.isInteger(size) || size < 0) {
       throw new ConfigError(`WarmPool.resize size must be a whole number >= 0, got ${JSON.stringify(size)}`);
+    }
+    if (size > (maxLive ?? this.maxLive)) {
+      throw new ConfigError(
+        `WarmPool.resize size ${size} exceeds maxLive ${maxLive ?? this.maxLive}; pass a larger maxLive`,
+      );
     }
     this.size = size;
     if (maxLive !== undefined) this.maxLive = maxLive;

@@ -64,11 +64,17 @@ function matches(
 }
 
 /**
- * Remove leftovers of crashed runs. `reapOrphans('run-…')` is short for `reapOrphans({ run: 'run-…' })`.
+ * Remove leftovers of crashed runs. `reapOrphans('run-…')` is short for `reapOrphans({ run: 'run-…' })`,
+ * `reapOrphans(ms)` for `reapOrphans({ olderThanMs: ms })`.
  * At least one of `run` and `olderThanMs` is required, so a call can never sweep everything by accident.
  */
-export async function reapOrphans(selector: string | ReapOptions): Promise<ReapReport> {
-  const options: ReapOptions = typeof selector === 'string' ? { run: selector } : selector;
+export async function reapOrphans(selector: string | number | ReapOptions): Promise<ReapReport> {
+  const options: ReapOptions =
+    typeof selector === 'string'
+      ? { run: selector }
+      : typeof selector === 'number'
+        ? { olderThanMs: selector }
+        : selector;
   if (options.run === undefined && options.olderThanMs === undefined) {
     throw new ConfigError('reapOrphans needs `run` (a vime.run label) or `olderThanMs`; neither was given');
   }
