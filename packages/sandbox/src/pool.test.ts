@@ -158,6 +158,28 @@ describe('WarmPool', () => {
     await pool.release(sbx);
   });
 
+  it('keeps at most refillConcurrency background creates in flight', async () => {
+    const real = localProvider({ rootDir });
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const counting: SandboxProvider = {
+      name: 'counting',
+      events: real.events,
+      create: async (s, o) => {
+        maxInFlight = Math.max(maxInFlight, ++inFlight);
+        try {
+          return await real.create(s, o);
+        } finally {
+          inFlight--;
+        }
+      },
+    };
+    const pool = track(new WarmPool(counting, { spec, size: 12, maxLive: 24, refillConcurrency: 3 }));
+    await pool.ready();
+    expect(pool.stats().idle).toBe(12);
+    expect(maxInFlight).toBe(3);
+  });
+
   it('rejects a size larger than maxLive, naming the fix', () => {
     expect(() => new WarmPool(localProvider({ rootDir }), { spec, size: 8, maxLive: 4 })).toThrow(
       /raise maxLive/,

@@ -18,6 +18,11 @@ export interface WarmPoolOptions {
   maxLive?: number;
   /** Most creations started per second, warm refills and cold claims together (default unlimited). */
   createsPerSecond?: number;
+  /**
+   * Most background refills in flight at once (default 8), so a burst of on-demand creates is not
+   * starved by a herd of refills.
+   */
+  refillConcurrency?: number;
   /** Pool name (default derived from the image); see `poolName`. */
   name?: string;
   /** Check `isAlive` before handing out a warm sandbox (default true). */
@@ -93,6 +98,7 @@ export class WarmPool {
   private readonly spec: SandboxSpec;
   private readonly checkAlive: boolean;
   private readonly limiter: RateLimiter | undefined;
+  private readonly refillConcurrency: number;
   private size: number;
   private maxLive: number;
   private readonly idle: Sandbox[] = [];
@@ -141,6 +147,7 @@ export class WarmPool {
     this.events = options.events ?? provider.events;
     this.limiter =
       options.createsPerSecond === undefined ? undefined : new RateLimiter(options.createsPerSecond);
+    this.refillConcurrency = Math.max(1, options.refillConcurrency ?? 8);
     // However a sandbox ends (release, its own terminate, lifetime, signal), its slot comes back.
     this.onTerminate = (e) => this.forget(e.id);
     provider.events.on('terminate', this.onTerminate);
@@ -324,6 +331,7 @@ export class WarmPool {
       this.refillTimer === undefined &&
       this.waiters.length === 0 &&
       this.idle.length + this.creatingWarm < this.size &&
+      this.creatingWarm < this.refillConcurrency &&
       this.live < this.maxLive
     ) {
       this.live++;
