@@ -61,6 +61,7 @@ describe('parseSglangDecodeLog', () => {
         tput: fc.integer({ min: 0, max: 10_000_000 }),
         queue: fc.nat(5000),
         graph: fc.boolean(),
+        device: fc.constantFrom('cuda', 'cpu'),
         shape: fc.constantFrom('old', 'new', 'hybrid', 'spec'),
         batch: fc.nat(1_000_000),
       })
@@ -73,7 +74,7 @@ describe('parseSglangDecodeLog', () => {
             ? `#full token: ${v.tokens}, full token usage: ${usage}, #swa token: 7, swa token usage: 0.01`
             : `#token: ${v.tokens}, token usage: ${usage}`;
         const spec = v.shape === 'spec' ? 'accept len: 1.75, accept rate: 0.44, ' : '';
-        return `[2026-01-02 03:04:05 TP0] ${head} #running-req: ${v.running}, ${pool}, ${spec}cuda graph: ${v.graph ? 'True' : 'False'}, gen throughput (token/s): ${tput}, #queue-req: ${v.queue}, `;
+        return `[2026-01-02 03:04:05 TP0] ${head} #running-req: ${v.running}, ${pool}, ${spec}${v.device} graph: ${v.graph ? 'True' : 'False'}, gen throughput (token/s): ${tput}, #queue-req: ${v.queue}, `;
       });
     fc.assert(
       fc.property(fc.array(line, { minLength: 1, maxLength: 30 }), (lines) => {

@@ -369,9 +369,16 @@ function isoTime(iso: string): number {
 }
 
 /**
- * Read one entry laid out the usual way (either historical head, the plain KV pool, optional
- * speculative fields, optional trailing timestamp) straight from the text at `hit`, without slicing or
- * searching; false sends the line down the tolerant path.
+ * The usual layouts (either historical head, the plain KV pool, optional speculative fields, optional
+ * trailing timestamp), checked in one sticky `test` at the mark: no captures, so nothing is allocated.
+ */
+const USUAL =
+  /Decode batch(?: \[\d+\])?[.,] #running-req: \d+, #token: \d+, token usage: [\d.]+, (?:accept len: [\d.]+, [^[\n]*?)?(?:cuda|cpu) graph: (?:True|False), gen throughput \(token\/s\): [\d.]+, #queue-req: \d+/y;
+
+/**
+ * Read one entry in the usual layout straight from the text at `hit`: the layout is checked first, so
+ * the numbers are read at known offsets without slicing or searching. False sends the line down the
+ * tolerant path.
  */
 function usualEntry(
   text: string,
@@ -381,48 +388,26 @@ function usualEntry(
   line: number,
   state: ScanState,
 ): boolean {
-  let i = hit + MARK.length;
-  if (text.charCodeAt(i) === 32) {
-    if (text.charCodeAt(i + 1) !== 91) return false;
-    i = text.indexOf(']', i);
-    if (i === -1 || i >= lineEnd) return false;
-    i++;
-  }
-  const sep = text.charCodeAt(i);
-  if ((sep !== 46 && sep !== 44) || !text.startsWith(' #running-req: ', i + 1)) return false;
-  const running = numberAt(text, i + 16, lineEnd);
-  if (!text.startsWith(', #token: ', cursor)) return false;
-  const tokens = numberAt(text, cursor + 10, lineEnd);
-  if (!text.startsWith(', token usage: ', cursor)) return false;
-  const kvUsage = numberAt(text, cursor + 15, lineEnd);
-  i = cursor;
+  USUAL.lastIndex = hit;
+  if (!USUAL.test(text) || USUAL.lastIndex > lineEnd) return false;
+  let i = text.indexOf('#running-req: ', hit + MARK.length);
+  const running = numberAt(text, i + 14, lineEnd);
+  const tokens = numberAt(text, cursor + 10, lineEnd); // ", #token: "
+  const kvUsage = numberAt(text, cursor + 15, lineEnd); // ", token usage: "
   let acceptLen = Number.NaN;
-  if (text.startsWith(', cuda graph: ', i)) i += 14;
-  else if (text.startsWith(', cpu graph: ', i)) i += 13;
-  else if (text.startsWith(', accept len: ', i)) {
-    acceptLen = numberAt(text, i + 14, lineEnd);
-    i = text.indexOf(' graph: ', cursor);
-    if (i === -1 || i >= lineEnd) return false;
-    i += 8;
-  } else return false;
-  let graph: boolean;
-  if (text.startsWith('True', i)) {
-    graph = true;
-    i += 4;
-  } else if (text.startsWith('False', i)) {
-    graph = false;
-    i += 5;
-  } else return false;
-  if (!text.startsWith(', gen throughput (token/s): ', i)) return false;
-  const genThroughput = numberAt(text, i + 28, lineEnd);
-  if (!text.startsWith(', #queue-req: ', cursor)) return false;
-  const queued = numberAt(text, cursor + 14, lineEnd);
-  if (Number.isNaN(running + tokens + kvUsage + genThroughput + queued)) return false;
-  i = cursor;
+  i = cursor + 2;
+  if (text.charCodeAt(i) === 97 /* accept len */) {
+    acceptLen = numberAt(text, i + 12, lineEnd);
+    i = text.indexOf(' graph: ', cursor) + 8;
+  } else i += text.charCodeAt(i + 1) === 117 /* cuda */ ? 12 : 11;
+  const graph = text.charCodeAt(i) === 84; // True | False
+  const genThroughput = numberAt(text, i + (graph ? 4 : 5) + 28, lineEnd); // ", gen throughput (token/s): "
+  const queued = numberAt(text, cursor + 14, lineEnd); // ", #queue-req: "
   let t = Number.NaN;
-  if (text.startsWith(', timestamp: ', i)) {
-    const stop = text.indexOf(',', i + 13);
-    t = isoTime(text.slice(i + 13, stop === -1 || stop > lineEnd ? lineEnd : stop));
+  if (text.startsWith(', timestamp: ', cursor)) {
+    const from = cursor + 13;
+    const stop = text.indexOf(',', from);
+    t = isoTime(text.slice(from, stop === -1 || stop > lineEnd ? lineEnd : stop));
   }
   readPrefix(text, lineStart, hit, state);
   if (Number.isNaN(t)) t = prefixT;
