@@ -14,7 +14,7 @@ import { BwrapSession, SUPERVISOR } from './bwrap-session.js';
 import { createCgroups } from './cgroup.js';
 import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
 import { defaultRootDir, HostState } from './host-state.js';
-import { forwardWarnings, newSandboxId, sandboxLabels } from './lifecycle.js';
+import { forwardWarnings, newSandboxId, sandboxLabels, withTrackedCreate } from './lifecycle.js';
 import { tailOf } from './output.js';
 import { EXEC_MARKER_ENV, newExecId } from './proc.js';
 import { type RunResult, runProcess } from './process.js';
@@ -92,74 +92,77 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
     systemArgs,
   };
 
-  return {
-    name: 'bubblewrap',
-    events,
-    async create(spec: SandboxSpec, op: OpOptions = {}): Promise<Sandbox> {
-      op.signal?.throwIfAborted();
-      probe ??= probeBwrap(bwrap, user);
-      // A failed probe is not cached: the fix (installing bwrap) may happen while the process runs.
-      await probe.catch((error) => {
-        probe = undefined;
-        throw error;
-      });
-      const started = performance.now();
-      const workdir = posix.resolve('/', spec.workdir);
-      const rootfs = spec.image === undefined ? undefined : resolveImage(spec.image, options.images);
-      if (rootfs) await assertDir(rootfs, 'spec.image');
-      const id = newSandboxId();
-      const labels = sandboxLabels(id, spec.labels);
-      const state = await HostState.create(rootDir, {
-        id,
-        provider: 'bubblewrap',
-        labels,
-        createdAt: Date.now(),
-        ...(spec.lifetimeMs === undefined ? {} : { lifetimeMs: spec.lifetimeMs }),
-        cgroups: [],
-        mounts: [],
-      });
-      try {
-        const hostWork = join(state.dir, 'work');
-        await mkdir(hostWork, { mode: 0o755 });
-        if (user) await chown(hostWork, user.uid, user.gid);
-        let root: string | undefined;
-        if (rootfs) root = await prepareRoot(state, rootfs, workdir, user);
-        state.meta.cgroups = await createCgroups(`vime-${id}`, spec.limits);
-        await state.saveMeta();
-        const python = options.execMode === 'per-exec' ? undefined : findPython(root);
-        if (options.execMode === 'session' && !python) {
-          throw new ConfigError(
-            `bubblewrap execMode "session" needs python3 in the sandbox root (${root ?? 'the host /usr'}); ` +
-              'install it there or use execMode "per-exec"',
-          );
-        }
-        const sandbox = new BwrapSandbox(
-          {
-            id,
-            provider: 'bubblewrap',
-            spec,
-            state,
-            labels,
-            events,
-            capabilities: { persistentProcesses: python !== undefined, isolatedNetwork: true },
-            handleSignals: options.handleSignals ?? true,
-          },
-          { ...config, workdir, hostWork, root, python },
-        );
-        if (python) await sandbox.startSession(op.signal);
-        events.emit('create', {
+  return withTrackedCreate(
+    {
+      name: 'bubblewrap',
+      events,
+      async create(spec: SandboxSpec, op: OpOptions = {}): Promise<Sandbox> {
+        op.signal?.throwIfAborted();
+        probe ??= probeBwrap(bwrap, user);
+        // A failed probe is not cached: the fix (installing bwrap) may happen while the process runs.
+        await probe.catch((error) => {
+          probe = undefined;
+          throw error;
+        });
+        const started = performance.now();
+        const workdir = posix.resolve('/', spec.workdir);
+        const rootfs = spec.image === undefined ? undefined : resolveImage(spec.image, options.images);
+        if (rootfs) await assertDir(rootfs, 'spec.image');
+        const id = newSandboxId();
+        const labels = sandboxLabels(id, spec.labels);
+        const state = await HostState.create(rootDir, {
           id,
           provider: 'bubblewrap',
           labels,
-          durationMs: performance.now() - started,
+          createdAt: Date.now(),
+          ...(spec.lifetimeMs === undefined ? {} : { lifetimeMs: spec.lifetimeMs }),
+          cgroups: [],
+          mounts: [],
         });
-        return sandbox;
-      } catch (error) {
-        await state.cleanup().catch(() => {});
-        throw error;
-      }
+        try {
+          const hostWork = join(state.dir, 'work');
+          await mkdir(hostWork, { mode: 0o755 });
+          if (user) await chown(hostWork, user.uid, user.gid);
+          let root: string | undefined;
+          if (rootfs) root = await prepareRoot(state, rootfs, workdir, user);
+          state.meta.cgroups = await createCgroups(`vime-${id}`, spec.limits);
+          await state.saveMeta();
+          const python = options.execMode === 'per-exec' ? undefined : findPython(root);
+          if (options.execMode === 'session' && !python) {
+            throw new ConfigError(
+              `bubblewrap execMode "session" needs python3 in the sandbox root (${root ?? 'the host /usr'}); ` +
+                'install it there or use execMode "per-exec"',
+            );
+          }
+          const sandbox = new BwrapSandbox(
+            {
+              id,
+              provider: 'bubblewrap',
+              spec,
+              state,
+              labels,
+              events,
+              capabilities: { persistentProcesses: python !== undefined, isolatedNetwork: true },
+              handleSignals: options.handleSignals ?? true,
+            },
+            { ...config, workdir, hostWork, root, python },
+          );
+          if (python) await sandbox.startSession(op.signal);
+          events.emit('create', {
+            id,
+            provider: 'bubblewrap',
+            labels,
+            durationMs: performance.now() - started,
+          });
+          return sandbox;
+        } catch (error) {
+          await state.cleanup().catch(() => {});
+          throw error;
+        }
+      },
     },
-  };
+    options.handleSignals ?? true,
+  );
 }
 
 /** The python3 a session supervisor runs with, as a path inside the sandbox, if the root has one. */

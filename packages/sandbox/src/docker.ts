@@ -11,7 +11,7 @@ import { ConfigError, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { DockerEngine } from './docker-engine.js';
 import { sandboxPath } from './host-sandbox.js';
-import { forwardWarnings, newSandboxId, register, sandboxLabels } from './lifecycle.js';
+import { forwardWarnings, newSandboxId, register, sandboxLabels, withTrackedCreate } from './lifecycle.js';
 import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8, tailOf } from './output.js';
 import { EXEC_MARKER_ENV, killByExecMarker, newExecId } from './proc.js';
 import { packTar, unpackTar } from './tar.js';
@@ -114,95 +114,100 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
     return info;
   };
 
-  return {
-    name: 'docker',
-    events,
-    async create(spec: SandboxSpec, op: OpOptions = {}): Promise<Sandbox> {
-      const { signal } = op;
-      signal?.throwIfAborted();
-      const started = performance.now();
-      const image = spec.image ?? options.defaultImage ?? DEFAULT_DOCKER_IMAGE;
-      const info = await imageInfo(image, signal);
-      const workdir = posix.resolve('/', spec.workdir);
-      const id = newSandboxId();
-      const labels = sandboxLabels(id, spec.labels);
-      if (spec.lifetimeMs !== undefined) labels['vime.lifetime-ms'] = String(spec.lifetimeMs);
-      const limits = spec.limits ?? {};
-      const ulimits: DockerUlimit[] = [...(options.ulimits ?? [{ Name: 'nofile', Soft: 4096, Hard: 4096 }])];
-      if (limits.cpuSeconds !== undefined) {
-        const s = Math.ceil(limits.cpuSeconds);
-        ulimits.push({ Name: 'cpu', Soft: s, Hard: s });
-      }
-      if (limits.fileSizeBytes !== undefined) {
-        ulimits.push({ Name: 'fsize', Soft: limits.fileSizeBytes, Hard: limits.fileSizeBytes });
-      }
-      if (limits.addressSpaceBytes !== undefined) {
-        // The Engine has no `as` ulimit; RLIMIT_DATA also bounds anonymous mappings (Linux >= 4.7).
-        ulimits.push({ Name: 'data', Soft: limits.addressSpaceBytes, Hard: limits.addressSpaceBytes });
-      }
-      const body = {
-        Image: image,
-        Cmd: ['sleep', 'infinity'],
-        Entrypoint: [],
-        User: user,
-        WorkingDir: workdir,
-        Env: Object.entries({ PATH: path, HOME: workdir, LANG: 'C.UTF-8', ...spec.env }).map(
-          ([k, v]) => `${k}=${v}`,
-        ),
-        Labels: labels,
-        Hostname: 'sandbox',
-        NetworkDisabled: true,
-        HostConfig: {
-          NetworkMode: 'none',
-          Init: true,
-          CapDrop: ['ALL'],
-          SecurityOpt: ['no-new-privileges'],
-          Binds: info.hostUsr ? ['/usr:/usr:ro'] : [],
-          Ulimits: ulimits,
-          ...(limits.memoryBytes === undefined
-            ? {}
-            : { Memory: limits.memoryBytes, MemorySwap: limits.memoryBytes }),
-          ...(limits.pids === undefined ? {} : { PidsLimit: limits.pids }),
-          ...(limits.cpus === undefined ? {} : { NanoCpus: Math.round(limits.cpus * 1e9) }),
-          ...options.hostConfig,
-        },
-      };
-      const created = await engine.json<{ Id: string }>('POST', '/containers/create', {
-        query: { name: `vime-${id}` },
-        json: body,
-        signal,
-      });
-      const containerId = created.Id;
-      try {
-        // The work dir exists before start, owned by the sandbox user (CapDrop ALL forbids chown later).
-        await engine.request('PUT', `/containers/${containerId}/archive`, {
-          query: { path: '/' },
-          body: packTar([{ name: workdir.slice(1), type: 'dir', mode: 0o755, ...owner }]),
-          contentType: 'application/x-tar',
+  return withTrackedCreate(
+    {
+      name: 'docker',
+      events,
+      async create(spec: SandboxSpec, op: OpOptions = {}): Promise<Sandbox> {
+        const { signal } = op;
+        signal?.throwIfAborted();
+        const started = performance.now();
+        const image = spec.image ?? options.defaultImage ?? DEFAULT_DOCKER_IMAGE;
+        const info = await imageInfo(image, signal);
+        const workdir = posix.resolve('/', spec.workdir);
+        const id = newSandboxId();
+        const labels = sandboxLabels(id, spec.labels);
+        if (spec.lifetimeMs !== undefined) labels['vime.lifetime-ms'] = String(spec.lifetimeMs);
+        const limits = spec.limits ?? {};
+        const ulimits: DockerUlimit[] = [
+          ...(options.ulimits ?? [{ Name: 'nofile', Soft: 4096, Hard: 4096 }]),
+        ];
+        if (limits.cpuSeconds !== undefined) {
+          const s = Math.ceil(limits.cpuSeconds);
+          ulimits.push({ Name: 'cpu', Soft: s, Hard: s });
+        }
+        if (limits.fileSizeBytes !== undefined) {
+          ulimits.push({ Name: 'fsize', Soft: limits.fileSizeBytes, Hard: limits.fileSizeBytes });
+        }
+        if (limits.addressSpaceBytes !== undefined) {
+          // The Engine has no `as` ulimit; RLIMIT_DATA also bounds anonymous mappings (Linux >= 4.7).
+          ulimits.push({ Name: 'data', Soft: limits.addressSpaceBytes, Hard: limits.addressSpaceBytes });
+        }
+        const body = {
+          Image: image,
+          Cmd: ['sleep', 'infinity'],
+          Entrypoint: [],
+          User: user,
+          WorkingDir: workdir,
+          Env: Object.entries({ PATH: path, HOME: workdir, LANG: 'C.UTF-8', ...spec.env }).map(
+            ([k, v]) => `${k}=${v}`,
+          ),
+          Labels: labels,
+          Hostname: 'sandbox',
+          NetworkDisabled: true,
+          HostConfig: {
+            NetworkMode: 'none',
+            Init: true,
+            CapDrop: ['ALL'],
+            SecurityOpt: ['no-new-privileges'],
+            Binds: info.hostUsr ? ['/usr:/usr:ro'] : [],
+            Ulimits: ulimits,
+            ...(limits.memoryBytes === undefined
+              ? {}
+              : { Memory: limits.memoryBytes, MemorySwap: limits.memoryBytes }),
+            ...(limits.pids === undefined ? {} : { PidsLimit: limits.pids }),
+            ...(limits.cpus === undefined ? {} : { NanoCpus: Math.round(limits.cpus * 1e9) }),
+            ...options.hostConfig,
+          },
+        };
+        const created = await engine.json<{ Id: string }>('POST', '/containers/create', {
+          query: { name: `vime-${id}` },
+          json: body,
           signal,
         });
-        await engine.request('POST', `/containers/${containerId}/start`, { signal });
-      } catch (error) {
-        await engine
-          .request('DELETE', `/containers/${containerId}`, { query: { force: true, v: true }, ok: [404] })
-          .catch(() => {});
-        throw error;
-      }
-      const sandbox = new DockerSandbox({
-        id,
-        containerId,
-        engine,
-        workdir,
-        labels,
-        owner,
-        events,
-        handleSignals: options.handleSignals ?? true,
-        ...(spec.lifetimeMs === undefined ? {} : { lifetimeMs: spec.lifetimeMs }),
-      });
-      events.emit('create', { id, provider: 'docker', labels, durationMs: performance.now() - started });
-      return sandbox;
+        const containerId = created.Id;
+        try {
+          // The work dir exists before start, owned by the sandbox user (CapDrop ALL forbids chown later).
+          await engine.request('PUT', `/containers/${containerId}/archive`, {
+            query: { path: '/' },
+            body: packTar([{ name: workdir.slice(1), type: 'dir', mode: 0o755, ...owner }]),
+            contentType: 'application/x-tar',
+            signal,
+          });
+          await engine.request('POST', `/containers/${containerId}/start`, { signal });
+        } catch (error) {
+          await engine
+            .request('DELETE', `/containers/${containerId}`, { query: { force: true, v: true }, ok: [404] })
+            .catch(() => {});
+          throw error;
+        }
+        const sandbox = new DockerSandbox({
+          id,
+          containerId,
+          engine,
+          workdir,
+          labels,
+          owner,
+          events,
+          handleSignals: options.handleSignals ?? true,
+          ...(spec.lifetimeMs === undefined ? {} : { lifetimeMs: spec.lifetimeMs }),
+        });
+        events.emit('create', { id, provider: 'docker', labels, durationMs: performance.now() - started });
+        return sandbox;
+      },
     },
-  };
+    options.handleSignals ?? true,
+  );
 }
 
 interface DockerSandboxInit {

@@ -25,7 +25,7 @@ const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));
 const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
 const nodeArgs = ['--import', 'tsx', '--conditions=@vime/source'];
 
-function startRun(run: string, rootDir: string, mode: 'hang' | 'exit', tagBase: number) {
+function startRun(run: string, rootDir: string, mode: 'hang' | 'exit' | 'term-mid-create', tagBase: number) {
   const child = spawn(
     process.execPath,
     [...nodeArgs, fixture, run, rootDir, withDocker ? '1' : '0', mode, String(tagBase)],
@@ -185,6 +185,16 @@ describe('leak-proofing', () => {
     expect(await eventually(() => sleepers([base + 1, base + 2, base + 3, base + 4]).length === 0)).toBe(
       true,
     );
+    expect(await containersOf(run)).toEqual([]);
+  });
+
+  it('a signal during creates in flight waits for them and removes them', async () => {
+    const rootDir = mkdtempSync(join(tmpdir(), 'vime-leak-'));
+    const run = `leak-midcreate-${randomInt(1e9)}`;
+    const { child, ready } = startRun(run, rootDir, 'term-mid-create', 300_000);
+    await ready;
+    expect(await exited(child)).toBe('SIGTERM');
+    expect(sandboxDirs(rootDir)).toEqual([]);
     expect(await containersOf(run)).toEqual([]);
   });
 

@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import type { Logger, SandboxEmitter, TerminateReason } from './types.js';
+import type { Logger, SandboxEmitter, SandboxProvider, TerminateReason } from './types.js';
 
 /** Label naming the run that created a sandbox; `reapOrphans({ run })` matches it. */
 export const RUN_LABEL = 'vime.run';
@@ -86,8 +86,32 @@ export function liveSandboxCount(): number {
   return live.size;
 }
 
-/** Terminate every live sandbox of this process (what the signal handlers do). */
-export async function terminateAll(reason: TerminateReason = 'requested'): Promise<void> {
+const creating = new Set<Promise<unknown>>();
+
+/**
+ * Track a create in flight, so that terminating everything also catches sandboxes whose create was
+ * still running (a signal mid-create would otherwise leave them behind).
+ */
+export function trackCreate<T>(create: Promise<T>, handleSignals = true): Promise<T> {
+  if (handleSignals) installHandlers();
+  creating.add(create);
+  const done = () => creating.delete(create);
+  create.then(done, done);
+  return create;
+}
+
+/** Terminate every live sandbox of this process (what the signal handlers do), including ones whose
+ * create is in flight (waiting for those at most `createGraceMs`). */
+export async function terminateAll(
+  reason: TerminateReason = 'requested',
+  createGraceMs = 10_000,
+): Promise<void> {
+  if (creating.size > 0) {
+    await Promise.race([
+      Promise.allSettled([...creating]),
+      new Promise((r) => setTimeout(r, createGraceMs).unref()),
+    ]);
+  }
   await Promise.all([...live].map((s) => s.terminateWith(reason)));
 }
 
@@ -112,13 +136,16 @@ export interface RegisterOptions {
 }
 
 /** Track a sandbox until it terminates; returns the function that stops tracking it. */
+function installHandlers(): void {
+  if (handlersInstalled) return;
+  handlersInstalled = true;
+  for (const sig of SIGNALS) process.on(sig, onSignal);
+  process.on('exit', onExit);
+}
+
 export function register(sandbox: Terminable, options: RegisterOptions = {}): () => void {
   live.add(sandbox);
-  if (options.handleSignals !== false && !handlersInstalled) {
-    handlersInstalled = true;
-    for (const sig of SIGNALS) process.on(sig, onSignal);
-    process.on('exit', onExit);
-  }
+  if (options.handleSignals !== false) installHandlers();
   const timer =
     options.lifetimeMs === undefined
       ? undefined
@@ -134,4 +161,10 @@ export function register(sandbox: Terminable, options: RegisterOptions = {}): ()
 export function forwardWarnings(events: SandboxEmitter, logger: Logger | undefined): void {
   if (!logger?.warn) return;
   events.on('warning', (w) => logger.warn?.(w.message, { cause: w.cause }));
+}
+
+/** The provider with every `create` tracked while in flight (see `trackCreate`). */
+export function withTrackedCreate(provider: SandboxProvider, handleSignals = true): SandboxProvider {
+  const create = provider.create.bind(provider);
+  return { ...provider, create: (spec, options) => trackCreate(create(spec, options), handleSignals) };
 }

@@ -8,7 +8,7 @@ import { SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
 import { defaultRootDir, HostState } from './host-state.js';
-import { forwardWarnings, newSandboxId, sandboxLabels } from './lifecycle.js';
+import { forwardWarnings, newSandboxId, sandboxLabels, withTrackedCreate } from './lifecycle.js';
 import { EXEC_MARKER_ENV, killByExecMarker, newExecId, SANDBOX_MARKER_ENV } from './proc.js';
 import { type RunResult, runProcess } from './process.js';
 import type { Logger, OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
@@ -35,47 +35,50 @@ export function localProvider(options: LocalProviderOptions = {}): SandboxProvid
   const events = options.events ?? (new EventEmitter() as SandboxEmitter);
   forwardWarnings(events, options.logger);
   const rootDir = options.rootDir ?? defaultRootDir();
-  return {
-    name: 'local',
-    events,
-    async create(spec: SandboxSpec, op: OpOptions = {}): Promise<Sandbox> {
-      op.signal?.throwIfAborted();
-      if (spec.image !== undefined) {
-        throw new SandboxError(
-          `local sandboxes run on the host and cannot use image ${JSON.stringify(spec.image)}; ` +
-            'drop spec.image or use dockerProvider()/bubblewrapProvider({ images })',
-          { code: 'invalid_argument' },
-        );
-      }
-      const started = performance.now();
-      const id = newSandboxId();
-      const labels = sandboxLabels(id, spec.labels);
-      const state = await HostState.create(rootDir, {
-        id,
-        provider: 'local',
-        labels,
-        createdAt: Date.now(),
-        ...(spec.lifetimeMs === undefined ? {} : { lifetimeMs: spec.lifetimeMs }),
-        cgroups: [],
-        mounts: [],
-      });
-      const hostWork = join(state.dir, 'work');
-      await mkdir(hostWork, { recursive: true });
-      const sandbox = new LocalSandbox({
-        id,
-        provider: 'local',
-        spec,
-        state,
-        labels,
-        events,
-        capabilities: { persistentProcesses: true, isolatedNetwork: false },
-        handleSignals: options.handleSignals ?? true,
-      });
-      sandbox.init(hostWork, options.path ?? process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin');
-      events.emit('create', { id, provider: 'local', labels, durationMs: performance.now() - started });
-      return sandbox;
+  return withTrackedCreate(
+    {
+      name: 'local',
+      events,
+      async create(spec: SandboxSpec, op: OpOptions = {}): Promise<Sandbox> {
+        op.signal?.throwIfAborted();
+        if (spec.image !== undefined) {
+          throw new SandboxError(
+            `local sandboxes run on the host and cannot use image ${JSON.stringify(spec.image)}; ` +
+              'drop spec.image or use dockerProvider()/bubblewrapProvider({ images })',
+            { code: 'invalid_argument' },
+          );
+        }
+        const started = performance.now();
+        const id = newSandboxId();
+        const labels = sandboxLabels(id, spec.labels);
+        const state = await HostState.create(rootDir, {
+          id,
+          provider: 'local',
+          labels,
+          createdAt: Date.now(),
+          ...(spec.lifetimeMs === undefined ? {} : { lifetimeMs: spec.lifetimeMs }),
+          cgroups: [],
+          mounts: [],
+        });
+        const hostWork = join(state.dir, 'work');
+        await mkdir(hostWork, { recursive: true });
+        const sandbox = new LocalSandbox({
+          id,
+          provider: 'local',
+          spec,
+          state,
+          labels,
+          events,
+          capabilities: { persistentProcesses: true, isolatedNetwork: false },
+          handleSignals: options.handleSignals ?? true,
+        });
+        sandbox.init(hostWork, options.path ?? process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin');
+        events.emit('create', { id, provider: 'local', labels, durationMs: performance.now() - started });
+        return sandbox;
+      },
     },
-  };
+    options.handleSignals ?? true,
+  );
 }
 
 class LocalSandbox extends HostSandbox {
