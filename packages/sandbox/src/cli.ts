@@ -61,8 +61,9 @@ async function main(argv: string[]): Promise<number> {
   } else {
     const verb = values['dry-run'] ? 'would remove' : 'removed';
     for (const s of report.removed) {
+      const why = s.reason.split(', ').filter((r) => !r.startsWith('run '));
       process.stdout.write(
-        `${verb} ${s.provider} ${s.id} (run ${s.labels['vime.run'] ?? '?'}; ${s.reason})\n`,
+        `${verb} ${s.provider} ${s.id} (run ${s.labels['vime.run'] ?? '?'}${why.length ? `; ${why.join(', ')}` : ''})\n`,
       );
     }
     for (const e of report.errors) process.stderr.write(`failed ${e.id}: ${String(e.error)}\n`);
