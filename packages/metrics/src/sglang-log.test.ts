@@ -115,6 +115,22 @@ describe('parseSglangDecodeLog', () => {
     expect(parseSglangDecodeLog(`${LOG}\n`)).toEqual(whole);
   });
 
+  it('stays linear on long logs whose lines lack optional fields', () => {
+    // Searching the whole remaining text for a field a line does not have would make this quadratic
+    // (hours); linear takes well under a second.
+    const line = (i: number) =>
+      i % 2
+        ? `Decode batch. #running-req: ${i % 50}, #full token: 10, full token usage: 0.5, cpu graph: True, gen throughput (token/s): 1.0, #queue-req: 0, `
+        : `INFO: request ${i} done`;
+    const text = Array.from({ length: 100_000 }, (_, i) => line(i)).join('\n');
+    const t0 = performance.now();
+    const r = parseSglangDecodeLog(text);
+    expect(r.count).toBe(50_000);
+    expect(r.columns.t[0]).toBeNaN();
+    expect(r.columns.tpRank[0]).toBe(-1);
+    expect(performance.now() - t0).toBeLessThan(15_000);
+  });
+
   it('never throws on arbitrary input', () => {
     fc.assert(
       fc.property(
