@@ -170,4 +170,12 @@ describe('reports people look at', () => {
     expect(broken.requests).toEqual(['https://example.invalid/x.png']);
     expect(broken.emptySvgCount).toBe(1);
   });
+
+  it('says how to get a browser when none is installed', async () => {
+    await expect(
+      renderHtmlInChromium('<p>x</p>', { executablePath: '/nonexistent/chromium' }),
+    ).rejects.toThrow(
+      /no Chromium at \/nonexistent\/chromium; install it \(Debian: apt-get install -y chromium\)/,
+    );
+  });
 });
