@@ -3,7 +3,7 @@
  * backend (bubblewrap always; docker, which scripts/docker-up.sh starts and CI always has as root).
  */
 import { randomInt } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,6 +14,7 @@ import { dockerAvailable, testImage } from './test-support.js';
 import type { Sandbox, SandboxProvider, SandboxSpec } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-escape-test-'));
+afterAll(() => rmSync(rootDir, { recursive: true, force: true }));
 const isRoot = process.getuid?.() === 0;
 const backends: Array<[string, () => SandboxProvider, Partial<SandboxSpec>]> = [
   ['bubblewrap', () => bubblewrapProvider({ rootDir }), {}],

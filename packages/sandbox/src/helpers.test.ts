@@ -1,4 +1,4 @@
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
@@ -11,6 +11,7 @@ import { dockerAvailable, testImage } from './test-support.js';
 import type { Sandbox, SandboxProvider } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-helpers-test-'));
+afterAll(() => rmSync(rootDir, { recursive: true, force: true }));
 const backends: Array<[string, () => SandboxProvider, string | undefined]> = [
   ['bubblewrap', () => bubblewrapProvider({ rootDir }), undefined],
   ['local', () => localProvider({ rootDir }), undefined],

@@ -5,12 +5,12 @@
  */
 import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
 import { randomInt } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { bubblewrapProvider } from './bubblewrap.js';
 import { dockerProvider } from './docker.js';
 import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
@@ -94,10 +94,19 @@ async function eventually(check: () => boolean | Promise<boolean>, ms = 10_000):
 }
 
 const sandboxDirs = (rootDir: string) => readdirSync(rootDir).filter((n) => n.startsWith('sbx-'));
+const roots: string[] = [];
+const newRoot = () => {
+  const dir = mkdtempSync(join(tmpdir(), 'vime-leak-'));
+  roots.push(dir);
+  return dir;
+};
+afterAll(() => {
+  for (const dir of roots) rmSync(dir, { recursive: true, force: true });
+});
 
 describe('leak-proofing', () => {
   it('reapOrphans removes everything a SIGKILLed run left: folders, cgroups, processes, containers', async () => {
-    const rootDir = mkdtempSync(join(tmpdir(), 'vime-leak-'));
+    const rootDir = newRoot();
     const run = `leak-kill-${randomInt(1e9)}`;
     const base = 700_000 + randomInt(90_000);
     const tags = [base + 1, base + 2, base + 3, base + 4];
@@ -138,7 +147,7 @@ describe('leak-proofing', () => {
   });
 
   it('the CLI reaps a crashed run too', async () => {
-    const rootDir = mkdtempSync(join(tmpdir(), 'vime-leak-'));
+    const rootDir = newRoot();
     const run = `leak-cli-${randomInt(1e9)}`;
     const base = 600_000 + randomInt(90_000);
     const { child, ready } = startRun(run, rootDir, 'hang', base);
@@ -173,7 +182,7 @@ describe('leak-proofing', () => {
   });
 
   it.each(['SIGTERM', 'exit'] as const)('a run stopped by %s cleans up after itself', async (how) => {
-    const rootDir = mkdtempSync(join(tmpdir(), 'vime-leak-'));
+    const rootDir = newRoot();
     const run = `leak-${how}-${randomInt(1e9)}`;
     const base = 500_000 + randomInt(90_000);
     const { child, ready } = startRun(run, rootDir, how === 'exit' ? 'exit' : 'hang', base);
@@ -189,7 +198,7 @@ describe('leak-proofing', () => {
   });
 
   it('a signal during creates in flight waits for them and removes them', async () => {
-    const rootDir = mkdtempSync(join(tmpdir(), 'vime-leak-'));
+    const rootDir = newRoot();
     const run = `leak-midcreate-${randomInt(1e9)}`;
     const { child, ready } = startRun(run, rootDir, 'term-mid-create', 300_000);
     await ready;
@@ -199,7 +208,7 @@ describe('leak-proofing', () => {
   });
 
   it('leaves sandboxes of a live run alone unless asked', async () => {
-    const rootDir = mkdtempSync(join(tmpdir(), 'vime-leak-'));
+    const rootDir = newRoot();
     const run = `leak-live-${randomInt(1e9)}`;
     const sbx = await localProvider({ rootDir }).create({ workdir: '/w', labels: { 'vime.run': run } });
     const report = await reapOrphans({ run, rootDir, docker: false });
@@ -215,7 +224,7 @@ describe('leak-proofing', () => {
   });
 
   it('terminates a sandbox at the end of its lifetime', async () => {
-    const rootDir = mkdtempSync(join(tmpdir(), 'vime-leak-'));
+    const rootDir = newRoot();
     const provider = bubblewrapProvider({ rootDir });
     const reasons: string[] = [];
     provider.events.on('terminate', (e) => reasons.push(e.reason));
@@ -227,7 +236,7 @@ describe('leak-proofing', () => {
   });
 
   it('normal runs leave no folders, processes or containers', async () => {
-    const rootDir = mkdtempSync(join(tmpdir(), 'vime-leak-'));
+    const rootDir = newRoot();
     const run = `leak-normal-${randomInt(1e9)}`;
     const labels = { 'vime.run': run };
     const providers = [bubblewrapProvider({ rootDir }), localProvider({ rootDir })];

@@ -2,13 +2,14 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { bubblewrapProvider } from './bubblewrap.js';
 import { localProvider } from './local.js';
 import { WarmPool } from './pool.js';
 import type { Sandbox, SandboxEvents, SandboxProvider } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-pool-test-'));
+afterAll(() => rmSync(rootDir, { recursive: true, force: true }));
 const spec = { workdir: '/testbed', labels: { 'vime.run': 'pool-test' } };
 const pools: WarmPool[] = [];
 

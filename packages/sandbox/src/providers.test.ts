@@ -3,7 +3,7 @@
  * docker when a daemon answers (scripts/docker-up.sh starts one; CI runs as root and always has it).
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdir, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,6 +17,7 @@ import { dockerAvailable, testImage } from './test-support.js';
 import type { Sandbox, SandboxProvider } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-sbx-test-'));
+afterAll(() => rmSync(rootDir, { recursive: true, force: true }));
 const isRoot = process.getuid?.() === 0;
 
 const backends: Array<[string, () => SandboxProvider, string | undefined]> = [
@@ -117,6 +118,7 @@ describe.each(backends)('%s provider', (name, makeProvider, image) => {
     expect(r.stdout).toContain('1 passed');
     const edit = await sbx.exec('echo "# change" >> calc.py && git diff --stat', { cwd: '/testbed/repo' });
     expect(edit.stdout).toContain('calc.py');
+    rmSync(src, { recursive: true, force: true });
   });
 
   it('times out, kills the tree and reports timedOut', async () => {

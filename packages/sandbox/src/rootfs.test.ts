@@ -80,7 +80,7 @@ describe('bubblewrap over a rootfs folder', () => {
     provider = bubblewrapProvider({ rootDir, images: { mini: rootfs } });
   });
   afterAll(() => {
-    execFileSync('rm', ['-rf', rootfs, rootDir]);
+    execFileSync('rm', ['-rf', dirname(rootfs), rootDir]);
   });
 
   it('runs on the rootfs, with a per-sandbox writable layer over a read-only lower', async () => {
@@ -107,6 +107,7 @@ describe('bubblewrap over a rootfs folder', () => {
       writeFileSync(join(src, 'f.txt'), 'copied');
       await a.copyIn(src, 'copied');
       expect(await a.readTextFile('copied/f.txt')).toBe('copied');
+      execFileSync('rm', ['-rf', src]);
     } finally {
       await Promise.all([a.terminate(), b.terminate()]);
     }

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError } from '@vime/core';
@@ -98,6 +98,7 @@ describe('tar', () => {
     expect(listing).toContain(longName);
     execFileSync('tar', ['-xf', join(dir, 'x.tar'), '-C', dir]);
     expect(readFileSync(join(dir, longName))).toEqual(Buffer.from([1, 2, 3]));
+    rmSync(dir, { recursive: true, force: true });
   });
 
   it('reads archives GNU tar writes (long names, symlinks, dirs)', () => {
@@ -115,6 +116,7 @@ describe('tar', () => {
     const link = entries.find((e) => e.name === './link');
     expect(link).toMatchObject({ type: 'symlink', linkname: 'target/elsewhere' });
     expect(entries.find((e) => e.name === './')?.type).toBe('dir');
+    rmSync(dir, { recursive: true, force: true });
   });
 
   it('round-trips its own archives', () => {
