@@ -6,13 +6,15 @@ const PALETTE = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2
 const esc = (s: string) =>
   s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 
-function niceTicks(lo: number, hi: number, count = 5): number[] {
+/** Round-number ticks across [lo, hi]; with `cover`, up to the first tick at or above `hi` (value axes). */
+function niceTicks(lo: number, hi: number, count = 5, cover = false): number[] {
   if (!(hi > lo)) return [lo];
   const raw = (hi - lo) / count;
   const mag = 10 ** Math.floor(Math.log10(raw));
   const step = ([1, 2, 5, 10].find((m) => m * mag >= raw) ?? 10) * mag;
+  const top = cover ? Math.ceil(hi / step - 1e-9) * step : hi;
   const ticks: number[] = [];
-  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step)
+  for (let v = Math.ceil(lo / step) * step; v <= top + step * 1e-9; v += step)
     ticks.push(Number(v.toPrecision(12)));
   return ticks;
 }
@@ -99,7 +101,7 @@ export function lineChart(options: {
   const xLo = xs.length ? Math.min(...xs) : 0;
   const xHi = xs.length ? Math.max(...xs) : 1;
   const yHi = options.yMax ?? Math.max(1e-9, ...ys);
-  const yTicks = niceTicks(0, yHi);
+  const yTicks = niceTicks(0, yHi, 5, true);
   const yTop = Math.max(yHi, yTicks[yTicks.length - 1] ?? yHi);
   const x = (v: number) =>
     f.left +
@@ -163,7 +165,7 @@ export function stackedBarChart(options: {
   const totals = options.categories.map((_, i) =>
     options.stacks.reduce((s, st) => s + (st.values[i] ?? 0), 0),
   );
-  const yTicks = niceTicks(0, Math.max(1e-9, ...totals));
+  const yTicks = niceTicks(0, Math.max(1e-9, ...totals), 5, true);
   const yTop = Math.max(...totals, yTicks[yTicks.length - 1] ?? 1);
   const y = (v: number) => f.height - f.bottom - (v / yTop) * (f.height - f.top - f.bottom);
   const slot = (f.width - f.left - f.right) / Math.max(1, options.categories.length);

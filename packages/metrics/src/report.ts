@@ -188,7 +188,7 @@ export function runReport(input: RunReportInput): RunRecord {
     return {
       engine: e.name,
       x: t0 === null ? ('index' as const) : ('seconds' as const),
-      t: means.t.map((t, i) => (t === null ? (t0 === null ? i : null) : round((t - t0!) / 1000, 1))),
+      t: means.t.map((t, i) => (t === null ? (t0 === null ? i : null) : round((t - t0!) / 1000, 3))),
       running: means.running.map((v) => round(v)),
       queued: means.queued.map((v) => round(v)),
     };
