@@ -9,7 +9,7 @@ export interface ResourceLimits {
   cpuSeconds?: number;
   /** Largest file a process may write, bytes (RLIMIT_FSIZE). */
   fileSizeBytes?: number;
-  /** Address space, bytes (RLIMIT_AS). */
+  /** Address space, bytes (RLIMIT_AS; RLIMIT_DATA on docker, whose engine has no `as` ulimit). */
   addressSpaceBytes?: number;
   /** Memory limit, bytes (cgroup, where writable). */
   memoryBytes?: number;
@@ -28,13 +28,13 @@ export interface SandboxSpec {
   limits?: ResourceLimits;
   /** Labels stamped on everything created (the run label makes `reapOrphans` possible). */
   labels?: Record<string, string>;
-  /** Maximum lifetime in milliseconds; the reaper terminates sandboxes older than this. */
+  /** Maximum lifetime in milliseconds: terminated when it ends (and `reapOrphans({ olderThanMs })` finds leftovers). */
   lifetimeMs?: number;
 }
 
 /** What a backend can do beyond the common interface. */
 export interface SandboxCapabilities {
-  /** Background processes started by one `exec` survive into the next (docker, local; not bubblewrap). */
+  /** Background processes started by one `exec` survive into the next (docker, local, bubblewrap sessions; not bubblewrap per-exec). */
   persistentProcesses: boolean;
   /** Network egress is blocked. */
   isolatedNetwork: boolean;
@@ -46,7 +46,7 @@ export interface ExecOptions {
   /** Wall-clock timeout; on expiry the whole process tree is killed and `timedOut` is true. */
   timeoutMs?: number;
   stdin?: string | Uint8Array;
-  /** Cap on captured output per stream; head and tail are kept, the middle elided. */
+  /** Cap on captured output per stream, in bytes (default 1 MiB); head and tail are kept, the middle elided. */
   maxOutputBytes?: number;
   signal?: AbortSignal;
 }
