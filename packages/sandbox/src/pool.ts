@@ -77,15 +77,16 @@ class RateLimiter {
       }
       const waitMs = ((1 - this.tokens) / this.perSecond) * 1000;
       await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(resolve, waitMs);
-        signal?.addEventListener(
-          'abort',
-          () => {
-            clearTimeout(timer);
-            reject(signal.reason);
-          },
-          { once: true },
-        );
+        const onAbort = () => {
+          clearTimeout(timer);
+          reject(signal?.reason);
+        };
+        // Remove the listener when the timer fires, so waits do not pile listeners up on one signal.
+        const timer = setTimeout(() => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        }, waitMs);
+        signal?.addEventListener('abort', onAbort, { once: true });
       });
     }
   }
