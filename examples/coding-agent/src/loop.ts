@@ -42,6 +42,7 @@ import {
   loadJsonl,
   loadParquet,
   localProvider,
+  reapOrphans,
   rowToTask,
   type SandboxProvider,
   WarmPool,
@@ -71,6 +72,8 @@ export interface RunSummary {
   engines: string[];
   standIn: boolean;
   pool: { warmHits: number; fallbacks: number };
+  /** Sandboxes left by a killed run and removed before resuming. */
+  reapedSandboxes: number;
   /** Rollouts found already completed in the queue (a resumed run) and not run again. */
   resumedRollouts: number;
   /** Duration of each agent command in the sandbox (ms): p50 and p99. */
@@ -218,6 +221,11 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   await writeFile(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
   const runId = `ca-${Date.now().toString(36)}`;
 
+  // A resumed run first removes what the killed one left behind (sandboxes whose creator is dead).
+  const reaped = config.resume
+    ? (await reapOrphans({ olderThanMs: 0, ...(config.sandbox === 'docker' ? {} : { docker: false }) }))
+        .removed.length
+    : 0;
   const tasks = await loadTasks(config);
   if (tasks.length === 0) throw new Error('no tasks: the dataset and filters selected nothing');
   const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
@@ -422,6 +430,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     standIn: standIns.length > 0,
     pool: { warmHits: stats.warmHits, fallbacks: stats.fallbacks },
     failuresByCause,
+    reapedSandboxes: reaped,
     resumedRollouts,
     execPerCall: {
       p50: execDurations.length ? percentile(execDurations, 50) : null,

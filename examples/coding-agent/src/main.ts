@@ -25,6 +25,9 @@ function printSummary(s: RunSummary): void {
     ),
     '',
     `pass@k: ${o.passAtK.map((p) => `pass@${p.k} ${pct(p.value)}`).join(', ')}`,
+    ...(s.reapedSandboxes > 0
+      ? [`reaped: ${s.reapedSandboxes} sandboxes left behind by the killed run`]
+      : []),
     ...(s.resumedRollouts > 0
       ? [`resumed: ${s.resumedRollouts} completed rollouts taken from the queue, not run again`]
       : []),

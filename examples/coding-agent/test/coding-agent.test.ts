@@ -107,7 +107,7 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
     expect((await stat(screenshotPath)).size).toBeGreaterThan(10_000);
   });
 
-  it('uses an engine given by --engine-url, started as a separate process', {
+  it('uses an engine given by --engine-url, started as a separate process (async mode)', {
     timeout: 240_000,
   }, async () => {
     const engine = spawn(process.execPath, [...NODE_ARGS, 'examples/coding-agent/src/standin-server.ts'], {
@@ -130,10 +130,12 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
         out,
         '--engine-url',
         url,
+        '--mode',
+        'async',
         '--steps',
-        '1',
-        '--prompts',
         '2',
+        '--prompts',
+        '1',
         '--samples',
         '2',
         '--quiet',
@@ -141,6 +143,10 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
       expect(run.code, run.stderr.slice(-3000)).toBe(0);
       expect(run.stdout).toContain(`Engines: ${url}`);
       expect(run.stdout).toMatch(/rollouts: 4 completed/);
+      // Async mode: both steps handed off, each with its own batch.
+      expect((await readBatch(out, 1)).length).toBeGreaterThanOrEqual(2);
+      expect((await readBatch(out, 2)).length).toBeGreaterThanOrEqual(2);
+      expect(JSON.parse(await readFile(join(out, 'report.json'), 'utf8')).mode).toBe('async');
       const metrics = await (await fetch(`${url}/metrics`)).text();
       expect(metrics).toMatch(
         /sglang:num_requests_total|sglang:generation_tokens_total|sglang:prompt_tokens_total/,
@@ -219,6 +225,8 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
     expect(resumed.code, resumed.stderr.slice(-3000)).toBe(0);
     const skipped = Number(/resumed: (\d+) completed rollouts/.exec(resumed.stdout)?.[1] ?? 0);
     expect(skipped).toBeGreaterThanOrEqual(1 + 8); // step 1 in full (8) plus what step 2 had finished
+    // The killed run's sandboxes (claimed and warm) were reaped before resuming.
+    expect(Number(/reaped: (\d+) sandboxes/.exec(resumed.stdout)?.[1] ?? 0)).toBeGreaterThanOrEqual(1);
 
     for (const step of [1, 2]) {
       const results = JSON.parse(
