@@ -4,6 +4,7 @@
  * with configurable odds (so groups get mixed rewards), then submits. It is stateless: the conversation so
  * far (the prompt text the engine receives) tells it where it is.
  */
+import { seededRandom } from '@vime/core';
 import { ACTION_FENCE, SUBMIT_SENTINEL } from './templates.js';
 
 export interface PolicyTask {
@@ -19,18 +20,6 @@ export interface PolicyOdds {
 }
 
 export const defaultOdds: PolicyOdds = { gold: 0.5, wrong: 0.35, malformed: 0.15 };
-
-/** A small seeded PRNG (mulberry32), so a run's mix of outcomes is reproducible given its seed. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const reply = (thought: string, command: string) =>
   `THOUGHT: ${thought}\n\n\`\`\`${ACTION_FENCE}\n${command}\n\`\`\``;

@@ -1,4 +1,4 @@
-import { createSample, type Sample } from '@vime/core';
+import { createSample, type Sample, seededRandom } from '@vime/core';
 
 export interface DemoBatchOptions {
   /** Token ids are drawn from `[0, vocabSize)`; the trainer's model must have at least this vocabulary. */
@@ -20,18 +20,6 @@ export const DEFAULT_GROUPS: number[][] = [
   [0.25, 1, 0, 0.5],
 ];
 
-/** mulberry32: small, fast and reproducible across platforms. */
-function generator(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /**
  * A batch of multi-turn coding-agent-shaped samples for the trainer demo, built with `createSample`.
  *
@@ -45,7 +33,7 @@ function generator(seed: number): () => number {
 export function makeDemoBatch(options: DemoBatchOptions = {}): Sample[] {
   const vocabSize = options.vocabSize ?? 1000;
   const groups = options.groups ?? DEFAULT_GROUPS;
-  const random = generator(options.seed ?? 20261130);
+  const random = seededRandom(options.seed ?? 20261130);
   const int = (lo: number, hi: number) => lo + Math.floor(random() * (hi - lo + 1));
   const uniformLogProb = -Math.log(vocabSize);
 

@@ -3,6 +3,7 @@ export * from './engine/index.js';
 export * from './errors.js';
 export * from './proxy/index.js';
 export * from './queue/index.js';
+export * from './random.js';
 export * from './rollout.js';
 export * from './runner/index.js';
 export * from './sample.js';

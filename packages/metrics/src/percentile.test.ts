@@ -1,8 +1,8 @@
 import { execFileSync } from 'node:child_process';
+import { seededRandom } from '@vime/core';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { percentile, percentiles, QuantileSketch, summarize } from './percentile.js';
-import { seededRandom } from './random.js';
 
 /** numpy's own percentile for the same data (linear = 'linear', nearest-rank = 'inverted_cdf'). */
 function numpyPercentiles(data: number[][], ps: number[]): Record<string, number[][]> {

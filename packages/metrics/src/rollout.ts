@@ -7,11 +7,11 @@ import {
   type RolloutResult,
   type Sample,
   type SampleStatus,
+  seededRandom,
   ValidationError,
 } from '@vime/core';
 import { passAtK, passHatK, powersOfTwoUpTo } from './pass-at-k.js';
 import { percentileOfSorted, type Summary, summarize } from './percentile.js';
-import { seededRandom } from './random.js';
 
 /** What `rolloutMetrics` accepts: rollout results, or training rows (in memory or as slime dicts). */
 export type RolloutInput = RolloutResult | Sample | Record<string, unknown>;

@@ -3,7 +3,14 @@
  * and the mapping of a row to a dataset-agnostic `TaskSpec`.
  */
 import { readFile } from 'node:fs/promises';
-import { ConfigError, formatPath, type TaskSpec, TaskSpecSchema, ValidationError } from '@vime/core';
+import {
+  ConfigError,
+  formatPath,
+  seededRandom,
+  type TaskSpec,
+  TaskSpecSchema,
+  ValidationError,
+} from '@vime/core';
 import { z } from 'zod';
 import { poolName } from '../names.js';
 import { resolveProfile, type SweProfile, testCommandFor } from './profiles.js';
@@ -143,18 +150,6 @@ export async function loadParquet(path: string, options: LoadOptions = {}): Prom
   );
 }
 
-/** mulberry32: small, fast, seedable; enough for shuffling a dataset reproducibly. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** Filter by repo substring, shuffle (seeded), then apply the per-repo and global caps. */
 export function selectRows<T extends { repo: string }>(
   rows: readonly T[],
@@ -172,7 +167,7 @@ export function selectRows<T extends { repo: string }>(
   const needles = repos?.map((r) => r.toLowerCase());
   let out = needles ? rows.filter((r) => needles.some((n) => r.repo.toLowerCase().includes(n))) : [...rows];
   if (seed !== undefined) {
-    const next = rng(seed);
+    const next = seededRandom(seed);
     for (let i = out.length - 1; i > 0; i--) {
       const j = Math.floor(next() * (i + 1));
       [out[i], out[j]] = [out[j]!, out[i]!];

@@ -12,7 +12,7 @@ import { cp, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { ConfigError, SandboxError, type TaskSpec } from '@vime/core';
+import { ConfigError, SandboxError, seededRandom, type TaskSpec } from '@vime/core';
 import { parseJsonlRows, rowToTask, type SweSmithRow, swesmithNames } from './dataset.js';
 import { validReport } from './grading.js';
 import { BUG_PATCH_SUBJECT, REMOVE_TESTS_SUBJECT } from './layout.js';
@@ -166,21 +166,9 @@ async function sourceKey(
   return hash.digest('hex');
 }
 
-/** mulberry32, as in dataset selection. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** Shuffle each kind (seeded), keep one candidate per function and kind, then interleave the kinds. */
 function orderCandidates(candidates: Candidate[], seed: number): Candidate[] {
-  const next = rng(seed);
+  const next = seededRandom(seed);
   const byKind = new Map<string, Candidate[]>();
   for (const c of candidates) byKind.set(c.kind, [...(byKind.get(c.kind) ?? []), c]);
   const queues = [...byKind.keys()].sort().map((kind) => {

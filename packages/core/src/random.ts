@@ -1,4 +1,4 @@
-/** A small seeded PRNG (mulberry32): reproducible bootstrap resampling without global state. */
+/** A small seeded PRNG (mulberry32): reproducible shuffles, resampling and scripted choices without global state. */
 export function seededRandom(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
