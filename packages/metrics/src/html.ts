@@ -200,7 +200,11 @@ function svg(f: Frame, title: string, body: string[]): string {
   return `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${f.width} ${f.height}" width="${f.width}" height="${f.height}" role="img" aria-label="${esc(title)}"><title>${esc(title)}</title>${body.join('')}</svg>`;
 }
 
-const cell = (v: unknown) => (v === null || v === undefined ? '—' : esc(String(v)));
+/** Table cells: numbers to at most 4 significant decimals (a pass@k of 0.708333… reads 0.7083). */
+const cell = (v: unknown) =>
+  v === null || v === undefined
+    ? '—'
+    : esc(typeof v === 'number' && !Number.isInteger(v) ? String(Number(v.toFixed(4))) : String(v));
 
 function table(headers: string[], rows: unknown[][]): string {
   return `<table><thead><tr>${headers.map((h) => `<th>${esc(h)}</th>`).join('')}</tr></thead><tbody>${rows
