@@ -44,3 +44,5 @@ log "installing workspace dependencies"
 CI=true pnpm install --frozen-lockfile >/dev/null
 log "building packages"
 pnpm run build >/dev/null
+# Lets a caller that already ran this (.ci/run) skip a second install and build in scripts/test.sh.
+export VIME_BOOTSTRAPPED="${1:-main}"
