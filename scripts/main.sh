@@ -3,7 +3,4 @@
 # Extra arguments go to the example (see `pnpm coding-agent -- --help`).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh" main
-if [ -d examples/coding-agent ]; then
-  exec pnpm run coding-agent "$@"
-fi
-exec pnpm run demo "$@"
+exec pnpm run coding-agent "$@"
