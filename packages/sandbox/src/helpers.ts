@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import type { StagedFile } from '@vime/core';
 import { SandboxError } from '@vime/core';
 import { BoundedOutput, tailOf } from './output.js';
+import { sleep } from './sleep.js';
 import type { ExecOptions, ExecResult, OpOptions, Sandbox } from './types.js';
 
 /**
@@ -42,22 +43,6 @@ export interface SetupOptions extends Omit<ExecOptions, 'stdin'> {
   maxBackoffMs?: number;
   /** Which failures are worth retrying (default `isTransientFailure`). */
   isTransient?: (result: ExecResult) => boolean;
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal?.reason);
-    };
-    // The listener goes when the timer fires: polling loops would otherwise pile them up on one signal.
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
 }
 
 /**

@@ -5,6 +5,7 @@
  */
 import { ConfigError, SandboxError } from '@vime/core';
 import { poolName } from './names.js';
+import { sleep } from './sleep.js';
 import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
 
 export const POOL_LABEL = 'vime.pool';
@@ -76,18 +77,7 @@ class RateLimiter {
         return;
       }
       const waitMs = ((1 - this.tokens) / this.perSecond) * 1000;
-      await new Promise<void>((resolve, reject) => {
-        const onAbort = () => {
-          clearTimeout(timer);
-          reject(signal?.reason);
-        };
-        // Remove the listener when the timer fires, so waits do not pile listeners up on one signal.
-        const timer = setTimeout(() => {
-          signal?.removeEventListener('abort', onAbort);
-          resolve();
-        }, waitMs);
-        signal?.addEventListener('abort', onAbort, { once: true });
-      });
+      await sleep(waitMs, signal);
     }
   }
 }
