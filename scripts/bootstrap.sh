@@ -21,7 +21,7 @@ if ! command -v pnpm >/dev/null || [ "$(pnpm -v 2>/dev/null)" != "$PNPM_VERSION"
 fi
 
 # System packages: command or file that proves presence -> Debian package.
-want=(bwrap:bubblewrap git:git python3:python3 pytest:python3-pytest /usr/lib/python3/dist-packages/msgpack:python3-msgpack patch:patch)
+want=(bwrap:bubblewrap git:git /usr/bin/python3:python3 /usr/lib/python3/dist-packages/pytest:python3-pytest /usr/lib/python3/dist-packages/msgpack:python3-msgpack patch:patch)
 if [ "${1:-main}" = test ]; then
   want+=(/usr/lib/python3/dist-packages/numpy:python3-numpy /usr/lib/python3/dist-packages/yaml:python3-yaml
     /usr/lib/python3/dist-packages/jinja2:python3-jinja2
@@ -36,8 +36,10 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing system packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  as_root apt-get update -qq >/dev/null
-  as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Wait (bounded) for another apt or dpkg that holds the lock instead of failing at once.
+  apt_wait=(-o DPkg::Lock::Timeout=600)
+  as_root apt-get "${apt_wait[@]}" update -qq >/dev/null
+  as_root apt-get "${apt_wait[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 log "installing workspace dependencies"
