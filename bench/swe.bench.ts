@@ -8,15 +8,14 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TaskSpec } from '@vime/core';
+import { bubblewrapProvider, type Sandbox } from '@vime/sandbox';
 import {
-  bubblewrapProvider,
   buildOfflineTaskSet,
   gradeSweTask,
   parseTestLog,
-  type Sandbox,
   type SweGradeResult,
   setupSweTask,
-} from '@vime/sandbox';
+} from '@vime/swe';
 import { type Bench, fmt, type Table } from './harness.js';
 
 /** One gold-patch attempt in a fresh sandbox: setup, agent edit, grade. */

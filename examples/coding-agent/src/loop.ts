@@ -37,16 +37,13 @@ import {
 } from '@vime/metrics';
 import {
   bubblewrapProvider,
-  buildOfflineTaskSet,
   dockerProvider,
-  loadJsonl,
-  loadParquet,
   localProvider,
   reapOrphans,
-  rowToTask,
   type SandboxProvider,
   WarmPool,
 } from '@vime/sandbox';
+import { buildOfflineTaskSet, loadJsonl, loadParquet, rowToTask } from '@vime/swe';
 import { type Config, ConfigSchema } from './config.js';
 import { codingAgentPolicy } from './policy.js';
 import { codingAgentRollout } from './rollout.js';

@@ -11,7 +11,8 @@ import {
   type RolloutOutcome,
   type TaskSpec,
 } from '@vime/core';
-import { gradeSweTask, setupSweTask, type WarmPool } from '@vime/sandbox';
+import type { WarmPool } from '@vime/sandbox';
+import { gradeSweTask, setupSweTask } from '@vime/swe';
 import OpenAI from 'openai';
 import { runAgent } from './agent.js';
 import type { Config } from './config.js';

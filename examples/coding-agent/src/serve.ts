@@ -20,15 +20,8 @@ import {
   VimeError,
 } from '@vime/core';
 import { startRolloutServer } from '@vime/example-slime-bridge';
-import {
-  bubblewrapProvider,
-  buildOfflineTaskSet,
-  dockerProvider,
-  offlineProfile,
-  rowToTask,
-  SweSmithRowSchema,
-  WarmPool,
-} from '@vime/sandbox';
+import { bubblewrapProvider, dockerProvider, WarmPool } from '@vime/sandbox';
+import { buildOfflineTaskSet, offlineProfile, rowToTask, SweSmithRowSchema } from '@vime/swe';
 import { ConfigSchema } from './config.js';
 import { bundledTokenizerDir } from './loop.js';
 import { codingAgentRollout } from './rollout.js';
