@@ -10,4 +10,5 @@ export * from './sample.js';
 export * from './task.js';
 export * from './tokenizer/index.js';
 export * from './trajectory/index.js';
+export * from './util/index.js';
 export * from './validate.js';

@@ -4,9 +4,9 @@
  */
 import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { VimeError } from '@vime/core';
+import { parseDuration, VimeError } from '@vime/core';
 import { defaultDockerSocket } from './docker-engine.js';
-import { parseDuration, type ReapOptions, reapOrphans } from './reap.js';
+import { type ReapOptions, reapOrphans } from './reap.js';
 
 const USAGE = `Usage: vime-sandbox reap [--run ID] [--older-than DURATION] [options]
 
@@ -50,7 +50,8 @@ async function main(argv: string[]): Promise<number> {
     docker: values['no-docker'] ? false : (values['docker-socket'] ?? defaultDockerSocket()),
   };
   if (values.run !== undefined) options.run = values.run;
-  if (values['older-than'] !== undefined) options.olderThanMs = parseDuration(values['older-than']);
+  if (values['older-than'] !== undefined)
+    options.olderThanMs = parseDuration(values['older-than'], '--older-than');
   if (values.root !== undefined) options.rootDir = values.root;
   if (options.docker && !existsSync(options.docker as string)) options.docker = false;
   const report = await reapOrphans(options);

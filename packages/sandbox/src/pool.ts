@@ -3,9 +3,8 @@
  * none is ready (counted as a fallback), background refill, a bound on live sandboxes (creating + idle +
  * claimed: a semaphore around create→terminate, not around requests) and on the creation rate.
  */
-import { ConfigError, SandboxError } from '@vime/core';
+import { ConfigError, SandboxError, sleep } from '@vime/core';
 import { poolName } from './names.js';
-import { sleep } from './sleep.js';
 import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
 
 export const POOL_LABEL = 'vime.pool';

@@ -7,6 +7,7 @@ import {
   ConfigError,
   formatPath,
   seededRandom,
+  shellQuote,
   type TaskSpec,
   TaskSpecSchema,
   ValidationError,
@@ -327,8 +328,4 @@ export function emitPools(
     else pools.set(key, { pool, image: task.image, tasks: 1 });
   }
   return [...pools.values()];
-}
-
-export function shellQuote(s: string): string {
-  return /^[A-Za-z0-9_./:=@%+-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
 }

@@ -4,7 +4,7 @@
  * run the test command between markers, parse and grade. Infrastructure failures come back as
  * `{ status: 'infra_error' }`, never as a reward of 0.
  */
-import { GradingError, SandboxError, type TaskSpec } from '@vime/core';
+import { GradingError, SandboxError, shellJoin, shellQuote, type TaskSpec } from '@vime/core';
 import { type ExecResult, execDetached, runSetup, type Sandbox, stageFiles } from '@vime/sandbox';
 import {
   exitCodeMismatch,
@@ -15,7 +15,6 @@ import {
   scanTranscript,
   testConfigChanges,
 } from './antihack.js';
-import { shellQuote } from './dataset.js';
 import { evalScript } from './eval-script.js';
 import {
   type GradeReport,
@@ -142,7 +141,7 @@ async function snapshotFiles(
 ): Promise<Map<string, Uint8Array | null>> {
   const snapshot = new Map<string, Uint8Array | null>();
   if (files.length === 0) return snapshot;
-  const script = `for f in ${files.map(shellQuote).join(' ')}; do if git cat-file -e "${commit}:$f" 2>/dev/null; then git cat-file blob "${commit}:$f" | base64 -w0; echo; else echo -; fi; done`;
+  const script = `for f in ${shellJoin(files)}; do if git cat-file -e "${commit}:$f" 2>/dev/null; then git cat-file blob "${commit}:$f" | base64 -w0; echo; else echo -; fi; done`;
   const lines = (await runOk(sandbox, script, 'reading the test files', signal)).split('\n');
   files.forEach((file, i) => {
     const line = lines[i] ?? '-';
@@ -181,7 +180,7 @@ export async function setupSweTask(
     tests = start;
     const present = f2pFiles.filter((f) => f);
     if (present.length > 0) {
-      const quoted = present.map(shellQuote).join(' ');
+      const quoted = shellJoin(present);
       await runOk(
         sandbox,
         `git rm -q --ignore-unmatch -- ${quoted} && (git diff --cached --quiet || git commit -q -m '${REMOVE_TESTS_SUBJECT}')`,

@@ -1,4 +1,4 @@
-export { newRequestId } from './http.js';
+export { newRequestId } from './request-id.js';
 export { SglangGenerateResponseSchema, sglangEngine, toSglangSampling } from './sglang.js';
 export type {
   Engine,

@@ -21,8 +21,11 @@ const key = (rolloutId: number) => `step-0/rollout-${rolloutId}`;
 describe('runRollouts + SampleQueue (resume)', () => {
   it('continues an interrupted run without redoing or losing a completed rollout', async () => {
     const completions = new Map<number, number>();
+    let interrupted = false;
     const rollout: RolloutFunction<{ id: string }> = async (task, ctx) => {
       await sleep(5 + ((ctx.rolloutId * 13) % 17), undefined, { signal: ctx.signal });
+      // The first attempt stalls after a dozen completions until it is interrupted (however loaded the machine).
+      if (!interrupted && completions.size >= 12) await sleep(60_000, undefined, { signal: ctx.signal });
       completions.set(ctx.rolloutId, (completions.get(ctx.rolloutId) ?? 0) + 1);
       const sample = createSample({
         tokens: [ctx.groupIndex, ctx.sampleIndex, 7, 8],
@@ -57,6 +60,7 @@ describe('runRollouts + SampleQueue (resume)', () => {
     }
     controller.abort(new Error('interrupted'));
     const firstStats = await first;
+    interrupted = true;
     expect(firstStats.byStatus.aborted).toBeGreaterThan(0);
     const done = [...completions.keys()];
 

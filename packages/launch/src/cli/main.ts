@@ -5,7 +5,7 @@
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { ConfigError, VimeError } from '@vime/core';
+import { ConfigError, shellJoin, VimeError } from '@vime/core';
 import { parse as parseYaml } from 'yaml';
 import { type EngineStatus, waitForEngines } from '../engines/health.js';
 import { expandEnv, type LaunchConfig, type LaunchPlan, resolvePlan } from '../plan.js';
@@ -14,7 +14,7 @@ import { RayJobFailedError, RayJobsClient } from '../ray/client.js';
 import { redactRequest, slimeJobRequest } from '../ray/job.js';
 import { renderJobGroup, renderVolume } from '../skypilot/render.js';
 import { formatProblem, validateSkyPilotYaml } from '../skypilot/validate.js';
-import { shellJoin, slimeArgs } from '../slime/args.js';
+import { slimeArgs } from '../slime/args.js';
 
 export interface CliIo {
   stdout: (text: string) => void;
@@ -279,7 +279,7 @@ async function run(argv: string[], io: CliIo): Promise<number> {
         );
       } else {
         printPlan(plan, io);
-        io.stdout(`Command: ${shellJoin(slimeArgs(plan.slime).argv)}\n`);
+        io.stdout(`Command: ${shellJoin(slimeArgs(plan.slime).argv, { expandVariables: true })}\n`);
         io.stdout(report.problems.length ? 'Preflight:\n' : 'Preflight: ok\n');
         for (const p of report.problems)
           io.stdout(`  ${p.severity === 'error' ? 'error' : 'warning'} ${p.path}: ${p.message}\n`);
@@ -338,7 +338,9 @@ async function run(argv: string[], io: CliIo): Promise<number> {
       const { values } = parse({ ...PLAN_OPTIONS, json: { type: 'boolean' } });
       if (values.help) return help(command, io);
       const { argv: command_ } = slimeArgs((await planFrom(values, io)).slime);
-      io.stdout(values.json ? `${JSON.stringify(command_)}\n` : `${shellJoin(command_)}\n`);
+      io.stdout(
+        values.json ? `${JSON.stringify(command_)}\n` : `${shellJoin(command_, { expandVariables: true })}\n`,
+      );
       return EXIT.ok;
     }
     case 'ray submit': {
@@ -355,7 +357,9 @@ async function run(argv: string[], io: CliIo): Promise<number> {
         env: io.env,
         ...(values['submission-id'] ? { submissionId: values['submission-id'] } : {}),
       });
-      const request = positionals.length ? { ...base, entrypoint: shellJoin(positionals) } : base;
+      const request = positionals.length
+        ? { ...base, entrypoint: shellJoin(positionals, { expandVariables: true }) }
+        : base;
       if (values['dry-run']) {
         io.stdout(`${JSON.stringify(redactRequest(request), null, 2)}\n`);
         return EXIT.ok;

@@ -9,13 +9,13 @@ import { z } from 'zod';
 import {
   ACCELERATOR_PATTERN,
   DURATION_PATTERN,
-  didYouMean,
   ENV_KEY_PATTERN,
   INFRA_PATTERN,
   NAME_PATTERN,
   VOLUME_INFRA_PATTERN,
   VOLUME_SIZE_PATTERN,
 } from './patterns.js';
+import { didYouMean } from '../internal/did-you-mean.js';
 
 export interface SkyPilotProblem {
   /** 1-based document number in the YAML stream. */

@@ -1,4 +1,4 @@
-/** Wait `ms`, or reject with the signal's reason when it aborts first. */
+/** Wait `ms`, or reject with the signal's reason as soon as it aborts. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
