@@ -131,7 +131,7 @@ export class HttpClient {
   async ok(path: string, signal?: AbortSignal): Promise<boolean> {
     try {
       return (await this.#once({ method: 'GET', path, signal })).status === 200;
-    } catch (error) {
+    } catch {
       if (signal?.aborted) throw signal.reason;
       return false;
     }

@@ -48,7 +48,7 @@ describe('shellQuote', () => {
   it('keeps plain words bare and variables expandable only when asked', () => {
     expect(shellJoin(['python3', 'a b', "it's", '', '--x=1'])).toBe(`python3 'a b' 'it'\\''s' '' --x=1`);
     expect(shellQuote('$HOST:1')).toBe(`'$HOST:1'`);
-    expect(shellQuote('${HOST}:1', { expandVariables: true })).toBe('"${HOST}:1"');
+    expect(shellQuote('$HOST-$PORT', { expandVariables: true })).toBe('"$HOST-$PORT"');
   });
 });
 

@@ -6,6 +6,7 @@
 import { formatPath } from '@vime/core';
 import { parseAllDocuments } from 'yaml';
 import { z } from 'zod';
+import { didYouMean } from '../internal/did-you-mean.js';
 import {
   ACCELERATOR_PATTERN,
   DURATION_PATTERN,
@@ -15,7 +16,6 @@ import {
   VOLUME_INFRA_PATTERN,
   VOLUME_SIZE_PATTERN,
 } from './patterns.js';
-import { didYouMean } from '../internal/did-you-mean.js';
 
 export interface SkyPilotProblem {
   /** 1-based document number in the YAML stream. */

@@ -1,7 +1,6 @@
-import { ConfigError, VimeError } from '@vime/core';
+import { ConfigError, shellJoin, VimeError } from '@vime/core';
 import { describe, expect, it } from 'vitest';
 import { resolvePlan } from '../plan.js';
-import { shellJoin } from '@vime/core';
 import { checkSlimeConfig, type SlimeConfig, slimeArgs } from './args.js';
 
 const base: SlimeConfig = {
