@@ -24,7 +24,7 @@ import {
   type TaskSpec,
   vllmEngine,
 } from '@vime/core';
-import { type StandInEngine, startStandInEngine } from '@vime/core/testing';
+import { type StandInEngine, startStandInEngine } from '@vime/core/standin';
 import { grpoAdvantages } from '@vime/grpo';
 import {
   type EngineInput,

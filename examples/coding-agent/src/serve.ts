@@ -19,7 +19,7 @@ import {
   type TaskSpec,
   VimeError,
 } from '@vime/core';
-import { startRolloutServer } from '@vime/example-slime-bridge';
+import { startRolloutServer } from '@vime/launch';
 import { bubblewrapProvider, dockerProvider, WarmPool } from '@vime/sandbox';
 import { buildOfflineTaskSet, offlineProfile, rowToTask, SweSmithRowSchema } from '@vime/swe';
 import { ConfigSchema } from './config.js';

@@ -7,7 +7,7 @@
  */
 import { parseArgs } from 'node:util';
 import { loadTokenizer } from '@vime/core';
-import { startStandInEngine } from '@vime/core/testing';
+import { startStandInEngine } from '@vime/core/standin';
 import { ConfigSchema } from './config.js';
 import { bundledTokenizerDir, loadTasks } from './loop.js';
 import { codingAgentPolicy } from './policy.js';

@@ -12,3 +12,10 @@ export * from './skypilot/render.js';
 export * from './skypilot/validate.js';
 export * from './slime/args.js';
 export { KNOWN_FLAGS, REFUSED_FLAGS } from './slime/flags.js';
+export {
+  type BridgeRollout,
+  type RolloutRequest,
+  type RolloutServer,
+  type RolloutServerOptions,
+  startRolloutServer,
+} from './slime/rollout-server.js';

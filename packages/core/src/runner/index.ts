@@ -1,14 +1,13 @@
+export type {
+  RolloutContext,
+  RolloutEventInput,
+  RolloutFunction,
+  RolloutOutcome,
+  RolloutRef,
+  RunEvents,
+  RunRolloutsOptions,
+  RunStats,
+  TaskLike,
+} from './options.js';
 export { type RolloutProgress, type RolloutProgressOptions, rolloutProgressBar } from './progress.js';
-export {
-  type RolloutContext,
-  type RolloutEventInput,
-  type RolloutFunction,
-  type RolloutOutcome,
-  type RolloutRef,
-  RolloutRun,
-  type RunEvents,
-  type RunRolloutsOptions,
-  type RunStats,
-  runRollouts,
-  type TaskLike,
-} from './run.js';
+export { RolloutRun, runRollouts } from './run.js';

@@ -5,7 +5,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { SampleQueue } from '../queue/queue.js';
 import { createSample } from '../sample.js';
-import { type RolloutFunction, runRollouts } from './run.js';
+import type { RolloutFunction } from './options.js';
+import { runRollouts } from './run.js';
 
 let dir: string;
 beforeEach(async () => {

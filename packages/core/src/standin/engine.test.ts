@@ -1,9 +1,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { qwen3 } from '../__fixtures__/tokenizer.js';
 import { sglangEngine } from '../engine/sglang.js';
 import type { Engine } from '../engine/types.js';
 import { vllmEngine } from '../engine/vllm.js';
 import { EngineError } from '../errors.js';
-import { qwen3 } from '../tokenizer/test-fixtures.js';
 import { type StandInEngine, type StandInEngineOptions, startStandInEngine } from './engine.js';
 
 const open: Array<{ close(): Promise<void> }> = [];

@@ -9,12 +9,9 @@ export {
   thinkReasoningParser,
 } from './parsers.js';
 export { type ChatRenderer, nativeRenderer, qwen3Renderer, templateJson } from './renderers.js';
+export type { RenderOptions, TemplateMessage, TemplateToolCall, ToolDefinition } from './template.js';
 export {
   ChatTokenizer,
   type LoadTokenizerOptions,
   loadTokenizer,
-  type RenderOptions,
-  type TemplateMessage,
-  type TemplateToolCall,
-  type ToolDefinition,
 } from './tokenizer.js';
