@@ -12,7 +12,7 @@ import {
   thinkReasoningParser,
 } from './parsers.js';
 import { type ChatRenderer, nativeRenderer } from './renderers.js';
-import type { RenderOptions, TemplateMessage, ToolDefinition } from './template.js';
+import type { RenderOptions, TemplateMessage } from './template.js';
 
 export interface LoadTokenizerOptions {
   /** Override the chat template found in `tokenizer_config.json`. */
