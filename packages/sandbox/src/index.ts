@@ -31,4 +31,16 @@ export { MAX_POOL_NAME_LENGTH, poolName } from './names.js';
 export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from './output.js';
 export { POOL_LABEL, WarmPool, type WarmPoolOptions, type WarmPoolStats } from './pool.js';
 export { type ReapedSandbox, type ReapOptions, type ReapReport, reapOrphans } from './reap.js';
-export type * from './types.js';
+export type {
+  ExecOptions,
+  ExecResult,
+  OpOptions,
+  ResourceLimits,
+  Sandbox,
+  SandboxCapabilities,
+  SandboxEmitter,
+  SandboxEvents,
+  SandboxProvider,
+  SandboxSpec,
+  TerminateReason,
+} from './types.js';

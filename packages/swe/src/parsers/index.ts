@@ -12,8 +12,7 @@ import {
 import { parseCargo, parseGoTest, parseJest, parseMocha, parseUnittest, parseVitest } from './swesmith.js';
 import type { StatusMap, SwebenchRef } from './types.js';
 
-export { IndexError as UpstreamIndexError } from './swebench.js';
-export * from './types.js';
+export type { LogParser, StatusMap, SwebenchRef, TestStatus } from './types.js';
 
 /** SWE-bench's Python parsers (`ref` picks v4.1.0 or main behaviour). */
 export type SwebenchParser =
