@@ -1,4 +1,4 @@
-export { decodeSamples, encodeSamples } from './codec.js';
+export { type DecodeSamplesOptions, decodeSamples, encodeSamples } from './codec.js';
 export * from './engine/index.js';
 export * from './errors.js';
 export * from './proxy/index.js';

@@ -251,7 +251,8 @@ describe('SampleQueue', () => {
     const error = await SampleQueue.open(dir).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(QueueError);
     expect((error as QueueError).code).toBe('queue_corrupt');
-    expect((error as QueueError).message).toContain(`${path}: invalid frame at byte`);
+    expect((error as QueueError).message).toContain(`${path} at byte`);
+    expect((error as QueueError).message).toContain('invalid frame in a sealed segment');
     const consumer = await openQueue({ mode: 'consumer' });
     await expect(consumer.read({ max: 100 })).rejects.toThrow(/in a sealed segment/);
   });
