@@ -271,6 +271,16 @@ describe('SampleQueue damage: refuse, never truncate acknowledged records, then 
     await q.close();
   });
 
+  it('an empty keys.log (left by an older version that hit a full disk creating it) holds no keys', async () => {
+    await filled(0);
+    await writeFile(join(dir, 'keys.log'), Buffer.alloc(0));
+    const q = await SampleQueue.open(dir, { segmentBytes: SEGMENT_BYTES });
+    const batch = await q.read({ max: 100 });
+    await q.commit(batch.next); // GC writes keys.log whole now
+    await q.close();
+    await expectIntact([], N);
+  });
+
   it('a flipped byte in a non-tail keys.log entry', async () => {
     await filled(25);
     const buf = await readFile(join(dir, 'keys.log'));

@@ -42,6 +42,10 @@ export interface KeysScan {
  * forgotten and appended again.
  */
 export function scanKeys(buf: Buffer, path: string): KeysScan {
+  // Cut short while being created in place (as older versions did, e.g. on a full disk): no keys yet.
+  if (buf.length < FILE_HEADER_BYTES && fileHeader(KEYS_MAGIC, 0).subarray(0, buf.length).equals(buf)) {
+    return { pairs: [], frames: 0, end: 0, size: buf.length };
+  }
   readFileHeader(buf, KEYS_MAGIC, path);
   const pairs: Array<[string, number]> = [];
   let frames = 0;
@@ -92,7 +96,7 @@ export class KeysLog {
   static async open(dir: string): Promise<KeysLog> {
     const path = join(dir, KEYS_FILE);
     const existing = await readIfExists(path);
-    if (!existing) {
+    if (!existing || scanKeys(existing, path).end === 0) {
       const handle = await replaceFile(path, (h) => writeAll(h, fileHeader(KEYS_MAGIC, 0), 0), {
         keepOpen: true,
       });
