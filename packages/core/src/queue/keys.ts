@@ -5,9 +5,9 @@
  * whole file (write, flush, rename), so it is never empty or half-written.
  */
 import type { FileHandle } from 'node:fs/promises';
-import { open, readFile } from 'node:fs/promises';
+import { open, readFile, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { ioError, readIfExists, replaceFile, writeAll } from './files.js';
+import { ioError, listSegments, readIfExists, replaceFile, syncDir, writeAll } from './files.js';
 import {
   corrupt,
   decodeKeyPairs,
@@ -20,7 +20,9 @@ import {
   KEYS_MAGIC,
   plausibleKeys,
   readFileHeader,
+  readRecordHeader,
   scanFrames,
+  segmentName,
 } from './format.js';
 
 /** Compact once the log holds this many frames. */
@@ -153,4 +155,40 @@ export class KeysLog {
   async close(): Promise<void> {
     await this.#handle.close();
   }
+}
+
+/**
+ * GC: delete the segments whose records are all before `committed`, each only after its keys are in
+ * the keys log (flushed). Returns the deleted files.
+ */
+export async function collectSegments(
+  dir: string,
+  committed: number,
+  keysLog: () => Promise<KeysLog>,
+  collected: (e: { segment: string; records: number }) => void,
+): Promise<string[]> {
+  const bases = await listSegments(dir);
+  const removed: string[] = [];
+  try {
+    for (let i = 0; i + 1 < bases.length && bases[i + 1]! <= committed; i++) {
+      const path = join(dir, segmentName(bases[i]!));
+      const buf = await readFile(path);
+      const pairs: Array<[string, number]> = [];
+      const { end, stop } = scanFrames(buf, FILE_HEADER_BYTES, (payload, at) => {
+        const { header } = readRecordHeader(payload, `${path}@${at}`);
+        if (header.lost === undefined) pairs.push([header.key, header.seq]);
+        return true;
+      });
+      // Its keys would be forgotten with it.
+      if (stop !== 'end') throw corrupt(path, end, 'invalid frame in a segment about to be collected');
+      await (await keysLog()).append(pairs);
+      await unlink(path);
+      removed.push(path);
+      collected({ segment: path, records: pairs.length });
+    }
+    if (removed.length > 0) await syncDir(dir);
+  } catch (error) {
+    throw ioError('collecting committed segments', error);
+  }
+  return removed;
 }

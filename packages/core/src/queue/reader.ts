@@ -2,14 +2,13 @@
  * The consumer half of a `SampleQueue`: reads records from the committed cursor, commits positions
  * (with the caller's metadata) atomically, and deletes fully committed segments.
  */
-import type { FileHandle } from 'node:fs/promises';
-import { open, readFile, unlink } from 'node:fs/promises';
+import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError, describeValue } from '../errors.js';
 import type { Sample } from '../sample.js';
-import { ioError, listSegments, readIfExists, replaceFile, syncDir, writeAll } from './files.js';
+import { openReadHead, type Position, type ReadHead, readCursor, writeCursor } from './cursor.js';
+import { listSegments } from './files.js';
 import {
-  CURSOR_FILE,
   type Cursor,
   corrupt,
   decodeRecordSamples,
@@ -17,16 +16,13 @@ import {
   FRAME_HEADER_BYTES,
   findNextFrame,
   MAX_PAYLOAD_BYTES,
-  parseCursor,
   plausibleRecord,
   QueueError,
-  readFileHeader,
   readRecordHeader,
-  SEGMENT_MAGIC,
   scanFrames,
   segmentName,
 } from './format.js';
-import { KeysLog } from './keys.js';
+import { collectSegments, KeysLog } from './keys.js';
 
 export interface QueueRecord {
   seq: number;
@@ -65,18 +61,6 @@ export interface ReaderHooks {
   collected: (e: { segment: string; records: number }) => void;
 }
 
-interface Position {
-  segment: number;
-  offset: number;
-}
-
-interface Cur {
-  base: number;
-  handle: FileHandle;
-  offset: number;
-  seq: number;
-}
-
 const READ_CHUNK = 4 << 20;
 
 export class QueueReader {
@@ -86,7 +70,7 @@ export class QueueReader {
   readonly #hooks: ReaderHooks;
   #cursor: Cursor | undefined;
   #committed = 1;
-  #cur: Cur | undefined;
+  #cur: ReadHead | undefined;
   /** Start of each frame read but not committed (and of the one before the committed position), by seq. */
   readonly #starts = new Map<number, Position>();
   #reading: Promise<unknown> = Promise.resolve();
@@ -112,12 +96,8 @@ export class QueueReader {
     hooks: ReaderHooks,
   ): Promise<QueueReader> {
     const reader = new QueueReader(dir, options, hooks);
-    const path = join(dir, CURSOR_FILE);
-    const raw = await readIfExists(path);
-    if (raw) {
-      reader.#cursor = parseCursor(raw, path);
-      reader.#committed = reader.#cursor.next;
-    }
+    reader.#cursor = await readCursor(dir);
+    if (reader.#cursor) reader.#committed = reader.#cursor.next;
     return reader;
   }
 
@@ -279,7 +259,7 @@ export class QueueReader {
   }
 
   /** Throw `queue_corrupt` if a valid frame follows the invalid one at the reader's offset. */
-  async #checkTail(cur: Cur): Promise<void> {
+  async #checkTail(cur: ReadHead): Promise<void> {
     const { size } = await cur.handle.stat();
     const t = this.#tornTail;
     if (t && t.base === cur.base && t.offset === cur.offset && t.size === size) return;
@@ -300,7 +280,7 @@ export class QueueReader {
    * Bytes from the reader's offset: a chunk, or the whole next frame when that is larger. The buffer is
    * reused by the next call; records are decoded (copied out) before that.
    */
-  async #readChunk(cur: Cur, budget: number): Promise<{ buf: Buffer; eof: boolean }> {
+  async #readChunk(cur: ReadHead, budget: number): Promise<{ buf: Buffer; eof: boolean }> {
     const want = Math.max(FRAME_HEADER_BYTES, Math.min(READ_CHUNK, budget));
     const buf = this.#readBuffer(want);
     const { bytesRead } = await cur.handle.read(buf, 0, want, cur.offset);
@@ -325,105 +305,13 @@ export class QueueReader {
   /** Position the reader at the committed cursor, checking it. False when the queue has no segment yet. */
   async #openCursor(): Promise<boolean> {
     const bases = await listSegments(this.#dir);
-    if (bases.length === 0) return false;
-    const cursor = this.#cursor;
     // A consumer without a cursor starts at the oldest record.
-    if (!cursor && this.#committed < bases[0]!) this.#committed = bases[0]!;
-    const target = this.#committed;
-    if (target < bases[0]!) {
-      throw new QueueError(
-        `the consumer cursor is at seq ${target} but the queue's first record is ${bases[0]}; records ${target}..${bases[0]! - 1} were deleted`,
-        { code: 'queue_corrupt' },
-      );
-    }
-    const base = bases.filter((b) => b <= target).at(-1)!;
-    const path = this.#path(base);
-    const handle = await open(path, 'r');
-    try {
-      const head = Buffer.alloc(FILE_HEADER_BYTES);
-      const { bytesRead } = await handle.read(head, 0, FILE_HEADER_BYTES, 0);
-      if (bytesRead < FILE_HEADER_BYTES && base === bases.at(-1)) {
-        // Created in place by an older producer that is writing (or died writing) its header.
-        await handle.close();
-        return false;
-      }
-      readFileHeader(head.subarray(0, bytesRead), SEGMENT_MAGIC, path);
-      let offset = FILE_HEADER_BYTES;
-      if (cursor && cursor.segment === base && cursor.next === target) {
-        offset = await this.#checkCursor(handle, path, cursor, base);
-      } else {
-        if (cursor && cursor.next === target && bases.includes(cursor.segment)) {
-          // The cursor is at the end of the previous segment: check it there all the same.
-          const other = this.#path(cursor.segment);
-          const h = await open(other, 'r');
-          await this.#checkCursor(h, other, cursor, cursor.segment).finally(() => h.close());
-        }
-        if (target > base) offset = await this.#findEnd(path, target - 1);
-      }
-      this.#cur = { base, handle, offset, seq: target };
-      return true;
-    } catch (error) {
-      await handle.close();
-      throw error;
-    }
-  }
-
-  /** The cursor's offset, once it is checked to be the end of the frame holding seq `next − 1`. */
-  async #checkCursor(handle: FileHandle, path: string, cursor: Cursor, base: number): Promise<number> {
-    if (cursor.next === base) {
-      if (cursor.offset !== FILE_HEADER_BYTES) {
-        throw corrupt(
-          path,
-          cursor.offset,
-          `the cursor is at the segment's first record, so its offset must be ${FILE_HEADER_BYTES}`,
-        );
-      }
-      return FILE_HEADER_BYTES;
-    }
-    const last = cursor.version === 2 ? cursor.last : undefined;
-    if (last === undefined) {
-      const end = await this.#findEnd(path, cursor.next - 1);
-      if (end !== cursor.offset) {
-        throw corrupt(
-          path,
-          cursor.offset,
-          `the cursor offset is not the end of seq ${cursor.next - 1} (${end})`,
-        );
-      }
-      return end;
-    }
-    const head = Buffer.alloc(FRAME_HEADER_BYTES);
-    await handle.read(head, 0, FRAME_HEADER_BYTES, last);
-    const length = head.readUInt32LE(0);
-    const bad = (why: string): never => {
-      throw corrupt(path, cursor.offset, `the consumer cursor points inside a frame (${why})`);
-    };
-    if (length === 0 || length > MAX_PAYLOAD_BYTES || last + FRAME_HEADER_BYTES + length !== cursor.offset) {
-      bad(`the frame at byte ${last} does not end at byte ${cursor.offset}`);
-    }
-    const buf = Buffer.alloc(FRAME_HEADER_BYTES + length);
-    const { bytesRead } = await handle.read(buf, 0, buf.length, last);
-    let seq: number | undefined;
-    scanFrames(buf.subarray(0, bytesRead), 0, (payload) => {
-      seq = readRecordHeader(payload, `${path}@${last}`).header.seq;
-      return false;
-    });
-    if (seq !== cursor.next - 1) bad(`byte ${last} is not the start of seq ${cursor.next - 1}`);
-    this.#starts.set(cursor.next - 1, { segment: cursor.segment, offset: last });
-    return cursor.offset;
-  }
-
-  /** Walk a segment's frames to the end of the one holding `seq`. */
-  async #findEnd(path: string, seq: number): Promise<number> {
-    const buf = await readFile(path);
-    let found: number | undefined;
-    scanFrames(buf, FILE_HEADER_BYTES, (payload, at, end) => {
-      if (readRecordHeader(payload, `${path}@${at}`).header.seq !== seq) return true;
-      found = end;
-      return false;
-    });
-    if (found === undefined) throw corrupt(path, undefined, `no record ${seq} for the consumer cursor`);
-    return found;
+    if (!this.#cursor && bases.length > 0 && this.#committed < bases[0]!) this.#committed = bases[0]!;
+    const opened = await openReadHead(this.#dir, this.#cursor, this.#committed);
+    if (!opened) return false;
+    this.#cur = opened.head;
+    if (opened.before) this.#starts.set(this.#committed - 1, opened.before);
+    return true;
   }
 
   commit(next: number | undefined, options: CommitOptions): Promise<void> {
@@ -444,9 +332,7 @@ export class QueueReader {
     }
     if (target === this.#committed && metadata === undefined) return;
     const cursor = this.#cursorAt(target, metadata ?? this.metadata);
-    await replaceFile(join(this.#dir, CURSOR_FILE), (h) =>
-      writeAll(h, Buffer.from(`${JSON.stringify(cursor)}\n`), 0),
-    );
+    await writeCursor(this.#dir, cursor);
     this.#cursor = cursor;
     this.#committed = target;
     for (const seq of this.#starts.keys()) if (seq < target - 1) this.#starts.delete(seq);
@@ -483,32 +369,16 @@ export class QueueReader {
   }
 
   /** Delete segments whose records are all committed, keeping their keys in `keys.log`. */
-  async gc(): Promise<string[]> {
-    const bases = await listSegments(this.#dir);
-    const removed: string[] = [];
-    try {
-      for (let i = 0; i + 1 < bases.length && bases[i + 1]! <= this.#committed; i++) {
-        const path = this.#path(bases[i]!);
-        const buf = await readFile(path);
-        const pairs: Array<[string, number]> = [];
-        const { end, stop } = scanFrames(buf, FILE_HEADER_BYTES, (payload, at) => {
-          const { header } = readRecordHeader(payload, `${path}@${at}`);
-          if (header.lost === undefined) pairs.push([header.key, header.seq]);
-          return true;
-        });
-        // Its keys would be forgotten with it.
-        if (stop !== 'end') throw corrupt(path, end, 'invalid frame in a segment about to be collected');
+  gc(): Promise<string[]> {
+    return collectSegments(
+      this.#dir,
+      this.#committed,
+      async () => {
         this.#keysLog ??= await KeysLog.open(this.#dir);
-        await this.#keysLog.append(pairs);
-        await unlink(path);
-        removed.push(path);
-        this.#hooks.collected({ segment: path, records: pairs.length });
-      }
-      if (removed.length > 0) await syncDir(this.#dir);
-    } catch (error) {
-      throw ioError('collecting committed segments', error);
-    }
-    return removed;
+        return this.#keysLog;
+      },
+      this.#hooks.collected,
+    );
   }
 
   async close(): Promise<void> {

@@ -206,7 +206,7 @@ export class QueueWriter {
     const start = active.size;
     const path = this.#path(active.base);
     const t0 = performance.now();
-    let synced = false;
+    let written = false;
     try {
       let position = start;
       for (const write of writes) {
@@ -218,13 +218,13 @@ export class QueueWriter {
         }
         position += write.bytes;
       }
-      synced = true;
+      written = true;
       if (this.#sync) await active.handle.datasync();
     } catch (error) {
       const failure = ioError(`writing ${batch.length} record(s) to ${path}`, error);
       // After a failed flush the kernel may have dropped the dirty pages: only a reopen (which
       // re-reads the file) knows what is on disk.
-      if (synced)
+      if (written)
         this.#broken = new QueueError(`${path}: a flush failed; reopen the queue`, { cause: failure });
       await active.handle.truncate(start).catch(() => {
         this.#broken = new QueueError(
