@@ -188,6 +188,26 @@ describe('SampleQueue damage: refuse, never truncate acknowledged records, then 
     }
   }
 
+  it('repair changes nothing on a healthy queue, and refuses while a producer or consumer has it open', async () => {
+    await filled(5);
+    const before = await Promise.all((await segments()).map((n) => readFile(join(dir, n))));
+    const report = await SampleQueue.repair(dir);
+    expect(report).toEqual({
+      quarantined: [],
+      truncated: [],
+      rewritten: [],
+      cursor: 'kept',
+      keysForgotten: false,
+    });
+    expect(await Promise.all((await segments()).map((n) => readFile(join(dir, n))))).toEqual(before);
+    for (const mode of ['producer', 'consumer'] as const) {
+      const q = await SampleQueue.open(dir, { mode });
+      await expect(SampleQueue.repair(dir)).rejects.toMatchObject({ code: 'queue_locked' });
+      await q.close();
+    }
+    await expectIntact([], 5);
+  });
+
   it('bytes cut out of the middle of a frame (the rest of the file shifted)', async () => {
     await filled(2);
     const active = (await segments()).at(-1)!;

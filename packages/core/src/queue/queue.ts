@@ -134,13 +134,13 @@ export class SampleQueue extends EventEmitter<QueueEvents> {
     if (typeof dir !== 'string' || dir === '') {
       throw new ConfigError(`SampleQueue.repair dir: expected a directory path, found ${describeValue(dir)}`);
     }
-    const releases = [
-      await acquireLock(join(dir, 'producer.lock'), 'producer'),
-      await acquireLock(join(dir, 'consumer.lock'), 'consumer').catch(async (error: unknown) => {
-        await releases[0]?.();
-        throw error;
-      }),
-    ];
+    const releases = [await acquireLock(join(dir, 'producer.lock'), 'producer')];
+    try {
+      releases.push(await acquireLock(join(dir, 'consumer.lock'), 'consumer'));
+    } catch (error) {
+      await releases[0]!();
+      throw error;
+    }
     try {
       return await repairQueue(dir);
     } finally {

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { encodeSamples } from '../codec.js';
 import { describeValue, ValidationError } from '../errors.js';
 import type { Sample } from '../sample.js';
-import { ioError, listSegments, readIfExists, replaceFile, syncDir, writeAll } from './files.js';
+import { ioError, listSegments, readIfExists, replaceFile, writeAll } from './files.js';
 import {
   corrupt,
   encodeRecordHeader,
@@ -334,7 +334,6 @@ export class QueueWriter {
       );
     }
     this.#nextSeq = expected ?? Math.max(1, committed);
-    await syncDir(this.#dir);
     // Keys of segments the consumer already deleted. Read after the segments, so none is missed.
     for (const [key, seq] of await loadKeys(this.#dir)) {
       if (!this.#index.has(key)) this.#index.set(key, seq);
