@@ -62,7 +62,7 @@ describe('runRollouts + SampleQueue (resume)', () => {
     controller.abort(new Error('interrupted'));
     const firstStats = await first;
     interrupted = true;
-    expect(firstStats.byStatus.aborted).toBeGreaterThan(0);
+    expect(firstStats.byStatus.completed).toBeLessThan(40);
     const done = [...completions.keys()];
 
     // Second attempt: skips every rollout already in the queue, runs the rest.
