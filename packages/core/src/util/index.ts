@@ -1,5 +1,7 @@
-// Small shared primitives, one home each: waiting, retrying, durations, shell quoting, HTTP, logging.
+// Small shared primitives, one home each: waiting, retrying, durations, files a caller names, shell
+// quoting, HTTP, logging.
 export { parseDuration } from './duration.js';
+export { type CallerPathOptions, ensureDirectory, pathError, readTextFile } from './files.js';
 export {
   describeCause,
   HttpClient,
