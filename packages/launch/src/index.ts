@@ -1,9 +1,9 @@
 export { type CliIo, EXIT, main } from './cli/main.js';
 export * from './engines/health.js';
+export { MODEL_ARCH_ARGS } from './models.js';
 export * from './plan.js';
 export * from './preflight.js';
 export * from './presets/coding-agent.js';
-export * from './presets/qwen3.js';
 export * from './ray/client.js';
 export * from './ray/job.js';
 export * from './ray/types.js';
