@@ -139,6 +139,7 @@ export {
   packTurns,
 } from './trajectory/pack.js';
 export { parseDuration } from './util/duration.js';
+export { type CallerPathOptions, ensureDirectory, pathError, readTextFile } from './util/files.js';
 export {
   describeCause,
   HttpClient,

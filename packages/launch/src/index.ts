@@ -7,6 +7,7 @@ export {
   type WaitForEnginesOptions,
   waitForEngines,
 } from './engines/health.js';
+export { MODEL_ARCH_ARGS } from './models.js';
 export {
   expandEnv,
   type LaunchConfig,
@@ -24,7 +25,6 @@ export {
   CODING_AGENT_CONFIGS,
   codingAgentPlan,
 } from './presets/coding-agent.js';
-export { MODEL_ARCH_ARGS } from './presets/qwen3.js';
 export {
   RayJobFailedError,
   RayJobsClient,

@@ -4,6 +4,7 @@
  */
 import { describeCause, EngineError, HttpClient, parseDuration, retry } from '@vime/core';
 import type { Dispatcher } from 'undici';
+import { httpUrl } from '../internal/http-url.js';
 import type { EngineKind } from '../skypilot/render.js';
 
 /**
@@ -68,7 +69,9 @@ export interface WaitForEnginesOptions {
 
 function healthUrl(target: EngineTarget, kind: EngineKind): string {
   const path = target.path ?? HEALTH_PATHS[target.kind ?? kind];
-  return new URL(path, target.url.endsWith('/') ? target.url : `${target.url}/`).toString();
+  const base = httpUrl(target.url, 'engine URL', 'http://HOST:PORT (e.g. http://sglang-0.my-group:30000)');
+  if (!base.pathname.endsWith('/')) base.pathname += '/';
+  return new URL(path, base).toString();
 }
 
 /** One health check that did not (yet) pass: retried by the poll loop. */

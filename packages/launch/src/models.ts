@@ -1,6 +1,7 @@
 /**
- * Megatron architecture flags per model, as slime's `scripts/models/<model>.sh` sets them. Values come
- * from each model's Hugging Face `config.json`.
+ * Model presets, as data: the Megatron architecture flags per model, as slime's
+ * `scripts/models/<model>.sh` sets them, keyed by that script's name. Values come from each model's
+ * Hugging Face `config.json`. The plan reads them; this file imports nothing.
  */
 export const MODEL_ARCH_ARGS: Record<string, readonly string[]> = {
   'qwen3-14B.sh': [
