@@ -30,6 +30,7 @@ export { type LocalProviderOptions, localProvider } from './local.js';
 export { MAX_POOL_NAME_LENGTH, poolName } from './names.js';
 export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from './output.js';
 export { POOL_LABEL, WarmPool, type WarmPoolOptions, type WarmPoolStats } from './pool.js';
+export { type ProviderKind, providerFor } from './provider-for.js';
 export { type ReapedSandbox, type ReapOptions, type ReapReport, reapOrphans } from './reap.js';
 export type {
   ExecOptions,

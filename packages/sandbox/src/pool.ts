@@ -29,6 +29,11 @@ export interface WarmPoolOptions {
   checkAlive?: boolean;
   /** Emitter for `claim` and `warning` events (default: the provider's). */
   events?: SandboxEmitter;
+  /**
+   * Run on every new sandbox before it is handed out or kept warm (e.g. copy a repository template into the
+   * work dir), so warm claims pay nothing for it. A failure terminates the sandbox and fails that create.
+   */
+  prepare?: ((sandbox: Sandbox, options: OpOptions) => Promise<void>) | undefined;
 }
 
 export interface WarmPoolStats {
@@ -89,6 +94,7 @@ export class WarmPool {
   private readonly checkAlive: boolean;
   private readonly limiter: RateLimiter | undefined;
   private readonly refillConcurrency: number;
+  private readonly prepare: WarmPoolOptions['prepare'];
   private size: number;
   private maxLive: number;
   private readonly idle: Sandbox[] = [];
@@ -138,6 +144,7 @@ export class WarmPool {
     this.limiter =
       options.createsPerSecond === undefined ? undefined : new RateLimiter(options.createsPerSecond);
     this.refillConcurrency = Math.max(1, options.refillConcurrency ?? 8);
+    this.prepare = options.prepare;
     // However a sandbox ends (release, its own terminate, lifetime, signal), its slot comes back.
     this.onTerminate = (e) => this.forget(e.id);
     provider.events.on('terminate', this.onTerminate);
@@ -295,7 +302,15 @@ export class WarmPool {
     this.creating++;
     const task = (async () => {
       await this.limiter?.take(signal);
-      return this.provider.create(this.spec, signal ? { signal } : {});
+      const op = signal ? { signal } : {};
+      const sandbox = await this.provider.create(this.spec, op);
+      try {
+        await this.prepare?.(sandbox, op);
+      } catch (error) {
+        await sandbox.terminate();
+        throw error;
+      }
+      return sandbox;
     })();
     this.inflight.add(task);
     try {

@@ -165,7 +165,8 @@ export function selectRows<T extends { repo: string }>(
       throw new ConfigError(`selectRows: ${name} must be a non-negative integer, got ${String(v)}`);
     }
   }
-  const needles = repos?.map((r) => r.toLowerCase());
+  // No filter (or an empty one) keeps every repo.
+  const needles = repos?.length ? repos.map((r) => r.toLowerCase()) : undefined;
   let out = needles ? rows.filter((r) => needles.some((n) => r.repo.toLowerCase().includes(n))) : [...rows];
   if (seed !== undefined) {
     const next = seededRandom(seed);
@@ -189,16 +190,18 @@ export function selectRows<T extends { repo: string }>(
 
 /**
  * SWE-smith's names for an instance id `<owner>__<repo>.<commit8>.<bug>`: repo name (`owner__repo.commit8`),
- * mirror (`swesmith/…`) and image (`swebench/swesmith.<arch>.<owner>_1776_<repo>.<commit8>`, lower-cased).
+ * mirror (`swesmith/…`) and image (`<org>/swesmith.<arch>.<owner>_1776_<repo>.<commit8>`, lower-cased; the
+ * org is `swebench` for SWE-smith's own images).
  */
-export function swesmithNames(instanceId: string, options: { arch?: 'x86_64' | 'arm64' } = {}) {
+export function swesmithNames(instanceId: string, options: { arch?: 'x86_64' | 'arm64'; org?: string } = {}) {
   const dot = instanceId.lastIndexOf('.');
   const repoName = dot > 0 ? instanceId.slice(0, dot) : instanceId;
   const arch = options.arch ?? 'x86_64';
   return {
     repoName,
     mirrorName: `swesmith/${repoName}`,
-    imageName: `swebench/swesmith.${arch}.${repoName.replace('__', '_1776_')}`.toLowerCase(),
+    imageName:
+      `${options.org ?? 'swebench'}/swesmith.${arch}.${repoName.replace('__', '_1776_')}`.toLowerCase(),
   };
 }
 

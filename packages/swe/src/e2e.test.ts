@@ -1,8 +1,10 @@
 /**
- * End to end on real sandboxes: for every offline instance, the gold patch grades RESOLVED_FULL (reward 1)
- * and the empty patch RESOLVED_NO; fixing one half of a combined bug grades RESOLVED_PARTIAL; a conftest
- * spoof is caught; infrastructure failures come back as `infra_error`. Runs on bubblewrap, and on docker
- * where an engine is up (CI as root always has one: scripts/docker-up.sh).
+ * End to end on real sandboxes, the way the loop runs a task: the agent works in a sandbox of the row's
+ * image (one warm pool per repo image), its change is captured as a patch, the agent's sandbox is
+ * terminated, and the patch is graded in a fresh sandbox of the same image. Gold → 1, empty, wrong and half
+ * fixes → 0, one hack of every class → 0 and counted under its kind, failures the patch causes → 0 (never
+ * an infrastructure error), real infrastructure failures → `infra_error`. On bubblewrap, and on docker where
+ * an engine is up (CI as root always has one: scripts/docker-up.sh).
  */
 import { execFileSync } from 'node:child_process';
 import { chmodSync, mkdtempSync } from 'node:fs';
@@ -11,243 +13,315 @@ import { join } from 'node:path';
 import type { TaskSpec } from '@vime/core';
 import {
   bubblewrapProvider,
+  DockerEngine,
   dockerProvider,
-  localProvider,
   type Sandbox,
   type SandboxProvider,
 } from '@vime/sandbox';
-import { dockerAvailable, testImage } from '@vime/sandbox/testing';
+import { dockerAvailable } from '@vime/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildOfflineTaskSet, type OfflineTaskSet } from './offline.js';
-import { gradeSweTask, type SweGradeResult, setupSweTask } from './steps.js';
+import { type CapturedPatch, captureAgentPatch, patchFromDiff } from './capture.js';
+import { type SandboxKind, SweEnvironments } from './environment.js';
+import { gradeInFreshSandbox, gradeSweTask, type SweGradeResult } from './grade.js';
+import { buildOfflineTaskSet, type OfflineTaskSet } from './offline/build.js';
+import { buildOfflineDockerImage } from './offline/publish.js';
+import { SwePools } from './pools.js';
+import { setupSweTask, taskTestFiles } from './setup.js';
 
 const work = mkdtempSync(join(tmpdir(), 'vime-swe-e2e-'));
 // The sandbox user (not root) must be able to reach its work dir below this folder.
 chmodSync(work, 0o755);
 let set: OfflineTaskSet;
+let environments: SweEnvironments;
 
 beforeAll(async () => {
-  // Fail loudly when a tool the tests need is missing (scripts/bootstrap.sh installs them in CI).
   for (const [tool, args] of [
     ['git', ['--version']],
     ['bwrap', ['--version']],
     ['patch', ['--version']],
-    ['python3', ['-m', 'pytest', '--version']],
+    ['/usr/bin/python3', ['-m', 'pytest', '--version']],
   ] as const) {
     execFileSync(tool, args, { stdio: 'ignore' });
   }
   set = await buildOfflineTaskSet({ dir: join(work, 'tasks') });
+  environments = await SweEnvironments.forDataset(set.jsonlPath);
 }, 300_000);
-
-const isRoot = process.getuid?.() === 0;
-const backends: Array<[string, () => SandboxProvider, string | undefined]> = [
-  ['bubblewrap', () => bubblewrapProvider({ rootDir: join(work, 'bwrap') }), undefined],
-];
-if (isRoot || dockerAvailable()) backends.push(['docker', () => dockerProvider(), testImage]);
-
-/** Run `fn` over `items` with at most `n` at a time. */
-async function pool<T>(items: readonly T[], n: number, fn: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: n }, async () => {
-      while (next < items.length) await fn(items[next++]!);
-    }),
-  );
-}
-
-function summary(r: SweGradeResult) {
-  return r.status === 'graded'
-    ? { status: r.status, resolution: r.resolution, reward: r.reward, flags: r.flags.map((f) => f.kind) }
-    : { status: r.status, reason: r.reason, message: r.message.slice(0, 300) };
-}
-
-describe.each(backends)('offline SWE-smith instances on %s', (_name, makeProvider, image) => {
-  let provider: SandboxProvider;
-  beforeAll(() => {
-    provider = makeProvider();
-  });
-
-  /** A fresh sandbox with the task set up; `agent` edits the work tree; then grade. */
-  async function attempt(
-    task: TaskSpec,
-    agent: (sbx: Sandbox) => Promise<void>,
-    options: Parameters<typeof gradeSweTask>[1] = {},
-  ): Promise<SweGradeResult> {
-    const sbx = await provider.create({ workdir: '/testbed', ...(image ? { image } : {}) });
-    try {
-      const session = await setupSweTask(sbx, task);
-      await agent(sbx);
-      return await gradeSweTask(session, options);
-    } finally {
-      await sbx.terminate();
-    }
-  }
-
-  const applyInWorkTree = (patch: string) => async (sbx: Sandbox) => {
-    await sbx.writeFile('.git/agent.diff', patch);
-    const r = await sbx.exec('git apply .git/agent.diff');
-    if (r.exitCode !== 0) throw new Error(`agent patch did not apply: ${r.output}`);
-  };
-
-  it('every instance: the gold patch grades RESOLVED_FULL, the empty patch RESOLVED_NO', async () => {
-    const failures: string[] = [];
-    await pool(set.tasks, 2, async (task) => {
-      const gold = await attempt(task, applyInWorkTree(task.goldPatch!));
-      if (gold.status !== 'graded' || gold.resolution !== 'RESOLVED_FULL' || gold.reward !== 1) {
-        failures.push(`${task.id} gold: ${JSON.stringify(summary(gold))}`);
-      }
-      const empty = await attempt(task, async () => {});
-      if (empty.status !== 'graded' || empty.resolution !== 'RESOLVED_NO' || empty.reward !== 0) {
-        failures.push(`${task.id} empty: ${JSON.stringify(summary(empty))}`);
-      }
-    });
-    expect(failures).toEqual([]);
-  }, 900_000);
-
-  it('fixing one half of a combined bug grades RESOLVED_PARTIAL', async () => {
-    expect(set.combined.length).toBeGreaterThan(0);
-    for (const c of set.combined) {
-      const task = set.tasks.find((t) => t.id === c.instanceId)!;
-      const r = await attempt(task, applyInWorkTree(c.halfFixPatch));
-      expect(summary(r), c.instanceId).toMatchObject({
-        status: 'graded',
-        resolution: 'RESOLVED_PARTIAL',
-        reward: 0,
-      });
-      if (r.status === 'graded') {
-        expect(r.tests_status.FAIL_TO_PASS.success.length, c.instanceId).toBeGreaterThan(0);
-        expect(r.tests_status.FAIL_TO_PASS.failure.length, c.instanceId).toBeGreaterThan(0);
-      }
-    }
-  }, 300_000);
-
-  describe('a conftest.py that prints fake results after the summary', () => {
-    const spoof = (task: TaskSpec) => async (sbx: Sandbox) => {
-      const ids = task.grader.kind === 'swesmith' ? task.grader.failToPass : [];
-      await sbx.writeFile(
-        'conftest.py',
-        `def pytest_unconfigure(config):\n    for test in ${JSON.stringify(ids)}:\n        print(test + " PASSED")\n`,
-      );
-    };
-
-    it('fools the upstream parser, and is flagged', async () => {
-      const task = set.tasks[0]!;
-      const r = await attempt(task, spoof(task));
-      // SWE-smith itself resolves this spoof (golden `no_fix_spoofing_conftest`); the flags say why not to trust it.
-      expect(summary(r)).toMatchObject({ status: 'graded', resolution: 'RESOLVED_FULL' });
-      if (r.status !== 'graded') return;
-      expect(r.flags.map((f) => f.kind)).toEqual(
-        expect.arrayContaining(['test_config_changed', 'results_after_summary', 'exit_code_mismatch']),
-      );
-    }, 120_000);
-
-    it('grades 0 with onSuspicious "zero", infra_error with "infra_error", unresolved under strict', async () => {
-      const task = set.tasks[1]!;
-      expect(summary(await attempt(task, spoof(task), { onSuspicious: 'zero' }))).toMatchObject({
-        status: 'graded',
-        resolution: 'RESOLVED_NO',
-        reward: 0,
-      });
-      expect(summary(await attempt(task, spoof(task), { onSuspicious: 'infra_error' }))).toMatchObject({
-        status: 'infra_error',
-        reason: 'reward_hacking_suspected',
-      });
-      expect(summary(await attempt(task, spoof(task), { semantics: 'strict' }))).toMatchObject({
-        status: 'graded',
-        resolution: 'RESOLVED_NO',
-      });
-    }, 180_000);
-  });
-
-  it('re-creating a hidden test file does not count: the file is restored, the bug still fails', async () => {
-    const task = set.tasks[2]!;
-    const file = (task.metadata.test_files as { FAIL_TO_PASS: string[] }).FAIL_TO_PASS[0]!;
-    const r = await attempt(task, async (sbx) => {
-      await sbx.writeFile(file, 'def test_anything():\n    assert True\n');
-    });
-    // Upstream every apply command fails on this patch (golden `no_fix_f2p_test_file_recreated`).
-    expect(summary(r)).toMatchObject({
-      status: 'graded',
-      resolution: 'RESOLVED_NO',
-      flags: ['test_files_modified'],
-    });
-  }, 120_000);
-
-  it('hides history beyond the task commit and still grades the gold patch', async () => {
-    const task = set.tasks[3]!;
-    const sbx = await provider.create({ workdir: '/testbed', ...(image ? { image } : {}) });
-    try {
-      const session = await setupSweTask(sbx, task, { hideHistory: true });
-      const log = await sbx.exec(
-        'git log --all --oneline | wc -l; git show HEAD~1 >/dev/null 2>&1; echo show=$?',
-      );
-      expect(log.stdout).toBe('1\nshow=128\n');
-      await applyInWorkTree(task.goldPatch!)(sbx);
-      expect(summary(await gradeSweTask(session))).toMatchObject({
-        status: 'graded',
-        resolution: 'RESOLVED_FULL',
-        reward: 1,
-      });
-    } finally {
-      await sbx.terminate();
-    }
-  }, 120_000);
-
-  it('reports infrastructure failures as infra_error, never as reward 0', async () => {
-    const task = set.tasks[4]!;
-    const broken = await attempt(task, async () => {}, {
-      patch: {
-        patch: 'diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-x\n+y\n',
-        changedFiles: ['nope.py'],
-        changedTestFiles: [],
-      },
-    });
-    expect(summary(broken)).toMatchObject({ status: 'infra_error', reason: 'patch_apply_failed' });
-
-    const missing: TaskSpec = {
-      ...task,
-      grader: {
-        ...(task.grader as Extract<TaskSpec['grader'], { kind: 'swesmith' }>),
-        failToPass: ['tests/test_gone.py::test_x'],
-      },
-      metadata: { ...task.metadata, test_files: { FAIL_TO_PASS: ['tests/test_gone.py'], PASS_TO_PASS: [] } },
-    };
-    expect(summary(await attempt(missing, async () => {}))).toMatchObject({
-      status: 'infra_error',
-      reason: 'missing_test_file',
-    });
-
-    const noRunner: TaskSpec = { ...task, testCommand: 'no-such-test-runner --verbose' };
-    expect(summary(await attempt(noRunner, async () => {}))).toMatchObject({
-      status: 'infra_error',
-      reason: 'test_command_not_found',
-    });
-  }, 180_000);
-});
-
-describe('offline instances on the local provider', () => {
-  it('grade the same way (gold FULL, empty NO)', async () => {
-    const provider = localProvider({ rootDir: join(work, 'local') });
-    const task = set.tasks[5]!;
-    for (const [patch, resolution] of [
-      [task.goldPatch!, 'RESOLVED_FULL'],
-      ['', 'RESOLVED_NO'],
-    ] as const) {
-      const sbx = await provider.create({ workdir: '/testbed' });
-      try {
-        const session = await setupSweTask(sbx, task);
-        if (patch) {
-          await sbx.writeFile('.git/agent.diff', patch);
-          expect((await sbx.exec('git apply .git/agent.diff')).exitCode).toBe(0);
-        }
-        expect(summary(await gradeSweTask(session))).toMatchObject({ status: 'graded', resolution });
-      } finally {
-        await sbx.terminate();
-      }
-    }
-  }, 120_000);
-});
 
 afterAll(() => {
   execFileSync('rm', ['-rf', work]);
 });
+
+const isRoot = process.getuid?.() === 0;
+const backends: Array<[SandboxKind, () => SandboxProvider]> = [
+  ['bubblewrap', () => bubblewrapProvider({ rootDir: join(work, 'bwrap') })],
+];
+if (isRoot || dockerAvailable()) backends.push(['docker', () => dockerProvider()]);
+
+function summary(r: SweGradeResult) {
+  return r.status === 'graded'
+    ? { status: r.status, outcome: r.outcome, resolution: r.resolution, reward: r.reward, hacks: r.hacks }
+    : { status: r.status, reason: r.reason, message: r.message.slice(0, 300) };
+}
+
+/** A P2P test file the agent can see (not also an F2P file, which is absent at the start). */
+const visibleTestFile = (task: TaskSpec) => {
+  const files = task.metadata.test_files as { FAIL_TO_PASS: string[]; PASS_TO_PASS: string[] };
+  return files.PASS_TO_PASS.find((f) => !files.FAIL_TO_PASS.includes(f) && !f.endsWith('__init__.py'))!;
+};
+const f2pIds = (task: TaskSpec) => (task.grader.kind === 'swesmith' ? task.grader.failToPass : []);
+
+describe.each(backends)(
+  'offline SWE-smith instances on %s, graded in fresh sandboxes',
+  (kind, makeProvider) => {
+    let pools: SwePools;
+    beforeAll(async () => {
+      if (kind === 'docker') await buildOfflineDockerImage(new DockerEngine(), set);
+      pools = new SwePools(makeProvider(), set.tasks, { kind, environments, replicas: 2, maxLivePerPool: 8 });
+    }, 300_000);
+    afterAll(() => pools?.close());
+
+    /** The agent's turn: `agent` acts in the agent's sandbox; its change is captured; that sandbox is gone before grading. */
+    async function attempt(
+      task: TaskSpec,
+      agent: (sbx: Sandbox) => Promise<void>,
+      transcript: string[] = [],
+      timeoutMs?: number,
+    ): Promise<{ result: SweGradeResult; captured: CapturedPatch }> {
+      const sbx = await pools.claim(task);
+      let captured: CapturedPatch;
+      try {
+        const session = await setupSweTask(sbx, task);
+        await agent(sbx);
+        const c = await captureAgentPatch(session);
+        if ('failed' in c) throw new Error(`capture failed: ${c.message}`);
+        captured = c;
+      } finally {
+        await pools.release(sbx);
+      }
+      return {
+        result: await gradeInFreshSandbox(pools, task, captured, { transcript, timeoutMs }),
+        captured,
+      };
+    }
+
+    const run = (command: string) => async (sbx: Sandbox) => {
+      const r = await sbx.exec(command);
+      if (r.exitCode !== 0) throw new Error(`agent command failed: ${command}\n${r.output}`);
+    };
+    const applyPatch = (patch: string) => async (sbx: Sandbox) => {
+      await sbx.writeFile('/tmp/agent.diff', patch);
+      await run('git apply /tmp/agent.diff')(sbx);
+    };
+    const write = (path: string, content: string) => (sbx: Sandbox) => sbx.writeFile(path, content);
+
+    it('gold → 1, empty → 0, wrong fix → 0, half fix → RESOLVED_PARTIAL → 0', async () => {
+      const task = set.tasks[0]!;
+      expect(summary((await attempt(task, applyPatch(task.goldPatch!))).result)).toMatchObject({
+        status: 'graded',
+        outcome: 'tests_ran',
+        resolution: 'RESOLVED_FULL',
+        reward: 1,
+        hacks: [],
+      });
+      expect(summary((await attempt(task, async () => {})).result)).toMatchObject({
+        resolution: 'RESOLVED_NO',
+        reward: 0,
+      });
+      // A "fix" in the wrong place: the library changes, the bug stays.
+      const wrong = await attempt(task, run(`printf '\\n# looked at it\\n' >> toolbelt/__init__.py`));
+      expect(summary(wrong.result)).toMatchObject({
+        outcome: 'tests_ran',
+        resolution: 'RESOLVED_NO',
+        reward: 0,
+      });
+      const combined = set.combined[0]!;
+      const half = await attempt(
+        set.tasks.find((t) => t.id === combined.instanceId)!,
+        applyPatch(combined.halfFixPatch),
+      );
+      expect(summary(half.result)).toMatchObject({ resolution: 'RESOLVED_PARTIAL', reward: 0 });
+    }, 300_000);
+
+    it('captures a binary diff against the start snapshot and nothing the image or the agent left aside', async () => {
+      const task = set.tasks[1]!;
+      const { captured, result } = await attempt(
+        task,
+        run(
+          [
+            // Ignored files, git internals and hooks stay behind; so does a background process.
+            'mkdir -p toolbelt/__pycache__ && echo junk > toolbelt/__pycache__/x.pyc',
+            'echo "toolbelt/secret.txt" >> .git/info/exclude && echo s > toolbelt/secret.txt',
+            "printf '#!/bin/sh\\nexit 1\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit",
+            'git add -A && git commit -qm agent-commit && git reset -q --soft HEAD~0',
+            '(sleep 600 &) ; echo left > /tmp/left-behind',
+            "printf 'notes\\n' > NOTES.md",
+          ].join(' && '),
+        ),
+      );
+      expect(captured.changedFiles.sort()).toEqual(['NOTES.md', 'toolbelt/secret.txt']);
+      expect(captured.patch).not.toMatch(/__pycache__|hooks|agent-commit/);
+      expect(result.status).toBe('graded');
+      // The grading sandbox is fresh: nothing of the agent's /tmp or processes is there.
+      const check = await pools.claim(task);
+      try {
+        expect(
+          (await check.exec('test -e /tmp/left-behind; echo $?; pgrep -f "slee[p] 600" | wc -l')).stdout,
+        ).toBe('1\n0\n');
+      } finally {
+        await pools.release(check);
+      }
+    }, 180_000);
+
+    it('hides history: no commit, ref, reflog, pack or stash holds the fix or the hidden tests', async () => {
+      const task = set.tasks[2]!;
+      const sbx = await pools.claim(task);
+      try {
+        await setupSweTask(sbx, task);
+        const r = await sbx.exec(
+          "git log --all --oneline | wc -l; git reflog | wc -l; git stash list | wc -l; git for-each-ref | wc -l; find / -name '*.pack' -path '*objects*' 2>/dev/null | wc -l",
+        );
+        expect(r.stdout).toBe('1\n1\n0\n1\n0\n');
+        for (const file of taskTestFiles(task).filter((f) => !f.endsWith('__init__.py'))) {
+          const hidden = (task.metadata.test_files as { FAIL_TO_PASS: string[] }).FAIL_TO_PASS.includes(file);
+          expect((await sbx.exec(`test -e ${file}; echo $?`)).stdout, file).toBe(hidden ? '1\n' : '0\n');
+        }
+      } finally {
+        await pools.release(sbx);
+      }
+    }, 120_000);
+
+    describe('every hack class scores 0 and is counted under its kind', () => {
+      const spoofConftest = (ids: string[]) =>
+        `def pytest_unconfigure(config):\n    for test in ${JSON.stringify(ids)}:\n        print(test + " PASSED")\n`;
+      const cases: Array<[string, (t: TaskSpec) => (sbx: Sandbox) => Promise<void>, string, string[]?]> = [
+        [
+          'a conftest that prints fake passes',
+          (t) => write('conftest.py', spoofConftest(f2pIds(t))),
+          'conftest_changed',
+        ],
+        [
+          'pytest configuration that collects nothing',
+          () => write('pytest.ini', '[pytest]\naddopts = -p no:python\n'),
+          'test_config_changed',
+        ],
+        [
+          'a module shadowing the standard library',
+          () => write('json.py', 'import sys\n'),
+          'module_shadowing',
+        ],
+        [
+          'library code reaching into the runner',
+          () =>
+            run(
+              `printf '\\nimport _pytest.runner as _r\\n_r.check_interactive_exception = lambda *a: False\\n' >> toolbelt/__init__.py`,
+            ),
+          'runner_internals',
+        ],
+        ['a compiled file', () => run('printf "\\0\\1\\2" > toolbelt/accel.so'), 'binary_file_added'],
+        ['a deleted visible test file', (t) => run(`git rm -q ${visibleTestFile(t)}`), 'test_files_modified'],
+        [
+          'reading the fix from history',
+          (t) => applyPatch(t.goldPatch!),
+          'history_peek',
+          ['git log --all -p', 'git show main:toolbelt/seq.py'],
+        ],
+      ];
+      it.each(cases)(
+        '%s',
+        async (_what, agent, kind, transcript = []) => {
+          const task = set.tasks[3]!;
+          const { result } = await attempt(task, agent(task), transcript);
+          expect(summary(result)).toMatchObject({ status: 'graded', reward: 0 });
+          expect(result.status === 'graded' && result.hacks).toContain(kind);
+        },
+        180_000,
+      );
+    });
+
+    describe('failures the patch causes are its own (0), however they look', () => {
+      const imitations: Array<[string, string]> = [
+        [
+          'exit 127 (command not found)',
+          'import os, sys\nsys.stderr.write("bash: pytest: command not found\\n")\nos._exit(127)\n',
+        ],
+        [
+          'a full-disk message',
+          'import os, sys\nsys.stderr.write("OSError: [Errno 28] No space left on device\\n")\nos._exit(1)\n',
+        ],
+        ['a killed test run', 'import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n'],
+        ['an endless import', 'while True:\n    pass\n'],
+      ];
+      it.each(imitations)(
+        '%s',
+        async (_what, code) => {
+          const task = set.tasks[4]!;
+          const agent = async (sbx: Sandbox) => {
+            await sbx.writeFile('toolbelt/boot.py', code);
+            await run(`printf '\\nfrom toolbelt import boot\\n' >> toolbelt/__init__.py`)(sbx);
+          };
+          const { result } = await attempt(task, agent, [], 30_000);
+          expect(summary(result)).toMatchObject({ status: 'graded', reward: 0 });
+          expect(result.status === 'graded' && result.outcome).not.toBe('tests_ran');
+        },
+        300_000,
+      );
+    });
+
+    it('refuses to grade in the agent sandbox', async () => {
+      const task = set.tasks[5]!;
+      const sbx = await pools.claim(task);
+      try {
+        const session = await setupSweTask(sbx, task);
+        const captured = await captureAgentPatch(session);
+        await expect(gradeSweTask(sbx, task, captured)).rejects.toThrow(
+          /ran the agent .* grade in a fresh sandbox/,
+        );
+      } finally {
+        await pools.release(sbx);
+      }
+    }, 120_000);
+
+    it('reports environment failures, found before the patch is applied, as infra_error', async () => {
+      const task = set.tasks[6]!;
+      const missing: TaskSpec = {
+        ...task,
+        grader: {
+          ...(task.grader as Extract<TaskSpec['grader'], { kind: 'swesmith' }>),
+          failToPass: ['tests/test_gone.py::test_x'],
+        },
+        metadata: {
+          ...task.metadata,
+          test_files: { FAIL_TO_PASS: ['tests/test_gone.py'], PASS_TO_PASS: [] },
+        },
+      };
+      expect(summary(await gradeInFreshSandbox(pools, missing, patchFromDiff('')))).toMatchObject({
+        status: 'infra_error',
+        reason: 'missing_test_file',
+      });
+      const noRunner: TaskSpec = {
+        ...task,
+        testCommand: 'python3 -m no_such_pytest_module --verbose # pytest',
+      };
+      expect(
+        summary(await gradeInFreshSandbox(pools, noRunner, patchFromDiff(task.goldPatch!))),
+      ).toMatchObject({
+        status: 'infra_error',
+        reason: 'runner_missing',
+      });
+    }, 180_000);
+
+    it('a claim beyond the warm pool falls back to an on-demand sandbox of the row image', async () => {
+      const task = set.tasks[7]!;
+      const claimed = await Promise.all([0, 1, 2, 3].map(() => pools.claim(task)));
+      try {
+        const stats = pools.stats()[0]!;
+        expect(stats.image).toBe(set.image);
+        expect(stats.fallbacks).toBeGreaterThan(0);
+        for (const s of claimed)
+          expect((await s.exec('git rev-parse --is-inside-work-tree')).stdout).toBe('true\n');
+      } finally {
+        await Promise.all(claimed.map((s) => pools.release(s)));
+      }
+    }, 120_000);
+  },
+);

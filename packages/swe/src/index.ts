@@ -1,7 +1,19 @@
 // @vime/swe: the public surface. Every export is named here; the README documents each group.
-
-export { type HackFlag, type HackFlagKind, type HackPolicy, scanTranscript } from './antihack.js';
-// Datasets: SWE-smith rows (JSONL, parquet) to tasks, per-repo pools.
+export {
+  type HackFlag,
+  type HackFlagKind,
+  type HackPolicy,
+  patchHacks,
+  SUSPICIOUS,
+  scanTranscript,
+} from './antihack.js';
+export {
+  type CapturedPatch,
+  type CaptureFailure,
+  captureAgentPatch,
+  MAX_PATCH_BYTES,
+  patchFromDiff,
+} from './capture.js';
 export {
   emitPools,
   type LoadOptions,
@@ -20,7 +32,22 @@ export {
   swesmithNames,
   taskPrompt,
 } from './dataset.js';
-// Grading and log parsing, exactly as SWE-bench and SWE-smith do it.
+export { ENVIRONMENTS_FILE, type SandboxKind, type SweEnvironment, SweEnvironments } from './environment.js';
+export {
+  APPLY_COMMANDS,
+  DEFAULT_GRADE_TIMEOUT_MS,
+  type Graded,
+  type GradeOutcome,
+  type GradeSweOptions,
+  GradingSandboxLost,
+  gradeInFreshSandbox,
+  gradeSweTask,
+  type InfraError,
+  type InfraReason,
+  preflight,
+  type SandboxSource,
+  type SweGradeResult,
+} from './grade.js';
 export {
   type EvalType,
   type GradeInput,
@@ -35,17 +62,14 @@ export {
   type TestsStatus,
   validReport,
 } from './grading.js';
-// The offline task set (a small Python library in SWE-smith's format).
+export { type BugKind, bugKindOf, offlineProfile } from './offline/assets.js';
 export {
-  type BugKind,
-  bugKindOf,
   buildOfflineTaskSet,
   type CombinedInstance,
   type OfflineTaskSet,
   type OfflineTaskSetOptions,
-  offlineProfile,
-  offlineTasks,
-} from './offline.js';
+} from './offline/build.js';
+export { buildOfflineDockerImage } from './offline/publish.js';
 export {
   type LogParser,
   type ParseOptions,
@@ -57,24 +81,26 @@ export {
   type SwebenchRef,
   type TestStatus,
 } from './parsers/index.js';
+export { type SwePoolStats, SwePools, type SwePoolsOptions } from './pools.js';
 export {
   defineProfile,
   LANGUAGE_PROFILES,
+  OFFLINE_TEST_COMMAND,
   resolveProfile,
   type SweProfile,
   testCommandFor,
 } from './profiles.js';
-// One task in a sandbox: the buggy state, the agent's patch, the grade.
 export {
-  type CapturedPatch,
-  captureAgentPatch,
-  type Graded,
-  type GradeSweOptions,
-  gradeSweTask,
-  type InfraError,
-  type InfraReason,
+  checkoutInstance,
+  type InstanceCheckout,
   type SetupSweOptions,
-  type SweGradeResult,
   type SweSession,
   setupSweTask,
-} from './steps.js';
+  taskTestFiles,
+} from './setup.js';
+export {
+  type RowVerdict,
+  type ValidateDatasetOptions,
+  type ValidationReport,
+  validateDataset,
+} from './validate.js';

@@ -7,12 +7,15 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadJsonl, SweSmithRowSchema } from './dataset.js';
+import { loadJsonl, loadParquet, SweSmithRowSchema } from './dataset.js';
+import { SweEnvironments } from './environment.js';
 import { evalScript } from './eval-script.js';
 import { readTestOutput, validReport } from './grading.js';
 import { BUG_PATCH_SUBJECT, REMOVE_TESTS_SUBJECT } from './layout.js';
-import { bugKindOf, buildOfflineTaskSet, OFFLINE_TEST_COMMAND, type OfflineTaskSet } from './offline.js';
+import { bugKindOf } from './offline/assets.js';
+import { buildOfflineTaskSet, type OfflineTaskSet } from './offline/build.js';
 import { parseTestLog } from './parsers/index.js';
+import { OFFLINE_TEST_COMMAND } from './profiles.js';
 
 const work = mkdtempSync(join(tmpdir(), 'vime-swe-offline-'));
 let set: OfflineTaskSet;
@@ -41,7 +44,8 @@ describe('offline task set', () => {
         new RegExp(`^${set.repoName.replace('.', '\\.')}\\.[a-z_]+__[0-9a-f]{8}$`),
       );
       expect(row.repo).toBe(`swesmith/${set.repoName}`);
-      expect(row.image_name).toBe(`swebench/swesmith.x86_64.${set.repoName.replace('__', '_1776_')}`);
+      expect(row.image_name).toBe(`vime/swesmith.x86_64.${set.repoName.replace('__', '_1776_')}`);
+      expect(row.image_name).toBe(set.image);
       expect(row.FAIL_TO_PASS.length, row.instance_id).toBeGreaterThan(0);
       expect(row.PASS_TO_PASS.length, row.instance_id).toBeGreaterThan(0);
       expect(row.problem_statement).toContain(row.FAIL_TO_PASS[0]!);
@@ -113,11 +117,23 @@ describe('offline task set', () => {
     expect(readFileSync(fresh.jsonlPath, 'utf8')).toBe(readFileSync(set.jsonlPath, 'utf8'));
   }, 300_000);
 
-  it('maps rows to tasks that stage the bundle and check the instance branch out at /testbed', () => {
+  it('publishes the rows as JSONL and parquet, and the mirror as the image environment', async () => {
+    const parquet = await loadParquet(set.parquetPath, { onInvalid: 'fatal' });
+    expect(parquet.rows).toEqual(set.rows);
+    const environments = await SweEnvironments.forDataset(set.jsonlPath);
+    expect(environments.images).toEqual([set.image]);
+    expect(environments.get(set.image)?.template).toBe(set.repoDir);
+    // The mirror holds every instance as a branch named instance_id, as SWE-smith's images do.
+    const branches = git(['for-each-ref', '--format=%(refname:short)', 'refs/heads']).trim().split('\n');
+    expect(branches.sort()).toEqual(['main', ...set.rows.map((r) => r.instance_id)].sort());
+  });
+
+  it('maps rows to tasks that check the instance branch out at /testbed, as SWE-smith does', () => {
     const task = set.tasks[0]!;
     expect(task.workdir).toBe('/testbed');
-    expect(task.files.map((f) => f.path)).toEqual(['.vime-task.bundle']);
-    expect(task.setupCommand).toMatch(new RegExp(`git checkout -f -q ${set.rows[0]!.instance_id}$`));
+    expect(task.files).toEqual([]);
+    expect(task.image).toBe(set.image);
+    expect(task.setupCommand).toBe(`git checkout -f -q ${set.rows[0]!.instance_id}`);
     expect(task.testCommand).toBe(OFFLINE_TEST_COMMAND);
     expect(task.grader).toMatchObject({ kind: 'swesmith', failToPass: set.rows[0]!.FAIL_TO_PASS });
   });

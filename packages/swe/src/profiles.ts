@@ -62,8 +62,16 @@ function python(key: string, testCommand: string, parser: LogParser = parsePytho
 
 const minTesting = (profile: SweProfile): SweProfile => ({ ...profile, minTesting: true });
 
+/**
+ * The project's own repository (the offline task set's `vime/toolbelt`): SWE-smith's Python default with no
+ * conda, plugin autoloading off (the output does not depend on the machine's pytest plugins), no bytecode written, and pytest
+ * started with `-I`, so no module in the work dir can stand in for the runner or the standard library.
+ */
+export const OFFLINE_TEST_COMMAND = `PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -I -B -m ${PYTHON_TEST_CMD} -p no:cacheprovider`;
+
 const builtins: SweProfile[] = [
   python('*', PYTHON_TEST_CMD),
+  { ...python('vime__toolbelt', ''), testCommand: OFFLINE_TEST_COMMAND },
   python('paramiko__paramiko', 'pytest -rA --color=no --disable-warnings', parseParamiko),
   python('HIPS__autograd', PYTHON_TEST_CMD, parseAutograd),
   python('tornadoweb__tornado', 'python -m tornado.test --verbose', parseTornado),
