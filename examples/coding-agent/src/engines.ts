@@ -2,7 +2,14 @@
  * The run's inference engines: the given SGLang/vLLM URLs (waited for until healthy, bounded), or
  * stand-in engines serving the scripted coding policy (labelled as a stand-in everywhere it shows).
  */
-import { type ChatTokenizer, ConfigError, type Engine, sglangEngine, type TaskSpec, vllmEngine } from '@vime/core';
+import {
+  type ChatTokenizer,
+  ConfigError,
+  type Engine,
+  sglangEngine,
+  type TaskSpec,
+  vllmEngine,
+} from '@vime/core';
 import { type StandInEngine, startStandInEngine } from '@vime/core/standin';
 import { waitForEngines } from '@vime/launch';
 import type { Config } from './config.js';
@@ -25,7 +32,9 @@ export async function startEngines(
   signal?: AbortSignal,
 ): Promise<RunEngines> {
   if (config.engineUrls.length > 0) {
-    log(`waiting up to ${Math.round(config.engineWaitMs / 1000)} s for ${config.engineUrls.length} engine(s) to be healthy`);
+    log(
+      `waiting up to ${Math.round(config.engineWaitMs / 1000)} s for ${config.engineUrls.length} engine(s) to be healthy`,
+    );
     try {
       await waitForEngines(config.engineUrls, {
         deadline: config.engineWaitMs,
@@ -40,7 +49,9 @@ export async function startEngines(
         { cause: error },
       );
     }
-    const engines = config.engineUrls.map((url) => (config.engineKind === 'vllm' ? vllmEngine(url) : sglangEngine(url)));
+    const engines = config.engineUrls.map((url) =>
+      config.engineKind === 'vllm' ? vllmEngine(url) : sglangEngine(url),
+    );
     return {
       engines,
       urls: config.engineUrls,
@@ -61,7 +72,11 @@ export async function startEngines(
     const engine = await startStandInEngine({
       tokenizer,
       policy: (request) => policy(request.prompt),
-      service: { slots: config.standInSlots, tokensPerSecond: config.standInTokensPerSecond, kvTokens: 262_144 },
+      service: {
+        slots: config.standInSlots,
+        tokensPerSecond: config.standInTokensPerSecond,
+        kvTokens: 262_144,
+      },
       decodeLogIntervalMs: 250,
       logTag: 'TP0',
     });

@@ -10,12 +10,13 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import {
+  ConfigError,
   decodeSamples,
   encodeSamples,
   isScored,
   loadTokenizer,
-  type RolloutResult,
   RolloutQueue,
+  type RolloutResult,
   rolloutProgressBar,
   runRollouts,
   type Sample,
@@ -168,11 +169,16 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   const labels = { 'vime.run': runId };
   // A resumed run first removes what the killed one left behind (sandboxes whose creator is dead).
   const reaped = config.resume
-    ? (await reapOrphans({ olderThanMs: 0, ...(config.sandbox === 'docker' ? {} : { docker: false }) })).removed.length
+    ? (await reapOrphans({ olderThanMs: 0, ...(config.sandbox === 'docker' ? {} : { docker: false }) }))
+        .removed.length
     : 0;
   // Everything that can fail on bad input comes before the run folder is made: a failed start leaves none.
   const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
-  const { dataset, tasks, pools, excluded } = await loadRunTasks(config, { labels, log: io.log, signal: io.signal });
+  const { dataset, tasks, pools, excluded } = await loadRunTasks(config, {
+    labels,
+    log: io.log,
+    signal: io.signal,
+  });
   let engines: Awaited<ReturnType<typeof startEngines>>;
   try {
     engines = await startEngines(config, tasks, tokenizer, io.log, io.signal);
@@ -191,7 +197,9 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     if (fresh) await rm(out, { recursive: true, force: true });
     throw error;
   }
-  io.log(`dataset: ${dataset} (${tasks.length} tasks); sandboxes: ${config.sandbox}, pools: ${pools.names.join(', ')}`);
+  io.log(
+    `dataset: ${dataset} (${tasks.length} tasks); sandboxes: ${config.sandbox}, pools: ${pools.names.join(', ')}`,
+  );
   await pools.ready(io.signal ? { signal: io.signal } : {});
   const rollout = codingAgentRollout({ config, proxy, pools, model: 'vime-policy' });
 
@@ -364,5 +372,16 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
 
 /** The configuration a run in `dir` was started with (for `--resume`). */
 export async function readConfigOf(dir: string): Promise<Config> {
-  return ConfigSchema.parse(JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')));
+  let text: string;
+  try {
+    text = await readFile(join(dir, 'config.json'), 'utf8');
+  } catch {
+    throw new ConfigError(
+      `--resume ${dir}: no run there (no config.json); give the folder of the run to continue`,
+    );
+  }
+  const parsed = ConfigSchema.safeParse(JSON.parse(text));
+  if (!parsed.success)
+    throw new ConfigError(`--resume ${dir}: its config.json is not a run config of this version`);
+  return parsed.data;
 }

@@ -6,7 +6,13 @@
  * agent's patch causes is graded, and a hack scores 0 (counted by kind in the metadata).
  */
 import { randomUUID } from 'node:crypto';
-import { type CaptureProxy, GradingError, type RolloutContext, type RolloutOutcome, type TaskSpec } from '@vime/core';
+import {
+  type CaptureProxy,
+  GradingError,
+  type RolloutContext,
+  type RolloutOutcome,
+  type TaskSpec,
+} from '@vime/core';
 import { captureAgentPatch, gradeInFreshSandbox, type SwePools, setupSweTask } from '@vime/swe';
 import OpenAI from 'openai';
 import { runAgent } from './agent.js';
@@ -81,7 +87,12 @@ export function codingAgentRollout({ config, proxy, pools, model }: RolloutDeps)
         ...(graded.status === 'graded' ? { reward: graded.reward } : {}),
         detail:
           graded.status === 'graded'
-            ? { status: graded.status, outcome: graded.outcome, resolution: graded.resolution, hacks: graded.hacks }
+            ? {
+                status: graded.status,
+                outcome: graded.outcome,
+                resolution: graded.resolution,
+                hacks: graded.hacks,
+              }
             : { status: graded.status, reason: graded.reason },
       });
       if (graded.status === 'infra_error') {

@@ -6,8 +6,9 @@
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ConfigError, type TaskSpec } from '@vime/core';
-import { providerFor } from '@vime/sandbox';
+import { DockerEngine, providerFor } from '@vime/sandbox';
 import {
+  buildOfflineDockerImage,
   buildOfflineTaskSet,
   loadJsonl,
   loadParquet,
@@ -39,21 +40,25 @@ export async function datasetPath(config: Config, cacheDir: string): Promise<str
       );
     return path;
   }
-  return (await buildOfflineTaskSet({ dir: join(cacheDir, 'offline-tasks') })).jsonlPath;
+  const set = await buildOfflineTaskSet({ dir: join(cacheDir, 'offline-tasks') });
+  // Docker runs the rows' image: make the offline set's one when this engine lacks it.
+  if (config.sandbox === 'docker') {
+    const engine = new DockerEngine();
+    try {
+      await buildOfflineDockerImage(engine, set, { ifMissing: true });
+    } finally {
+      await engine.close();
+    }
+  }
+  return set.jsonlPath;
 }
 
-/** Load the rows (every repo unless filtered), their environments and pools, and run the baseline check. */
-export async function loadRunTasks(
+/** The dataset's rows as tasks: every repo unless `--repo` filters, at most `--per-repo` each. */
+export async function readTasks(
   config: Config,
-  options: {
-    cacheDir?: string;
-    labels: Record<string, string>;
-    log: (line: string) => void;
-    signal?: AbortSignal | undefined;
-  },
-): Promise<RunTasks> {
-  const cacheDir = options.cacheDir ?? resolve('runs', '.cache');
-  const dataset = await datasetPath(config, cacheDir);
+  options: { cacheDir?: string | undefined; log: (line: string) => void },
+): Promise<{ dataset: string; rows: number; tasks: TaskSpec[] }> {
+  const dataset = await datasetPath(config, options.cacheDir ?? resolve('runs', '.cache'));
   const load = dataset.endsWith('.parquet') ? loadParquet : loadJsonl;
   const { rows, issues } = await load(dataset, {
     ...(config.repoFilter.length > 0 ? { repos: config.repoFilter } : {}),
@@ -66,7 +71,22 @@ export async function loadRunTasks(
       `no tasks: ${dataset} has no valid rows${config.repoFilter.length ? ` for --repo ${config.repoFilter.join(', ')}` : ''}`,
     );
   }
-  const all = rows.map((row) => rowToTask(row, config.poolSuffix ? { runSuffix: config.poolSuffix } : {}));
+  const tasks = rows.map((row) => rowToTask(row, config.poolSuffix ? { runSuffix: config.poolSuffix } : {}));
+  return { dataset, rows: rows.length, tasks };
+}
+
+/** The tasks with their environments and pools, after the baseline check of every row. */
+export async function loadRunTasks(
+  config: Config,
+  options: {
+    cacheDir?: string;
+    labels: Record<string, string>;
+    log: (line: string) => void;
+    signal?: AbortSignal | undefined;
+  },
+): Promise<RunTasks> {
+  const cacheDir = options.cacheDir ?? resolve('runs', '.cache');
+  const { dataset, rows, tasks: all } = await readTasks(config, { cacheDir, log: options.log });
   const environments = await SweEnvironments.forDataset(dataset);
   const pools = new SwePools(providerFor(config.sandbox), all, {
     kind: config.sandbox,
@@ -77,7 +97,7 @@ export async function loadRunTasks(
     // An agent sandbox and a grading sandbox per rollout in flight, plus the warm ones.
     maxLivePerPool: config.poolReplicas + 2 * config.concurrency + 2,
   });
-  if (!config.validate) return { dataset, rows: rows.length, tasks: all, pools, excluded: [] };
+  if (!config.validate) return { dataset, rows, tasks: all, pools, excluded: [] };
   try {
     const report = await validateDataset(all, pools, {
       concurrency: Math.max(1, Math.min(config.concurrency, 4)),
@@ -93,7 +113,7 @@ export async function loadRunTasks(
     for (const v of report.invalid) options.log(`  excluded ${v.instanceId}: ${v.reason}`);
     if (report.valid.length === 0)
       throw new ConfigError(`no task of ${dataset} passes the baseline check (see the reasons above)`);
-    return { dataset, rows: rows.length, tasks: report.valid, pools, excluded: report.invalid };
+    return { dataset, rows, tasks: report.valid, pools, excluded: report.invalid };
   } catch (error) {
     await pools.close();
     throw error;

@@ -74,13 +74,21 @@ export async function publishDataset(
  * A Docker image holding the environment: the repository mirror at `/testbed` (owned by the sandbox user
  * 1000:1000) over a minimal skeleton labelled so that `dockerProvider` mounts the host's `/usr` read-only
  * (python3, pytest and git come from the host, as in the project's base image). Imported through the
- * Engine API (no registry, no build daemon features). Returns the image reference.
+ * Engine API (no registry, no build daemon features); with `ifMissing`, an image already there is kept.
+ * Returns the image reference.
  */
 export async function buildOfflineDockerImage(
   engine: DockerEngine,
   set: { image: string; repoDir: string },
-  options: { signal?: AbortSignal | undefined } = {},
+  options: { signal?: AbortSignal | undefined; ifMissing?: boolean | undefined } = {},
 ): Promise<string> {
+  if (options.ifMissing) {
+    const found = await engine.request('GET', `/images/${encodeURIComponent(set.image)}/json`, {
+      ok: [404],
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
+    if (found.status === 200) return set.image;
+  }
   const work = await mkdtemp(join(tmpdir(), 'vime-offline-image-'));
   try {
     const root = join(work, 'root');
