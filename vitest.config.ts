@@ -10,6 +10,7 @@ export default defineConfig({
       'examples/*/src/**/*.test.ts',
       'examples/*/test/**/*.test.ts',
     ],
+    globalSetup: ['scripts/test-setup.ts'],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: 'forks',

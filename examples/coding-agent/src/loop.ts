@@ -328,10 +328,6 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       metrics: {},
     })),
   });
-  const reportJson = join(out, 'report.json');
-  const reportHtml = join(out, 'report.html');
-  await writeFile(reportJson, `${JSON.stringify({ ...record, rollout_metrics: overall }, null, 2)}\n`);
-  await writeFile(reportHtml, renderHtmlReport(record, { title: 'Coding-agent RL run' }));
   const failuresByCause: Record<string, number> = {};
   const gradeOutcomes: Record<string, number> = {};
   const hacksByKind: Record<string, number> = {};
@@ -346,6 +342,13 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     count(gradeOutcomes, String(r.metadata.grade_outcome ?? 'tests_ran'));
     for (const kind of (r.metadata.hacks as string[] | undefined) ?? []) count(hacksByKind, kind);
   }
+  const reportJson = join(out, 'report.json');
+  const reportHtml = join(out, 'report.html');
+  await writeFile(
+    reportJson,
+    `${JSON.stringify({ ...record, rollout_metrics: overall, dataset, excluded, grade_outcomes: gradeOutcomes, hacks_by_kind: hacksByKind }, null, 2)}\n`,
+  );
+  await writeFile(reportHtml, renderHtmlReport(record, { title: 'Coding-agent RL run' }));
   return {
     out,
     dataset,

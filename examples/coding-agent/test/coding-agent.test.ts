@@ -63,6 +63,8 @@ describe('coding-agent main job', () => {
     expect(run.code, run.stderr.slice(-3000)).toBe(0);
     expect((performance.now() - started) / 1000).toBeLessThan(300);
     expect(run.stdout).toMatch(/stand-in engine\(s\) — a scripted policy/);
+    // The main job checks its task set once (unchanged fails, gold resolves): every published row passes.
+    expect(run.stdout).toMatch(/baseline check: (\d+) of \1 rows pass/);
     expect(run.stdout).toMatch(/pass@k: pass@1 [\d.]+%, pass@2 [\d.]+%, pass@4 [\d.]+%/);
 
     const report = JSON.parse(await readFile(join(out, 'report.json'), 'utf8'));

@@ -142,7 +142,7 @@ describe('rows to tasks', () => {
       id: r.instance_id,
       prompt: 'issue 1',
       image: 'swebench/swesmith.x86_64.paramiko_1776_paramiko.23f92003',
-      pool: 'paramiko-paramiko-23f92003-run-7',
+      pool: 'swesmith-swesmith-paramiko-paramiko-23f92003-run-7',
       workdir: '/testbed',
       setupCommand: `git checkout -f -q ${r.instance_id}`,
       testCommand:
@@ -176,12 +176,12 @@ describe('rows to tasks', () => {
     const tasks = [row(1), row(2), row(3, 'swesmith/pallets__click.fde47b4b')].map((r) => rowToTask(r));
     expect(emitPools(tasks)).toEqual([
       {
-        pool: 'mewwts-addict-75284f95',
+        pool: 'swesmith-swesmith-mewwts-addict-75284f95',
         image: 'swebench/swesmith.x86_64.mewwts_1776_addict.75284f95',
         tasks: 2,
       },
       {
-        pool: 'pallets-click-fde47b4b',
+        pool: 'swesmith-swesmith-pallets-click-fde47b4b',
         image: 'swebench/swesmith.x86_64.pallets_1776_click.fde47b4b',
         tasks: 1,
       },

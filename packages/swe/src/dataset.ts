@@ -205,9 +205,13 @@ export function swesmithNames(instanceId: string, options: { arch?: 'x86_64' | '
   };
 }
 
-/** The warm-pool name of a repo: the mirror without `swesmith/`, Kubernetes-safe, with an optional run suffix. */
+/**
+ * The warm-pool name of a repo, as the reference setup names them: `swesmith-` + the row's `repo` (the
+ * mirror, `swesmith/<owner>__<repo>.<commit8>`), Kubernetes-safe, with an optional run suffix that is
+ * never cut (a long name is shortened and given a hash instead).
+ */
 export function repoPoolName(repo: string, runSuffix?: string): string {
-  return poolName(repo.replace(/^swesmith\//i, ''), runSuffix);
+  return poolName(`swesmith-${repo}`, runSuffix);
 }
 
 // --- rows → tasks ---------------------------------------------------------------------------------------

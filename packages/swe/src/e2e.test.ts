@@ -20,10 +20,11 @@ import {
 } from '@vime/sandbox';
 import { dockerAvailable } from '@vime/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sharedOfflineSet } from './__fixtures__/offline-set.js';
 import { type CapturedPatch, captureAgentPatch, patchFromDiff } from './capture.js';
 import { type SandboxKind, SweEnvironments } from './environment.js';
 import { gradeInFreshSandbox, gradeSweTask, type SweGradeResult } from './grade.js';
-import { buildOfflineTaskSet, type OfflineTaskSet } from './offline/build.js';
+import type { OfflineTaskSet } from './offline/build.js';
 import { buildOfflineDockerImage } from './offline/publish.js';
 import { SwePools } from './pools.js';
 import { setupSweTask, taskTestFiles } from './setup.js';
@@ -43,7 +44,7 @@ beforeAll(async () => {
   ] as const) {
     execFileSync(tool, args, { stdio: 'ignore' });
   }
-  set = await buildOfflineTaskSet({ dir: join(work, 'tasks') });
+  set = await sharedOfflineSet();
   environments = await SweEnvironments.forDataset(set.jsonlPath);
 }, 300_000);
 

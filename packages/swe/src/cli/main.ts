@@ -3,6 +3,7 @@
  * sandboxes and lists the rows that fail the baseline; `offline DIR` builds and publishes the offline task
  * set (with `--docker`, its Docker image too).
  */
+import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -101,6 +102,8 @@ async function validate(
 ): Promise<number> {
   if (!dataset) throw new ConfigError('validate needs the dataset file: vime-swe validate rows.jsonl');
   const path = resolve(io.cwd, dataset);
+  if (!existsSync(path))
+    throw new ConfigError(`${dataset} does not exist; give a SWE-smith .jsonl or .parquet file`);
   const kind = (values.sandbox ?? 'bubblewrap') as SandboxKind;
   const provider = providerFor(kind);
   const concurrency = values.concurrency === undefined ? 2 : Number(values.concurrency);
