@@ -182,6 +182,13 @@ export function resolvePlan(
       port: c.engines.port,
       setup: c.engines.setup,
       run: c.engines.run,
+      // Read by the engine scripts: which checkpoint to fetch and serve, and how.
+      envs: {
+        MODEL_DIR: c.model.dir,
+        MODEL_HF_REPO: c.model.hfRepo,
+        ENGINE_TP: perEngineGpus,
+        SGLANG_MEM_FRACTION: c.engines.memFractionStatic,
+      },
     },
     trainer: {
       accelerators: c.trainer.accelerators,
