@@ -84,7 +84,7 @@ Flags (environment variable in brackets; a flag wins over its variable):
   --steps N                rollout steps (default 2)
   --prompts N              prompts per step (default 4)
   --samples N              rollouts per prompt, the GRPO group size (default 4)
-  --concurrency N          rollouts at once (default 8)
+  --concurrency N          rollouts at once (default 8) [VIME_ROLLOUT_CONCURRENCY]
   --out DIR                output folder (default runs/<timestamp>)
   --sandbox KIND           bubblewrap | docker | local (default bubblewrap; local is unsafe for untrusted code)
                            [VIME_SANDBOX]
@@ -150,7 +150,7 @@ const NAMES: Record<string, string> = {
   steps: '--steps',
   promptsPerStep: '--prompts',
   samplesPerPrompt: '--samples',
-  concurrency: '--concurrency',
+  concurrency: '--concurrency / VIME_ROLLOUT_CONCURRENCY',
   sandbox: '--sandbox / VIME_SANDBOX',
   engineUrls: '--engine-url',
   engineKind: '--engine-kind',
@@ -186,6 +186,7 @@ export function configFromEnv(env: Record<string, string | undefined>): Record<s
   const raw = {
     engineUrls: env.VIME_ENGINE_URLS?.split(/[\s,]+/).filter(Boolean),
     maxTurns: whole(env.AGENT_MAX_TURNS, 'AGENT_MAX_TURNS'),
+    concurrency: whole(env.VIME_ROLLOUT_CONCURRENCY, 'VIME_ROLLOUT_CONCURRENCY'),
     gradeTimeoutMs: seconds === undefined ? undefined : seconds * 1000,
     poolReplicas: whole(env.SANDBOX_POOL_REPLICAS, 'SANDBOX_POOL_REPLICAS'),
     noPool: noPool === undefined || noPool === '' ? undefined : noPool === '1',

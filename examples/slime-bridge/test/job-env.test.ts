@@ -64,6 +64,7 @@ describe('the trainer job env configures the rollout server', () => {
     const config = {
       engines: { count: n },
       agent: { maxTurns: 5 + n, evalTimeoutSec: 300 + n },
+      rollout: { batchSize: n, samplesPerPrompt: 2 },
       sandbox: { kind: 'bubblewrap', noPool: n === 2, poolReplicas: n },
       dataset: { path: dataset, perRepo: n, poolSuffix: `run${n}` },
     };
@@ -87,6 +88,7 @@ describe('the trainer job env configures the rollout server', () => {
     };
     expect(settings).toMatchObject({
       maxTurns: Number(envs.AGENT_MAX_TURNS),
+      concurrency: Number(envs.VIME_ROLLOUT_CONCURRENCY),
       gradeTimeoutMs: Number(envs.AGENT_EVAL_TIMEOUT_SEC) * 1000,
       poolReplicas: Number(envs.SANDBOX_POOL_REPLICAS),
       noPool: envs.SANDBOX_NO_POOL === '1',
@@ -100,6 +102,7 @@ describe('the trainer job env configures the rollout server', () => {
     // And they are the config's values, not only the env's.
     expect(settings).toMatchObject({
       maxTurns: 5 + n,
+      concurrency: 2 * n,
       gradeTimeoutMs: (300 + n) * 1000,
       poolReplicas: n,
       noPool: n === 2,

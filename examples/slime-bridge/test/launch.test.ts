@@ -80,7 +80,7 @@ describe('slime bridge launch configs', () => {
 
       // Every script, module, checkpoint and env var the jobs refer to exists and is used.
       const check = await vime(['launch', 'check', dir]);
-      expect(check.stdout).toMatch(/trainer: ok \(\d+ files, 12 env vars, each read\)/);
+      expect(check.stdout).toMatch(/trainer: ok \(\d+ files, 13 env vars, each read\)/);
       expect(check.code, check.stdout).toBe(0);
 
       // The Ray job the trainer submits: the bridge's modules, on a PYTHONPATH that keeps the shell's.

@@ -105,20 +105,13 @@ export const LaunchConfigSchema = z.strictObject({
       noPool: z.boolean().default(false),
       /** Warm sandboxes per repo pool; must cover the concurrent rollouts. */
       poolReplicas: pos.default(184),
-      /** Sandboxes run on other machines (pods), so whatever they call back must not sit on loopback. */
-      remote: z.boolean().default(true),
     })
     .prefault({}),
   agent: z
     .strictObject({
-      workdir: z.string().default('/testbed'),
       maxTurns: pos.default(20),
       evalTimeoutSec: pos.default(900),
     })
-    .prefault({}),
-  /** The OpenAI-compatible adapter the agent calls (inside the trainer job). */
-  adapter: z
-    .strictObject({ host: z.string().default('0.0.0.0'), port: pos.max(65535).default(8000) })
     .prefault({}),
   wandb: z
     .strictObject({
@@ -209,6 +202,8 @@ export function resolvePlan(
         VIME_SANDBOX: c.sandbox.kind,
         AGENT_MAX_TURNS: c.agent.maxTurns,
         AGENT_EVAL_TIMEOUT_SEC: c.agent.evalTimeoutSec,
+        // One rollout in flight per sample of the batch (the warm pools are sized for it).
+        VIME_ROLLOUT_CONCURRENCY: c.rollout.batchSize * c.rollout.samplesPerPrompt,
         // The config itself, so the trainer resolves exactly this plan (`vime ray submit` in trainer-run.sh).
         VIME_LAUNCH_CONFIG: JSON.stringify(config),
       },
