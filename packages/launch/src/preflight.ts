@@ -41,7 +41,6 @@ export function preflight(plan: LaunchPlan): PreflightReport {
       `slime asks for ${actorGpus} trainer GPUs (actorNumNodes × actorGpusPerNode) but the trainer job holds ${trainerGpus} (${jobGroup.trainer.accelerators} × ${jobGroup.trainer.numNodes} node(s))`,
     );
   }
-  const p = slime.parallelism;
   // Engines: one address per engine job, each job holding the GPUs slime assumes per engine.
   const engineGpus = gpus(jobGroup.engines.accelerators);
   if (!slime.cluster.colocate) {
