@@ -58,10 +58,12 @@ def test_requests_join_between_decode_steps_and_leave_when_done(tiny_dir: Path, 
     try:
         long = submit(e, PROMPT, max_new_tokens=400, ignore_eos=True, sampling_seed=3)
         wait_until(lambda: len(long.output_ids) >= 20)
-        short = [submit(e, PROMPT[:5 + i], max_new_tokens=10, ignore_eos=True, sampling_seed=i) for i in range(6)]
-        for r in short:
+        # Different lengths, so requests finish at different steps and survivors move into freed rows.
+        lengths = [10 + 7 * i for i in range(6)]
+        short = [submit(e, PROMPT[: 5 + i], max_new_tokens=n, ignore_eos=True, sampling_seed=i) for i, n in enumerate(lengths)]
+        for r, n in zip(short, lengths):
             wait(r)
-            assert r.finish == {"type": "length", "length": 10}
+            assert r.finish == {"type": "length", "length": n}
         # The short ones were admitted while the long one was decoding and finished before it.
         assert not long.done and e.stats["peak_running"] == 4
         wait(long)
@@ -70,7 +72,7 @@ def test_requests_join_between_decode_steps_and_leave_when_done(tiny_dir: Path, 
             assert max(abs(a - b) for a, b in zip(r.output_logprobs, want)) < 1e-4, r.rid
         snap = e.snapshot()
         assert snap["num_running_reqs"] == 0 and snap["num_waiting_reqs"] == 0
-        assert snap["generation_tokens"] == 400 + 60
+        assert snap["generation_tokens"] == 400 + sum(lengths)
     finally:
         e.close()
 

@@ -320,7 +320,8 @@ class Qwen3ForCausalLM(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         # RoPE frequencies stay float32 whatever the model's dtype (not a buffer, so `.to(dtype)` keeps them).
-        self._inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
+        steps = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64, device="cpu").float()
+        self._inv_freq = 1.0 / (cfg.rope_theta ** (steps / cfg.head_dim))
 
     # ---- construction -------------------------------------------------------------------------------
 
@@ -473,9 +474,17 @@ def check_state(model: Qwen3ForCausalLM, state: dict[str, torch.Tensor], where: 
 def load_pretrained(path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> Qwen3ForCausalLM:
     """Build the model from a checkpoint directory (dtype: the config's `torch_dtype` when None)."""
     cfg = read_config(path)
-    model = Qwen3ForCausalLM(cfg)
+    dtype = dtype or parse_dtype(cfg.torch_dtype)
+    if hasattr(torch, "set_default_device"):  # torch >= 2: allocate once, on the target, uninitialised
+        with torch.device("meta"):
+            model = Qwen3ForCausalLM(cfg)
+        model = model.to_empty(device=device).to(dtype)
+        if cfg.tie_word_embeddings:
+            model.lm_head.weight = model.model.embed_tokens.weight
+    else:
+        model = Qwen3ForCausalLM(cfg).to(device=device, dtype=dtype)
     load_state_into(model, read_state(path), str(path))
-    return model.to(device=device, dtype=dtype or parse_dtype(cfg.torch_dtype)).eval()
+    return model.eval()
 
 
 def load_state_into(model: Qwen3ForCausalLM, state: dict[str, torch.Tensor], where: str) -> None:
