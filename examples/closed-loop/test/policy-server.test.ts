@@ -256,7 +256,8 @@ describe('the policy server on SGLang’s wire (tiny Qwen3 on CPU)', () => {
       { inputIds: prompt, sampling: { maxTokens: 6000, temperature: 1 }, rid: 'abort-me' },
       { signal: controller.signal },
     );
-    const rejected = expect(pending).rejects.toThrow(EngineError);
+    // The caller's abort rejects with the signal's reason, as every wait in the SDK does.
+    const rejected = expect(pending).rejects.toMatchObject({ name: 'AbortError' });
     for (let i = 0; i < 200; i++) {
       if ((await get(server.url, '/server_info')).internal_states[0].num_running_reqs > 0) break;
       await new Promise((r) => setTimeout(r, 25));
