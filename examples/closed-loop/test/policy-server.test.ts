@@ -9,7 +9,6 @@ import { join } from 'node:path';
 import {
   type ChatTokenizer,
   type Engine,
-  EngineError,
   loadTokenizer,
   type Sample,
   seededRandom,
