@@ -1,11 +1,13 @@
-/** Test helpers: read the shared golden vectors in place and compare with the stated tolerance. */
+/** Test helpers: read the committed golden vectors (`src/__fixtures__/golden/`) and compare with the stated tolerance. */
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
 
-export const goldenRoot = fileURLToPath(new URL('../../../../../shared/golden/', import.meta.url));
-export const grpoGolden = `${goldenRoot}grpo/`;
+export const goldenRoot = fileURLToPath(new URL('../__fixtures__/golden/', import.meta.url));
 export const dumpsGolden = `${goldenRoot}trainer-dumps/`;
+
+/** The golden folders: one per upstream trainer, plus the convention dumps for `check --preset auto`. */
+export type GoldenFolder = 'slime' | 'verl' | 'trl' | 'openrlhf';
 
 export interface GoldenCase {
   source: string;
@@ -29,18 +31,19 @@ function revive(value: unknown): unknown {
   return value;
 }
 
-export function loadGolden(prefix: string): GoldenCase[] {
-  const files = readdirSync(grpoGolden).filter((f) => f.startsWith(prefix) && f.endsWith('.json'));
-  if (files.length === 0) throw new Error(`no golden files match ${prefix} in ${grpoGolden}`);
+export function loadGolden(prefix: string, folder: GoldenFolder = 'slime'): GoldenCase[] {
+  const dir = `${goldenRoot}${folder}/`;
+  const files = readdirSync(dir).filter((f) => f.startsWith(prefix) && f.endsWith('.json'));
+  if (files.length === 0) throw new Error(`no golden files match ${prefix} in ${dir}`);
   return files.sort().map((file) => {
-    const raw = JSON.parse(readFileSync(grpoGolden + file, 'utf8')) as Omit<GoldenCase, 'file'>;
+    const raw = JSON.parse(readFileSync(dir + file, 'utf8')) as Omit<GoldenCase, 'file'>;
     return { ...(revive(raw) as Omit<GoldenCase, 'file'>), file };
   });
 }
 
-/** Every golden file, for the coverage check. */
-export function allGoldenFiles(): string[] {
-  return readdirSync(grpoGolden).filter((f) => f.endsWith('.json'));
+/** Every golden file of a folder, for the coverage checks. */
+export function allGoldenFiles(folder: GoldenFolder = 'slime'): string[] {
+  return readdirSync(`${goldenRoot}${folder}/`).filter((f) => f.endsWith('.json'));
 }
 
 export function flat(value: unknown): number[] {
