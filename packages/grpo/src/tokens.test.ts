@@ -178,7 +178,7 @@ describe('aggregateLoss', () => {
 
   it('every mode', () => {
     const agg = (mode: Parameters<typeof aggregateLoss>[3]['mode'], extra = {}) =>
-      aggregateLoss(losses, lengths, masks, { mode, ...extra });
+      aggregateLoss(losses, lengths, masks, { mode, dtype: 'float64', ...extra });
     expect(agg('token-mean')).toBeCloseTo((1 + 2 + 3 + 5 + 6) / 5, 12);
     expect(agg('seq-mean-token-sum')).toBeCloseTo((3 + 14) / 2, 12);
     expect(agg('seq-mean-token-mean')).toBeCloseTo((1.5 + 14 / 3) / 2, 12);

@@ -77,3 +77,26 @@ export function exactCount(actual: ArrayLike<number>, expected: ArrayLike<number
   for (let i = 0; i < expected.length; i++) if (Object.is(actual[i], expected[i])) same++;
   return same;
 }
+
+/**
+ * float32: every value bit for bit (−0 and +0 count as equal; NaN matches NaN), as the trainer computes
+ * it on CPU. float64: within 1e-12 (reductions are not emulated in float64 summation order).
+ */
+export function expectExact(
+  actual: ArrayLike<number>,
+  expected: ArrayLike<number>,
+  name: string,
+  dtype: 'float32' | 'float64' = 'float32',
+): void {
+  if (dtype === 'float64') {
+    expectClose(actual, expected, name, 'float64');
+    return;
+  }
+  expect(actual.length, `${name}: length`).toBe(expected.length);
+  for (let i = 0; i < expected.length; i++) {
+    const a = actual[i]!;
+    const e = expected[i]!;
+    const same = a === e || (Number.isNaN(a) && Number.isNaN(e));
+    expect(same, `${name}[${i}]: got ${a}, expected ${e} bit for bit (|diff| ${Math.abs(a - e)})`).toBe(true);
+  }
+}
