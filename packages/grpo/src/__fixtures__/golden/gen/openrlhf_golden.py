@@ -82,64 +82,70 @@ def run(estimator, n, rewards, lengths, masks, *, gamma=1.0, lambd=1.0, no_std_n
 SRC = upstream.source_ref(REPO, MAKER, "RemoteExperienceMaker.compute_advantages_and_returns")
 ESTIMATORS = ["gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo"]
 
-# ---- sequence-level: one action token per response, the shared reward sets (n > 1: OpenRLHF asserts it) ----
-for name, (n, rewards) in GROUP_SETS.items():
-    if n == 1:
-        continue
-    for estimator in ESTIMATORS:
-        if estimator == "gae":
+
+def main():
+    # ---- sequence-level: one action token per response, the shared reward sets (n > 1: OpenRLHF asserts it) ----
+    for name, (n, rewards) in GROUP_SETS.items():
+        if n == 1:
             continue
-        B = len(rewards)
-        adv, ret = run(estimator, n, rewards, [1] * B, [[1]] * B)
-        written.append(write(FOLDER, f"openrlhf__{estimator}__{name}", SRC,
-                             "one action token per response: the shaped scalar reward is the advantage (whitened for reinforce*)",
-                             {"estimator": estimator, "n_samples_per_prompt": n, "gamma": 1.0, "lambd": 1.0, "kl_coef": 0.0},
-                             {"rewards": rewards}, {"advantages": [a[0] for a in adv], "returns": [r[0] for r in ret]}))
+        for estimator in ESTIMATORS:
+            if estimator == "gae":
+                continue
+            B = len(rewards)
+            adv, ret = run(estimator, n, rewards, [1] * B, [[1]] * B)
+            written.append(write(FOLDER, f"openrlhf__{estimator}__{name}", SRC,
+                                 "one action token per response: the shaped scalar reward is the advantage (whitened for reinforce*)",
+                                 {"estimator": estimator, "n_samples_per_prompt": n, "gamma": 1.0, "lambd": 1.0, "kl_coef": 0.0},
+                                 {"rewards": rewards}, {"advantages": [a[0] for a in adv], "returns": [r[0] for r in ret]}))
 
-# ---- token level: the padded token batch ------------------------------------------------------------------
-TB = token_batch()
-L = TB["response_lengths"]
-masks = [m[:] for m in TB["loss_masks"]]
-masks[6] = [0, 0, 1, 0]  # OpenRLHF needs an action token per response (compute_reward places r at the last one)
-rewards = TB["scores"]
-kl_ns = dict(ns)
-for kind in ("k1", "k2", "k3"):
-    a = padded(TB["log_probs"], 10, 0.0)
-    b = padded(TB["ref_log_probs"], 10, 0.0)
-    out = ns["compute_approx_kl"](a, b, kl_estimator=kind)
-    written.append(write(FOLDER, f"openrlhf__compute_approx_kl__{kind}", upstream.source_ref(REPO, UTILS, "compute_approx_kl"),
-                         "k1 / k2 / k3 of log_probs - log_probs_base, clamped to [-10, 10]", {"kl_estimator": kind},
-                         {"log_probs": TB["log_probs"], "log_probs_base": TB["ref_log_probs"]}, {"kl": unpad(out, L)}))
+    # ---- token level: the padded token batch ------------------------------------------------------------------
+    TB = token_batch()
+    L = TB["response_lengths"]
+    masks = [m[:] for m in TB["loss_masks"]]
+    masks[6] = [0, 0, 1, 0]  # OpenRLHF needs an action token per response (compute_reward places r at the last one)
+    rewards = TB["scores"]
+    kl_ns = dict(ns)
+    for kind in ("k1", "k2", "k3"):
+        a = padded(TB["log_probs"], 10, 0.0)
+        b = padded(TB["ref_log_probs"], 10, 0.0)
+        out = ns["compute_approx_kl"](a, b, kl_estimator=kind)
+        written.append(write(FOLDER, f"openrlhf__compute_approx_kl__{kind}", upstream.source_ref(REPO, UTILS, "compute_approx_kl"),
+                             "k1 / k2 / k3 of log_probs - log_probs_base, clamped to [-10, 10]", {"kl_estimator": kind},
+                             {"log_probs": TB["log_probs"], "log_probs_base": TB["ref_log_probs"]}, {"kl": unpad(out, L)}))
 
-kl_k1 = unpad(ns["compute_approx_kl"](padded(TB["log_probs"], 10, 0.0), padded(TB["ref_log_probs"], 10, 0.0)), L)
-TOKEN_CASES = []
-for estimator in ESTIMATORS:
-    TOKEN_CASES.append((estimator, "default", {}))
-    TOKEN_CASES.append((estimator, "kl", {"kl_coef": 0.05, "kl": kl_k1}))
-TOKEN_CASES += [
-    ("gae", "gamma0.99_lambd0.95", {"gamma": 0.99, "lambd": 0.95, "kl_coef": 0.05, "kl": kl_k1}),
-    ("gae", "no_std_norm", {"gamma": 1.0, "lambd": 0.95, "no_std_norm": True}),
-    ("reinforce", "gamma0.9", {"gamma": 0.9, "kl_coef": 0.05, "kl": kl_k1}),
-    ("reinforce_baseline", "no_std_norm", {"no_std_norm": True}),
-    ("reinforce_baseline", "gamma_forced", {"gamma": 0.5}),
-    ("group_norm", "clip_range", {"clip_range": (-0.1, 0.6)}),
-    ("reinforce", "two_experiences", {"experiences": [3, 5], "pads": [9, 10], "kl_coef": 0.05, "kl": kl_k1}),
-    ("group_norm", "two_experiences_shuffled", {"experiences": [5, 3], "order": [4, 0, 6, 2, 7, 1, 5, 3]}),
-    ("gae", "two_experiences", {"experiences": [4, 4], "pads": [9, 10], "lambd": 0.95}),
-]
-for estimator, tag, opts in TOKEN_CASES:
-    opts = dict(opts)
-    opts.setdefault("values", TB["values"] if estimator == "gae" else None)
-    order = opts.get("order")
-    rs = rewards if order is None else [rewards[o] for o in order]  # experience order: the reward of each listed sample
-    adv, ret = run(estimator, 4, rs, L, masks, **opts)
-    params = {"estimator": estimator, "n_samples_per_prompt": 4, "gamma": opts.get("gamma", 1.0), "lambd": opts.get("lambd", 1.0),
-              "no_std_norm": opts.get("no_std_norm", False), "kl_coef": opts.get("kl_coef", 0.0),
-              "reward_clip_range": opts.get("clip_range"), "experiences": opts.get("experiences"), "pads": opts.get("pads"),
-              "order": order}
-    inputs = {"rewards": rs, "response_lengths": L, "action_masks": masks, "kl": opts.get("kl"), "values": opts.get("values")}
-    written.append(write(FOLDER, f"openrlhf__{estimator}__tokens__{tag}", SRC,
-                         "compute_reward (r at the last action token, -kl_coef*kl), returns / GAE, whitening for gae and reinforce*",
-                         params, inputs, {"advantages": adv, "returns": ret}))
+    kl_k1 = unpad(ns["compute_approx_kl"](padded(TB["log_probs"], 10, 0.0), padded(TB["ref_log_probs"], 10, 0.0)), L)
+    TOKEN_CASES = []
+    for estimator in ESTIMATORS:
+        TOKEN_CASES.append((estimator, "default", {}))
+        TOKEN_CASES.append((estimator, "kl", {"kl_coef": 0.05, "kl": kl_k1}))
+    TOKEN_CASES += [
+        ("gae", "gamma0.99_lambd0.95", {"gamma": 0.99, "lambd": 0.95, "kl_coef": 0.05, "kl": kl_k1}),
+        ("gae", "no_std_norm", {"gamma": 1.0, "lambd": 0.95, "no_std_norm": True}),
+        ("reinforce", "gamma0.9", {"gamma": 0.9, "kl_coef": 0.05, "kl": kl_k1}),
+        ("reinforce_baseline", "no_std_norm", {"no_std_norm": True}),
+        ("reinforce_baseline", "gamma_forced", {"gamma": 0.5}),
+        ("group_norm", "clip_range", {"clip_range": (-0.1, 0.6)}),
+        ("reinforce", "two_experiences", {"experiences": [3, 5], "pads": [9, 10], "kl_coef": 0.05, "kl": kl_k1}),
+        ("group_norm", "two_experiences_shuffled", {"experiences": [5, 3], "order": [4, 0, 6, 2, 7, 1, 5, 3]}),
+        ("gae", "two_experiences", {"experiences": [4, 4], "pads": [9, 10], "lambd": 0.95}),
+    ]
+    for estimator, tag, opts in TOKEN_CASES:
+        opts = dict(opts)
+        opts.setdefault("values", TB["values"] if estimator == "gae" else None)
+        order = opts.get("order")
+        rs = rewards if order is None else [rewards[o] for o in order]  # experience order: the reward of each listed sample
+        adv, ret = run(estimator, 4, rs, L, masks, **opts)
+        params = {"estimator": estimator, "n_samples_per_prompt": 4, "gamma": opts.get("gamma", 1.0), "lambd": opts.get("lambd", 1.0),
+                  "no_std_norm": opts.get("no_std_norm", False), "kl_coef": opts.get("kl_coef", 0.0),
+                  "reward_clip_range": opts.get("clip_range"), "experiences": opts.get("experiences"), "pads": opts.get("pads"),
+                  "order": order}
+        inputs = {"rewards": rs, "response_lengths": L, "action_masks": masks, "kl": opts.get("kl"), "values": opts.get("values")}
+        written.append(write(FOLDER, f"openrlhf__{estimator}__tokens__{tag}", SRC,
+                             "compute_reward (r at the last action token, -kl_coef*kl), returns / GAE, whitening for gae and reinforce*",
+                             params, inputs, {"advantages": adv, "returns": ret}))
 
-print(f"openrlhf: {len(written)} files")
+    print(f"openrlhf: {len(written)} files")
+
+
+if __name__ == "__main__":
+    main()

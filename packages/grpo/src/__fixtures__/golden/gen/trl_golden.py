@@ -36,65 +36,6 @@ def trl_advantages(rewards_per_func, num_generations, weights, scale_rewards, ag
     return scope["advantages"]
 
 
-# ---- nanstd --------------------------------------------------------------------------------------------
-nan = float("nan")
-for label, values, dim in (
-    ("plain", [0.1, 0.5, 0.9, 0.3, -1.0, 2.5], None),
-    ("with_nan", [0.1, nan, 0.9, 0.3, nan, 2.5, 0.75], None),
-    ("one_value", [nan, 0.4, nan], None),
-    ("all_nan", [nan, nan], None),
-    ("rows", [[1.0, 0.0, nan, 1.0], [nan, nan, 0.5, nan], [0.25, 0.5, 0.75, 1.0]], 1),
-    ("large_offset", [1e6, 1e6 + 1, 1e6 + 2, nan, 1e6 + 3], None),
-):
-    t = torch.tensor(values, dtype=torch.float32)
-    out = nanstd(t, dim=dim) if dim is not None else nanstd(t)
-    written.append(write(FOLDER, f"trl__nanstd__{label}", upstream.source_ref(REPO, UTILS, "nanstd"),
-                         "Bessel-corrected std ignoring NaN (float32 nanmean two-pass; fewer than 2 values give NaN)",
-                         {"dim": dim}, {"tensor": values}, {"std": out}))
-
-# ---- advantages: one reward function over the shared sets ------------------------------------------------
-SRC_ADV = upstream.source_ref(REPO, TRAINER, "GRPOTrainer._generate_and_score_completions")
-for name, (n, rewards) in GROUP_SETS.items():
-    for scale in ("group", "batch", "none"):
-        rpf = torch.tensor(rewards, dtype=torch.float32).unsqueeze(1)
-        adv = trl_advantages(rpf, n, [1.0], scale, "sum_then_normalize")
-        written.append(write(FOLDER, f"trl__advantages__sum_then_normalize__{scale}__{name}", SRC_ADV,
-                             "one reward function; scale_rewards as given; nanmean/nanstd per block of num_generations, eps 1e-4",
-                             {"num_generations": n, "reward_weights": [1.0], "scale_rewards": scale,
-                              "multi_objective_aggregation": "sum_then_normalize"},
-                             {"rewards_per_func": [[r] for r in rewards]}, {"advantages": adv}))
-    rpf = torch.tensor(rewards, dtype=torch.float32).unsqueeze(1)
-    adv = trl_advantages(rpf, n, [1.0], "group", "normalize_then_sum")
-    written.append(write(FOLDER, f"trl__advantages__normalize_then_sum__{name}", SRC_ADV,
-                         "GDPO with one reward function: group normalization, then batch normalization",
-                         {"num_generations": n, "reward_weights": [1.0], "scale_rewards": "group",
-                          "multi_objective_aggregation": "normalize_then_sum"},
-                         {"rewards_per_func": [[r] for r in rewards]}, {"advantages": adv}))
-
-# ---- advantages: several reward functions, some returning None -------------------------------------------
-N = None
-MULTI = {
-    # 3 groups of 4, functions: accuracy, format, length. Sample 5 is unscorable (every function None);
-    # in group 2 the format function scores a single sample; group 1's length function scores nobody.
-    "three_funcs": (4, [1.0, 0.5, 2.0], [
-        [1.0, 0.5, 0.3], [0.0, 0.5, 0.1], [0.0, N, 0.7], [1.0, 1.0, 0.2],
-        [0.0, 0.0, N], [N, N, N], [1.0, 0.5, N], [1.0, 1.0, N],
-        [0.0, N, 0.9], [1.0, 0.25, 0.4], [0.0, N, 0.4], [0.0, N, 0.6],
-    ]),
-    "two_funcs_g2": (2, [1.0, 1.0], [[1.0, N], [0.0, 0.3], [N, 0.8], [N, 0.2], [1.0, 1.0], [1.0, 1.0]]),
-    "uniform_with_none": (4, [1.0, 0.1], [[1.0, 0.2], [1.0, N], [1.0, 0.2], [1.0, 0.2], [0.0, N], [1.0, N], [0.5, N], [0.0, N]]),
-}
-for name, (n, weights, rows) in MULTI.items():
-    rpf = torch.tensor([[nan if v is None else v for v in r] for r in rows], dtype=torch.float32)
-    for aggregation in ("sum_then_normalize", "normalize_then_sum"):
-        for scale in (("group", "batch", "none") if aggregation == "sum_then_normalize" else ("group",)):
-            adv = trl_advantages(rpf.clone(), n, weights, scale, aggregation)
-            written.append(write(FOLDER, f"trl__advantages__{aggregation}__{scale}__{name}", SRC_ADV,
-                                 "several reward functions, None -> NaN; an all-None row is unscorable (NaN reward, advantage 0)",
-                                 {"num_generations": n, "reward_weights": weights, "scale_rewards": scale,
-                                  "multi_objective_aggregation": aggregation},
-                                 {"rewards_per_func": rows}, {"advantages": adv}))
-
 # ---- the loss -----------------------------------------------------------------------------------------------
 TB = token_batch()
 L = TB["response_lengths"]
@@ -143,24 +84,88 @@ def trl_loss(loss_type, *, level="token", beta=0.0, epsilon=0.2, epsilon_high=No
     return params, inputs_out, expected
 
 
-CASES = [
-    ("grpo", {}), ("bnpo", {}), ("dr_grpo", {}), ("dapo", {}), ("cispo", {"epsilon_high": 5.0}), ("sapo", {}),
-    ("luspo", {"level": "sequence"}), ("vespo", {}),
-    ("grpo", {"level": "sequence", "tag": "sequence"}), ("dapo", {"level": "sequence", "tag": "gspo"}),
-    ("dapo", {"epsilon_high": 0.28, "delta": 1.05, "tag": "clip_higher_delta"}),
-    ("dapo", {"beta": 0.04, "tag": "kl"}), ("bnpo", {"beta": 0.04, "bias_kl": True, "tag": "kl_bias_corrected"}),
-    ("dapo", {"processes": 2, "num_items": 90, "tag": "global_tokens"}),
-    ("grpo", {"accumulation": 4, "tag": "accumulation"}), ("dr_grpo", {"accumulation": 2, "max_completion_length": 32, "tag": "accumulation"}),
-    ("dapo", {"off_policy": 0.15, "tag": "off_policy_mask"}), ("grpo", {"vllm_is": True, "tag": "vllm_is"}),
-    ("vespo", {"vllm_is": True, "tag": "vllm_is"}), ("sapo", {"sapo": (2.0, 3.0), "level": "sequence", "tag": "sequence_temps"}),
-    ("dapo", {"tool_mask": True, "tag": "tool_mask"}), ("cispo", {"epsilon_high": 0.9, "level": "sequence", "tag": "sequence"}),
-]
-for loss_type, opts in CASES:
-    opts = dict(opts)
-    tag = opts.pop("tag", "default")
-    params, inputs, expected = trl_loss(loss_type, **opts)
-    written.append(write(FOLDER, f"trl__loss__{loss_type}__{tag}", SRC_LOSS,
-                         "per-token loss and its aggregation by loss_type (train mode, no entropy bonus)",
-                         params, inputs, expected))
+def main():
+    # ---- nanstd --------------------------------------------------------------------------------------------
+    nan = float("nan")
+    for label, values, dim in (
+        ("plain", [0.1, 0.5, 0.9, 0.3, -1.0, 2.5], None),
+        ("with_nan", [0.1, nan, 0.9, 0.3, nan, 2.5, 0.75], None),
+        ("one_value", [nan, 0.4, nan], None),
+        ("all_nan", [nan, nan], None),
+        ("rows", [[1.0, 0.0, nan, 1.0], [nan, nan, 0.5, nan], [0.25, 0.5, 0.75, 1.0]], 1),
+        ("large_offset", [1e6, 1e6 + 1, 1e6 + 2, nan, 1e6 + 3], None),
+    ):
+        t = torch.tensor(values, dtype=torch.float32)
+        out = nanstd(t, dim=dim) if dim is not None else nanstd(t)
+        written.append(write(FOLDER, f"trl__nanstd__{label}", upstream.source_ref(REPO, UTILS, "nanstd"),
+                             "Bessel-corrected std ignoring NaN (float32 nanmean two-pass; fewer than 2 values give NaN)",
+                             {"dim": dim}, {"tensor": values}, {"std": out}))
 
-print(f"trl: {len(written)} files")
+    # ---- advantages: one reward function over the shared sets ------------------------------------------------
+    SRC_ADV = upstream.source_ref(REPO, TRAINER, "GRPOTrainer._generate_and_score_completions")
+    for name, (n, rewards) in GROUP_SETS.items():
+        for scale in ("group", "batch", "none"):
+            rpf = torch.tensor(rewards, dtype=torch.float32).unsqueeze(1)
+            adv = trl_advantages(rpf, n, [1.0], scale, "sum_then_normalize")
+            written.append(write(FOLDER, f"trl__advantages__sum_then_normalize__{scale}__{name}", SRC_ADV,
+                                 "one reward function; scale_rewards as given; nanmean/nanstd per block of num_generations, eps 1e-4",
+                                 {"num_generations": n, "reward_weights": [1.0], "scale_rewards": scale,
+                                  "multi_objective_aggregation": "sum_then_normalize"},
+                                 {"rewards_per_func": [[r] for r in rewards]}, {"advantages": adv}))
+        rpf = torch.tensor(rewards, dtype=torch.float32).unsqueeze(1)
+        adv = trl_advantages(rpf, n, [1.0], "group", "normalize_then_sum")
+        written.append(write(FOLDER, f"trl__advantages__normalize_then_sum__{name}", SRC_ADV,
+                             "GDPO with one reward function: group normalization, then batch normalization",
+                             {"num_generations": n, "reward_weights": [1.0], "scale_rewards": "group",
+                              "multi_objective_aggregation": "normalize_then_sum"},
+                             {"rewards_per_func": [[r] for r in rewards]}, {"advantages": adv}))
+
+    # ---- advantages: several reward functions, some returning None -------------------------------------------
+    N = None
+    MULTI = {
+        # 3 groups of 4, functions: accuracy, format, length. Sample 5 is unscorable (every function None);
+        # in group 2 the format function scores a single sample; group 1's length function scores nobody.
+        "three_funcs": (4, [1.0, 0.5, 2.0], [
+            [1.0, 0.5, 0.3], [0.0, 0.5, 0.1], [0.0, N, 0.7], [1.0, 1.0, 0.2],
+            [0.0, 0.0, N], [N, N, N], [1.0, 0.5, N], [1.0, 1.0, N],
+            [0.0, N, 0.9], [1.0, 0.25, 0.4], [0.0, N, 0.4], [0.0, N, 0.6],
+        ]),
+        "two_funcs_g2": (2, [1.0, 1.0], [[1.0, N], [0.0, 0.3], [N, 0.8], [N, 0.2], [1.0, 1.0], [1.0, 1.0]]),
+        "uniform_with_none": (4, [1.0, 0.1], [[1.0, 0.2], [1.0, N], [1.0, 0.2], [1.0, 0.2], [0.0, N], [1.0, N], [0.5, N], [0.0, N]]),
+    }
+    for name, (n, weights, rows) in MULTI.items():
+        rpf = torch.tensor([[nan if v is None else v for v in r] for r in rows], dtype=torch.float32)
+        for aggregation in ("sum_then_normalize", "normalize_then_sum"):
+            for scale in (("group", "batch", "none") if aggregation == "sum_then_normalize" else ("group",)):
+                adv = trl_advantages(rpf.clone(), n, weights, scale, aggregation)
+                written.append(write(FOLDER, f"trl__advantages__{aggregation}__{scale}__{name}", SRC_ADV,
+                                     "several reward functions, None -> NaN; an all-None row is unscorable (NaN reward, advantage 0)",
+                                     {"num_generations": n, "reward_weights": weights, "scale_rewards": scale,
+                                      "multi_objective_aggregation": aggregation},
+                                     {"rewards_per_func": rows}, {"advantages": adv}))
+
+    CASES = [
+        ("grpo", {}), ("bnpo", {}), ("dr_grpo", {}), ("dapo", {}), ("cispo", {"epsilon_high": 5.0}), ("sapo", {}),
+        ("luspo", {"level": "sequence"}), ("vespo", {}),
+        ("grpo", {"level": "sequence", "tag": "sequence"}), ("dapo", {"level": "sequence", "tag": "gspo"}),
+        ("dapo", {"epsilon_high": 0.28, "delta": 1.05, "tag": "clip_higher_delta"}),
+        ("dapo", {"beta": 0.04, "tag": "kl"}), ("bnpo", {"beta": 0.04, "bias_kl": True, "tag": "kl_bias_corrected"}),
+        ("dapo", {"processes": 2, "num_items": 90, "tag": "global_tokens"}),
+        ("grpo", {"accumulation": 4, "tag": "accumulation"}), ("dr_grpo", {"accumulation": 2, "max_completion_length": 32, "tag": "accumulation"}),
+        ("dapo", {"off_policy": 0.15, "tag": "off_policy_mask"}), ("grpo", {"vllm_is": True, "tag": "vllm_is"}),
+        ("vespo", {"vllm_is": True, "tag": "vllm_is"}), ("sapo", {"sapo": (2.0, 3.0), "level": "sequence", "tag": "sequence_temps"}),
+        ("dapo", {"tool_mask": True, "tag": "tool_mask"}), ("cispo", {"epsilon_high": 0.9, "level": "sequence", "tag": "sequence"}),
+    ]
+    for loss_type, opts in CASES:
+        opts = dict(opts)
+        tag = opts.pop("tag", "default")
+        params, inputs, expected = trl_loss(loss_type, **opts)
+        written.append(write(FOLDER, f"trl__loss__{loss_type}__{tag}", SRC_LOSS,
+                             "per-token loss and its aggregation by loss_type (train mode, no entropy bonus)",
+                             params, inputs, expected))
+
+    print(f"trl: {len(written)} files")
+
+
+if __name__ == "__main__":
+    main()
