@@ -98,8 +98,8 @@ export function splitTokens<T extends FloatArray | Uint8Array>(
 }
 
 export interface BroadcastOptions {
-  /** `allTokens` (slime: masked tokens keep the value; the mask acts in the loss) or `maskedTokens` (verl: zeroed). */
-  mode?: BroadcastMode;
+  /** `allTokens` (slime, TRL: masked tokens keep the value; the mask acts in the loss) or `maskedTokens` (verl: value × mask). */
+  mode?: Exclude<BroadcastMode, 'throughLastToken'>;
   dtype?: Dtype;
   /** Write into this array (exactly `Σ responseLengths` long) instead of a new one: reuse it across steps. */
   out?: FloatArray;
@@ -120,95 +120,183 @@ export function broadcastToTokens(
     throw new ValidationError('mode', `must be 'allTokens' or 'maskedTokens', found ${describeValue(mode)}`);
   }
   const n = advantages.length;
-  const offsets = tokenOffsets(responseLengths, n);
-  const total = offsets[n]!;
+  // The float32 path with a flat mask needs no offsets array: validate the lengths, then walk them.
+  const f32Out = options.out ? options.out instanceof Float32Array : dtype === 'float32';
+  const needsOffsets = !f32Out || (lossMasks !== null && !(lossMasks instanceof Uint8Array));
+  const offsets = needsOffsets ? tokenOffsets(responseLengths, n) : null;
+  const total = offsets ? offsets[n]! : countTokens(responseLengths, n);
   if (options.out && options.out.length !== total) {
     throw new ValidationError(
       'out',
       `has ${options.out.length} elements but the responses hold ${total} tokens`,
     );
   }
-  const out = options.out ?? allocate(dtype, total);
-  const mask = lossMasks ? flattenMasks(lossMasks, offsets) : null;
+  const out = options.out ?? (dtype === 'float32' ? uninitializedF32(total) : allocate(dtype, total));
+  let mask: Uint8Array | null = null;
+  if (lossMasks instanceof Uint8Array) {
+    if (lossMasks.length !== total) {
+      throw new ValidationError(
+        'lossMasks',
+        `flat mask has ${lossMasks.length} entries but the responses hold ${total} tokens; pass one mask value per response token`,
+      );
+    }
+    mask = lossMasks;
+  } else if (lossMasks) mask = flattenMasks(lossMasks, offsets ?? tokenOffsets(responseLengths, n));
   if (mode === 'maskedTokens' && !mask) {
     throw new ValidationError('lossMasks', "mode 'maskedTokens' needs the loss masks");
   }
   // Hot loops are written once per array type: a loop that sees both Float32Array and Float64Array
   // runs many times slower.
   if (out instanceof Float32Array) {
-    if (mode === 'maskedTokens') fillMaskedF32(out, advantages, offsets, mask!);
-    else fillF32(out, advantages, offsets);
+    fillF32(out, advantages, responseLengths, mode === 'maskedTokens' ? mask! : null);
   } else {
-    for (let i = 0; i < n; i++) out.fill(advantages[i]!, offsets[i]!, offsets[i + 1]!);
-    if (mode === 'maskedTokens') for (let t = 0; t < total; t++) if (mask![t] === 0) out[t] = 0;
+    const at = offsets ?? tokenOffsets(responseLengths, n);
+    for (let i = 0; i < n; i++) out.fill(advantages[i]!, at[i]!, at[i + 1]!);
+    if (mode === 'maskedTokens') for (let t = 0; t < total; t++) if (mask![t] === 0) out[t] = out[t]! * 0;
   }
   return out;
 }
 
-function fillF32(out: Float32Array, values: ArrayLike<number>, offsets: Int32Array): void {
-  for (let i = 0; i + 1 < offsets.length; i++) {
-    const a = values[i]!;
-    const to = offsets[i + 1]!;
-    let t = offsets[i]!;
-    // fill() costs a call per sample, which only pays off on long responses.
-    if (to - t >= 256) {
-      out.fill(a, t, to);
-      continue;
+/** `tokenOffsets` without the array: the validated total. */
+function countTokens(responseLengths: ArrayLike<number>, count: number): number {
+  if (
+    responseLengths == null ||
+    typeof responseLengths.length !== 'number' ||
+    responseLengths.length !== count
+  ) {
+    return tokenOffsets(responseLengths, count)[count]!; // throws the detailed error
+  }
+  let total = 0;
+  for (let i = 0; i < count; i++) {
+    const len = responseLengths[i]!;
+    if (!((len | 0) === len && len >= 0)) return tokenOffsets(responseLengths, count)[count]!;
+    total += len;
+  }
+  if (total > 0x7fffffff) return tokenOffsets(responseLengths, count)[count]!;
+  return total;
+}
+
+/**
+ * A Float32Array every element of which the caller overwrites: large ones skip the zero fill
+ * (`Buffer.allocUnsafe` gives them a buffer of their own; small ones would share Node's pool).
+ */
+function uninitializedF32(length: number): Float32Array {
+  if (length < 1024) return new Float32Array(length);
+  const bytes = Buffer.allocUnsafe(length * 4);
+  return new Float32Array(bytes.buffer, bytes.byteOffset, length);
+}
+
+/**
+ * Write each sample's value (or, with a mask, `value × mask`) over its tokens. Stores go through
+ * int32 and float64 views (int32, not uint32: a float with its sign bit set stays a small integer for
+ * the JIT): two equal float32 values are one 8-byte store of the float64 whose bit pattern is the
+ * pair (a finite float32 always makes a finite float64, so no NaN canonicalization can alter it).
+ * With a mask, the masked tokens are zeroed afterwards.
+ */
+/** Reused across calls: `pairs[i]` is the float64 whose two halves are sample i's float32 bits. */
+let pairs = new Float64Array(1024);
+let pairHalves = new Int32Array(pairs.buffer);
+
+function fillF32(
+  out: Float32Array,
+  values: ArrayLike<number>,
+  lengths: ArrayLike<number>,
+  mask: Uint8Array | null,
+): void {
+  const n = lengths.length;
+  const f32values = values instanceof Float32Array ? values : Float32Array.from(values);
+  const bits = new Int32Array(f32values.buffer, f32values.byteOffset, n);
+  const i32 = new Int32Array(out.buffer, out.byteOffset, out.length);
+  if (pairs.length < n) {
+    pairs = new Float64Array(n * 2);
+    pairHalves = new Int32Array(pairs.buffer);
+  }
+  let finite = out.byteOffset % 8 === 0;
+  for (let i = 0; i < n; i++) {
+    const b = bits[i]!;
+    pairHalves[2 * i] = b;
+    pairHalves[2 * i + 1] = b;
+    if ((b & 0x7f800000) === 0x7f800000) finite = false;
+  }
+  if (!finite) {
+    // An output not 8-byte aligned, or a non-finite value: one 4-byte store per token.
+    for (let i = 0, t = 0; i < n; i++) {
+      const zero = zeroBits(f32values[i]!);
+      for (const to = t + lengths[i]!; t < to; t++) i32[t] = mask === null || mask[t] !== 0 ? bits[i]! : zero;
     }
-    for (; t + 4 <= to; t += 4) {
-      out[t] = a;
-      out[t + 1] = a;
-      out[t + 2] = a;
-      out[t + 3] = a;
+    return;
+  }
+  const f64 = new Float64Array(out.buffer, out.byteOffset, out.length >> 1);
+  if (mask === null) {
+    for (let i = 0, t = 0; i < n; i++) {
+      const to = t + lengths[i]!;
+      fillPairs(i32, f64, bits[i]!, pairs[i]!, t, to);
+      t = to;
     }
-    for (; t < to; t++) out[t] = a;
+    return;
+  }
+  // Word w of the mask holds tokens 4w..4w+3 (little-endian bytes); copy a mask that is not 4-byte aligned.
+  const m = mask.byteOffset % 4 !== 0 ? mask.slice() : mask;
+  const words = new Int32Array(m.buffer, m.byteOffset, m.length >> 2);
+  for (let i = 0, from = 0; i < n; i++) {
+    const to = from + lengths[i]!;
+    fillPairs(i32, f64, bits[i]!, pairs[i]!, from, to);
+    // Then zero the masked tokens, reading the mask four bytes at a time. Masks are mostly 1: the AND
+    // of four words is 0x01010101 only if all sixteen bytes are odd (non-zero), so one compare skips them.
+    const zero = bits[i]! & 0x80000000; // finite value × 0: ±0 with the value's sign, as torch gives
+    let j = from;
+    for (; j < to && (j & 3) !== 0; j++) if (m[j] === 0) i32[j] = zero;
+    const wordEnd = to & ~3;
+    for (; j + 16 <= wordEnd; j += 16) {
+      const w = j >> 2;
+      if ((words[w]! & words[w + 1]! & words[w + 2]! & words[w + 3]!) === 0x01010101) continue;
+      for (let q = j; q < j + 16; q += 4) zeroMasked(i32, words[q >> 2]!, q, zero);
+    }
+    for (; j < wordEnd; j += 4) zeroMasked(i32, words[j >> 2]!, j, zero);
+    for (; j < to; j++) if (m[j] === 0) i32[j] = zero;
+    from = to;
   }
 }
 
-/** One pass writing `a` or 0, reading the mask four bytes at a time (masks are mostly 1). */
-function fillMaskedF32(
-  out: Float32Array,
-  values: ArrayLike<number>,
-  offsets: Int32Array,
-  flatMask: Uint8Array,
+/** Tokens `t..to` get the value whose bits are `b`: 8-byte stores of its pair, 4-byte ones at odd ends. */
+function fillPairs(
+  i32: Int32Array,
+  f64: Float64Array,
+  b: number,
+  pair: number,
+  from: number,
+  to: number,
 ): void {
-  // Word w holds tokens 4w..4w+3 (little-endian bytes); copy a mask that does not start 4-byte aligned.
-  const mask = flatMask.byteOffset % 4 === 0 ? flatMask : flatMask.slice();
-  const words = new Uint32Array(mask.buffer, mask.byteOffset, mask.length >> 2);
-  for (let i = 0; i + 1 < offsets.length; i++) {
-    const a = values[i]!;
-    const to = offsets[i + 1]!;
-    let t = offsets[i]!;
-    for (; t < to && (t & 3) !== 0; t++) out[t] = mask[t] !== 0 ? a : 0;
-    const wordEnd = to & ~3;
-    if (wordEnd - t >= 256) {
-      // Long response: fill (write-only, the fastest store), then zero the few masked tokens.
-      out.fill(a, t, wordEnd);
-      for (; t < wordEnd; t += 4) {
-        const v = words[t >> 2]!;
-        if (v === 0x01010101) continue;
-        if ((v & 0xff) === 0) out[t] = 0;
-        if ((v & 0xff00) === 0) out[t + 1] = 0;
-        if ((v & 0xff0000) === 0) out[t + 2] = 0;
-        if (v >>> 24 === 0) out[t + 3] = 0;
-      }
-    }
-    for (; t < wordEnd; t += 4) {
-      const v = words[t >> 2]!;
-      if (v === 0x01010101) {
-        out[t] = a;
-        out[t + 1] = a;
-        out[t + 2] = a;
-        out[t + 3] = a;
-      } else {
-        out[t] = (v & 0xff) !== 0 ? a : 0;
-        out[t + 1] = (v & 0xff00) !== 0 ? a : 0;
-        out[t + 2] = (v & 0xff0000) !== 0 ? a : 0;
-        out[t + 3] = v >>> 24 !== 0 ? a : 0;
-      }
-    }
-    for (; t < to; t++) out[t] = mask[t] !== 0 ? a : 0;
+  let t = from;
+  if (t < to && t & 1) i32[t++] = b;
+  const end = to >> 1;
+  let k = t >> 1;
+  for (; k + 4 <= end; k += 4) {
+    f64[k] = pair;
+    f64[k + 1] = pair;
+    f64[k + 2] = pair;
+    f64[k + 3] = pair;
   }
+  for (; k < end; k++) f64[k] = pair;
+  if (to & 1 && to - 1 >= t) i32[to - 1] = b;
+}
+
+/** Zero the tokens `q..q+3` whose mask byte in word `v` is 0. */
+function zeroMasked(i32: Int32Array, v: number, q: number, zero: number): void {
+  if (v === 0x01010101) return;
+  if ((v & 0xff) === 0) i32[q] = zero;
+  if ((v & 0xff00) === 0) i32[q + 1] = zero;
+  if ((v & 0xff0000) === 0) i32[q + 2] = zero;
+  if (v >>> 24 === 0) i32[q + 3] = zero;
+}
+
+const scratch = new Float32Array(1);
+const scratchBits = new Int32Array(scratch.buffer);
+
+/** The int32 bits of `float32(v) × 0` (±0, or NaN for a non-finite value). */
+function zeroBits(v: number): number {
+  scratch[0] = v * 0;
+  return scratchBits[0]!;
 }
 
 export interface WhitenOptions {
