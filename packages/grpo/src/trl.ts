@@ -90,7 +90,7 @@ function rewardMatrix(rewardsPerFunc: ReadonlyArray<RewardScores>, options: Mult
   if (!(Number.isInteger(G) && G > 0 && B > 0 && B % G === 0)) {
     throw new ValidationError(
       'groupSize',
-      `${B} samples do not split into groups of ${describeValue(G)} (num_generations); TRL reshapes the batch to (-1, num_generations)`,
+      `${B} samples do not split into groups of ${Number.isInteger(G) && G > 0 ? G : describeValue(G)} (num_generations); TRL reshapes the batch to (-1, num_generations)`,
     );
   }
   const w = options.weights ?? Array.from({ length: F }, () => 1);

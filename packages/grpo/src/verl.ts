@@ -139,7 +139,7 @@ export function verlAdvantages(input: VerlAdvantageInput, options: VerlAdvantage
   const groups = () => grouping(input.index, n);
   switch (estimator) {
     case 'gae':
-      return gae(
+      return verlGae(
         layout,
         rewards,
         pad(layout, required(input.values, 'values'), 'values'),
@@ -157,10 +157,10 @@ export function verlAdvantages(input: VerlAdvantageInput, options: VerlAdvantage
         ...(epsilon !== undefined ? { epsilon } : {}),
       });
       const g = estimator === 'grpo' ? groups() : vectorizedGrouping(required(input.index, 'index'));
-      return same(perSample(normalizeGroups(scores(), g, c, { trainerResidual: true })));
+      return sameAsReturns(perSample(normalizeGroups(scores(), g, c, { trainerResidual: true })));
     }
     case 'grpo_passk':
-      return same(
+      return sameAsReturns(
         perSample(
           grpoPassKAdvantages(scores(), {
             ...groupOptions(input.index),
@@ -172,7 +172,7 @@ export function verlAdvantages(input: VerlAdvantageInput, options: VerlAdvantage
       );
     case 'rloo':
     case 'rloo_vectorized':
-      return same(
+      return sameAsReturns(
         perSample(
           rlooAdvantages(scores(), {
             ...groupOptions(input.index),
@@ -182,11 +182,11 @@ export function verlAdvantages(input: VerlAdvantageInput, options: VerlAdvantage
         ),
       );
     case 'opo':
-      return same(
+      return sameAsReturns(
         perSample(opoAdvantages(scores(), maskCounts(layout), { ...groupOptions(input.index), dtype })),
       );
     case 'gpg':
-      return same(
+      return sameAsReturns(
         perSample(
           gpgAdvantages(scores(), {
             ...groupOptions(input.index),
@@ -204,7 +204,7 @@ export function verlAdvantages(input: VerlAdvantageInput, options: VerlAdvantage
         'scores',
       );
       const whitened = verlMaskedWhiten(centred, mask, dtype).map((v, k) => r(v * mask[k]!));
-      return same(whitened, layout);
+      return sameAsReturns(whitened, layout);
     }
     case 'reinforce_plus_plus': {
       const returns = allocate(dtype, rewards.length);
@@ -243,7 +243,7 @@ export function verlAdvantages(input: VerlAdvantageInput, options: VerlAdvantage
   }
 }
 
-function same(advantages: FloatArray, layout?: PaddedLayout): VerlAdvantages {
+function sameAsReturns(advantages: FloatArray, layout?: PaddedLayout): VerlAdvantages {
   const flat = layout ? unpad(layout, advantages) : advantages;
   return { advantages: flat, returns: flat };
 }
@@ -425,7 +425,7 @@ export function verlMaskedWhiten(
 }
 
 /** verl GAE: observation tokens (mask 0) pass the next value and advantage through; then `masked_whiten`. */
-function gae(
+function verlGae(
   layout: PaddedLayout,
   rewards: FloatArray,
   values: FloatArray,
