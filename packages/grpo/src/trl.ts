@@ -470,8 +470,9 @@ function vespoWeights(
   });
 }
 
+/** torch's float32 sigmoid: `(exp(−x) + 1).reciprocal()`, each op rounded. */
 function sigmoid(x: number): number {
-  return f32(1 / (1 + Math.exp(-x)));
+  return f32(1 / f32(1 + f32(Math.exp(-x))));
 }
 
 function required<T>(value: T | undefined | null, name: string): T {

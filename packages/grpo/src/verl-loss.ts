@@ -365,7 +365,9 @@ function sapo(b: Batch, tauPos: number, tauNeg: number, finish: Finish): VerlPol
   const losses = ratio.map((x, k) => {
     const a = b.adv[k]!;
     const tau = r(a > 0 ? tauPos : tauNeg);
-    const gate = r(r(1 / (1 + Math.exp(-r(tau * r(x - 1))))) * r(4 / tau));
+    // torch's sigmoid: (exp(−z) + 1).reciprocal(), each op rounded.
+    const z = r(tau * r(x - 1));
+    const gate = r(r(1 / r(1 + r(Math.exp(-z)))) * r(4 / tau));
     return r(-gate * a);
   });
   return finish(losses, {

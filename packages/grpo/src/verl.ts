@@ -243,6 +243,7 @@ export function verlAdvantages(input: VerlAdvantageInput, options: VerlAdvantage
   }
 }
 
+/** The estimators whose returns are their advantages (back on the flat layout when given a padded one). */
 function sameAsReturns(advantages: FloatArray, layout?: PaddedLayout): VerlAdvantages {
   const flat = layout ? unpad(layout, advantages) : advantages;
   return { advantages: flat, returns: flat };
