@@ -227,67 +227,69 @@ function fillF32(
     return;
   }
   const f64 = new Float64Array(out.buffer, out.byteOffset, out.length >> 1);
-  if (mask === null) {
-    for (let i = 0, t = 0; i < n; i++) {
-      const to = t + lengths[i]!;
-      fillPairs(i32, f64, bits[i]!, pairs[i]!, t, to);
-      t = to;
-    }
-    return;
-  }
   // Word w of the mask holds tokens 4w..4w+3 (little-endian bytes); copy a mask that is not 4-byte aligned.
-  const m = mask.byteOffset % 4 !== 0 ? mask.slice() : mask;
-  const words = new Int32Array(m.buffer, m.byteOffset, m.length >> 2);
-  for (let i = 0, from = 0; i < n; i++) {
-    const to = from + lengths[i]!;
-    fillPairs(i32, f64, bits[i]!, pairs[i]!, from, to);
-    // Then zero the masked tokens, reading the mask four bytes at a time. Masks are mostly 1: the AND
-    // of four words is 0x01010101 only if all sixteen bytes are odd (non-zero), so one compare skips them.
-    const zero = bits[i]! & 0x80000000; // finite value × 0: ±0 with the value's sign, as torch gives
-    let j = from;
-    for (; j < to && (j & 3) !== 0; j++) if (m[j] === 0) i32[j] = zero;
-    const wordEnd = to & ~3;
-    for (; j + 16 <= wordEnd; j += 16) {
-      const w = j >> 2;
-      if ((words[w]! & words[w + 1]! & words[w + 2]! & words[w + 3]!) === 0x01010101) continue;
-      for (let q = j; q < j + 16; q += 4) zeroMasked(i32, words[q >> 2]!, q, zero);
-    }
-    for (; j < wordEnd; j += 4) zeroMasked(i32, words[j >> 2]!, j, zero);
-    for (; j < to; j++) if (m[j] === 0) i32[j] = zero;
-    from = to;
+  const m = mask === null || mask.byteOffset % 4 === 0 ? mask : mask.slice();
+  const words = m === null ? null : new Int32Array(m.buffer, m.byteOffset, m.length >> 2);
+  // Fill a chunk of responses, then zero its masked tokens while the chunk is still in cache. The pair
+  // stores are written out here, not in a helper: V8 does not inline a helper into a function this
+  // size, and a call per response costs as much as a 32-token fill.
+  for (let i = 0, from = 0; i < n; ) {
+    const chunkStart = from;
+    do {
+      const b = bits[i]!;
+      const pair = pairs[i]!;
+      const to = from + lengths[i]!;
+      let t = from;
+      if (t < to && t & 1) i32[t++] = b;
+      const end = to >> 1;
+      let k = t >> 1;
+      for (; k + 4 <= end; k += 4) {
+        f64[k] = pair;
+        f64[k + 1] = pair;
+        f64[k + 2] = pair;
+        f64[k + 3] = pair;
+      }
+      for (; k < end; k++) f64[k] = pair;
+      if (to & 1 && to - 1 >= t) i32[to - 1] = b;
+      from = to;
+      i++;
+    } while (i < n && from - chunkStart < CHUNK_TOKENS);
+    if (words !== null) zeroMaskedTokens(i32, m!, words, chunkStart, from);
   }
 }
 
-/** Tokens `t..to` get the value whose bits are `b`: 8-byte stores of its pair, 4-byte ones at odd ends. */
-function fillPairs(
+/** Tokens filled before their masked ones are zeroed: 32 KiB of output, so the zeroing hits the cache. */
+const CHUNK_TOKENS = 8192;
+
+/**
+ * Masked tokens of `[from, to)` become `value × 0`: ±0 with the sign of the value already stored
+ * there, as torch gives for a finite value. The mask is read four bytes at a time; masks are mostly 1,
+ * and the AND of four words is 0x01010101 only if all sixteen bytes are odd (non-zero), so one compare
+ * skips them.
+ */
+function zeroMaskedTokens(
   i32: Int32Array,
-  f64: Float64Array,
-  b: number,
-  pair: number,
+  mask: Uint8Array,
+  words: Int32Array,
   from: number,
   to: number,
 ): void {
-  let t = from;
-  if (t < to && t & 1) i32[t++] = b;
-  const end = to >> 1;
-  let k = t >> 1;
-  for (; k + 4 <= end; k += 4) {
-    f64[k] = pair;
-    f64[k + 1] = pair;
-    f64[k + 2] = pair;
-    f64[k + 3] = pair;
+  let j = from;
+  for (; j < to && (j & 3) !== 0; j++) if (mask[j] === 0) i32[j] = i32[j]! & 0x80000000;
+  const wordEnd = to & ~3;
+  for (; j + 16 <= wordEnd; j += 16) {
+    const w = j >> 2;
+    if ((words[w]! & words[w + 1]! & words[w + 2]! & words[w + 3]!) === 0x01010101) continue;
+    for (let q = j; q < j + 16; q += 4) {
+      const v = words[q >> 2]!;
+      if (v === 0x01010101) continue;
+      if ((v & 0xff) === 0) i32[q] = i32[q]! & 0x80000000;
+      if ((v & 0xff00) === 0) i32[q + 1] = i32[q + 1]! & 0x80000000;
+      if ((v & 0xff0000) === 0) i32[q + 2] = i32[q + 2]! & 0x80000000;
+      if (v >>> 24 === 0) i32[q + 3] = i32[q + 3]! & 0x80000000;
+    }
   }
-  for (; k < end; k++) f64[k] = pair;
-  if (to & 1 && to - 1 >= t) i32[to - 1] = b;
-}
-
-/** Zero the tokens `q..q+3` whose mask byte in word `v` is 0. */
-function zeroMasked(i32: Int32Array, v: number, q: number, zero: number): void {
-  if (v === 0x01010101) return;
-  if ((v & 0xff) === 0) i32[q] = zero;
-  if ((v & 0xff00) === 0) i32[q + 1] = zero;
-  if ((v & 0xff0000) === 0) i32[q + 2] = zero;
-  if (v >>> 24 === 0) i32[q + 3] = zero;
+  for (; j < to; j++) if (mask[j] === 0) i32[j] = i32[j]! & 0x80000000;
 }
 
 const scratch = new Float32Array(1);
