@@ -113,10 +113,16 @@ describe('broadcastToTokens', () => {
     );
     fc.assert(
       fc.property(
-        fc.array(fc.record({ a: value, mask: fc.array(fc.constantFrom(0, 1, 1, 1, 2), { maxLength: 70 }) }), {
-          minLength: 1,
-          maxLength: 10,
-        }),
+        fc.array(
+          fc.record({
+            a: value,
+            mask: fc.array(fc.constantFrom(0, 1, 1, 1, 1, 2, 3, 255), { maxLength: 70 }),
+          }),
+          {
+            minLength: 1,
+            maxLength: 10,
+          },
+        ),
         fc.nat(3),
         fc.constantFrom('allTokens', 'maskedTokens') as fc.Arbitrary<'allTokens' | 'maskedTokens'>,
         (samples, shift, mode) => {

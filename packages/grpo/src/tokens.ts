@@ -120,18 +120,19 @@ export function broadcastToTokens(
     throw new ValidationError('mode', `must be 'allTokens' or 'maskedTokens', found ${describeValue(mode)}`);
   }
   const n = advantages.length;
-  // The float32 path with a flat mask needs no offsets array: validate the lengths, then walk them.
   const f32Out = options.out ? options.out instanceof Float32Array : dtype === 'float32';
-  const needsOffsets = !f32Out || (lossMasks !== null && !(lossMasks instanceof Uint8Array));
-  const offsets = needsOffsets ? tokenOffsets(responseLengths, n) : null;
-  const total = offsets ? offsets[n]! : countTokens(responseLengths, n);
+  // The float32 path with a flat mask needs no offsets array: one pass validates the lengths and
+  // prepares the stored values; the fill then walks the lengths.
+  const flatMask = lossMasks === null || lossMasks instanceof Uint8Array;
+  const offsets = f32Out && flatMask ? null : tokenOffsets(responseLengths, n);
+  const prepared = f32Out ? prepareF32(advantages, responseLengths, n) : null;
+  const total = prepared ? prepared.total : offsets![n]!;
   if (options.out && options.out.length !== total) {
     throw new ValidationError(
       'out',
       `has ${options.out.length} elements but the responses hold ${total} tokens`,
     );
   }
-  const out = options.out ?? (dtype === 'float32' ? uninitializedF32(total) : allocate(dtype, total));
   let mask: Uint8Array | null = null;
   if (lossMasks instanceof Uint8Array) {
     if (lossMasks.length !== total) {
@@ -141,39 +142,57 @@ export function broadcastToTokens(
       );
     }
     mask = lossMasks;
-  } else if (lossMasks) mask = flattenMasks(lossMasks, offsets ?? tokenOffsets(responseLengths, n));
+  } else if (lossMasks) mask = flattenMasks(lossMasks, offsets!);
   if (mode === 'maskedTokens' && !mask) {
     throw new ValidationError('lossMasks', "mode 'maskedTokens' needs the loss masks");
   }
+  const out = options.out ?? (dtype === 'float32' ? uninitializedF32(total) : allocate(dtype, total));
   // Hot loops are written once per array type: a loop that sees both Float32Array and Float64Array
   // runs many times slower.
   if (out instanceof Float32Array) {
-    fillF32(out, advantages, responseLengths, mode === 'maskedTokens' ? mask! : null);
+    fillF32(out, prepared!, responseLengths, mode === 'maskedTokens' ? mask! : null);
   } else {
-    const at = offsets ?? tokenOffsets(responseLengths, n);
-    for (let i = 0; i < n; i++) out.fill(advantages[i]!, at[i]!, at[i + 1]!);
+    for (let i = 0; i < n; i++) out.fill(advantages[i]!, offsets![i]!, offsets![i + 1]!);
     if (mode === 'maskedTokens') for (let t = 0; t < total; t++) if (mask![t] === 0) out[t] = out[t]! * 0;
   }
   return out;
 }
 
-/** `tokenOffsets` without the array: the validated total. */
-function countTokens(responseLengths: ArrayLike<number>, count: number): number {
-  if (
-    responseLengths == null ||
-    typeof responseLengths.length !== 'number' ||
-    responseLengths.length !== count
-  ) {
-    return tokenOffsets(responseLengths, count)[count]!; // throws the detailed error
+/** The values as float32, their bits, and whether all are finite; `pairs` filled; the lengths validated. */
+interface PreparedF32 {
+  total: number;
+  values: Float32Array;
+  bits: Int32Array;
+  finite: boolean;
+}
+
+/** Reused across calls: `pairs[i]` is the float64 whose two halves are sample i's float32 bits. */
+let pairs = new Float64Array(1024);
+let pairHalves = new Int32Array(pairs.buffer);
+
+function prepareF32(values: ArrayLike<number>, lengths: ArrayLike<number>, n: number): PreparedF32 {
+  if (lengths == null || typeof lengths.length !== 'number' || lengths.length !== n) {
+    tokenOffsets(lengths, n); // throws the detailed error
+  }
+  const f32values = values instanceof Float32Array ? values : Float32Array.from(values);
+  const bits = new Int32Array(f32values.buffer, f32values.byteOffset, n);
+  if (pairs.length < n) {
+    pairs = new Float64Array(n * 2);
+    pairHalves = new Int32Array(pairs.buffer);
   }
   let total = 0;
-  for (let i = 0; i < count; i++) {
-    const len = responseLengths[i]!;
-    if (!((len | 0) === len && len >= 0)) return tokenOffsets(responseLengths, count)[count]!;
+  let finite = true;
+  for (let i = 0; i < n; i++) {
+    const len = lengths[i]!;
+    if (!((len | 0) === len && len >= 0)) tokenOffsets(lengths, n); // throws, naming the entry
     total += len;
+    const b = bits[i]!;
+    pairHalves[2 * i] = b;
+    pairHalves[2 * i + 1] = b;
+    if ((b & 0x7f800000) === 0x7f800000) finite = false;
   }
-  if (total > 0x7fffffff) return tokenOffsets(responseLengths, count)[count]!;
-  return total;
+  if (total > 0x7fffffff) tokenOffsets(lengths, n);
+  return { total, values: f32values, bits, finite };
 }
 
 /**
@@ -190,52 +209,31 @@ function uninitializedF32(length: number): Float32Array {
  * Write each sample's value (or, with a mask, `value × mask`) over its tokens. Stores go through
  * int32 and float64 views (int32, not uint32: a float with its sign bit set stays a small integer for
  * the JIT): two equal float32 values are one 8-byte store of the float64 whose bit pattern is the
- * pair (a finite float32 always makes a finite float64, so no NaN canonicalization can alter it).
- * With a mask, the masked tokens are zeroed afterwards.
+ * pair (a finite float32 always makes a finite float64, so no NaN canonicalization can alter it),
+ * and the mask is read four bytes at a time.
  */
-/** Reused across calls: `pairs[i]` is the float64 whose two halves are sample i's float32 bits. */
-let pairs = new Float64Array(1024);
-let pairHalves = new Int32Array(pairs.buffer);
-
 function fillF32(
   out: Float32Array,
-  values: ArrayLike<number>,
+  p: PreparedF32,
   lengths: ArrayLike<number>,
   mask: Uint8Array | null,
 ): void {
   const n = lengths.length;
-  const f32values = values instanceof Float32Array ? values : Float32Array.from(values);
-  const bits = new Int32Array(f32values.buffer, f32values.byteOffset, n);
+  const { bits } = p;
   const i32 = new Int32Array(out.buffer, out.byteOffset, out.length);
-  if (pairs.length < n) {
-    pairs = new Float64Array(n * 2);
-    pairHalves = new Int32Array(pairs.buffer);
-  }
-  let finite = out.byteOffset % 8 === 0;
-  for (let i = 0; i < n; i++) {
-    const b = bits[i]!;
-    pairHalves[2 * i] = b;
-    pairHalves[2 * i + 1] = b;
-    if ((b & 0x7f800000) === 0x7f800000) finite = false;
-  }
-  if (!finite) {
+  if (!p.finite || out.byteOffset % 8 !== 0) {
     // An output not 8-byte aligned, or a non-finite value: one 4-byte store per token.
     for (let i = 0, t = 0; i < n; i++) {
-      const zero = zeroBits(f32values[i]!);
+      const zero = zeroBits(p.values[i]!);
       for (const to = t + lengths[i]!; t < to; t++) i32[t] = mask === null || mask[t] !== 0 ? bits[i]! : zero;
     }
     return;
   }
   const f64 = new Float64Array(out.buffer, out.byteOffset, out.length >> 1);
-  // Word w of the mask holds tokens 4w..4w+3 (little-endian bytes); copy a mask that is not 4-byte aligned.
-  const m = mask === null || mask.byteOffset % 4 === 0 ? mask : mask.slice();
-  const words = m === null ? null : new Int32Array(m.buffer, m.byteOffset, m.length >> 2);
-  // Fill a chunk of responses, then zero its masked tokens while the chunk is still in cache. The pair
-  // stores are written out here, not in a helper: V8 does not inline a helper into a function this
-  // size, and a call per response costs as much as a 32-token fill.
-  for (let i = 0, from = 0; i < n; ) {
-    const chunkStart = from;
-    do {
+  // The stores are written out in each loop, not in a helper: V8 does not inline a helper into a
+  // function this size, and a call per response costs as much as a 32-token fill.
+  if (mask === null) {
+    for (let i = 0, from = 0; i < n; i++) {
       const b = bits[i]!;
       const pair = pairs[i]!;
       const to = from + lengths[i]!;
@@ -252,45 +250,68 @@ function fillF32(
       for (; k < end; k++) f64[k] = pair;
       if (to & 1 && to - 1 >= t) i32[to - 1] = b;
       from = to;
-      i++;
-    } while (i < n && from - chunkStart < CHUNK_TOKENS);
-    if (words !== null) zeroMaskedTokens(i32, m!, words, chunkStart, from);
-  }
-}
-
-/** Tokens filled before their masked ones are zeroed: 32 KiB of output, so the zeroing hits the cache. */
-const CHUNK_TOKENS = 8192;
-
-/**
- * Masked tokens of `[from, to)` become `value × 0`: ±0 with the sign of the value already stored
- * there, as torch gives for a finite value. The mask is read four bytes at a time; masks are mostly 1,
- * and the AND of four words is 0x01010101 only if all sixteen bytes are odd (non-zero), so one compare
- * skips them.
- */
-function zeroMaskedTokens(
-  i32: Int32Array,
-  mask: Uint8Array,
-  words: Int32Array,
-  from: number,
-  to: number,
-): void {
-  let j = from;
-  for (; j < to && (j & 3) !== 0; j++) if (mask[j] === 0) i32[j] = i32[j]! & 0x80000000;
-  const wordEnd = to & ~3;
-  for (; j + 16 <= wordEnd; j += 16) {
-    const w = j >> 2;
-    if ((words[w]! & words[w + 1]! & words[w + 2]! & words[w + 3]!) === 0x01010101) continue;
-    for (let q = j; q < j + 16; q += 4) {
-      const v = words[q >> 2]!;
-      if (v === 0x01010101) continue;
-      if ((v & 0xff) === 0) i32[q] = i32[q]! & 0x80000000;
-      if ((v & 0xff00) === 0) i32[q + 1] = i32[q + 1]! & 0x80000000;
-      if ((v & 0xff0000) === 0) i32[q + 2] = i32[q + 2]! & 0x80000000;
-      if (v >>> 24 === 0) i32[q + 3] = i32[q + 3]! & 0x80000000;
     }
+    return;
   }
-  for (; j < to; j++) if (mask[j] === 0) i32[j] = i32[j]! & 0x80000000;
+  // Word w of the mask holds tokens 4w..4w+3 (little-endian bytes); copy a mask that is not 4-byte aligned.
+  const m = mask.byteOffset % 4 === 0 ? mask : mask.slice();
+  const words = new Int32Array(m.buffer, m.byteOffset, m.length >> 2);
+  for (let i = 0, from = 0; i < n; i++) {
+    const b = bits[i]!;
+    const pair = pairs[i]!;
+    const zero = b & 0x80000000; // finite value × 0: ±0 with the value's sign, as torch gives
+    const zeroPair = zero === 0 ? 0 : NEGATIVE_ZERO_PAIR;
+    const to = from + lengths[i]!;
+    let t = from;
+    for (; t < to && (t & 3) !== 0; t++) i32[t] = m[t] !== 0 ? b : zero;
+    const wordEnd = to & ~3;
+    // Masks are mostly 1: the AND of four words is 0x01010101 only if all sixteen bytes are odd
+    // (non-zero), so one compare covers sixteen tokens.
+    for (; t + 16 <= wordEnd; t += 16) {
+      const w = t >> 2;
+      if ((words[w]! & words[w + 1]! & words[w + 2]! & words[w + 3]!) === 0x01010101) {
+        const k = t >> 1;
+        f64[k] = pair;
+        f64[k + 1] = pair;
+        f64[k + 2] = pair;
+        f64[k + 3] = pair;
+        f64[k + 4] = pair;
+        f64[k + 5] = pair;
+        f64[k + 6] = pair;
+        f64[k + 7] = pair;
+        continue;
+      }
+      for (let q = t; q < t + 16; q += 4) {
+        const v = words[q >> 2]!;
+        const k = q >> 1;
+        if (v === 0x01010101) {
+          f64[k] = pair;
+          f64[k + 1] = pair;
+        } else if (v === 0) {
+          f64[k] = zeroPair;
+          f64[k + 1] = zeroPair;
+        } else {
+          i32[q] = (v & 0xff) !== 0 ? b : zero;
+          i32[q + 1] = (v & 0xff00) !== 0 ? b : zero;
+          i32[q + 2] = (v & 0xff0000) !== 0 ? b : zero;
+          i32[q + 3] = v >>> 24 !== 0 ? b : zero;
+        }
+      }
+    }
+    for (; t < wordEnd; t += 4) {
+      const v = words[t >> 2]!;
+      i32[t] = (v & 0xff) !== 0 ? b : zero;
+      i32[t + 1] = (v & 0xff00) !== 0 ? b : zero;
+      i32[t + 2] = (v & 0xff0000) !== 0 ? b : zero;
+      i32[t + 3] = v >>> 24 !== 0 ? b : zero;
+    }
+    for (; t < to; t++) i32[t] = m[t] !== 0 ? b : zero;
+    from = to;
+  }
 }
+
+/** The float64 whose halves are both float32 −0 (0x80000000): a negative subnormal. */
+const NEGATIVE_ZERO_PAIR = new Float64Array(new Int32Array([0x80000000 | 0, 0x80000000 | 0]).buffer)[0]!;
 
 const scratch = new Float32Array(1);
 const scratchBits = new Int32Array(scratch.buffer);
