@@ -158,7 +158,7 @@ export function broadcastToTokens(
   return out;
 }
 
-/** The values as float32, their bits, and whether all are finite; `pairs` filled; the lengths validated. */
+/** The values as float32, their bits, and whether all are finite; `pairScratch` filled; the lengths validated. */
 interface PreparedF32 {
   total: number;
   values: Float32Array;
@@ -166,9 +166,9 @@ interface PreparedF32 {
   finite: boolean;
 }
 
-/** Reused across calls: `pairs[i]` is the float64 whose two halves are sample i's float32 bits. */
-let pairs = new Float64Array(1024);
-let pairHalves = new Int32Array(pairs.buffer);
+/** Reused across calls: `pairScratch[i]` is the float64 whose two halves are sample i's float32 bits. */
+let pairScratch = new Float64Array(1024);
+let pairHalves = new Int32Array(pairScratch.buffer);
 
 function prepareF32(values: ArrayLike<number>, lengths: ArrayLike<number>, n: number): PreparedF32 {
   if (lengths == null || typeof lengths.length !== 'number' || lengths.length !== n) {
@@ -176,10 +176,11 @@ function prepareF32(values: ArrayLike<number>, lengths: ArrayLike<number>, n: nu
   }
   const f32values = values instanceof Float32Array ? values : Float32Array.from(values);
   const bits = new Int32Array(f32values.buffer, f32values.byteOffset, n);
-  if (pairs.length < n) {
-    pairs = new Float64Array(n * 2);
-    pairHalves = new Int32Array(pairs.buffer);
+  if (pairScratch.length < n) {
+    pairScratch = new Float64Array(n * 2);
+    pairHalves = new Int32Array(pairScratch.buffer);
   }
+  const halves = pairHalves;
   let total = 0;
   let finite = true;
   for (let i = 0; i < n; i++) {
@@ -187,8 +188,8 @@ function prepareF32(values: ArrayLike<number>, lengths: ArrayLike<number>, n: nu
     if (!((len | 0) === len && len >= 0)) tokenOffsets(lengths, n); // throws, naming the entry
     total += len;
     const b = bits[i]!;
-    pairHalves[2 * i] = b;
-    pairHalves[2 * i + 1] = b;
+    halves[2 * i] = b;
+    halves[2 * i + 1] = b;
     if ((b & 0x7f800000) === 0x7f800000) finite = false;
   }
   if (total > 0x7fffffff) tokenOffsets(lengths, n);
@@ -220,6 +221,10 @@ function fillF32(
 ): void {
   const n = lengths.length;
   const { bits } = p;
+  // Module-level bindings read into locals: inside the loops they would be re-read (and, under a
+  // CommonJS loader, hole-checked) on every use.
+  const pairs = pairScratch;
+  const negativeZeroPair = NEGATIVE_ZERO_PAIR;
   const i32 = new Int32Array(out.buffer, out.byteOffset, out.length);
   if (!p.finite || out.byteOffset % 8 !== 0) {
     // An output not 8-byte aligned, or a non-finite value: one 4-byte store per token.
@@ -260,7 +265,7 @@ function fillF32(
     const b = bits[i]!;
     const pair = pairs[i]!;
     const zero = b & 0x80000000; // finite value × 0: ±0 with the value's sign, as torch gives
-    const zeroPair = zero === 0 ? 0 : NEGATIVE_ZERO_PAIR;
+    const zeroPair = zero === 0 ? 0 : negativeZeroPair;
     const to = from + lengths[i]!;
     let t = from;
     for (; t < to && (t & 3) !== 0; t++) i32[t] = m[t] !== 0 ? b : zero;
