@@ -221,10 +221,9 @@ function fillF32(
 ): void {
   const n = lengths.length;
   const { bits } = p;
-  // Module-level bindings read into locals: inside the loops they would be re-read (and, under a
+  // A module-level binding read into a local: inside the loops it would be re-read (and, under a
   // CommonJS loader, hole-checked) on every use.
   const pairs = pairScratch;
-  const negativeZeroPair = NEGATIVE_ZERO_PAIR;
   const i32 = new Int32Array(out.buffer, out.byteOffset, out.length);
   if (!p.finite || out.byteOffset % 8 !== 0) {
     // An output not 8-byte aligned, or a non-finite value: one 4-byte store per token.
@@ -265,42 +264,40 @@ function fillF32(
     const b = bits[i]!;
     const pair = pairs[i]!;
     const zero = b & 0x80000000; // finite value × 0: ±0 with the value's sign, as torch gives
-    const zeroPair = zero === 0 ? 0 : negativeZeroPair;
     const to = from + lengths[i]!;
     let t = from;
     for (; t < to && (t & 3) !== 0; t++) i32[t] = m[t] !== 0 ? b : zero;
     const wordEnd = to & ~3;
-    // Masks are mostly 1: the AND of four words is 0x01010101 only if all sixteen bytes are odd
-    // (non-zero), so one compare covers sixteen tokens.
+    // Sixteen tokens at a time: store the value on all of them, then zero the masked ones. Masks are
+    // mostly 1, and the AND of four words is 0x01010101 only if all sixteen bytes are odd (non-zero).
     for (; t + 16 <= wordEnd; t += 16) {
+      const k = t >> 1;
+      f64[k] = pair;
+      f64[k + 1] = pair;
+      f64[k + 2] = pair;
+      f64[k + 3] = pair;
+      f64[k + 4] = pair;
+      f64[k + 5] = pair;
+      f64[k + 6] = pair;
+      f64[k + 7] = pair;
       const w = t >> 2;
-      if ((words[w]! & words[w + 1]! & words[w + 2]! & words[w + 3]!) === 0x01010101) {
-        const k = t >> 1;
-        f64[k] = pair;
-        f64[k + 1] = pair;
-        f64[k + 2] = pair;
-        f64[k + 3] = pair;
-        f64[k + 4] = pair;
-        f64[k + 5] = pair;
-        f64[k + 6] = pair;
-        f64[k + 7] = pair;
-        continue;
-      }
-      for (let q = t; q < t + 16; q += 4) {
-        const v = words[q >> 2]!;
-        const k = q >> 1;
-        if (v === 0x01010101) {
-          f64[k] = pair;
-          f64[k + 1] = pair;
-        } else if (v === 0) {
-          f64[k] = zeroPair;
-          f64[k + 1] = zeroPair;
-        } else {
-          i32[q] = (v & 0xff) !== 0 ? b : zero;
-          i32[q + 1] = (v & 0xff00) !== 0 ? b : zero;
-          i32[q + 2] = (v & 0xff0000) !== 0 ? b : zero;
-          i32[q + 3] = v >>> 24 !== 0 ? b : zero;
+      const w0 = words[w]!;
+      const w1 = words[w + 1]!;
+      const w2 = words[w + 2]!;
+      const w3 = words[w + 3]!;
+      if ((w0 & w1 & w2 & w3) === 0x01010101) continue;
+      if (((w0 | w1 | w2 | w3) & 0xfefefefe) === 0) {
+        // Bytes are 0 or 1: bit 8j of ~word & 0x01010101 marks masked token j; visit just those.
+        for (let q = 0; q < 4; q++) {
+          let marks = ~words[w + q]! & 0x01010101;
+          while (marks !== 0) {
+            const low = marks & -marks;
+            i32[t + 4 * q + ((31 - Math.clz32(low)) >> 3)] = zero;
+            marks ^= low;
+          }
         }
+      } else {
+        for (let q = t; q < t + 16; q++) if (m[q] === 0) i32[q] = zero;
       }
     }
     for (; t < wordEnd; t += 4) {
@@ -314,9 +311,6 @@ function fillF32(
     from = to;
   }
 }
-
-/** The float64 whose halves are both float32 −0 (0x80000000): a negative subnormal. */
-const NEGATIVE_ZERO_PAIR = new Float64Array(new Int32Array([0x80000000 | 0, 0x80000000 | 0]).buffer)[0]!;
 
 const scratch = new Float32Array(1);
 const scratchBits = new Int32Array(scratch.buffer);
