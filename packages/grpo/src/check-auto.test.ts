@@ -1,6 +1,6 @@
 /**
  * `vime-grpo check --preset auto` on dumps whose advantages another trainer's pinned code computed (one
- * per convention, __fixtures__/golden/dumps), and on the real slime dumps.
+ * per convention, golden/convention-dumps), and on the real slime dumps.
  */
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -9,9 +9,9 @@ import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import type { CheckReport } from './check.js';
 import { main } from './command.js';
-import { dumpsGolden, goldenRoot } from './test/golden.js';
+import { conventionDumps, dumpsGolden } from './test/golden.js';
 
-const conventionDumps = `${goldenRoot}dumps/`;
+
 
 /** The flags each convention dump must be named by (the trainer configuration that produced it). */
 const EXPECTED: Record<string, string> = {

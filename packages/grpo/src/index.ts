@@ -1,10 +1,64 @@
-export * from './advantages.js';
-export * from './check.js';
-export * from './dump.js';
-export * from './estimators.js';
+export {
+  type GroupReport,
+  groupStatistics,
+  type GroupStatistics,
+  grpoAdvantages,
+  type GrpoOptions,
+  isUniform,
+  normalizeGroups,
+} from './advantages.js';
+export {
+  type AutoReport,
+  CHECK_ESTIMATORS,
+  checkAgainstTrainer,
+  type CheckEstimator,
+  type CheckInput,
+  type CheckOptions,
+  type CheckReport,
+  type ConventionMatch,
+  type SampleCheck,
+  type TokenMismatch,
+  type Tolerance,
+  TRAINER_ESTIMATORS,
+  type TrainerEstimator,
+} from './check.js';
+export {
+  readRolloutDump,
+  readTrainDump,
+  rewardScalar,
+  type RolloutDump,
+  type RolloutDumpSample,
+  RolloutDumpSampleSchema,
+  RolloutDumpSchema,
+  type TrainDump,
+  type TrainDumpSample,
+  TrainDumpSampleSchema,
+  TrainDumpSchema,
+} from './dump.js';
+export {
+  drGrpoAdvantages,
+  type EstimatorOptions,
+  gpgAdvantages,
+  grpoPassKAdvantages,
+  opoAdvantages,
+  reinforceBaselineAdvantages,
+  rlooAdvantages,
+} from './estimators.js';
 export { type Dtype, type FloatArray, torchOuterSumF32, torchSumF32 } from './f32.js';
 export { type Grouping, type GroupingOptions, resolveGroups } from './groups.js';
-export * from './loss.js';
+export {
+  aggregateLoss,
+  type AggregateOptions,
+  type AggregationMode,
+  approxKl,
+  cispoLoss,
+  gspoSequenceKl,
+  type KlType,
+  policyLoss,
+  type PolicyLoss,
+  type PolicyLossOptions,
+  sumOfSampleMean,
+} from './loss.js';
 export {
   groupMoments,
   MOMENTS_KINDS,
@@ -21,8 +75,23 @@ export {
   openrlhfAdvantages,
   openrlhfApproxKl,
 } from './openrlhf.js';
-export * from './passk.js';
-export * from './presets.js';
+export {
+  passAtK,
+  slimePassRate,
+} from './passk.js';
+export {
+  BROADCAST_MODES,
+  type BroadcastMode,
+  type ConventionOptions,
+  type Conventions,
+  type Preset,
+  PRESET_CONVENTIONS,
+  PRESETS,
+  resolveConventions,
+  type Scale,
+  type SingletonPolicy,
+  type StdKind,
+} from './presets.js';
 export {
   isTensor,
   loadTorchFile,
@@ -31,9 +100,40 @@ export {
   type TorchTensor,
   tensorNumbers,
 } from './pt/torch.js';
-export * from './sessions.js';
-export * from './slime.js';
-export * from './tokens.js';
+export {
+  type CollapsedSessions,
+  collapseSessions,
+  type FanoutRows,
+  fanoutRowsOf,
+  sessionAdvantages,
+} from './sessions.js';
+export {
+  flattenTokens,
+  logProbsFromLogits,
+  SLIME_ESTIMATORS,
+  type SlimeAdvantageInput,
+  type SlimeAdvantageResult,
+  slimeAdvantagesAndReturns,
+  type SlimeEstimator,
+  type SlimeLoss,
+  type SlimeLossInput,
+  slimePolicyLoss,
+  type TokenValues,
+} from './slime.js';
+export {
+  type BroadcastOptions,
+  broadcastToTokens,
+  discountedReturns,
+  flattenMasks,
+  gae,
+  type GaeResult,
+  type LossMasks,
+  maskedWhiten,
+  reinforcePlusPlusReturns,
+  splitTokens,
+  tokenOffsets,
+  type WhitenOptions,
+} from './tokens.js';
 export {
   type MultiRewardOptions,
   nanmean,

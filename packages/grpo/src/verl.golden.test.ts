@@ -1,4 +1,4 @@
-/** Every golden file of volcengine/verl (computed by the pinned upstream code, see __fixtures__/golden/README.md). */
+/** Every golden file of volcengine/verl (computed by the pinned upstream code, see golden/verl/README.md). */
 import { describe, expect, it } from 'vitest';
 import type { Dtype } from './f32.js';
 import { aggregateLoss } from './loss.js';

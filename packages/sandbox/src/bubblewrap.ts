@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, lstatSync, readlinkSync } from 'node:fs';
 import { chmod, chown, mkdir, stat } from 'node:fs/promises';
 import { isAbsolute, join, posix } from 'node:path';
-import { ConfigError, SandboxError } from '@vime/core';
+import { ConfigError, type Logger, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { BwrapSession, SUPERVISOR } from './bwrap-session.js';
 import { createCgroups } from './cgroup.js';
@@ -18,7 +18,7 @@ import { forwardWarnings, newSandboxId, sandboxLabels, withTrackedCreate } from 
 import { tailOf } from './output.js';
 import { EXEC_MARKER_ENV, newExecId } from './proc.js';
 import { type RunResult, runProcess } from './process.js';
-import type { Logger, OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
+import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
 
 export interface BubblewrapProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */

@@ -7,7 +7,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { posix } from 'node:path';
-import { ConfigError, SandboxError } from '@vime/core';
+import { ConfigError, type Logger, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { DockerEngine } from './docker-engine.js';
 import { sandboxPath } from './host-sandbox.js';
@@ -18,7 +18,6 @@ import { packTar, unpackTar } from './tar.js';
 import type {
   ExecOptions,
   ExecResult,
-  Logger,
   OpOptions,
   Sandbox,
   SandboxCapabilities,

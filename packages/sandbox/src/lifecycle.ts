@@ -5,7 +5,8 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import type { Logger, SandboxEmitter, SandboxProvider, TerminateReason } from './types.js';
+import type { Logger } from '@vime/core';
+import type { SandboxEmitter, SandboxProvider, TerminateReason } from './types.js';
 
 /** Label naming the run that created a sandbox; `reapOrphans({ run })` matches it. */
 export const RUN_LABEL = 'vime.run';

@@ -1,13 +1,17 @@
-/** Test helpers: read the committed golden vectors (`src/__fixtures__/golden/`) and compare with the stated tolerance. */
+/** Test helpers: read the committed golden vectors (the repository's `golden/`) and compare with the stated tolerance. */
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
 
-export const goldenRoot = fileURLToPath(new URL('../__fixtures__/golden/', import.meta.url));
+export const goldenRoot = fileURLToPath(new URL('../../../../golden/', import.meta.url));
 export const dumpsGolden = `${goldenRoot}trainer-dumps/`;
 
-/** The golden folders: one per upstream trainer, plus the convention dumps for `check --preset auto`. */
+/** Convention dumps for `check --preset auto`: one batch per verl / TRL / OpenRLHF convention. */
+export const conventionDumps = `${goldenRoot}convention-dumps/`;
+
+/** The golden folders, one per upstream trainer. */
 export type GoldenFolder = 'slime' | 'verl' | 'trl' | 'openrlhf';
+const folders: Record<GoldenFolder, string> = { slime: 'grpo', verl: 'verl', trl: 'trl', openrlhf: 'openrlhf' };
 
 export interface GoldenCase {
   source: string;
@@ -32,7 +36,7 @@ function revive(value: unknown): unknown {
 }
 
 export function loadGolden(prefix: string, folder: GoldenFolder = 'slime'): GoldenCase[] {
-  const dir = `${goldenRoot}${folder}/`;
+  const dir = `${goldenRoot}${folders[folder]}/`;
   const files = readdirSync(dir).filter((f) => f.startsWith(prefix) && f.endsWith('.json'));
   if (files.length === 0) throw new Error(`no golden files match ${prefix} in ${dir}`);
   return files.sort().map((file) => {
@@ -43,7 +47,7 @@ export function loadGolden(prefix: string, folder: GoldenFolder = 'slime'): Gold
 
 /** Every golden file of a folder, for the coverage checks. */
 export function allGoldenFiles(folder: GoldenFolder = 'slime'): string[] {
-  return readdirSync(`${goldenRoot}${folder}/`).filter((f) => f.endsWith('.json'));
+  return readdirSync(`${goldenRoot}${folders[folder]}/`).filter((f) => f.endsWith('.json'));
 }
 
 export function flat(value: unknown): number[] {
