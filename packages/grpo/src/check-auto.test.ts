@@ -11,8 +11,6 @@ import type { CheckReport } from './check.js';
 import { main } from './command.js';
 import { conventionDumps, dumpsGolden } from './test/golden.js';
 
-
-
 /** The flags each convention dump must be named by (the trainer configuration that produced it). */
 const EXPECTED: Record<string, string> = {
   verl_grpo: '--preset verl',

@@ -11,7 +11,12 @@ export const conventionDumps = `${goldenRoot}convention-dumps/`;
 
 /** The golden folders, one per upstream trainer. */
 export type GoldenFolder = 'slime' | 'verl' | 'trl' | 'openrlhf';
-const folders: Record<GoldenFolder, string> = { slime: 'grpo', verl: 'verl', trl: 'trl', openrlhf: 'openrlhf' };
+const folders: Record<GoldenFolder, string> = {
+  slime: 'grpo',
+  verl: 'verl',
+  trl: 'trl',
+  openrlhf: 'openrlhf',
+};
 
 export interface GoldenCase {
   source: string;
