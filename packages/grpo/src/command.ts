@@ -48,7 +48,9 @@ export async function main(argv: string[], io: Io): Promise<number> {
   try {
     parsed = parse(argv);
   } catch (error) {
-    // parseArgs throws plain TypeErrors for unknown flags; ours are ConfigErrors. Both are user errors.
+    // parseArgs throws TypeErrors coded ERR_PARSE_ARGS_* for unknown flags; ours are ConfigErrors.
+    const code = (error as NodeJS.ErrnoException).code ?? '';
+    if (!ConfigError.isInstance(error) && !code.startsWith('ERR_PARSE_ARGS')) throw error;
     io.stderr.write(`vime-grpo: ${(error as Error).message}\n\n${USAGE}`);
     return 2;
   }
@@ -69,7 +71,9 @@ export async function main(argv: string[], io: Io): Promise<number> {
       report = checkAgainstTrainer({ trainDump }, options);
     }
   } catch (error) {
-    io.stderr.write(`vime-grpo check: ${VimeError.isInstance(error) ? error.message : String(error)}\n`);
+    // Unreadable, corrupt or inconsistent dumps are Vime errors (exit 2); anything else is a bug.
+    if (!VimeError.isInstance(error)) throw error;
+    io.stderr.write(`vime-grpo check: ${error.message}\n`);
     return 2;
   }
   io.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : render(report, rolloutPath, trainPath));
@@ -80,10 +84,9 @@ function read(path: string): Uint8Array {
   try {
     return new Uint8Array(readFileSync(path));
   } catch (error) {
-    throw new VimeError(
-      'invalid_argument',
-      `cannot read ${path}: ${(error as NodeJS.ErrnoException).code ?? error}`,
-    );
+    throw new ConfigError(`cannot read ${path}: ${(error as NodeJS.ErrnoException).code ?? error}`, {
+      cause: error,
+    });
   }
 }
 
