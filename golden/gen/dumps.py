@@ -87,6 +87,9 @@ CASES = {
                  lambda: verl_case("compute_opo_outcome_advantage")),
     "verl_gpg": ("volcengine/verl", "verl/trainer/ppo/core_algos.py", "compute_gpg_outcome_advantage",
                  lambda: verl_case("compute_gpg_outcome_advantage")),
+    "verl_reinforce_plus_plus_baseline": ("volcengine/verl", "verl/trainer/ppo/core_algos.py",
+                                          "compute_reinforce_plus_plus_baseline_outcome_advantage",
+                                          lambda: verl_case("compute_reinforce_plus_plus_baseline_outcome_advantage")),
     "trl_group": ("huggingface/trl", "trl/trainer/grpo_trainer.py", "GRPOTrainer._generate_and_score_completions",
                   lambda: trl_case("group")),
     "trl_batch": ("huggingface/trl", "trl/trainer/grpo_trainer.py", "GRPOTrainer._generate_and_score_completions",
@@ -99,6 +102,9 @@ CASES = {
                          "RemoteExperienceMaker.compute_advantages_and_returns", lambda: openrlhf_case("dr_grpo")),
     "openrlhf_rloo": ("OpenRLHF/OpenRLHF", "openrlhf/trainer/ppo_utils/experience_maker.py",
                       "RemoteExperienceMaker.compute_advantages_and_returns", lambda: openrlhf_case("rloo")),
+    "openrlhf_reinforce_baseline": ("OpenRLHF/OpenRLHF", "openrlhf/trainer/ppo_utils/experience_maker.py",
+                                    "RemoteExperienceMaker.compute_advantages_and_returns",
+                                    lambda: openrlhf_case("reinforce_baseline")),
 }
 
 

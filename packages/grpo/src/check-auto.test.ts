@@ -21,12 +21,14 @@ const EXPECTED: Record<string, string> = {
   verl_rloo_vectorized: '--estimator verl:rloo_vectorized',
   verl_opo: '--estimator verl:opo',
   verl_gpg: '--estimator verl:gpg',
+  verl_reinforce_plus_plus_baseline: '--estimator verl:reinforce_plus_plus_baseline',
   trl_group: '--preset trl',
   trl_batch: '--preset trl --scale batch',
   trl_none: '--preset trl --scale none',
   openrlhf_group_norm: '--preset openrlhf',
   openrlhf_dr_grpo: '--preset openrlhf --no-std-normalization',
   openrlhf_rloo: '--estimator openrlhf:rloo',
+  openrlhf_reinforce_baseline: '--estimator openrlhf:reinforce_baseline',
 };
 
 async function run(...argv: string[]) {

@@ -99,6 +99,17 @@ export function conventions(base: CheckOptions): Convention[] {
     add("verl estimator 'gpg'", { estimator: 'verl:gpg' }, '--estimator verl:gpg');
     add("OpenRLHF estimator 'rloo'", { estimator: 'openrlhf:rloo' }, '--estimator openrlhf:rloo');
   }
+  // Group-mean baselines whitened over the batch's tokens (any slime estimator: the dump cannot say).
+  add(
+    "verl estimator 'reinforce_plus_plus_baseline'",
+    { estimator: 'verl:reinforce_plus_plus_baseline' },
+    '--estimator verl:reinforce_plus_plus_baseline',
+  );
+  add(
+    "OpenRLHF estimator 'reinforce_baseline'",
+    { estimator: 'openrlhf:reinforce_baseline' },
+    '--estimator openrlhf:reinforce_baseline',
+  );
   const whitening = base.normalizeAdvantages ?? slime.startsWith('reinforce_plus_plus');
   add(
     `preset 'slime' with --${whitening ? 'no-' : ''}normalize-advantages`,

@@ -16,7 +16,9 @@ export const TRAINER_ESTIMATORS = [
   'verl:rloo_vectorized',
   'verl:opo',
   'verl:gpg',
+  'verl:reinforce_plus_plus_baseline',
   'openrlhf:rloo',
+  'openrlhf:reinforce_baseline',
 ] as const;
 export type TrainerEstimator = (typeof TRAINER_ESTIMATORS)[number];
 /** slime's `--advantage-estimator`, or `verl:<name>` / `openrlhf:<name>` for another trainer's estimator. */
