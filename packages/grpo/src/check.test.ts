@@ -206,7 +206,7 @@ describe('vime-grpo check', () => {
     expect((failed as { code: number }).code).toBe(1);
   });
 
-  it('the bin answers user errors with exit 2 and no stack trace', async () => {
+  it('the bin answers user errors with exit 2 and no stack trace', { timeout: 180_000 }, async () => {
     const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));
     const exec = promisify(execFile);
     const dir = mkdtempSync(join(tmpdir(), 'vime-grpo-'));
@@ -214,25 +214,26 @@ describe('vime-grpo check', () => {
     const corrupted = new Uint8Array(readFileSync(trainPath));
     corrupted[Buffer.from(corrupted).indexOf('torch._utils\n')] = 0xff; // a GLOBAL that is not UTF-8
     writeFileSync(corrupt, corrupted);
+    // A bad flag and a corrupt dump through the real bin (the in-process cases above cover the rest).
     const cases = [
       ['check', rollout, trainPath, '--bogus'],
-      ['check', rollout, trainPath, '--group-size', 'four'],
-      ['check', rollout, join(dir, 'missing.pt')],
       ['check', rollout, corrupt],
     ];
-    for (const argv of cases) {
-      const r = (await exec(process.execPath, [
-        '--import',
-        'tsx',
-        '--conditions=@vime/source',
-        cli,
-        ...argv,
-      ]).catch((e: unknown) => e)) as { code: number; stderr: string };
-      expect(r.code, argv.join(' ')).toBe(2);
-      expect(r.stderr, argv.join(' ')).toMatch(/^vime-grpo/);
-      expect(r.stderr, argv.join(' ')).not.toMatch(/\n\s+at /);
-    }
+    const results = await Promise.all(
+      cases.map(
+        (argv) =>
+          exec(process.execPath, ['--import', 'tsx', '--conditions=@vime/source', cli, ...argv]).catch(
+            (e: unknown) => e,
+          ) as Promise<{ code: number; stderr: string }>,
+      ),
+    );
     rmSync(dir, { recursive: true });
+    results.forEach((r, i) => {
+      const what = cases[i]!.join(' ');
+      expect(r.code, what).toBe(2);
+      expect(r.stderr, what).toMatch(/^vime-grpo/);
+      expect(r.stderr, what).not.toMatch(/\n\s+at /);
+    });
   });
 });
 
