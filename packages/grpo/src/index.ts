@@ -76,10 +76,6 @@ export {
   openrlhfApproxKl,
 } from './openrlhf.js';
 export {
-  passAtK,
-  slimePassRate,
-} from './passk.js';
-export {
   BROADCAST_MODES,
   type BroadcastMode,
   type ConventionOptions,
