@@ -19,7 +19,7 @@ export interface EngineRouterOptions {
   healthIntervalMs?: number | undefined;
   /** One health check's timeout (default 5 s). */
   healthTimeoutMs?: number | undefined;
-  /** While no engine is healthy, the down ones are probed this often (default 1 s). */
+  /** Down engines are probed this often, for readmission (default 1 s). */
   recoveryProbeMs?: number | undefined;
   /** How long a turn waits for a healthy engine before it fails as an infrastructure failure (default 60 s). */
   unavailableDeadlineMs?: number | undefined;
@@ -414,21 +414,27 @@ export class EngineRouter {
       const causes: Record<string, string> = {};
       for (const m of this.#members.values()) causes[m.engine.url] = m.lastError ?? 'unknown';
       this.events.emit('breaker:open', { causes });
-      this.#scheduleProbe();
     } else if (healthy > 0 && this.#openedAt !== undefined) {
       const openMs = performance.now() - this.#openedAt;
       this.#openedAt = undefined;
-      if (this.#probe) clearTimeout(this.#probe);
-      this.#probe = undefined;
       this.events.emit('breaker:close', { url: changed.engine.url, openMs });
     }
+    this.#scheduleProbe();
   }
 
-  /** While the breaker is open nothing completes, so nothing else would trigger a check: probe. */
+  /**
+   * While an engine is down, the down ones are probed every `recoveryProbeMs`, so a restarted engine is
+   * readmitted in time for new sessions (and, with the breaker open, nothing else would trigger a check).
+   * Healthy engines are not probed: they are checked on the interval, at completions and on failures.
+   */
   #scheduleProbe(): void {
-    if (this.#closed || this.#openedAt === undefined) return;
+    const down = () => [...this.#members.values()].filter((m) => !m.healthy && !m.removed);
+    if (this.#closed || this.#probe || down().length === 0) return;
     this.#probe = setTimeout(() => {
-      void this.checkNow('probe').finally(() => this.#scheduleProbe());
+      void Promise.all(down().map((m) => this.#check(m, 'probe'))).finally(() => {
+        this.#probe = undefined;
+        this.#scheduleProbe();
+      });
     }, this.#options.recoveryProbeMs);
     this.#probe.unref();
   }
