@@ -101,6 +101,8 @@ export interface RouterLogEntry {
   cause?: string;
   /** Rollouts finished (any status) when it happened. */
   rolloutsFinished: number;
+  /** Sandbox claims started by then. */
+  claimsStarted: number;
 }
 
 export interface LoopIO {
@@ -218,14 +220,15 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   });
   const routerLog: RouterLogEntry[] = [];
   let rolloutsFinished = 0;
+  let claimsStarted = 0;
   let sessionMoves = 0;
   let turnRetries = 0;
   let turnInterruptions = 0;
   const note = (
     event: RouterLogEntry['event'],
-    fields: Omit<RouterLogEntry, 'event' | 'at' | 'rolloutsFinished'>,
+    fields: Omit<RouterLogEntry, 'event' | 'at' | 'rolloutsFinished' | 'claimsStarted'>,
   ) => {
-    routerLog.push({ event, at: Date.now(), rolloutsFinished, ...fields });
+    routerLog.push({ event, at: Date.now(), rolloutsFinished, claimsStarted, ...fields });
     const what = [fields.url, fields.trigger && `check on ${fields.trigger}`, fields.cause].filter(Boolean);
     io.log(`router: ${event} ${what.join('; ')}`);
   };
@@ -252,7 +255,13 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     `dataset: ${dataset} (${tasks.length} tasks); sandboxes: ${config.sandbox}, pools: ${pools.names.join(', ')}`,
   );
   await pools.ready(io.signal ? { signal: io.signal } : {});
-  const rollout = codingAgentRollout({ config, proxy, pools, model: 'vime-policy' });
+  const rollout = codingAgentRollout({
+    config,
+    proxy,
+    pools,
+    model: 'vime-policy',
+    onClaim: () => claimsStarted++,
+  });
 
   const steps: StepSummary[] = [];
   let resumedRollouts = 0;

@@ -25,9 +25,11 @@ export interface RolloutDeps {
   pools: SwePools;
   /** Model name sent to the engine through the proxy. */
   model: string;
+  /** Called as a sandbox claim starts (after the circuit breaker let the rollout through). */
+  onClaim?: () => void;
 }
 
-export function codingAgentRollout({ config, proxy, pools, model }: RolloutDeps) {
+export function codingAgentRollout({ config, proxy, pools, model, onClaim }: RolloutDeps) {
   return async (task: TaskSpec, ctx: RolloutContext): Promise<RolloutOutcome> => {
     const { signal } = ctx;
     // claim/setup/agent/eval are timed by ctx.phase (a failure inside one is reported with that phase);
@@ -35,6 +37,7 @@ export function codingAgentRollout({ config, proxy, pools, model }: RolloutDeps)
     // The circuit breaker: while no engine is healthy, no sandbox is claimed (the rollout waits here).
     const sandbox = await ctx.phase('claim', async () => {
       await proxy.router.whenAvailable({ signal });
+      onClaim?.();
       return pools.claim(task, { signal });
     });
     const sessionId = `r${ctx.rolloutId}-${randomUUID().slice(0, 8)}`;
