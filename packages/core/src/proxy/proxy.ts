@@ -1,16 +1,14 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { EventEmitter } from 'eventemitter3';
-import { z } from 'zod';
 import { newRequestId } from '../engine/request-id.js';
-import { sglangEngine } from '../engine/sglang.js';
 import type { Engine, Sampling } from '../engine/types.js';
-import { vllmEngine } from '../engine/vllm.js';
 import { ConfigError, EngineError, VimeError } from '../errors.js';
 import type { Turn } from '../rollout.js';
 import type { Sample } from '../sample.js';
 import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
 import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
+import { adminRoute } from './admin.js';
 import {
   anthropicJson,
   anthropicSse,
@@ -378,7 +376,10 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       sessionId = decodeURIComponent(m[1]!);
       path = m[2] ?? '/';
     }
-    if (!m && path.startsWith('/admin/')) return admin(method, path, credential, readBody);
+    if (!m && path.startsWith('/admin/')) {
+      const reply = await adminRoute(router, options.adminToken, { method, path, credential, readBody });
+      return json(reply.status, reply.body);
+    }
     if (path.startsWith('/v1/')) path = path.slice(3);
     const dialect: Dialect = path.startsWith('/messages') ? 'anthropic' : 'openai';
     if (method === 'GET' && path === '/models') {
@@ -454,41 +455,6 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
   }
 
-  /** `/admin/engines`: list (GET), add (POST `{url, kind}`), remove (DELETE `{url}`), for an autoscaler. */
-  async function admin(
-    method: string,
-    path: string,
-    credential: string | undefined,
-    readBody: () => Promise<string>,
-  ): Promise<Reply> {
-    if (options.adminToken === undefined || path !== '/admin/engines') {
-      return json(404, errorBody('openai', 404, `no route ${method} ${path}`));
-    }
-    if (credential !== options.adminToken) {
-      return json(401, errorBody('openai', 401, 'admin routes need Authorization: Bearer <adminToken>'));
-    }
-    if (method === 'GET') return json(200, { engines: router.status(), breakerOpen: router.breakerOpen });
-    let body: z.infer<typeof AdminEngineSchema>;
-    try {
-      body = AdminEngineSchema.parse(JSON.parse(await readBody()));
-    } catch (error) {
-      const why = error instanceof z.ZodError ? z.prettifyError(error) : 'request body is not valid JSON';
-      return json(
-        400,
-        errorBody('openai', 400, `admin: ${why}; send {"url": "http://host:port", "kind": "sglang"}`),
-      );
-    }
-    try {
-      if (method === 'POST') {
-        router.add(body.kind === 'vllm' ? vllmEngine(body.url) : sglangEngine(body.url), { owned: true });
-      } else if (method === 'DELETE') await router.remove(body.url);
-      else return json(405, errorBody('openai', 405, `admin: ${method} not allowed on ${path}`));
-    } catch (error) {
-      return json(400, errorBody('openai', 400, (error as Error).message));
-    }
-    return json(200, { engines: router.status() });
-  }
-
   function makeFetch(sessionId: string): typeof fetch {
     return async (input, init) => {
       const request = input instanceof Request ? input : undefined;
@@ -555,11 +521,6 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       }),
   };
 }
-
-const AdminEngineSchema = z.object({
-  url: z.url(),
-  kind: z.enum(['sglang', 'vllm']).default('sglang'),
-});
 
 /** Output ids without the final stop token (it is markup, not text for the harness). */
 function stripStop(ids: Int32Array, eos: number): Int32Array {
