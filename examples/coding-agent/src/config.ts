@@ -24,6 +24,12 @@ export const ConfigSchema = z.object({
   engineKind: z.enum(['sglang', 'vllm']).default('sglang'),
   /** How long to wait for the engines to answer healthy before any rollout starts. */
   engineWaitMs: z.number().int().positive().default(120_000),
+  /** Background health checks of the engines (they also run at every rollout completion and failed request). */
+  engineHealthIntervalMs: z.number().int().positive().default(30_000),
+  /** How long a turn waits for a healthy engine before its rollout fails as an infrastructure failure. */
+  engineDeadlineMs: z.number().int().positive().default(60_000),
+  /** A turn cut short by a weight update: resume it from its tokens, or regenerate it on the new weights. */
+  onWeightUpdate: z.enum(['continue', 'restart']).default('continue'),
   /** Stand-in engines to start when no engine URL is given. */
   standInEngines: z.number().int().positive().default(1),
   /** Stand-in engine service model: decode tokens/s per engine and concurrent slots. */
@@ -106,6 +112,12 @@ Flags (environment variable in brackets; a flag wins over its variable):
   --eval-timeout DURATION  test run timeout of one grade (default 900s) [AGENT_EVAL_TIMEOUT_SEC]
   --rollout-deadline DURATION  whole-rollout deadline, grading included (default 20m)
   --hacks zero|flag        a detected hack scores 0 (default), or is only counted
+  --engine-health-interval DURATION  background engine health checks (default 30s; checks also run
+                           at every rollout completion and failed request)
+  --engine-deadline DURATION  how long a turn waits for a healthy engine before its rollout fails as
+                           an infrastructure failure (default 60s)
+  --on-weight-update continue|restart  a turn cut short by a weight update resumes from its tokens
+                           (default) or is regenerated on the new weights
   --resume DIR             continue a killed run from its queue without redoing completed rollouts
   --mode sync|async        sync: roll out a step, then hand off; async: keep rolling out while the
                            consumer drains the queue (default sync)
@@ -126,6 +138,9 @@ const FLAGS = {
   'engine-wait': { type: 'string' },
   engines: { type: 'string' },
   'engine-tps': { type: 'string' },
+  'engine-health-interval': { type: 'string' },
+  'engine-deadline': { type: 'string' },
+  'on-weight-update': { type: 'string' },
   tokenizer: { type: 'string' },
   dataset: { type: 'string' },
   repo: { type: 'string', multiple: true },
@@ -157,6 +172,9 @@ const NAMES: Record<string, string> = {
   engineWaitMs: '--engine-wait',
   standInEngines: '--engines',
   standInTokensPerSecond: '--engine-tps',
+  engineHealthIntervalMs: '--engine-health-interval',
+  engineDeadlineMs: '--engine-deadline',
+  onWeightUpdate: '--on-weight-update',
   perRepo: '--per-repo / SWESMITH_PER_REPO',
   poolReplicas: '--pool-replicas / SANDBOX_POOL_REPLICAS',
   maxTurns: '--max-turns / AGENT_MAX_TURNS',
@@ -233,6 +251,9 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     engineWaitMs: ms(values['engine-wait'], '--engine-wait'),
     standInEngines: whole(values.engines, '--engines'),
     standInTokensPerSecond: whole(values['engine-tps'], '--engine-tps'),
+    engineHealthIntervalMs: ms(values['engine-health-interval'], '--engine-health-interval'),
+    engineDeadlineMs: ms(values['engine-deadline'], '--engine-deadline'),
+    onWeightUpdate: values['on-weight-update'],
     tokenizer: values.tokenizer,
     dataset: values.dataset,
     repoFilter: values.repo,

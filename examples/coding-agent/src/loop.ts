@@ -34,6 +34,8 @@ import {
   renderHtmlReport,
   rolloutMetrics,
   runReport,
+  type WeightStaleness,
+  weightStaleness,
 } from '@vime/metrics';
 import { reapOrphans } from '@vime/sandbox';
 import type { RowVerdict } from '@vime/swe';
@@ -80,6 +82,27 @@ export interface RunSummary {
   /** Detected hacks by kind (each rollout counts once per kind). */
   hacksByKind: Record<string, number>;
   tokensPerSecond: number;
+  /** What the engine router did: engines taken down and readmitted (with what triggered the check), breaker openings. */
+  router: RouterLogEntry[];
+  /** Sessions that moved to another engine. */
+  sessionMoves: number;
+  /** Turns retried on another engine after a failed request, and turns continued across a weight update. */
+  turnRetries: number;
+  turnInterruptions: number;
+  staleness: WeightStaleness;
+}
+
+export interface RouterLogEntry {
+  event: 'engine:down' | 'engine:up' | 'breaker:open' | 'breaker:close';
+  /** Wall-clock milliseconds (Date.now), so a caller can compare with its own events. */
+  at: number;
+  url?: string;
+  trigger?: string;
+  cause?: string;
+  /** Rollouts finished (any status) when it happened. */
+  rolloutsFinished: number;
+  /** Sandbox claims started by then. */
+  claimsStarted: number;
 }
 
 export interface LoopIO {
@@ -186,7 +209,38 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     await pools.close();
     throw error;
   }
-  const proxy = await startCaptureProxy({ engine: engines.engines, tokenizer });
+  const proxy = await startCaptureProxy({
+    engine: engines.engines,
+    tokenizer,
+    onWeightUpdate: config.onWeightUpdate,
+    router: {
+      healthIntervalMs: config.engineHealthIntervalMs,
+      unavailableDeadlineMs: config.engineDeadlineMs,
+    },
+  });
+  const routerLog: RouterLogEntry[] = [];
+  let rolloutsFinished = 0;
+  let claimsStarted = 0;
+  let sessionMoves = 0;
+  let turnRetries = 0;
+  let turnInterruptions = 0;
+  const note = (
+    event: RouterLogEntry['event'],
+    fields: Omit<RouterLogEntry, 'event' | 'at' | 'rolloutsFinished' | 'claimsStarted'>,
+  ) => {
+    routerLog.push({ event, at: Date.now(), rolloutsFinished, claimsStarted, ...fields });
+    const what = [fields.url, fields.trigger && `check on ${fields.trigger}`, fields.cause].filter(Boolean);
+    io.log(`router: ${event} ${what.join('; ')}`);
+  };
+  proxy.router.events.on('engine:down', (e) => note('engine:down', e));
+  proxy.router.events.on('engine:up', (e) => note('engine:up', { url: e.url, trigger: e.trigger }));
+  proxy.router.events.on('breaker:open', (e) =>
+    note('breaker:open', { cause: Object.values(e.causes).join('; ') }),
+  );
+  proxy.router.events.on('breaker:close', (e) => note('breaker:close', { url: e.url }));
+  proxy.router.events.on('session:moved', () => sessionMoves++);
+  proxy.events.on('turn:retry', () => turnRetries++);
+  proxy.events.on('turn:interrupted', () => turnInterruptions++);
   let rollouts: RolloutQueue;
   try {
     await mkdir(join(out, 'steps'), { recursive: true });
@@ -201,7 +255,13 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     `dataset: ${dataset} (${tasks.length} tasks); sandboxes: ${config.sandbox}, pools: ${pools.names.join(', ')}`,
   );
   await pools.ready(io.signal ? { signal: io.signal } : {});
-  const rollout = codingAgentRollout({ config, proxy, pools, model: 'vime-policy' });
+  const rollout = codingAgentRollout({
+    config,
+    proxy,
+    pools,
+    model: 'vime-policy',
+    onClaim: () => claimsStarted++,
+  });
 
   const steps: StepSummary[] = [];
   let resumedRollouts = 0;
@@ -235,6 +295,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     run.on('rollout:exec', (e) => execDurations.push(e.durationMs));
     const failed: UnscoredRollout[] = [];
     for await (const result of run) {
+      rolloutsFinished++;
       if (isScored(result)) await rollouts.append(step, result);
       else failed.push(result);
     }
@@ -250,6 +311,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     const batch = await rollouts.takeStep(step, { signal: io.signal });
     const results: RolloutResult[] = [...batch.rollouts, ...batch.failed];
     const { rows, nonZero } = stampAdvantages(batch.rollouts);
+    trainedRows.push(...rows);
     const batchPath = join(out, 'steps', `${step}.msgpack`);
     await writeFile(batchPath, encodeSamples(rows));
     await writeFile(stepResultsPath(out, step), `${JSON.stringify(results.map(summarize))}\n`);
@@ -271,6 +333,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   // Hand-offs run one at a time, in step order (one consumer).
   let consumer: Promise<unknown> = Promise.resolve();
   const handoffs: Array<Promise<StepSummary>> = [];
+  const trainedRows: Sample[] = [];
   try {
     for (let step = 1; step <= config.steps; step++) {
       io.signal?.throwIfAborted();
@@ -280,6 +343,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
         // Committing it again is a no-op, or completes a commit the restart cut off.
         await rollouts.commitStep(step);
         allResults.push(...done.results);
+        trainedRows.push(...decodeSamples(await readFile(done.summary.batchPath)));
         resumedRollouts += done.results.filter(isScored).length;
         handoffs.push(Promise.resolve(done.summary));
         continue;
@@ -342,11 +406,12 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     count(gradeOutcomes, String(r.metadata.grade_outcome ?? 'tests_ran'));
     for (const kind of (r.metadata.hacks as string[] | undefined) ?? []) count(hacksByKind, kind);
   }
+  const staleness = weightStaleness(trainedRows);
   const reportJson = join(out, 'report.json');
   const reportHtml = join(out, 'report.html');
   await writeFile(
     reportJson,
-    `${JSON.stringify({ ...record, rollout_metrics: overall, dataset, excluded, grade_outcomes: gradeOutcomes, hacks_by_kind: hacksByKind }, null, 2)}\n`,
+    `${JSON.stringify({ ...record, rollout_metrics: overall, dataset, excluded, grade_outcomes: gradeOutcomes, hacks_by_kind: hacksByKind, weight_staleness: staleness, router: { log: routerLog, engines: proxy.router.status(), session_moves: sessionMoves, turn_retries: turnRetries, turn_interruptions: turnInterruptions } }, null, 2)}\n`,
   );
   await writeFile(reportHtml, renderHtmlReport(record, { title: 'Coding-agent RL run' }));
   return {
@@ -370,6 +435,11 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       p99: execDurations.length ? percentile(execDurations, 99) : null,
     },
     tokensPerSecond: outputTokens / ((performance.now() - started) / 1000),
+    router: routerLog,
+    sessionMoves,
+    turnRetries,
+    turnInterruptions,
+    staleness,
   };
 }
 

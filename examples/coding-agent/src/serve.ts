@@ -60,7 +60,15 @@ await runEntry('serve', async () => {
   const environments = await SweEnvironments.forDataset(dataset);
   const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
   const engines = await startEngines(config, tasks, tokenizer, (line) => console.error(line));
-  const proxy = await startCaptureProxy({ engine: engines.engines, tokenizer });
+  const proxy = await startCaptureProxy({
+    engine: engines.engines,
+    tokenizer,
+    onWeightUpdate: config.onWeightUpdate,
+    router: {
+      healthIntervalMs: config.engineHealthIntervalMs,
+      unavailableDeadlineMs: config.engineDeadlineMs,
+    },
+  });
   const pools = new SwePools(providerFor(config.sandbox), tasks, {
     kind: config.sandbox,
     environments,

@@ -67,3 +67,4 @@ export {
 } from './sglang-log.js';
 export { type PerfStep, parseSlimePerfLog, type SlimePerfLog } from './slime-perf.js';
 export { sparkline } from './sparkline.js';
+export { type VersionedRow, type WeightStaleness, weightStaleness } from './staleness.js';
