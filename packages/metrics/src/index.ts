@@ -83,6 +83,18 @@ export {
   parseSglangDecodeLog,
   SglangDecodeLogParser,
 } from './sglang-log.js';
+export { JSONL_SCHEMA, jsonlSink } from './sinks/jsonl.js';
+export {
+  fanOut,
+  finiteScalars,
+  type MetricSink,
+  type RolloutMetricRecord,
+  type RunMetadata,
+  rolloutRecordOf,
+  type StepMetricRecord,
+  stepRecordOf,
+} from './sinks/sink.js';
+export { eventProto, TFEVENTS_FILE_VERSION, tensorboardSink, tfRecord } from './sinks/tfevents.js';
 export {
   type AgentLine,
   agentResults,
