@@ -8,16 +8,20 @@
  *   node --import tsx --conditions=@vime/source examples/coding-agent/src/serve.ts \
  *     --engine-url http://sglang-0.$SKYPILOT_JOBGROUP_NAME:30000 [--dataset rows.jsonl] [--port 8600] [--host 0.0.0.0]
  */
+
+import { join, resolve } from 'node:path';
 import {
   ConfigError,
   createSample,
   loadTokenizer,
+  type RolloutResult,
   type Sample,
   startCaptureProxy,
   type TaskSpec,
   VimeError,
 } from '@vime/core';
 import { startRolloutServer } from '@vime/launch';
+import { rolloutRecordOf } from '@vime/metrics';
 import { providerFor } from '@vime/sandbox';
 import { rowToTask, SweEnvironments, SwePools, SweSmithRowSchema } from '@vime/swe';
 import { runEntry } from './cli.js';
@@ -25,6 +29,7 @@ import { parseConfig, usage } from './config.js';
 import { startEngines } from './engines.js';
 import { bundledTokenizerDir } from './loop.js';
 import { codingAgentRollout } from './rollout.js';
+import { openRunSinks } from './sinks.js';
 import { readTasks } from './tasks.js';
 
 const SERVER_USAGE = `Usage: serve.ts [--host H] [--port N] [loop flags]
@@ -68,6 +73,21 @@ await runEntry('serve', async () => {
     maxLivePerPool: config.poolReplicas + 2 * config.concurrency + 2,
   });
 
+  // One metrics.jsonl line per served rollout (slime's rollout_id is the step), and TensorBoard files.
+  const out = resolve(config.out ?? join('runs', `serve-${new Date().toISOString().replace(/[:.]/g, '-')}`));
+  const sinks = await openRunSinks(
+    out,
+    {
+      runId: `serve-${Date.now().toString(36)}`,
+      startedAt: Date.now(),
+      config,
+      engine:
+        engines.standIns.length > 0 ? 'stand-in engine (scripted policy), not a model' : config.engineKind,
+    },
+    (line) => console.error(line),
+  );
+  const record = (step: number, result: RolloutResult) => void sinks.rollout(rolloutRecordOf(step, result));
+
   // A row of the dataset is graded as it is there; one slime sends that the dataset lacks is mapped as given.
   const taskOf = (metadata: Record<string, unknown>): TaskSpec => {
     const row = SweSmithRowSchema.parse(metadata);
@@ -95,6 +115,14 @@ await runEntry('serve', async () => {
         index: sample.index,
         rollout_id: sample.rollout_id ?? sample.index,
       };
+      const base = {
+        taskId: task.id,
+        groupIndex: sample.group_index ?? 0,
+        sampleIndex: sample.index ?? 0,
+        rolloutId: ids.rollout_id ?? 0,
+        samples: [],
+      };
+      const startedAt = Date.now();
       try {
         const outcome = await rollout(task, {
           taskId: task.id,
@@ -104,6 +132,16 @@ await runEntry('serve', async () => {
           signal,
           emit: () => {},
           phase: async (_phase, fn) => fn(),
+        });
+        record(base.rolloutId, {
+          ...base,
+          status: outcome.status ?? 'completed',
+          reward: outcome.reward,
+          turns: outcome.turns ?? 0,
+          timings: outcome.timings ?? {},
+          metadata: outcome.metadata ?? {},
+          startedAt,
+          endedAt: Date.now(),
         });
         return (outcome.samples ?? []).map((row) =>
           createSample({
@@ -117,6 +155,16 @@ await runEntry('serve', async () => {
       } catch (error) {
         if (signal.aborted) throw error;
         const code = VimeError.isInstance(error) ? error.code : 'rollout_error';
+        record(base.rolloutId, {
+          ...base,
+          status: 'failed',
+          error: { code, message: (error as Error).message },
+          turns: 0,
+          timings: {},
+          metadata: {},
+          startedAt,
+          endedAt: Date.now(),
+        });
         return [
           createSample({
             ...sample,
@@ -131,11 +179,12 @@ await runEntry('serve', async () => {
     },
   });
   console.log(
-    `coding-agent rollout server on ${rolloutServer.url} (engines: ${engines.urls.join(', ')}; dataset: ${dataset})`,
+    `coding-agent rollout server on ${rolloutServer.url} (engines: ${engines.urls.join(', ')}; dataset: ${dataset}; metrics: ${join(out, 'metrics.jsonl')})`,
   );
   await new Promise<void>((resolve) => {
     const stop = async () => {
       await rolloutServer.close();
+      await sinks.close();
       await pools.close();
       await proxy.close();
       await engines.close();
