@@ -60,6 +60,8 @@ const AGENT_ABORT = /\[agent\] (\S+) aborted: (.*)$/;
 
 function agentLine(line: string, step: number): AgentLine | undefined {
   const done = AGENT_DONE.exec(line);
+  // A reward that is not a finite number (`1e999`, `1.2.3`) is not a rollout line: counted as ignored.
+  if (done && !Number.isFinite(Number(done[2]))) return undefined;
   if (done) {
     const out: AgentLine = {
       task: done[1]!,
