@@ -89,6 +89,7 @@ export {
   simulateStep,
 } from './simulate/model.js';
 export { REFERENCE_BENCHMARK, type ReferenceRunKey } from './simulate/reference.js';
+export { checkRenderedJobGroup, type LaunchCheckReport, type LaunchProblem } from './skypilot/check.js';
 export {
   ACCELERATOR_PATTERN,
   DURATION_PATTERN,
@@ -143,6 +144,8 @@ export {
 export { KNOWN_FLAGS, REFUSED_FLAGS } from './slime/flags.js';
 export {
   type BridgeRollout,
+  type InfraFailure,
+  infraFailureSample,
   type RolloutRequest,
   type RolloutServer,
   type RolloutServerOptions,
