@@ -60,6 +60,7 @@ export function codingAgentRollout({ config, proxy, pools, model, onClaim }: Rol
       const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: sessionId, maxRetries: 0 });
       const transcript: string[] = [];
       let execMs = 0;
+      const execCallsMs: number[] = [];
       const agent = await ctx.phase('agent', () =>
         engineFailure(
           runAgent({
@@ -72,6 +73,7 @@ export function codingAgentRollout({ config, proxy, pools, model, onClaim }: Rol
               transcript.push(command);
               const r = await sandbox.exec(command, { timeoutMs: config.execTimeoutMs, signal });
               execMs += r.durationMs;
+              execCallsMs.push(r.durationMs);
               ctx.emit({ type: 'rollout:exec', command, exitCode: r.exitCode, durationMs: r.durationMs });
               return r;
             },
@@ -127,7 +129,16 @@ export function codingAgentRollout({ config, proxy, pools, model, onClaim }: Rol
       });
       finished = true;
       const timings = { model: modelMs, exec: execMs };
-      return { reward: graded.reward, status, samples, sessionId, turns: agent.steps, timings, metadata };
+      // Per-command durations stay on the result (for exec percentiles), not on the training rows.
+      return {
+        reward: graded.reward,
+        status,
+        samples,
+        sessionId,
+        turns: agent.steps,
+        timings,
+        metadata: { ...metadata, execCallsMs },
+      };
     } finally {
       proxy.events.off('turn', onTurn);
       // Close the capture session of a rollout that failed; its turns are not training rows.

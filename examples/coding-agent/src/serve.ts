@@ -8,15 +8,21 @@
  *   node --import tsx --conditions=@vime/source examples/coding-agent/src/serve.ts \
  *     --engine-url http://sglang-0.$SKYPILOT_JOBGROUP_NAME:30000 [--dataset rows.jsonl] [--port 8600] [--host 0.0.0.0]
  */
+
+import { join, resolve } from 'node:path';
 import {
   ConfigError,
   createSample,
   loadTokenizer,
+  type RolloutOutcome,
+  type RolloutResult,
   type Sample,
   startCaptureProxy,
   type TaskSpec,
+  VimeError,
 } from '@vime/core';
 import { startRolloutServer } from '@vime/launch';
+import { rolloutRecordOf } from '@vime/metrics';
 import { providerFor } from '@vime/sandbox';
 import { rowToTask, SweEnvironments, SwePools, SweSmithRowSchema } from '@vime/swe';
 import { runEntry } from './cli.js';
@@ -24,6 +30,7 @@ import { type Config, parseConfig, usage } from './config.js';
 import { startEngines } from './engines.js';
 import { bundledTokenizerDir } from './loop.js';
 import { codingAgentRollout } from './rollout.js';
+import { openRunSinks } from './sinks.js';
 import { readTasks } from './tasks.js';
 
 const SERVER_USAGE = `Usage: serve.ts [--host H] [--port N] [--attempts N] [loop flags]
@@ -77,6 +84,21 @@ await runEntry('serve', async () => {
     maxLivePerPool: config.poolReplicas + 2 * config.concurrency + 2,
   });
 
+  // One metrics.jsonl line per served rollout (slime's rollout_id is the step), and TensorBoard files.
+  const out = resolve(config.out ?? join('runs', `serve-${new Date().toISOString().replace(/[:.]/g, '-')}`));
+  const sinks = await openRunSinks(
+    out,
+    {
+      runId: `serve-${Date.now().toString(36)}`,
+      startedAt: Date.now(),
+      config,
+      engine:
+        engines.standIns.length > 0 ? 'stand-in engine (scripted policy), not a model' : config.engineKind,
+    },
+    (line) => console.error(line),
+  );
+  const record = (step: number, result: RolloutResult) => void sinks.rollout(rolloutRecordOf(step, result));
+
   // A row of the dataset is graded as it is there; one slime sends that the dataset lacks is mapped as given.
   const taskOf = (metadata: Record<string, unknown>): TaskSpec => {
     const row = SweSmithRowSchema.parse(metadata);
@@ -110,21 +132,56 @@ await runEntry('serve', async () => {
         rollout_id: sample.rollout_id ?? sample.index,
       };
       const phasesMs: Record<string, number> = {};
-      const outcome = await rollout(task, {
+      const base = {
         taskId: task.id,
         groupIndex: sample.group_index ?? 0,
         sampleIndex: sample.index ?? 0,
         rolloutId: ids.rollout_id ?? 0,
-        signal,
-        emit: () => {},
-        phase: async (name, fn) => {
-          const start = performance.now();
-          try {
-            return await fn();
-          } finally {
-            phasesMs[name] = (phasesMs[name] ?? 0) + performance.now() - start;
-          }
-        },
+        samples: [],
+      };
+      const startedAt = Date.now();
+      let outcome: RolloutOutcome;
+      try {
+        outcome = await rollout(task, {
+          ...base,
+          signal,
+          emit: () => {},
+          phase: async (name, fn) => {
+            const start = performance.now();
+            try {
+              return await fn();
+            } finally {
+              phasesMs[name] = (phasesMs[name] ?? 0) + performance.now() - start;
+            }
+          },
+        });
+      } catch (error) {
+        // Each failed attempt is a line of its own (the server retries it in a fresh sandbox).
+        if (!signal.aborted)
+          record(base.rolloutId, {
+            ...base,
+            status: 'failed',
+            error: {
+              code: VimeError.isInstance(error) ? error.code : 'rollout_error',
+              message: (error as Error).message,
+            },
+            timings: phasesMs,
+            metadata: {},
+            turns: 0,
+            startedAt,
+            endedAt: Date.now(),
+          });
+        throw error;
+      }
+      record(base.rolloutId, {
+        ...base,
+        status: outcome.status ?? 'completed',
+        reward: outcome.reward,
+        turns: outcome.turns ?? 0,
+        timings: { ...phasesMs, ...outcome.timings },
+        metadata: outcome.metadata ?? {},
+        startedAt,
+        endedAt: Date.now(),
       });
       return (outcome.samples ?? []).map((row) =>
         createSample({
@@ -138,11 +195,12 @@ await runEntry('serve', async () => {
     },
   });
   console.log(
-    `coding-agent rollout server on ${rolloutServer.url} (engines: ${engines.urls.join(', ')}; dataset: ${dataset})`,
+    `coding-agent rollout server on ${rolloutServer.url} (engines: ${engines.urls.join(', ')}; dataset: ${dataset}; metrics: ${join(out, 'metrics.jsonl')})`,
   );
   await new Promise<void>((resolve) => {
     const stop = async () => {
       await rolloutServer.close();
+      await sinks.close();
       await pools.close();
       await proxy.close();
       await engines.close();
