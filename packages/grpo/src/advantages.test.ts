@@ -1,7 +1,7 @@
 import { VimeError } from '@vime/core';
 import { describe, expect, it } from 'vitest';
+import { exactCount, expectClose, flat, loadGolden } from './__fixtures__/golden.js';
 import { groupStatistics, grpoAdvantages } from './advantages.js';
-import { exactCount, expectClose, flat, loadGolden } from './test/golden.js';
 
 describe('golden: slime _post_process_rewards (group normalization)', () => {
   for (const g of loadGolden('slime__post_process_rewards__')) {

@@ -7,9 +7,9 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { conventionDumps, dumpsGolden } from './__fixtures__/golden.js';
 import type { CheckReport } from './check.js';
 import { main } from './command.js';
-import { conventionDumps, dumpsGolden } from './test/golden.js';
 
 /** The flags each convention dump must be named by (the trainer configuration that produced it). */
 const EXPECTED: Record<string, string> = {

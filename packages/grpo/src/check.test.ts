@@ -6,11 +6,11 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { createSample, VimeError } from '@vime/core';
 import { describe, expect, it } from 'vitest';
+import { dumpsGolden, loadGolden } from './__fixtures__/golden.js';
 import { grpoAdvantages } from './advantages.js';
 import { checkAgainstTrainer } from './check.js';
 import { main } from './command.js';
 import { readRolloutDump, readTrainDump } from './dump.js';
-import { dumpsGolden, loadGolden } from './test/golden.js';
 import { broadcastToTokens, splitTokens } from './tokens.js';
 
 const bytes = (path: string) => new Uint8Array(readFileSync(`${dumpsGolden}${path}`));

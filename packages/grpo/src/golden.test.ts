@@ -1,8 +1,8 @@
 /** Every remaining golden family of slime's token-level, loss and reporting math. */
 import { describe, expect, it } from 'vitest';
+import { allGoldenFiles, expectClose, flat, type GoldenCase, loadGolden } from './__fixtures__/golden.js';
 import { approxKl, cispoLoss, gspoSequenceKl, type KlType, policyLoss, sumOfSampleMean } from './loss.js';
 import { type SlimeEstimator, slimeAdvantagesAndReturns, slimePolicyLoss } from './slime.js';
-import { allGoldenFiles, expectClose, flat, type GoldenCase, loadGolden } from './test/golden.js';
 import { discountedReturns, gae, maskedWhiten } from './tokens.js';
 
 const rows = (x: unknown) => x as number[][];

@@ -1,7 +1,5 @@
 /** Every golden file of OpenRLHF's advantage estimators (computed by the pinned upstream code). */
 import { describe, expect, it } from 'vitest';
-import { grpoAdvantages } from './advantages.js';
-import { type OpenrlhfEstimator, openrlhfAdvantages, openrlhfApproxKl } from './openrlhf.js';
 import {
   allGoldenFiles,
   expectClose,
@@ -9,7 +7,9 @@ import {
   flat,
   type GoldenCase,
   loadGolden,
-} from './test/golden.js';
+} from './__fixtures__/golden.js';
+import { grpoAdvantages } from './advantages.js';
+import { type OpenrlhfEstimator, openrlhfAdvantages, openrlhfApproxKl } from './openrlhf.js';
 
 const rows = (x: unknown) => x as number[][];
 const num = (x: unknown) => x as number;

@@ -1,8 +1,8 @@
 import { VimeError } from '@vime/core';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { expectClose, flat, loadGolden } from './__fixtures__/golden.js';
 import { aggregateLoss, sumOfSampleMean } from './loss.js';
-import { expectClose, flat, loadGolden } from './test/golden.js';
 import { broadcastToTokens, discountedReturns, gae, splitTokens } from './tokens.js';
 
 const list = (x: ArrayLike<number>) => Array.from(x);

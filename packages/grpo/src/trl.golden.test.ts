@@ -1,6 +1,5 @@
 /** Every golden file of huggingface/trl's GRPOTrainer (computed by the pinned upstream code). */
 import { describe, expect, it } from 'vitest';
-import { grpoAdvantages } from './advantages.js';
 import {
   allGoldenFiles,
   expectClose,
@@ -8,7 +7,8 @@ import {
   flat,
   type GoldenCase,
   loadGolden,
-} from './test/golden.js';
+} from './__fixtures__/golden.js';
+import { grpoAdvantages } from './advantages.js';
 import { nanstd, normalizeThenSum, sumThenNormalize, type TrlLossType, trlLoss } from './trl.js';
 
 const rows = (x: unknown) => x as Array<Array<number | null>>;

@@ -1,7 +1,5 @@
 /** Every golden file of volcengine/verl (computed by the pinned upstream code, see golden/verl/README.md). */
 import { describe, expect, it } from 'vitest';
-import type { Dtype } from './f32.js';
-import { aggregateLoss } from './loss.js';
 import {
   allGoldenFiles,
   expectClose,
@@ -9,7 +7,9 @@ import {
   flat,
   type GoldenCase,
   loadGolden,
-} from './test/golden.js';
+} from './__fixtures__/golden.js';
+import type { Dtype } from './f32.js';
+import { aggregateLoss } from './loss.js';
 import {
   asTorchIndex,
   type VerlEstimator,

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { VimeError } from '@vime/core';
 import { describe, expect, it } from 'vitest';
-import { dumpsGolden } from '../test/golden.js';
+import { dumpsGolden } from '../__fixtures__/golden.js';
 import { isTensor, loadTorchFile, type TorchTensor, tensorNumbers } from './torch.js';
 
 const fixture = (name: string) =>
