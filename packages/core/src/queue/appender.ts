@@ -60,6 +60,11 @@ interface ActiveSegment {
 export interface RecoverOptions {
   /** Only segments holding records at or after this seq are read (older ones may have gaps). Default 1. */
   from?: number | undefined;
+  /**
+   * Append to the last segment found (default), or leave it as it is and start a new segment with the
+   * next record (a file that may be shared with a fork is never written again).
+   */
+  reopenLast?: boolean | undefined;
   /** Every intact record of the segments read, in seq order. */
   onRecord?: ((header: RecordHeader, payload: Buffer, position: RecordPosition) => void) | undefined;
 }
@@ -103,6 +108,7 @@ export class SegmentAppender {
     const appender = new SegmentAppender(dir, options, flushed);
     try {
       await appender.#recover(options.from ?? 1, options.onRecord);
+      if (options.reopenLast === false) await appender.seal();
     } catch (error) {
       await appender.close();
       throw error;
@@ -115,9 +121,9 @@ export class SegmentAppender {
     return this.#nextSeq;
   }
 
-  /** Number the first record of an empty log (e.g. after every segment was collected). */
+  /** Number the next record when it starts a new segment (e.g. after every segment was collected). */
   startAt(seq: number): void {
-    if (this.#active === undefined && this.#pending.length === 0) this.#nextSeq = seq;
+    if ((this.#active === undefined || this.#sealed) && this.#pending.length === 0) this.#nextSeq = seq;
   }
 
   get broken(): QueueError | undefined {
@@ -138,12 +144,12 @@ export class SegmentAppender {
   /** Wait for queued appends, then seal the active segment: the next record starts a new one. */
   async seal(): Promise<void> {
     await this.drain();
-    if (this.#active && this.#active.size > FILE_HEADER_BYTES) this.#sealed = true;
+    if (this.#active) this.#sealed = true;
   }
 
-  /** First seq of the segment being appended to (undefined when none is open). */
-  get activeSegment(): number | undefined {
-    return this.#active?.base;
+  /** First seq of the segment the next record goes to (undefined when none is open, or it is sealed). */
+  get writableSegment(): number | undefined {
+    return this.#sealed ? undefined : this.#active?.base;
   }
 
   async #flush(): Promise<void> {
