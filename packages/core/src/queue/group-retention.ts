@@ -23,18 +23,17 @@ export async function collectGarbage(
   const horizon = horizonOf(state, retainSteps);
   const before = { ...state.collected };
   pruned(pruneState(state, horizon));
-  await journal.snapshot();
-  const snapshotSeq = journal.durable;
   const needed = new Set(refsOf(state, horizon).map((ref) => ref[0]));
   const bases = await listSegments(journal.dir);
+  // Segments whose every record is on disk, that no group points into, and are not written to.
+  const unneeded = (upTo: number) =>
+    bases.filter((base, i) => {
+      const next = bases[i + 1];
+      return next !== undefined && next - 1 <= upTo && !needed.has(base) && base !== journal.writableSegment;
+    });
   const doomed: number[] = [];
-  for (const [i, base] of bases.entries()) {
-    const next = bases[i + 1];
-    // The last segment may be written to; one holding records after the snapshot is still journal.
-    if (next === undefined || next - 1 > snapshotSeq || needed.has(base)) continue;
-    if (base === journal.writableSegment) continue;
-    doomed.push(base);
-  }
+  // The snapshot (a full write and flush) only when it lets a segment go: opening then replays from it.
+  if (unneeded(journal.durable).length > 0) doomed.push(...unneeded(await journal.snapshot()));
   await journal.deleteSegments(doomed);
   let bytes = 0;
   const kept = bases.filter((b) => !doomed.includes(b));

@@ -174,8 +174,9 @@ export function decodeState(bytes: Uint8Array, where: string): UnitState {
 export const cloneState = (state: UnitState): UnitState => decodeState(encodeState(state), 'copy');
 
 export async function writeStateFile(path: string, state: UnitState): Promise<void> {
-  const body = frame(encodeState(state));
-  await replaceFile(path, (h) => writeAll(h, Buffer.concat([fileHeader(STATE_MAGIC, state.seq), body]), 0));
+  // Header and body from the same instant: the state moves on while the file is being opened.
+  const bytes = Buffer.concat([fileHeader(STATE_MAGIC, state.seq), frame(encodeState(state))]);
+  await replaceFile(path, (h) => writeAll(h, bytes, 0));
 }
 
 export async function readStateFile(path: string): Promise<UnitState | undefined> {
@@ -413,14 +414,16 @@ export class Journal {
     return h;
   }
 
-  /** Wait for queued events, then write the state snapshot (opening then reads only later records). */
-  async snapshot(): Promise<void> {
+  /** Wait for queued events, then write the state snapshot (opening then reads only later records); returns its seq. */
+  async snapshot(): Promise<number> {
     // Appends queued while waiting are applied already: wait until the disk has caught up with them.
     do {
       await this.#writer().drain();
       this.check();
     } while (this.#durable !== this.state.seq);
+    const seq = this.state.seq;
     await writeStateFile(join(this.dir, STATE_FILE), this.state);
+    return seq;
   }
 
   /** Seal the active segment: every record so far is then in a file that is never written again. */
