@@ -84,17 +84,19 @@ Flags (environment variable in brackets; a flag wins over its variable):
   --steps N                rollout steps (default 2)
   --prompts N              prompts per step (default 4)
   --samples N              rollouts per prompt, the GRPO group size (default 4)
-  --concurrency N          rollouts at once (default 8)
+  --concurrency N          rollouts at once (default 8) [VIME_ROLLOUT_CONCURRENCY]
   --out DIR                output folder (default runs/<timestamp>)
   --sandbox KIND           bubblewrap | docker | local (default bubblewrap; local is unsafe for untrusted code)
+                           [VIME_SANDBOX]
   --engine-url URL         an SGLang (or vLLM with --engine-kind vllm) server; repeat for several [VIME_ENGINE_URLS]
   --engine-kind KIND       sglang | vllm (default sglang)
   --engine-wait DURATION   how long to wait for the engines to be healthy (default 120s)
   --engines N              stand-in engines to start when no --engine-url is given (default 1)
   --engine-tps N           stand-in decode tokens/s per engine (default 4000)
   --tokenizer DIR          model folder with tokenizer.json and tokenizer_config.json
-  --dataset FILE           SWE-smith rows (.jsonl or .parquet) instead of the offline task set
+  --dataset FILE           SWE-smith rows (.jsonl or .parquet) instead of the offline task set [SWESMITH_DATASET]
   --repo SUBSTRING         keep rows whose repo contains it (repeatable; default: every repo)
+                           [SWESMITH_REPOS, space-separated]
   --per-repo N             rows kept per repo (default all) [SWESMITH_PER_REPO]
   --pool-replicas N        warm sandboxes per repo pool (default 4) [SANDBOX_POOL_REPLICAS]
   --no-pool                no warm pools: every claim creates a sandbox on demand [SANDBOX_NO_POOL=1]
@@ -148,8 +150,8 @@ const NAMES: Record<string, string> = {
   steps: '--steps',
   promptsPerStep: '--prompts',
   samplesPerPrompt: '--samples',
-  concurrency: '--concurrency',
-  sandbox: '--sandbox',
+  concurrency: '--concurrency / VIME_ROLLOUT_CONCURRENCY',
+  sandbox: '--sandbox / VIME_SANDBOX',
   engineUrls: '--engine-url',
   engineKind: '--engine-kind',
   engineWaitMs: '--engine-wait',
@@ -184,11 +186,15 @@ export function configFromEnv(env: Record<string, string | undefined>): Record<s
   const raw = {
     engineUrls: env.VIME_ENGINE_URLS?.split(/[\s,]+/).filter(Boolean),
     maxTurns: whole(env.AGENT_MAX_TURNS, 'AGENT_MAX_TURNS'),
+    concurrency: whole(env.VIME_ROLLOUT_CONCURRENCY, 'VIME_ROLLOUT_CONCURRENCY'),
     gradeTimeoutMs: seconds === undefined ? undefined : seconds * 1000,
     poolReplicas: whole(env.SANDBOX_POOL_REPLICAS, 'SANDBOX_POOL_REPLICAS'),
     noPool: noPool === undefined || noPool === '' ? undefined : noPool === '1',
     perRepo: whole(env.SWESMITH_PER_REPO, 'SWESMITH_PER_REPO'),
-    poolSuffix: env.SWESMITH_POOL_SUFFIX,
+    poolSuffix: env.SWESMITH_POOL_SUFFIX || undefined,
+    dataset: env.SWESMITH_DATASET || undefined,
+    repoFilter: env.SWESMITH_REPOS?.split(/\s+/).filter(Boolean),
+    sandbox: env.VIME_SANDBOX || undefined,
   };
   return Object.fromEntries(Object.entries(raw).filter(([, v]) => v !== undefined));
 }

@@ -15,22 +15,23 @@ import {
   type Sample,
   startCaptureProxy,
   type TaskSpec,
-  VimeError,
 } from '@vime/core';
 import { startRolloutServer } from '@vime/launch';
 import { providerFor } from '@vime/sandbox';
 import { rowToTask, SweEnvironments, SwePools, SweSmithRowSchema } from '@vime/swe';
 import { runEntry } from './cli.js';
-import { parseConfig, usage } from './config.js';
+import { type Config, parseConfig, usage } from './config.js';
 import { startEngines } from './engines.js';
 import { bundledTokenizerDir } from './loop.js';
 import { codingAgentRollout } from './rollout.js';
 import { readTasks } from './tasks.js';
 
-const SERVER_USAGE = `Usage: serve.ts [--host H] [--port N] [loop flags]
+const SERVER_USAGE = `Usage: serve.ts [--host H] [--port N] [--attempts N] [loop flags]
 
-Serves coding-agent rollouts to slime's custom generate function (POST /rollout). --host (default
-0.0.0.0) and --port (default 8600) place the server; every other flag and env var is the loop's:
+Serves coding-agent rollouts to slime's custom generate function (POST /rollout; GET /config shows the
+settings in effect). --host (default 0.0.0.0) and --port (default 8600) place the server; --attempts
+(default 3) is how often a rollout that fails for infrastructure reasons is tried, each time in a fresh
+sandbox, before it is answered as failed. Every other flag and env var is the loop's:
 
 ${usage
   .split('\n')
@@ -81,6 +82,10 @@ await runEntry('serve', async () => {
     port,
     concurrency: config.concurrency,
     deadlineMs: config.rolloutGuardMs,
+    ...(server.attempts ? { attempts: server.attempts } : {}),
+    settings: effectiveSettings(config, dataset, engines.urls),
+    // Infrastructure failures throw (the server retries them, then answers a failure row); the agent's own
+    // failures are graded rows.
     rollout: async ({ sample, samplingParams, signal }): Promise<Sample[]> => {
       const task = taskOf(sample.metadata);
       const sampling = {
@@ -93,41 +98,35 @@ await runEntry('serve', async () => {
       const ids = {
         group_index: sample.group_index,
         index: sample.index,
+        // Every row of one rollout carries its id, so slime counts the rollout once.
         rollout_id: sample.rollout_id ?? sample.index,
       };
-      try {
-        const outcome = await rollout(task, {
-          taskId: task.id,
-          groupIndex: sample.group_index ?? 0,
-          sampleIndex: sample.index ?? 0,
-          rolloutId: ids.rollout_id ?? 0,
-          signal,
-          emit: () => {},
-          phase: async (_phase, fn) => fn(),
-        });
-        return (outcome.samples ?? []).map((row) =>
-          createSample({
-            ...row,
-            ...ids,
-            prompt: sample.prompt,
-            label: sample.label,
-            metadata: { ...sample.metadata, ...row.metadata },
-          }),
-        );
-      } catch (error) {
-        if (signal.aborted) throw error;
-        const code = VimeError.isInstance(error) ? error.code : 'rollout_error';
-        return [
-          createSample({
-            ...sample,
-            ...ids,
-            status: 'failed',
-            remove_sample: true,
-            reward: null,
-            metadata: { ...sample.metadata, vime_error: { code, message: (error as Error).message } },
-          }),
-        ];
-      }
+      const phasesMs: Record<string, number> = {};
+      const outcome = await rollout(task, {
+        taskId: task.id,
+        groupIndex: sample.group_index ?? 0,
+        sampleIndex: sample.index ?? 0,
+        rolloutId: ids.rollout_id ?? 0,
+        signal,
+        emit: () => {},
+        phase: async (name, fn) => {
+          const start = performance.now();
+          try {
+            return await fn();
+          } finally {
+            phasesMs[name] = (phasesMs[name] ?? 0) + performance.now() - start;
+          }
+        },
+      });
+      return (outcome.samples ?? []).map((row) =>
+        createSample({
+          ...row,
+          ...ids,
+          prompt: sample.prompt,
+          label: sample.label,
+          metadata: { ...sample.metadata, ...row.metadata, vime_phases_ms: phasesMs },
+        }),
+      );
     },
   });
   console.log(
@@ -147,18 +146,47 @@ await runEntry('serve', async () => {
   return 0;
 });
 
-/** `--host` and `--port` (with `=` or a separate value) are the server's; every other flag is the loop's. */
-function splitServerFlags(argv: string[]): { host?: string; port?: string; rest: string[] } {
-  const out: { host?: string; port?: string; rest: string[] } = { rest: [] };
+/** The settings a rollout runs with, as GET /config serves them. */
+function effectiveSettings(config: Config, dataset: string, engineUrls: string[]): Record<string, unknown> {
+  return {
+    dataset,
+    repoFilter: config.repoFilter,
+    perRepo: config.perRepo,
+    poolSuffix: config.poolSuffix,
+    sandbox: config.sandbox,
+    poolReplicas: config.poolReplicas,
+    noPool: config.noPool,
+    maxTurns: config.maxTurns,
+    gradeTimeoutMs: config.gradeTimeoutMs,
+    rolloutGuardMs: config.rolloutGuardMs,
+    onSuspicious: config.onSuspicious,
+    concurrency: config.concurrency,
+    engineUrls,
+  };
+}
+
+/** `--host`, `--port` and `--attempts` (with `=` or a separate value) are the server's; the rest the loop's. */
+function splitServerFlags(argv: string[]): {
+  host?: string;
+  port?: string;
+  attempts?: number;
+  rest: string[];
+} {
+  const out: { host?: string; port?: string; attempts?: number; rest: string[] } = { rest: [] };
   for (let i = 0; i < argv.length; i++) {
-    const m = /^--(host|port)(?:=(.*))?$/.exec(argv[i]!);
+    const m = /^--(host|port|attempts)(?:=(.*))?$/.exec(argv[i]!);
     if (!m) {
       out.rest.push(argv[i]!);
       continue;
     }
     const value = m[2] ?? argv[++i];
     if (value === undefined) throw new ConfigError(`--${m[1]} needs a value`);
-    out[m[1] as 'host' | 'port'] = value;
+    if (m[1] === 'attempts') {
+      const n = Number(value);
+      if (!Number.isInteger(n) || n < 1)
+        throw new ConfigError(`--attempts expects a whole number >= 1, got ${JSON.stringify(value)}`);
+      out.attempts = n;
+    } else out[m[1] as 'host' | 'port'] = value;
   }
   return out;
 }

@@ -58,6 +58,7 @@ export {
   TERMINAL_STATUSES,
   VersionSchema,
 } from './ray/types.js';
+export { checkRenderedJobGroup, type LaunchCheckReport, type LaunchProblem } from './skypilot/check.js';
 export {
   ACCELERATOR_PATTERN,
   DURATION_PATTERN,
@@ -112,6 +113,8 @@ export {
 export { KNOWN_FLAGS, REFUSED_FLAGS } from './slime/flags.js';
 export {
   type BridgeRollout,
+  type InfraFailure,
+  infraFailureSample,
   type RolloutRequest,
   type RolloutServer,
   type RolloutServerOptions,

@@ -101,9 +101,7 @@ async function validate(
   io: CliIo,
 ): Promise<number> {
   if (!dataset) throw new ConfigError('validate needs the dataset file: vime-swe validate rows.jsonl');
-  const path = resolve(io.cwd, dataset);
-  if (!existsSync(path))
-    throw new ConfigError(`${dataset} does not exist; give a SWE-smith .jsonl or .parquet file`);
+  // Flags first: a typo in one is reported even when the file is also wrong.
   const kind = (values.sandbox ?? 'bubblewrap') as SandboxKind;
   const provider = providerFor(kind);
   const concurrency = values.concurrency === undefined ? 2 : Number(values.concurrency);
@@ -113,6 +111,9 @@ async function validate(
     );
   }
   const timeoutMs = values.timeout === undefined ? undefined : parseDuration(values.timeout, '--timeout');
+  const path = resolve(io.cwd, dataset);
+  if (!existsSync(path))
+    throw new ConfigError(`${dataset} does not exist; give a SWE-smith .jsonl or .parquet file`);
   const load = path.endsWith('.parquet') ? loadParquet : loadJsonl;
   const { rows, issues } = await load(path, { onInvalid: 'skip' });
   for (const issue of issues) io.stderr(`${dataset}: row ${issue.row}: ${issue.message} (left out)\n`);
