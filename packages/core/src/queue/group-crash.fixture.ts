@@ -59,12 +59,17 @@ function startEngines(): Promise<{ child: ChildProcess; urls: string[] }> {
     ['--import', 'tsx', '--conditions=@vime/source', fileURLToPath(import.meta.url), 'engines'],
     { stdio: ['pipe', 'pipe', 'inherit'] },
   );
-  return new Promise((resolve, reject) => {
+  // Held open until the engines answer: nothing else here keeps the process alive meanwhile.
+  const keepAlive = setInterval(() => {}, 1000);
+  return new Promise<{ child: ChildProcess; urls: string[] }>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('the engines did not start within 120 s')), 120_000);
+    child.once('error', reject);
     child.once('exit', (code, signal) => reject(new Error(`the engines exited with ${code ?? signal}`)));
-    createInterface({ input: child.stdout! }).once('line', (line) =>
-      resolve({ child, urls: line.split(' ') }),
-    );
-  });
+    createInterface({ input: child.stdout! }).once('line', (line) => {
+      clearTimeout(timer);
+      resolve({ child, urls: line.split(' ') });
+    });
+  }).finally(() => clearInterval(keepAlive));
 }
 
 const hash = (s: Sample) => createHash('sha256').update(s.tokens).digest('hex').slice(0, 16);

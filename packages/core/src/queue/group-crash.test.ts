@@ -69,7 +69,7 @@ function lcg(seed: number): () => number {
 describe('GroupQueue under SIGKILL of the whole process tree', () => {
   it('recovers a fully async run killed 20 times: every group handed off once, no reward computed twice, no stale commit', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'vime-group-crash-'));
-    const [groups, n, steps, perStep] = [64, 4, 32, 2];
+    const [groups, n, steps, perStep] = [96, 4, 48, 2];
     const args = [dir, String(groups), String(n), String(steps), String(perStep)];
     const random = lcg(21);
     try {
