@@ -14,7 +14,7 @@ import {
 } from '@vime/core';
 import { type Bench, fmt, type Table } from './harness.js';
 
-function lcg(seed: number): () => number {
+export function lcg(seed: number): () => number {
   let s = seed >>> 0;
   return () => {
     s = (s * 1664525 + 1013904223) >>> 0;
@@ -187,7 +187,7 @@ async function overheadPerRollout(): Promise<{ runner: Cost; pool: Cost }> {
   return { runner: per(runner!), pool: per(pool!) };
 }
 
-interface Cost {
+export interface Cost {
   /** Best wall-clock ms. */
   wall: number;
   /** Best CPU ms of this process (user + system): the work done, less disturbed by other load. */
@@ -198,7 +198,7 @@ interface Cost {
  * Run the variants in turn `rounds` times after one warm-up round; best wall and CPU ms of each. The
  * order rotates every round, so no variant always pays for the garbage its predecessor left.
  */
-async function interleaved(variants: Array<() => Promise<unknown>>, rounds: number): Promise<Cost[]> {
+export async function interleaved(variants: Array<() => Promise<unknown>>, rounds: number): Promise<Cost[]> {
   const best = variants.map(() => ({ wall: Number.POSITIVE_INFINITY, cpu: Number.POSITIVE_INFINITY }));
   for (let round = -1; round < rounds; round++) {
     for (let k = 0; k < variants.length; k++) {
@@ -305,7 +305,7 @@ async function runnerTables(): Promise<Table[]> {
   ];
 }
 
-function sampleOf(i: number, tokens: number, response: number, r: () => number): Sample {
+export function sampleOf(i: number, tokens: number, response: number, r: () => number): Sample {
   return createSample({
     tokens: Int32Array.from({ length: tokens }, () => Math.floor(r() * 151_000)),
     response_length: response,

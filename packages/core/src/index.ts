@@ -50,6 +50,27 @@ export {
 } from './proxy/router.js';
 export type { VersionRun, WeightUpdatePolicy } from './proxy/turn.js';
 export { QueueError } from './queue/format.js';
+export type { DropReason, Failure, SampleVersions, VersionSpan } from './queue/group-events.js';
+export type {
+  AttemptRef,
+  Continuation,
+  FailOutcome,
+  GcReport,
+  GroupLease,
+  GroupQueueEvents,
+  GroupQueueOptions,
+  GroupQueueStats,
+  HandedGroup,
+  HandedSibling,
+  LeaseOptions,
+  PartialInput,
+  Receipt,
+  SiblingAttempt,
+  SiblingInput,
+  SiblingResult,
+  TrainingBatch,
+} from './queue/group-types.js';
+export { GroupQueue } from './queue/groups.js';
 export { type QueueEvents, SampleQueue, type SampleQueueOptions } from './queue/queue.js';
 export type { CommitOptions, QueueBatch, QueueRecord, ReadOptions } from './queue/reader.js';
 export type { RepairReport } from './queue/repair.js';
