@@ -11,8 +11,17 @@ import { ConfigError, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { DockerEngine } from './docker-engine.js';
 import { sandboxPath } from './host-sandbox.js';
-import { forwardWarnings, newSandboxId, register, sandboxLabels, withTrackedCreate } from './lifecycle.js';
-import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8, tailOf } from './output.js';
+import {
+  forwardWarnings,
+  newSandboxId,
+  onProcessExit,
+  register,
+  runOf,
+  sandboxLabels,
+  withTrackedCreate,
+} from './lifecycle.js';
+import { type EffectiveLimits, resolveLimits, resolveWorkdir } from './limits.js';
+import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8, readCap, tailOf, tooLarge } from './output.js';
 import { EXEC_MARKER_ENV, killByExecMarker, newExecId } from './proc.js';
 import { packTar, unpackTar } from './tar.js';
 import type {
@@ -20,6 +29,7 @@ import type {
   ExecResult,
   Logger,
   OpOptions,
+  ReadOptions,
   Sandbox,
   SandboxCapabilities,
   SandboxEmitter,
@@ -122,27 +132,16 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
         const { signal } = op;
         signal?.throwIfAborted();
         const started = performance.now();
+        const workdir = resolveWorkdir(spec?.workdir);
+        const limits = resolveLimits(spec.limits);
         const image = spec.image ?? options.defaultImage ?? DEFAULT_DOCKER_IMAGE;
         const info = await imageInfo(image, signal);
-        const workdir = posix.resolve('/', spec.workdir);
-        const id = newSandboxId();
+        const id = newSandboxId(runOf(spec.labels));
         const labels = sandboxLabels(id, spec.labels);
         if (spec.lifetimeMs !== undefined) labels['vime.lifetime-ms'] = String(spec.lifetimeMs);
-        const limits = spec.limits ?? {};
-        const ulimits: DockerUlimit[] = [
-          ...(options.ulimits ?? [{ Name: 'nofile', Soft: 4096, Hard: 4096 }]),
-        ];
-        if (limits.cpuSeconds !== undefined) {
-          const s = Math.ceil(limits.cpuSeconds);
-          ulimits.push({ Name: 'cpu', Soft: s, Hard: s });
-        }
-        if (limits.fileSizeBytes !== undefined) {
-          ulimits.push({ Name: 'fsize', Soft: limits.fileSizeBytes, Hard: limits.fileSizeBytes });
-        }
-        if (limits.addressSpaceBytes !== undefined) {
-          // The Engine has no `as` ulimit; RLIMIT_DATA also bounds anonymous mappings (Linux >= 4.7).
-          ulimits.push({ Name: 'data', Soft: limits.addressSpaceBytes, Hard: limits.addressSpaceBytes });
-        }
+        const name = `vime-${id}`;
+        // From here an exit at any step removes the container (by name: it may not be created yet).
+        const dropExitHook = onProcessExit(() => removeContainerSync(engine.socketPath, name));
         const body = {
           Image: image,
           Cmd: ['sleep', 'infinity'],
@@ -161,22 +160,36 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
             CapDrop: ['ALL'],
             SecurityOpt: ['no-new-privileges'],
             Binds: info.hostUsr ? ['/usr:/usr:ro'] : [],
-            Ulimits: ulimits,
-            ...(limits.memoryBytes === undefined
-              ? {}
-              : { Memory: limits.memoryBytes, MemorySwap: limits.memoryBytes }),
-            ...(limits.pids === undefined ? {} : { PidsLimit: limits.pids }),
-            ...(limits.cpus === undefined ? {} : { NanoCpus: Math.round(limits.cpus * 1e9) }),
+            ...dockerLimits(limits, options.ulimits),
             ...options.hostConfig,
           },
         };
-        const created = await engine.json<{ Id: string }>('POST', '/containers/create', {
-          query: { name: `vime-${id}` },
-          json: body,
-          signal,
-        });
-        const containerId = created.Id;
+        const remove = () =>
+          engine
+            .request('DELETE', `/containers/${name}`, {
+              query: { force: true, v: true },
+              ok: [404],
+              signal: AbortSignal.timeout(60_000),
+            })
+            .then(dropExitHook, () => {});
+        let containerId: string;
         try {
+          // Not aborted midway: an engine finishes a create whose client went away, and the container must
+          // then be known to be removed. The abort is honoured right after.
+          const created = await engine.json<{ Id: string; Warnings?: string[] | null }>(
+            'POST',
+            '/containers/create',
+            {
+              query: { name },
+              json: body,
+              signal: AbortSignal.timeout(120_000),
+            },
+          );
+          containerId = created.Id;
+          for (const w of created.Warnings ?? []) {
+            events.emit('warning', { message: `docker: ${w}`, code: 'limit_not_enforced', data: { image } });
+          }
+          signal?.throwIfAborted();
           // The work dir exists before start, owned by the sandbox user (CapDrop ALL forbids chown later).
           await engine.request('PUT', `/containers/${containerId}/archive`, {
             query: { path: '/' },
@@ -186,14 +199,13 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
           });
           await engine.request('POST', `/containers/${containerId}/start`, { signal });
         } catch (error) {
-          await engine
-            .request('DELETE', `/containers/${containerId}`, { query: { force: true, v: true }, ok: [404] })
-            .catch(() => {});
+          await remove();
           throw error;
         }
         const sandbox = new DockerSandbox({
           id,
           containerId,
+          dropExitHook,
           engine,
           workdir,
           labels,
@@ -213,6 +225,7 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
 interface DockerSandboxInit {
   id: string;
   containerId: string;
+  dropExitHook: () => void;
   engine: DockerEngine;
   workdir: string;
   labels: Record<string, string>;
@@ -220,6 +233,26 @@ interface DockerSandboxInit {
   events: SandboxEmitter;
   handleSignals: boolean;
   lifetimeMs?: number;
+}
+
+/** Room for the tar headers around one file's content. */
+const TAR_OVERHEAD = 64 << 10;
+
+/** The engine's `X-Docker-Container-Path-Stat` header: base64 JSON of the path's stat. */
+function parsePathStat(
+  header: string | string[] | undefined,
+): { size: number; mode: number; linkTarget: string } | undefined {
+  if (typeof header !== 'string') return undefined;
+  try {
+    const v = JSON.parse(Buffer.from(header, 'base64').toString('utf8')) as {
+      size?: number;
+      mode?: number;
+      linkTarget?: string;
+    };
+    return { size: Number(v.size ?? 0), mode: Number(v.mode ?? 0), linkTarget: v.linkTarget ?? '' };
+  } catch {
+    return undefined;
+  }
 }
 
 const KILL_MARKED =
@@ -237,11 +270,13 @@ class DockerSandbox implements Sandbox {
   private readonly owner: { uid: number; gid: number };
   private readonly events: SandboxEmitter;
   private readonly unregister: () => void;
+  private readonly dropExitHook: () => void;
   private readonly running = new Set<AbortController>();
   private terminating: Promise<void> | undefined;
 
   constructor(init: DockerSandboxInit) {
     this.id = init.id;
+    this.dropExitHook = init.dropExitHook;
     this.containerId = init.containerId;
     this.engine = init.engine;
     this.workdir = init.workdir;
@@ -332,11 +367,13 @@ class DockerSandbox implements Sandbox {
         argv = ['timeout', '-s', 'KILL', (Math.max(1, options.timeoutMs) / 1000).toFixed(3), ...argv];
       }
       if (options.stdin !== undefined) {
-        const file = `/tmp/.vime-stdin-${execId}`;
+        // Not under /tmp: the archive endpoint writes to the container's layer, under the /tmp tmpfs.
+        const file = `/.vime-stdin/${execId}`;
         await this.engine.request('PUT', `/containers/${this.containerId}/archive`, {
-          query: { path: '/tmp' },
+          query: { path: '/' },
           body: packTar([
-            { name: file.slice(5), type: 'file', content: options.stdin, mode: 0o600, ...this.owner },
+            { name: '.vime-stdin', type: 'dir', mode: 0o700, ...this.owner },
+            { name: file.slice(1), type: 'file', content: options.stdin, mode: 0o600, ...this.owner },
           ]),
           contentType: 'application/x-tar',
           signal,
@@ -431,16 +468,45 @@ class DockerSandbox implements Sandbox {
     );
   }
 
-  async readFile(path: string, options: OpOptions = {}): Promise<Uint8Array> {
+  async readFile(path: string, options: ReadOptions = {}): Promise<Uint8Array> {
+    const cap = readCap(options.maxBytes);
     return this.track(options, async (signal) => {
       let target = sandboxPath(this.workdir, path);
       for (let hops = 0; hops < 16; hops++) {
-        const res = await this.engine.request('GET', `/containers/${this.containerId}/archive`, {
-          query: { path: target },
+        const query = { path: target };
+        // The engine's stat first (size, type, link target), so a large file is refused before it is read.
+        const head = await this.engine.request('HEAD', `/containers/${this.containerId}/archive`, {
+          query,
           signal,
         });
+        const stat = parsePathStat(head.headers['x-docker-container-path-stat']);
+        if (stat?.linkTarget) {
+          target = posix.resolve(posix.dirname(target), stat.linkTarget);
+          continue;
+        }
+        if (stat && stat.mode >= 2 ** 31) {
+          throw new SandboxError(`readFile ${target} in sandbox ${this.id}: not a regular file`, {
+            code: 'invalid_argument',
+          });
+        }
+        if (stat && stat.size > cap) throw tooLarge(target, this.id, cap, stat.size);
+        let res: Awaited<ReturnType<DockerEngine['request']>>;
+        try {
+          res = await this.engine.request('GET', `/containers/${this.containerId}/archive`, {
+            query,
+            signal,
+            maxBytes: cap + TAR_OVERHEAD,
+          });
+        } catch (error) {
+          if (SandboxError.isInstance(error) && error.code === 'response_too_large')
+            throw tooLarge(target, this.id, cap);
+          throw error;
+        }
         const entry = unpackTar(res.body)[0];
-        if (entry?.type === 'file') return new Uint8Array(entry.content);
+        if (entry?.type === 'file') {
+          if (entry.content.length > cap) throw tooLarge(target, this.id, cap, entry.content.length);
+          return new Uint8Array(entry.content);
+        }
         if (entry?.type !== 'symlink') {
           throw new SandboxError(`readFile ${target} in sandbox ${this.id}: not a regular file`, {
             code: 'invalid_argument',
@@ -452,7 +518,7 @@ class DockerSandbox implements Sandbox {
     });
   }
 
-  async readTextFile(path: string, options: OpOptions = {}): Promise<string> {
+  async readTextFile(path: string, options: ReadOptions = {}): Promise<string> {
     return decodeUtf8(await this.readFile(path, options));
   }
 
@@ -527,6 +593,7 @@ class DockerSandbox implements Sandbox {
           ok: [404],
           signal: AbortSignal.timeout(60_000),
         });
+        this.dropExitHook();
       } catch (error) {
         this.events.emit('warning', {
           message: `removing container of sandbox ${this.id} failed`,
@@ -543,19 +610,49 @@ class DockerSandbox implements Sandbox {
     })();
     return this.terminating;
   }
+}
 
-  /** At process exit nothing async runs: remove the container from a short-lived child process. */
-  terminateSync(): void {
-    const script =
-      "const r=require('http').request({socketPath:process.argv[1],method:'DELETE',path:process.argv[2]},s=>{s.resume();s.on('end',()=>process.exit(0))});r.on('error',()=>process.exit(1));r.end()";
-    try {
-      execFileSync(
-        process.execPath,
-        ['-e', script, this.engine.socketPath, `/containers/${this.containerId}?force=true&v=true`],
-        { stdio: 'ignore', timeout: 10_000 },
-      );
-    } catch {
-      // the reaper catches what is left
-    }
+/** At process exit nothing async runs: remove a container (by id or name) from a short-lived child process. */
+function removeContainerSync(socketPath: string, container: string): void {
+  const script =
+    "const r=require('http').request({socketPath:process.argv[1],method:'DELETE',path:process.argv[2]},s=>{s.resume();s.on('end',()=>process.exit(0))});r.on('error',()=>process.exit(1));r.end()";
+  try {
+    execFileSync(process.execPath, ['-e', script, socketPath, `/containers/${container}?force=true&v=true`], {
+      stdio: 'ignore',
+      timeout: 10_000,
+    });
+  } catch {
+    // the reaper catches what is left
   }
+}
+
+/**
+ * The engine's form of the limits: memory (swap included), pids, CPU share, ulimits for the per-process
+ * ones (a limit overrides the provider's ulimit of the same name), and a size-bounded /tmp and /dev/shm.
+ */
+export function dockerLimits(
+  limits: EffectiveLimits,
+  base: DockerUlimit[] | undefined,
+): Record<string, unknown> {
+  const ulimits = new Map<string, DockerUlimit>();
+  for (const u of base ?? [{ Name: 'nofile', Soft: 4096, Hard: 4096 }]) ulimits.set(u.Name, u);
+  const set = (Name: string, value: number | undefined) => {
+    if (value !== undefined) ulimits.set(Name, { Name, Soft: value, Hard: value });
+  };
+  set('cpu', limits.cpuSeconds);
+  set('fsize', limits.fileSizeBytes);
+  set('nofile', limits.openFiles);
+  // The Engine has no `as` ulimit; RLIMIT_DATA also bounds anonymous mappings (Linux >= 4.7).
+  set('data', limits.addressSpaceBytes);
+  const tmp = limits.tmpBytes === undefined ? '' : `,size=${limits.tmpBytes}`;
+  return {
+    Ulimits: [...ulimits.values()],
+    ...(limits.memoryBytes === undefined
+      ? {}
+      : { Memory: limits.memoryBytes, MemorySwap: limits.memoryBytes }),
+    ...(limits.pids === undefined ? {} : { PidsLimit: limits.pids }),
+    ...(limits.cpus === undefined ? {} : { NanoCpus: Math.round(limits.cpus * 1e9) }),
+    Tmpfs: { '/tmp': `rw,exec,nosuid,nodev,mode=1777${tmp}` },
+    ...(limits.tmpBytes === undefined ? {} : { ShmSize: limits.tmpBytes }),
+  };
 }

@@ -1,0 +1,192 @@
+/**
+ * The in-namespace supervisor of a bubblewrap session (Python, from the sandbox's own /usr): it forks each
+ * command inside the namespaces bwrap built once, pipes its input and output over fd 3 and reports its exit
+ * status. Kept dependency-free, single-threaded (a fork bomb cannot starve it of threads) and small.
+ *
+ * Frames: `[op: u8][exec id: u32 BE][length: u32 BE][payload]`.
+ * Host → supervisor: 1 run (JSON `{argv, env, cwd, stdin, cg}`), 2 stdin bytes, 3 stdin end, 4 kill.
+ * Supervisor → host: 1 stdout, 2 stderr, 3 exit (i32 BE: the code, or minus the signal), 9 ready.
+ *
+ * `argv[1]`: the rlimits of every command (JSON); `argv[2]`: the fd of the sandbox's exec-cgroup folder,
+ * or empty. A command's child joins the cgroup `cg` (created by the host) before it execs, so everything
+ * it starts can be killed from outside the sandbox. Nothing a command can reach holds fd 3 or that folder:
+ * bwrap's init closes them, commands do not inherit them, and the supervisor is not dumpable (no ptrace,
+ * no `/proc/<pid>/fd`).
+ */
+export const SUPERVISOR = String.raw`
+import ctypes, json, os, resource, selectors, signal, struct, sys, time
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+CH = 3
+os.set_inheritable(CH, False)
+LIMITS = json.loads(sys.argv[1])
+CGDIR = int(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] else None
+if CGDIR is not None:
+    os.set_inheritable(CGDIR, False)
+RL = {"cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE, "as": resource.RLIMIT_AS,
+      "nofile": resource.RLIMIT_NOFILE, "data": resource.RLIMIT_DATA, "nproc": resource.RLIMIT_NPROC}
+def send(op, xid, payload=b""):
+    data = memoryview(struct.pack(">BII", op, xid, len(payload)) + payload)
+    while data:
+        data = data[os.write(CH, data):]
+sel = selectors.DefaultSelector()
+execs, bypid = {}, {}
+def child(req, r_in, w_out, w_err):
+    try:
+        if req.get("cg"):
+            fd = os.open(req["cg"] + "/cgroup.procs", os.O_WRONLY, dir_fd=CGDIR)
+            os.write(fd, b"0")
+            os.close(fd)
+        os.setsid()
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("500")
+        except OSError:
+            pass
+        os.dup2(r_in, 0); os.dup2(w_out, 1); os.dup2(w_err, 2)
+        for s in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(s, signal.SIG_DFL)
+        for name, value in LIMITS.items():
+            resource.setrlimit(RL[name], (value, value))
+        os.chdir(req["cwd"])
+        os.execvpe(req["argv"][0], req["argv"], req["env"])
+    except FileNotFoundError as e:
+        cwd = e.filename == req["cwd"]
+        msg = "cd: %s: No such file or directory\n" % req["cwd"] if cwd else "%s: command not found\n" % req["argv"][0]
+        os.write(2, msg.encode()); os._exit(126 if cwd else 127)
+    except BaseException as e:
+        os.write(2, ("%s: %s\n" % (req["argv"][0], e)).encode()); os._exit(126)
+def start(xid, req):
+    fds = []
+    try:
+        r_in, w_in = os.pipe(); fds += [r_in, w_in]
+        r_out, w_out = os.pipe(); fds += [r_out, w_out]
+        r_err, w_err = os.pipe(); fds += [r_err, w_err]
+        pid = os.fork()
+    except OSError as e:
+        for fd in fds:
+            os.close(fd)
+        send(2, xid, ("cannot start %s: %s\n" % (req["argv"][0], e.strerror)).encode())
+        send(3, xid, struct.pack(">i", 126))
+        return
+    if pid == 0:
+        child(req, r_in, w_out, w_err)
+    os.close(r_in); os.close(w_out); os.close(w_err)
+    e = {"pid": pid, "open": 2, "status": None, "grace": None, "fds": [r_out, r_err], "w_in": w_in, "q": [], "eof": not req.get("stdin")}
+    execs[xid] = e
+    bypid[pid] = xid
+    os.set_blocking(w_in, False)
+    for fd, stream in ((r_out, 1), (r_err, 2)):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ, ("out", xid, stream))
+    pump(xid)
+def pump(xid):
+    e = execs.get(xid)
+    if e is None or e["w_in"] is None:
+        return
+    while e["q"]:
+        try:
+            n = os.write(e["w_in"], e["q"][0])
+        except BlockingIOError:
+            break
+        except OSError:
+            e["q"] = []; e["eof"] = True
+            break
+        if n < len(e["q"][0]):
+            e["q"][0] = e["q"][0][n:]
+            break
+        e["q"].pop(0)
+    registered = e.get("wreg", False)
+    if not e["q"] and e["eof"]:
+        if registered:
+            sel.unregister(e["w_in"])
+        os.close(e["w_in"]); e["w_in"] = None
+    elif e["q"] and not registered:
+        sel.register(e["w_in"], selectors.EVENT_WRITE, ("in", xid)); e["wreg"] = True
+    elif not e["q"] and registered:
+        sel.unregister(e["w_in"]); e["wreg"] = False
+def finish(xid, force=False):
+    e = execs.get(xid)
+    if e is None or e["status"] is None or (e["open"] > 0 and not force):
+        return
+    for fd in e["fds"] + ([e["w_in"]] if e["w_in"] is not None else []):
+        try:
+            sel.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+        os.close(fd)
+    s = e["status"]
+    code = os.WEXITSTATUS(s) if os.WIFEXITED(s) else -os.WTERMSIG(s)
+    send(3, xid, struct.pack(">i", code))
+    del execs[xid]
+def reap():
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        xid = bypid.pop(pid, None)
+        if xid is not None and xid in execs:
+            execs[xid]["status"] = status
+            execs[xid]["grace"] = time.monotonic() + 0.25
+            finish(xid)
+rsig, wsig = os.pipe()
+os.set_blocking(wsig, False)
+signal.set_wakeup_fd(wsig)
+signal.signal(signal.SIGCHLD, lambda *a: None)
+sel.register(rsig, selectors.EVENT_READ, ("sig",))
+sel.register(CH, selectors.EVENT_READ, ("ctl",))
+buf = b""
+send(9, 0)
+while True:
+    graces = [e["grace"] for e in execs.values() if e["grace"] is not None]
+    timeout = max(0, min(graces) - time.monotonic()) if graces else None
+    for key, _ in sel.select(timeout):
+        kind = key.data[0]
+        if kind == "sig":
+            os.read(rsig, 4096)
+            reap()
+        elif kind == "ctl":
+            data = os.read(CH, 1 << 16)
+            if not data:
+                sys.exit(0)
+            buf += data
+            while len(buf) >= 9:
+                op, xid, n = struct.unpack(">BII", buf[:9])
+                if len(buf) < 9 + n:
+                    break
+                payload, buf = buf[9:9 + n], buf[9 + n:]
+                if op == 1:
+                    start(xid, json.loads(payload))
+                elif op in (2, 3) and xid in execs:
+                    if op == 2:
+                        execs[xid]["q"].append(payload)
+                    else:
+                        execs[xid]["eof"] = True
+                    pump(xid)
+                elif op == 4 and xid in execs:
+                    try:
+                        os.killpg(execs[xid]["pid"], signal.SIGKILL)
+                    except OSError:
+                        pass
+        elif kind == "in":
+            pump(key.data[1])
+        else:
+            _, xid, stream = key.data
+            try:
+                chunk = os.read(key.fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if chunk:
+                send(stream, xid, chunk)
+            else:
+                sel.unregister(key.fd); os.close(key.fd)
+                e = execs[xid]
+                e["fds"].remove(key.fd)
+                e["open"] -= 1
+                finish(xid)
+    now = time.monotonic()
+    for xid in [x for x, e in execs.items() if e["grace"] is not None and now >= e["grace"]]:
+        finish(xid, force=True)
+`;
