@@ -19,7 +19,7 @@ import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, tailOf } from './output.js';
 import type { RunResult } from './process.js';
 import { sleep } from './sleep.js';
 
-const OP = { run: 1, stdin: 2, eof: 3, kill: 4 } as const;
+const OP = { run: 1, stdin: 2, eof: 3, kill: 4, spare: 5 } as const;
 const OUT = { stdout: 1, stderr: 2, exit: 3, ready: 9 } as const;
 /** The supervisor sends chunks of at most 64 KiB; anything larger is not a frame of ours. */
 const MAX_FRAME = 1 << 20;
@@ -89,6 +89,9 @@ export class BwrapSession {
   private exited: Error | undefined;
   /** bwrap, its init and the supervisor (host pids), found once the session is ready. */
   private own: number[] = [];
+  /** The exec cgroup a spare child of the supervisor already waits in, for the next command. */
+  private spare: string | undefined;
+  private nextCgroup = 1;
   readonly ready: Promise<void>;
   readonly pid: number | undefined;
 
@@ -113,6 +116,7 @@ export class BwrapSession {
     this.ready = new Promise<void>((resolve, reject) => {
       markReady = () => {
         this.own = this.findOwn();
+        this.refillSpare();
         resolve();
       };
       failReady = reject;
@@ -151,6 +155,24 @@ export class BwrapSession {
     if (this.pid === undefined) return [];
     const init = childrenOf(this.pid);
     return [this.pid, ...init, ...init.flatMap(childrenOf)];
+  }
+
+  /** A new exec cgroup, created by the host (throws when it cannot be). */
+  private newCgroup(): string {
+    const name = `x${this.nextCgroup++}`;
+    this.cgroups!.create(name);
+    return name;
+  }
+
+  /** Have the supervisor fork the next command's child ahead of time, already in its cgroup. */
+  private refillSpare(): void {
+    if (!this.cgroups || this.spare || this.exited) return;
+    try {
+      this.spare = this.newCgroup();
+    } catch {
+      return; // the next command creates its cgroup itself
+    }
+    this.write(frame(OP.spare, 0, Buffer.from(this.spare)));
   }
 
   /** Continue the session's own processes (a command may have stopped its supervisor). */
@@ -209,15 +231,16 @@ export class BwrapSession {
     if (this.exited) throw this.exited;
     req.signal?.throwIfAborted();
     const id = this.nextId++;
-    const cg = this.cgroups ? `x${id}` : undefined;
-    if (cg) {
+    let cg: string | undefined;
+    if (this.cgroups) {
       try {
-        this.cgroups!.create(cg);
+        cg = this.spare ?? this.newCgroup();
       } catch (error) {
         throw new SandboxError(`cannot create the cgroup of a command: ${(error as Error).message}`, {
           cause: error,
         });
       }
+      this.spare = undefined;
     }
     const max = req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     const started = performance.now();
@@ -284,6 +307,8 @@ export class BwrapSession {
         // Whatever a killed exec left (it may have forked while being killed) goes too.
         if (why) await this.cgroups!.kill(cg).catch(() => {});
         this.cgroups!.release(cg);
+        // The next command's child is forked now, not while this one's output is being relayed.
+        this.refillSpare();
       }
       if (why === 'abort') throw req.signal?.reason;
       if (why === 'overflow') {

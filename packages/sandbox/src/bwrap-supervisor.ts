@@ -4,12 +4,13 @@
  * status. Kept dependency-free, single-threaded (a fork bomb cannot starve it of threads) and small.
  *
  * Frames: `[op: u8][exec id: u32 BE][length: u32 BE][payload]`.
- * Host → supervisor: 1 run (JSON `{argv, env, cwd, stdin, cg}`), 2 stdin bytes, 3 stdin end, 4 kill.
+ * Host → supervisor: 1 run (JSON `{argv, env, cwd, stdin, cg}`), 2 stdin bytes, 3 stdin end, 4 kill,
+ * 5 spare (a cgroup name: fork a child that moves into it and waits for the next command).
  * Supervisor → host: 1 stdout, 2 stderr, 3 exit (i32 BE: the code, or minus the signal), 9 ready.
  *
  * `argv[1]`: the rlimits of every command (JSON); `argv[2]`: the fd of the sandbox's exec-cgroup folder,
  * or empty. A command's child joins the cgroup `cg` (created by the host) before it execs, so everything
- * it starts can be killed from outside the sandbox. Nothing a command can reach holds fd 3 or that folder:
+ * it starts can be killed from outside the sandbox; a spare child joins it ahead of time. Nothing a command can reach holds fd 3 or that folder:
  * bwrap's init closes them, commands do not inherit them, and the supervisor is not dumpable (no ptrace,
  * no `/proc/<pid>/fd`).
  */
@@ -30,18 +31,17 @@ def send(op, xid, payload=b""):
         data = data[os.write(CH, data):]
 sel = selectors.DefaultSelector()
 execs, bypid = {}, {}
-def child(req, r_in, w_out, w_err):
-    try:
-        if req.get("cg"):
-            fd = os.open(req["cg"] + "/cgroup.procs", os.O_WRONLY, dir_fd=CGDIR)
-            os.write(fd, b"0")
-            os.close(fd)
-        os.setsid()
+def join(cg):
+    # Into the exec's cgroup before anything else: whatever the command starts is inside it.
+    if cg:
+        fd = os.open(cg + "/cgroup.procs", os.O_WRONLY, dir_fd=CGDIR)
         try:
-            with open("/proc/self/oom_score_adj", "w") as f:
-                f.write("500")
-        except OSError:
-            pass
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+def run_command(req, r_in, w_out, w_err):
+    try:
+        os.setsid()
         os.dup2(r_in, 0); os.dup2(w_out, 1); os.dup2(w_err, 2)
         for s in (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(s, signal.SIG_DFL)
@@ -54,23 +54,119 @@ def child(req, r_in, w_out, w_err):
         msg = "cd: %s: No such file or directory\n" % req["cwd"] if cwd else "%s: command not found\n" % req["argv"][0]
         os.write(2, msg.encode()); os._exit(126 if cwd else 127)
     except BaseException as e:
-        os.write(2, ("%s: %s\n" % (req["argv"][0], e)).encode()); os._exit(126)
-def start(xid, req):
+        os.write(w_err, ("%s: %s\n" % (req["argv"][0], e)).encode()); os._exit(126)
+def pipes():
     fds = []
     try:
-        r_in, w_in = os.pipe(); fds += [r_in, w_in]
-        r_out, w_out = os.pipe(); fds += [r_out, w_out]
-        r_err, w_err = os.pipe(); fds += [r_err, w_err]
-        pid = os.fork()
-    except OSError as e:
+        for _ in range(3):
+            fds += list(os.pipe())
+    except OSError:
         for fd in fds:
             os.close(fd)
-        send(2, xid, ("cannot start %s: %s\n" % (req["argv"][0], e.strerror)).encode())
-        send(3, xid, struct.pack(">i", 126))
+        raise
+    return fds
+# A spare child waits, already in the next exec's cgroup, for its command: moving a process between
+# cgroups can wait for an RCU grace period (milliseconds), which a spare pays ahead of time.
+spare = None
+def make_spare(cg):
+    global spare
+    try:
+        fds = pipes()
+        req_r, req_w = os.pipe()
+        fds += [req_r, req_w]
+        pid = os.fork()
+    except OSError:
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         return
+    r_in, w_in, r_out, w_out, r_err, w_err = fds[:6]
     if pid == 0:
-        child(req, r_in, w_out, w_err)
-    os.close(r_in); os.close(w_out); os.close(w_err)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        keep = {r_in, w_out, w_err, req_r, CGDIR}
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) > 2 and int(name) not in keep:
+                try:
+                    os.close(int(name))
+                except OSError:
+                    pass
+        try:
+            join(cg)
+            failure = None
+        except OSError as e:
+            failure = e
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+            chunk = os.read(req_r, 1 << 16)
+            if not chunk:
+                os._exit(0)
+            data += chunk
+        req = json.loads(data[4:])
+        if failure is not None:
+            os.write(w_err, ("cannot join the command's cgroup: %s\n" % failure).encode()); os._exit(126)
+        run_command(req, r_in, w_out, w_err)
+    for fd in (r_in, w_out, w_err, req_r):
+        os.close(fd)
+    os.set_blocking(req_w, False)
+    spare = {"cg": cg, "pid": pid, "req": req_w, "fds": (w_in, r_out, r_err)}
+def drop_spare(kill):
+    global spare
+    if spare is None:
+        return
+    if kill:
+        try:
+            os.kill(spare["pid"], signal.SIGKILL)
+        except OSError:
+            pass
+    for fd in (spare["req"],) + spare["fds"]:
+        os.close(fd)
+    spare = None
+def use_spare(req):
+    global spare
+    if spare is None or spare["cg"] != req.get("cg"):
+        return None
+    data = json.dumps(req).encode()
+    msg = struct.pack(">I", len(data)) + data
+    try:
+        n = os.write(spare["req"], msg)
+    except OSError:
+        n = -1
+    if n != len(msg):
+        drop_spare(True)
+        return None
+    os.close(spare["req"])
+    pid, fds = spare["pid"], spare["fds"]
+    spare = None
+    return pid, fds
+def start(xid, req):
+    used = use_spare(req)
+    if used is not None:
+        pid, (w_in, r_out, r_err) = used
+    else:
+        try:
+            r_in, w_in, r_out, w_out, r_err, w_err = pipes()
+        except OSError as e:
+            send(2, xid, ("cannot start %s: %s\n" % (req["argv"][0], e.strerror)).encode())
+            send(3, xid, struct.pack(">i", 126))
+            return
+        try:
+            pid = os.fork()
+        except OSError as e:
+            for fd in (r_in, w_in, r_out, w_out, r_err, w_err):
+                os.close(fd)
+            send(2, xid, ("cannot start %s: %s\n" % (req["argv"][0], e.strerror)).encode())
+            send(3, xid, struct.pack(">i", 126))
+            return
+        if pid == 0:
+            try:
+                join(req.get("cg"))
+            except OSError as e:
+                os.write(w_err, ("cannot join the command's cgroup: %s\n" % e).encode()); os._exit(126)
+            run_command(req, r_in, w_out, w_err)
+        os.close(r_in); os.close(w_out); os.close(w_err)
     e = {"pid": pid, "open": 2, "status": None, "grace": None, "fds": [r_out, r_err], "w_in": w_in, "q": [], "eof": not req.get("stdin")}
     execs[xid] = e
     bypid[pid] = xid
@@ -126,6 +222,8 @@ def reap():
             return
         if pid == 0:
             return
+        if spare is not None and pid == spare["pid"]:
+            drop_spare(False)
         xid = bypid.pop(pid, None)
         if xid is not None and xid in execs:
             execs[xid]["status"] = status
@@ -165,6 +263,9 @@ while True:
                     else:
                         execs[xid]["eof"] = True
                     pump(xid)
+                elif op == 5:
+                    drop_spare(True)
+                    make_spare(payload.decode())
                 elif op == 4 and xid in execs:
                     try:
                         os.killpg(execs[xid]["pid"], signal.SIGKILL)

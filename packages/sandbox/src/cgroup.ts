@@ -17,6 +17,7 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
+import { rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { EffectiveLimits } from './limits.js';
 import { sleep } from './sleep.js';
@@ -318,13 +319,14 @@ export class ExecCgroups {
     return removeCgroupTree(join(this.dir, name), { keep: true });
   }
 
-  /** Remove an exec's cgroup; one whose background processes live on is kept until they end. */
+  /**
+   * Remove an exec's cgroup, off the caller's path (removing a cgroup a process just left can take a
+   * millisecond); one whose background processes live on is kept until they end.
+   */
   release(name: string): void {
-    try {
-      rmdirSync(join(this.dir, name));
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') this.lingering.add(name);
-    }
+    rmdir(join(this.dir, name)).catch((error: NodeJS.ErrnoException) => {
+      if (error.code !== 'ENOENT') this.lingering.add(name);
+    });
   }
 
   private sweep(): void {
