@@ -475,10 +475,15 @@ class DockerSandbox implements Sandbox {
       for (let hops = 0; hops < 16; hops++) {
         const query = { path: target };
         // The engine's stat first (size, type, link target), so a large file is refused before it is read.
-        const head = await this.engine.request('HEAD', `/containers/${this.containerId}/archive`, {
-          query,
-          signal,
-        });
+        const head = await this.engine
+          .request('HEAD', `/containers/${this.containerId}/archive`, { query, signal })
+          .catch((error: unknown) => {
+            if (!(SandboxError.isInstance(error) && error.code === 'not_found')) throw error;
+            throw new SandboxError(`readFile ${target} in sandbox ${this.id}: no such file`, {
+              code: 'not_found',
+              cause: error,
+            });
+          });
         const stat = parsePathStat(head.headers['x-docker-container-path-stat']);
         if (stat?.linkTarget) {
           target = posix.resolve(posix.dirname(target), stat.linkTarget);

@@ -44,6 +44,11 @@ const RULES: Record<LimitName, { min: number; integer: boolean; unit: string; ex
 
 export const LIMIT_NAMES = Object.keys(RULES) as LimitName[];
 
+/** A value as an error message shows it (NaN and Infinity included). */
+function show(value: unknown): string {
+  return typeof value === 'number' ? String(value) : JSON.stringify(value);
+}
+
 function suggest(key: string): string {
   const lower = key.toLowerCase();
   const near = LIMIT_NAMES.find(
@@ -66,7 +71,7 @@ export function resolveLimits(
   if (limits === 'none') return noLimits();
   if (typeof limits !== 'object' || limits === null || Array.isArray(limits)) {
     throw new ConfigError(
-      `${field} must be an object of limits or the string 'none' (got ${JSON.stringify(limits)}); ` +
+      `${field} must be an object of limits or the string 'none' (got ${show(limits)}); ` +
         `e.g. { memoryBytes: 2 << 30, pids: 512 }, or 'none' to run without limits`,
     );
   }
@@ -91,7 +96,7 @@ export function resolveLimits(
     if (!ok) {
       const kind = rule.integer ? 'a whole number' : 'a number';
       throw new ConfigError(
-        `${field}.${name} must be ${kind} of ${rule.unit} >= ${rule.min} (got ${JSON.stringify(value)}); ` +
+        `${field}.${name} must be ${kind} of ${rule.unit} >= ${rule.min} (got ${show(value)}); ` +
           `use e.g. ${rule.example}, or null for no ${name} limit`,
       );
     }
@@ -142,9 +147,7 @@ export function hardOpenFiles(): number | undefined {
 /** Validate `spec.workdir`: an absolute path where a folder can be bound (not `/` or a kernel file system). */
 export function resolveWorkdir(workdir: unknown, field = 'spec.workdir'): string {
   if (typeof workdir !== 'string' || workdir.length === 0 || workdir.includes('\0')) {
-    throw new ConfigError(
-      `${field} must be an absolute path such as "/testbed" (got ${JSON.stringify(workdir)})`,
-    );
+    throw new ConfigError(`${field} must be an absolute path such as "/testbed" (got ${show(workdir)})`);
   }
   if (!workdir.startsWith('/')) {
     throw new ConfigError(

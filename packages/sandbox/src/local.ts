@@ -231,17 +231,18 @@ class LocalSandbox extends HostSandbox {
       try {
         const { size } = await file.stat();
         if (size > cap) throw tooLarge(path, this.id, cap, size);
-        // Read one byte past the cap: a file that grew (or a device) is refused, not truncated.
-        const buffer = Buffer.alloc(Math.min(size, cap) + 1);
+        // Read one byte past the cap: a file that grew, a device or a FIFO is refused, not truncated.
+        const chunks: Buffer[] = [];
         let n = 0;
         for (;;) {
-          const { bytesRead } = await file.read(buffer, n, buffer.length - n, null);
+          const chunk = Buffer.alloc(Math.min(1 << 20, cap + 1 - n));
+          const { bytesRead } = await file.read(chunk, 0, chunk.length, null);
           if (bytesRead === 0) break;
+          chunks.push(chunk.subarray(0, bytesRead));
           n += bytesRead;
           if (n > cap) throw tooLarge(path, this.id, cap);
-          if (n === buffer.length) break;
         }
-        return new Uint8Array(buffer.subarray(0, n));
+        return new Uint8Array(Buffer.concat(chunks));
       } finally {
         await file.close();
       }
