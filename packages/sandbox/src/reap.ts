@@ -177,43 +177,58 @@ export async function reapOrphans(selector: string | number | ReapOptions): Prom
             ? new DockerEngine()
             : undefined;
   if (engine) {
-    const filters = { label: [options.run === undefined ? RUN_LABEL : `${RUN_LABEL}=${options.run}`] };
-    const containers = await engine.json<
-      Array<{ Id: string; Created: number; Labels: Record<string, string> }>
-    >('GET', '/containers/json', {
-      query: { all: true, filters: JSON.stringify(filters) },
-      signal: options.signal,
-    });
-    for (const c of containers) {
-      const labels = c.Labels ?? {};
-      const createdAt = Number(labels[CREATED_LABEL] ?? c.Created * 1000);
-      const { match, reason } = matches(labels, createdAt, options);
-      if (!match) continue;
-      if (!options.includeLive && isOwnerAlive(labels[OWNER_LABEL])) {
-        report.skippedLive++;
-        continue;
-      }
-      const id = labels[SANDBOX_LABEL] ?? c.Id.slice(0, 12);
-      if (!options.dryRun) {
-        try {
-          await engine.request('DELETE', `/containers/${c.Id}`, {
-            query: { force: true, v: true },
-            ok: [404],
-            signal: options.signal,
-          });
-        } catch (error) {
-          report.errors.push({
-            id,
-            error: SandboxError.isInstance(error) ? error : new SandboxError(String(error)),
-          });
-          continue;
-        }
-      }
-      reaped({ id, provider: 'docker', labels, reason });
+    try {
+      await reapContainers(engine, options, report, reaped);
+    } catch (error) {
+      // The host's leftovers are reaped already; say why the containers could not be.
+      report.errors.push({ id: `docker engine ${engine.socketPath}`, error });
+    } finally {
+      if (!(options.docker instanceof DockerEngine)) await engine.close();
     }
-    if (!(options.docker instanceof DockerEngine)) await engine.close();
   }
   return report;
+}
+
+async function reapContainers(
+  engine: DockerEngine,
+  options: ReapOptions,
+  report: ReapReport,
+  reaped: (s: ReapedSandbox) => void,
+): Promise<void> {
+  const filters = { label: [options.run === undefined ? RUN_LABEL : `${RUN_LABEL}=${options.run}`] };
+  const containers = await engine.json<
+    Array<{ Id: string; Created: number; Labels: Record<string, string> }>
+  >('GET', '/containers/json', {
+    query: { all: true, filters: JSON.stringify(filters) },
+    signal: options.signal,
+  });
+  for (const c of containers) {
+    const labels = c.Labels ?? {};
+    const createdAt = Number(labels[CREATED_LABEL] ?? c.Created * 1000);
+    const { match, reason } = matches(labels, createdAt, options);
+    if (!match) continue;
+    if (!options.includeLive && isOwnerAlive(labels[OWNER_LABEL])) {
+      report.skippedLive++;
+      continue;
+    }
+    const id = labels[SANDBOX_LABEL] ?? c.Id.slice(0, 12);
+    if (!options.dryRun) {
+      try {
+        await engine.request('DELETE', `/containers/${c.Id}`, {
+          query: { force: true, v: true },
+          ok: [404],
+          signal: options.signal,
+        });
+      } catch (error) {
+        report.errors.push({
+          id,
+          error: SandboxError.isInstance(error) ? error : new SandboxError(String(error)),
+        });
+        continue;
+      }
+    }
+    reaped({ id, provider: 'docker', labels, reason });
+  }
 }
 
 /** Parse `90s`, `30m`, `6h`, `2d`, `500ms` or a bare number of seconds into milliseconds. */
