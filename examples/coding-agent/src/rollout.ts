@@ -1,7 +1,9 @@
 /**
- * One coding-agent rollout: claim a sandbox, establish the buggy state, run the agent through the
- * capture proxy, grade the captured diff against the hidden tests, and finish the capture session into
- * slime-wire samples. Infrastructure failures throw, so the runner reports them as `failed` (never reward 0).
+ * One coding-agent rollout: claim a sandbox of the task's repo image, establish the buggy state (history
+ * hidden), run the agent through the capture proxy, capture its change as a patch, terminate its sandbox,
+ * grade the patch in a fresh sandbox of the same image, and finish the capture session into slime-wire
+ * samples. Infrastructure failures throw, so the runner reports them as `failed` (never reward 0); what the
+ * agent's patch causes is graded, and a hack scores 0 (counted by kind in the metadata).
  */
 import { randomUUID } from 'node:crypto';
 import {
@@ -11,7 +13,7 @@ import {
   type RolloutOutcome,
   type TaskSpec,
 } from '@vime/core';
-import { gradeSweTask, setupSweTask, type WarmPool } from '@vime/sandbox';
+import { captureAgentPatch, gradeInFreshSandbox, type SwePools, setupSweTask } from '@vime/swe';
 import OpenAI from 'openai';
 import { runAgent } from './agent.js';
 import type { Config } from './config.js';
@@ -19,20 +21,21 @@ import type { Config } from './config.js';
 export interface RolloutDeps {
   config: Config;
   proxy: CaptureProxy;
-  pool: WarmPool;
+  pools: SwePools;
   /** Model name sent to the engine through the proxy. */
   model: string;
 }
 
-export function codingAgentRollout({ config, proxy, pool, model }: RolloutDeps) {
+export function codingAgentRollout({ config, proxy, pools, model }: RolloutDeps) {
   return async (task: TaskSpec, ctx: RolloutContext): Promise<RolloutOutcome> => {
     const { signal } = ctx;
     // claim/setup/agent/eval are timed by ctx.phase (a failure inside one is reported with that phase);
     // model and exec time are summed per call.
-    const sandbox = await ctx.phase('claim', () => pool.claim({ signal }));
+    const sandbox = await ctx.phase('claim', () => pools.claim(task, { signal }));
     const sessionId = `r${ctx.rolloutId}-${randomUUID().slice(0, 8)}`;
     let opened = false;
     let finished = false;
+    let released = false;
     let modelMs = 0;
     const onTurn = (e: { sessionId: string; durationMs: number }) => {
       if (e.sessionId === sessionId) modelMs += e.durationMs;
@@ -40,7 +43,6 @@ export function codingAgentRollout({ config, proxy, pool, model }: RolloutDeps) 
     proxy.events.on('turn', onTurn);
     try {
       const swe = await ctx.phase('setup', () => setupSweTask(sandbox, task, { signal }));
-
       proxy.openSession(sessionId, {
         sampling: { temperature: config.temperature, topP: config.topP, maxTokens: config.maxTokensPerTurn },
         maxContextTokens: config.maxContextTokens,
@@ -55,7 +57,7 @@ export function codingAgentRollout({ config, proxy, pool, model }: RolloutDeps) 
           client,
           model,
           task: task.prompt,
-          stepLimit: config.stepLimit,
+          stepLimit: config.maxTurns,
           signal,
           exec: async (command) => {
             transcript.push(command);
@@ -67,15 +69,31 @@ export function codingAgentRollout({ config, proxy, pool, model }: RolloutDeps) 
         }),
       );
       const evalStart = performance.now();
-      const graded = await ctx.phase('eval', () => gradeSweTask(swe, { transcript, signal }));
+      const graded = await ctx.phase('eval', async () => {
+        const captured = await captureAgentPatch(swe, { signal });
+        // Nothing of the agent's sandbox (processes, files, .git) reaches grading: only the patch.
+        await pools.release(sandbox);
+        released = true;
+        return gradeInFreshSandbox(pools, task, captured, {
+          transcript,
+          timeoutMs: config.gradeTimeoutMs,
+          onSuspicious: config.onSuspicious,
+          signal,
+        });
+      });
       ctx.emit({
         type: 'rollout:eval',
         durationMs: performance.now() - evalStart,
         ...(graded.status === 'graded' ? { reward: graded.reward } : {}),
-        detail: {
-          status: graded.status,
-          ...(graded.status === 'graded' ? { resolution: graded.resolution } : { reason: graded.reason }),
-        },
+        detail:
+          graded.status === 'graded'
+            ? {
+                status: graded.status,
+                outcome: graded.outcome,
+                resolution: graded.resolution,
+                hacks: graded.hacks,
+              }
+            : { status: graded.status, reason: graded.reason },
       });
       if (graded.status === 'infra_error') {
         throw new GradingError(`grading ${task.id} failed (${graded.reason}): ${graded.message}`, {
@@ -87,7 +105,9 @@ export function codingAgentRollout({ config, proxy, pool, model }: RolloutDeps) 
         instance_id: task.id,
         exit_status: agent.exitStatus,
         resolution: graded.resolution,
+        grade_outcome: graded.outcome,
         format_errors: agent.formatErrors,
+        hacks: graded.hacks,
         hack_flags: graded.flags.map((f) => f.kind),
       };
       const samples = proxy.finishSession(sessionId, {
@@ -102,7 +122,7 @@ export function codingAgentRollout({ config, proxy, pool, model }: RolloutDeps) 
       proxy.events.off('turn', onTurn);
       // Close the capture session of a rollout that failed; its turns are not training rows.
       if (opened && !finished) proxy.finishSession(sessionId, { status: 'failed' });
-      await pool.release(sandbox);
+      if (!released) await pools.release(sandbox);
     }
   };
 }

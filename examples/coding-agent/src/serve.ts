@@ -1,142 +1,164 @@
 /**
- * The coding-agent rollout behind slime: a Vime rollout server (examples/slime-bridge) whose every
- * request is one slime sample carrying a SWE-smith row in its `metadata`. Each request runs one
- * coding-agent rollout against the given engines and answers with the rollout's training rows.
- * An infrastructure failure answers the sample back as `failed` with `remove_sample: true` and no
- * reward, so it is dropped from training instead of entering GRPO as a 0.
+ * The coding-agent rollout behind slime: a Vime rollout server (`startRolloutServer` from @vime/launch)
+ * whose every request is one slime sample carrying a SWE-smith row in its `metadata`. Each request runs one
+ * coding-agent rollout against the given engines, graded in a fresh sandbox, and answers with the
+ * rollout's training rows. Settings come from the same flags and env vars as the loop (`--help`), so the
+ * Job Group's `AGENT_MAX_TURNS`, `AGENT_EVAL_TIMEOUT_SEC`, `SANDBOX_POOL_REPLICAS`, … take effect.
  *
  *   node --import tsx --conditions=@vime/source examples/coding-agent/src/serve.ts \
- *     --engine-url http://sglang-0.$SKYPILOT_JOBGROUP_NAME:30000 [--engine-url ...] [--port 8600] [--host 0.0.0.0]
+ *     --engine-url http://sglang-0.$SKYPILOT_JOBGROUP_NAME:30000 [--dataset rows.jsonl] [--port 8600] [--host 0.0.0.0]
  */
-import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import {
+  ConfigError,
   createSample,
   loadTokenizer,
   type Sample,
-  sglangEngine,
   startCaptureProxy,
   type TaskSpec,
   VimeError,
 } from '@vime/core';
-import { startRolloutServer } from '@vime/example-slime-bridge';
-import {
-  bubblewrapProvider,
-  buildOfflineTaskSet,
-  dockerProvider,
-  offlineProfile,
-  rowToTask,
-  SweSmithRowSchema,
-  WarmPool,
-} from '@vime/sandbox';
-import { ConfigSchema } from './config.js';
+import { startRolloutServer } from '@vime/launch';
+import { providerFor } from '@vime/sandbox';
+import { rowToTask, SweEnvironments, SwePools, SweSmithRowSchema } from '@vime/swe';
+import { runEntry } from './cli.js';
+import { parseConfig, usage } from './config.js';
+import { startEngines } from './engines.js';
 import { bundledTokenizerDir } from './loop.js';
 import { codingAgentRollout } from './rollout.js';
+import { readTasks } from './tasks.js';
 
-const { values } = parseArgs({
-  options: {
-    'engine-url': { type: 'string', multiple: true },
-    tokenizer: { type: 'string' },
-    port: { type: 'string' },
-    host: { type: 'string' },
-    concurrency: { type: 'string' },
-    sandbox: { type: 'string' },
-    'warm-sandboxes': { type: 'string' },
-  },
-});
-const urls = values['engine-url'] ?? (process.env.VIME_ENGINE_URLS ?? '').split(/\s+/).filter(Boolean);
-if (urls.length === 0) {
-  console.error('give the engines with --engine-url URL (repeatable) or VIME_ENGINE_URLS="url1 url2"');
-  process.exit(2);
-}
-const config = ConfigSchema.parse({
-  engineUrls: urls,
-  sandbox: values.sandbox ?? 'docker',
-  concurrency: Number(values.concurrency ?? 64),
-  warmSandboxes: Number(values['warm-sandboxes'] ?? 0),
-});
-const tokenizer = await loadTokenizer(values.tokenizer ?? bundledTokenizerDir());
-const proxy = await startCaptureProxy({ engine: urls.map((u) => sglangEngine(u)), tokenizer });
-const provider = config.sandbox === 'docker' ? dockerProvider() : bubblewrapProvider();
-const pool = new WarmPool(provider, {
-  spec: { workdir: '/testbed' },
-  size: config.warmSandboxes,
-  maxLive: config.concurrency + config.warmSandboxes,
-});
+const SERVER_USAGE = `Usage: serve.ts [--host H] [--port N] [loop flags]
 
-// Rows of the offline task set need its repository bundle staged; SWE-smith rows have theirs in the image.
-let offline: Promise<Map<string, TaskSpec>> | undefined;
-async function taskOf(metadata: Record<string, unknown>): Promise<TaskSpec> {
-  const row = SweSmithRowSchema.parse(metadata);
-  if (!row.repo.includes(offlineProfile().key)) return rowToTask(row);
-  offline ??= buildOfflineTaskSet({ dir: join('runs', '.cache', 'offline-tasks') }).then(
-    (set) => new Map(set.tasks.map((t) => [t.id, t])),
+Serves coding-agent rollouts to slime's custom generate function (POST /rollout). --host (default
+0.0.0.0) and --port (default 8600) place the server; every other flag and env var is the loop's:
+
+${usage
+  .split('\n')
+  .slice(usage.split('\n').findIndex((l) => l.startsWith('Flags')))
+  .join('\n')}`;
+
+await runEntry('serve', async () => {
+  const argv = process.argv.slice(2);
+  const server = splitServerFlags(argv);
+  const config = parseConfig(server.rest, process.env);
+  if (config === 'help') {
+    console.log(SERVER_USAGE);
+    return 0;
+  }
+  if (config.engineUrls.length === 0) {
+    throw new ConfigError(
+      'give the engines with --engine-url URL (repeatable) or VIME_ENGINE_URLS="url1 url2"',
+    );
+  }
+  const port = Number(server.port ?? 8600);
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw new ConfigError(`--port: ${JSON.stringify(server.port)} is not a port`);
+
+  const { dataset, tasks } = await readTasks(config, { log: (line) => console.error(line) });
+  const known = new Map(tasks.map((t) => [t.id, t]));
+  const environments = await SweEnvironments.forDataset(dataset);
+  const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
+  const engines = await startEngines(config, tasks, tokenizer, (line) => console.error(line));
+  const proxy = await startCaptureProxy({ engine: engines.engines, tokenizer });
+  const pools = new SwePools(providerFor(config.sandbox), tasks, {
+    kind: config.sandbox,
+    environments,
+    replicas: config.poolReplicas,
+    noPool: config.noPool,
+    maxLivePerPool: config.poolReplicas + 2 * config.concurrency + 2,
+  });
+
+  // A row of the dataset is graded as it is there; one slime sends that the dataset lacks is mapped as given.
+  const taskOf = (metadata: Record<string, unknown>): TaskSpec => {
+    const row = SweSmithRowSchema.parse(metadata);
+    return (
+      known.get(row.instance_id) ?? rowToTask(row, config.poolSuffix ? { runSuffix: config.poolSuffix } : {})
+    );
+  };
+
+  const rolloutServer = await startRolloutServer({
+    host: server.host ?? '0.0.0.0',
+    port,
+    concurrency: config.concurrency,
+    deadlineMs: config.rolloutGuardMs,
+    rollout: async ({ sample, samplingParams, signal }): Promise<Sample[]> => {
+      const task = taskOf(sample.metadata);
+      const sampling = {
+        ...config,
+        temperature: Number(samplingParams.temperature ?? config.temperature),
+        topP: Number(samplingParams.top_p ?? config.topP),
+        maxTokensPerTurn: Number(samplingParams.max_new_tokens ?? config.maxTokensPerTurn),
+      };
+      const rollout = codingAgentRollout({ config: sampling, proxy, pools, model: 'policy' });
+      const ids = {
+        group_index: sample.group_index,
+        index: sample.index,
+        rollout_id: sample.rollout_id ?? sample.index,
+      };
+      try {
+        const outcome = await rollout(task, {
+          taskId: task.id,
+          groupIndex: sample.group_index ?? 0,
+          sampleIndex: sample.index ?? 0,
+          rolloutId: ids.rollout_id ?? 0,
+          signal,
+          emit: () => {},
+          phase: async (_phase, fn) => fn(),
+        });
+        return (outcome.samples ?? []).map((row) =>
+          createSample({
+            ...row,
+            ...ids,
+            prompt: sample.prompt,
+            label: sample.label,
+            metadata: { ...sample.metadata, ...row.metadata },
+          }),
+        );
+      } catch (error) {
+        if (signal.aborted) throw error;
+        const code = VimeError.isInstance(error) ? error.code : 'rollout_error';
+        return [
+          createSample({
+            ...sample,
+            ...ids,
+            status: 'failed',
+            remove_sample: true,
+            reward: null,
+            metadata: { ...sample.metadata, vime_error: { code, message: (error as Error).message } },
+          }),
+        ];
+      }
+    },
+  });
+  console.log(
+    `coding-agent rollout server on ${rolloutServer.url} (engines: ${engines.urls.join(', ')}; dataset: ${dataset})`,
   );
-  const task = (await offline).get(row.instance_id);
-  if (!task) throw new VimeError('invalid_argument', `unknown offline instance ${row.instance_id}`);
-  return task;
-}
-
-const server = await startRolloutServer({
-  host: values.host ?? '0.0.0.0',
-  port: Number(values.port ?? 8600),
-  concurrency: config.concurrency,
-  deadlineMs: config.rolloutGuardMs,
-  rollout: async ({ sample, samplingParams, signal }): Promise<Sample[]> => {
-    const task = await taskOf(sample.metadata);
-    const sampling = {
-      ...config,
-      temperature: Number(samplingParams.temperature ?? config.temperature),
-      topP: Number(samplingParams.top_p ?? config.topP),
-      maxTokensPerTurn: Number(samplingParams.max_new_tokens ?? config.maxTokensPerTurn),
+  await new Promise<void>((resolve) => {
+    const stop = async () => {
+      await rolloutServer.close();
+      await pools.close();
+      await proxy.close();
+      await engines.close();
+      resolve();
     };
-    const rollout = codingAgentRollout({ config: sampling, proxy, pool, model: 'policy' });
-    const ids = {
-      group_index: sample.group_index,
-      index: sample.index,
-      rollout_id: sample.rollout_id ?? sample.index,
-    };
-    try {
-      const outcome = await rollout(task, {
-        taskId: task.id,
-        groupIndex: sample.group_index ?? 0,
-        sampleIndex: sample.index ?? 0,
-        rolloutId: ids.rollout_id ?? 0,
-        signal,
-        emit: () => {},
-        phase: async (_phase, fn) => fn(),
-      });
-      return (outcome.samples ?? []).map((row) =>
-        createSample({
-          ...row,
-          ...ids,
-          prompt: sample.prompt,
-          label: sample.label,
-          metadata: { ...sample.metadata, ...row.metadata },
-        }),
-      );
-    } catch (error) {
-      if (signal.aborted) throw error;
-      const code = VimeError.isInstance(error) ? error.code : 'rollout_error';
-      return [
-        createSample({
-          ...sample,
-          ...ids,
-          status: 'failed',
-          remove_sample: true,
-          reward: null,
-          metadata: { ...sample.metadata, vime_error: { code, message: (error as Error).message } },
-        }),
-      ];
-    }
-  },
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+  return 0;
 });
-console.log(`coding-agent rollout server on ${server.url} (engines: ${urls.join(', ')})`);
-const stop = async () => {
-  await server.close();
-  await pool.close();
-  await proxy.close();
-  process.exit(0);
-};
-process.once('SIGINT', stop);
-process.once('SIGTERM', stop);
+
+/** `--host` and `--port` (with `=` or a separate value) are the server's; every other flag is the loop's. */
+function splitServerFlags(argv: string[]): { host?: string; port?: string; rest: string[] } {
+  const out: { host?: string; port?: string; rest: string[] } = { rest: [] };
+  for (let i = 0; i < argv.length; i++) {
+    const m = /^--(host|port)(?:=(.*))?$/.exec(argv[i]!);
+    if (!m) {
+      out.rest.push(argv[i]!);
+      continue;
+    }
+    const value = m[2] ?? argv[++i];
+    if (value === undefined) throw new ConfigError(`--${m[1]} needs a value`);
+    out[m[1] as 'host' | 'port'] = value;
+  }
+  return out;
+}

@@ -7,7 +7,7 @@
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import { loadTokenizer, type RolloutResult, runRollouts, sglangEngine, startCaptureProxy } from '@vime/core';
-import { startStandInEngine } from '@vime/core/testing';
+import { startStandInEngine } from '@vime/core/standin';
 import { grpoAdvantages } from '@vime/grpo';
 import { passAtK } from '@vime/metrics';
 import OpenAI from 'openai';

@@ -3,34 +3,72 @@
  *
  *   node --import tsx --conditions=@vime/source src/make-batch.ts --out batch.msgpack [--vocab 1000] [--seed N]
  */
-import { writeFileSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
-import { encodeSamples } from '@vime/core';
+import { ConfigError, encodeSamples, pathError, VimeError } from '@vime/core';
 import { makeDemoBatch } from './batch.js';
 
-const { values } = parseArgs({
-  options: {
-    out: { type: 'string', default: 'batch.msgpack' },
-    vocab: { type: 'string', default: '1000' },
-    seed: { type: 'string', default: '20261130' },
-  },
-});
-const vocabSize = Number(values.vocab);
-const seed = Number(values.seed);
-if (!Number.isInteger(vocabSize) || vocabSize < 2) {
-  console.error(`--vocab must be an integer >= 2, got ${JSON.stringify(values.vocab)}`);
-  process.exit(2);
-}
-if (!Number.isInteger(seed)) {
-  console.error(`--seed must be an integer, got ${JSON.stringify(values.seed)}`);
-  process.exit(2);
+const HELP = `Usage: make-batch.ts [--out FILE] [--vocab N] [--seed N]
+
+Write the demo sample batch (msgpack, slime sample dicts) that the Megatron trainer reads.
+
+  --out FILE   where to write it (default batch.msgpack)
+  --vocab N    vocabulary size of the trainer's model, at least 2 (default 1000)
+  --seed N     seed of the batch's token ids (default 20261130)
+  -h, --help   show this help
+
+Exit codes: 0 written, 1 the write failed, 2 invalid usage.
+`;
+
+function integer(value: string, flag: string, min: number): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isInteger(n) || n < min) {
+    const want = min === Number.MIN_SAFE_INTEGER ? 'a whole number' : `a whole number >= ${min}`;
+    throw new ConfigError(`${flag} must be ${want}, got ${JSON.stringify(value)}`);
+  }
+  return n;
 }
 
-const samples = makeDemoBatch({ vocabSize, seed });
-const bytes = encodeSamples(samples);
-writeFileSync(values.out, bytes);
-const tokens = samples.reduce((n, s) => n + s.tokens.length, 0);
-console.log(
-  `wrote ${samples.length} samples (${tokens} tokens, rewards ${samples.map((s) => s.reward).join(' ')}) ` +
-    `to ${values.out} (${bytes.length} bytes)`,
+async function main(argv: string[]): Promise<number> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(HELP);
+    return 0;
+  }
+  let values: { out: string; vocab: string; seed: string };
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        out: { type: 'string', default: 'batch.msgpack' },
+        vocab: { type: 'string', default: '1000' },
+        seed: { type: 'string', default: '20261130' },
+      },
+    }));
+  } catch (cause) {
+    const message = (cause as Error).message.split('\n')[0]!.replace(/\. To specify.*$/, '');
+    throw new ConfigError(`${message}; see --help`, { cause });
+  }
+  const vocabSize = integer(values.vocab, '--vocab', 2);
+  const seed = integer(values.seed, '--seed', Number.MIN_SAFE_INTEGER);
+
+  const samples = makeDemoBatch({ vocabSize, seed });
+  const bytes = encodeSamples(samples);
+  await writeFile(values.out, bytes).catch((error: unknown) => {
+    throw pathError(error, '--out', values.out, 'write it');
+  });
+  const tokens = samples.reduce((n, s) => n + s.tokens.length, 0);
+  process.stdout.write(
+    `wrote ${samples.length} samples (${tokens} tokens, rewards ${samples.map((s) => s.reward).join(' ')}) ` +
+      `to ${values.out} (${bytes.length} bytes)\n`,
+  );
+  return 0;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    const usage = VimeError.isInstance(error) && error.code === 'invalid_config';
+    process.stderr.write(`make-batch: ${(error as Error).message}\n`);
+    process.exit(usage ? 2 : 1);
+  },
 );

@@ -19,7 +19,7 @@ import { findTorchPython } from './python.js';
 const example = fileURLToPath(new URL('..', import.meta.url));
 const repo = fileURLToPath(new URL('../../..', import.meta.url));
 const evidence = join(example, 'evidence');
-const goldenDumps = fileURLToPath(new URL('../../../../shared/golden/trainer-dumps/', import.meta.url));
+const goldenDumps = fileURLToPath(new URL('../../../golden/trainer-dumps/', import.meta.url));
 const STEPS = [0, 1, 2, 3, 4];
 
 const bytes = (path: string) => new Uint8Array(readFileSync(path));

@@ -8,7 +8,7 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { buildOfflineTaskSet, loadJsonl, loadParquet, taskPrompt } from '@vime/sandbox';
+import { buildOfflineTaskSet, loadJsonl, loadParquet, taskPrompt } from '@vime/swe';
 
 const { values } = parseArgs({
   options: { out: { type: 'string' }, dataset: { type: 'string' }, repo: { type: 'string', multiple: true } },

@@ -2,8 +2,8 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { createSample } from '@vime/core';
+import { type RolloutServer, startRolloutServer } from '@vime/launch';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RolloutServer, startRolloutServer } from '../src/server.js';
 
 const run = promisify(execFile);
 const pythonDir = fileURLToPath(new URL('../python/', import.meta.url));

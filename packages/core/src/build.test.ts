@@ -1,11 +1,11 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 // The published shape of every package: built ESM that plain Node imports (no source condition).
 const root = fileURLToPath(new URL('../../../', import.meta.url));
-const packages = ['core', 'grpo', 'metrics', 'sandbox', 'launch'];
+const packages = readdirSync(`${root}packages`);
 
 describe('built packages', () => {
   it.each(packages)(

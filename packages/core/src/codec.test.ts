@@ -36,7 +36,12 @@ const sampleArb: fc.Arbitrary<Sample> = fc
     reward: fc.oneof(
       fc.double(),
       fc.constant(null),
-      fc.dictionary(fc.string(), fc.double({ noNaN: true }), { maxKeys: 3 }),
+      // A reward dict is written like free-form data, where a -0 becomes 0 (documented in the README).
+      fc.dictionary(
+        fc.string(),
+        fc.double({ noNaN: true }).map((x) => (Object.is(x, -0) ? 0 : x)),
+        { maxKeys: 3 },
+      ),
     ),
     status: fc.constantFrom('pending', 'completed', 'truncated', 'aborted', 'failed' as const),
     metadata: fc.dictionary(fc.string({ unit: 'binary' }), json, { maxKeys: 5 }),
@@ -194,6 +199,62 @@ function decodeRaw(bytes: Uint8Array): Array<Record<string, unknown>> {
 
 // Debian's interpreter, where python3-msgpack is installed (a python3 earlier on PATH may lack it).
 const DEBIAN_PYTHON = '/usr/bin/python3';
+
+describe('decoding bounds', () => {
+  const sample = ({ tokens, response }: { tokens: number; response: number }) =>
+    createSample({
+      tokens: Int32Array.from({ length: tokens }, (_, k) => k),
+      response_length: response,
+      loss_mask: new Uint8Array(response).fill(1),
+      rollout_log_probs: new Float32Array(response).fill(-0.5),
+    });
+  /** `count` one-byte empty maps: each would become a whole Sample with slime's defaults. */
+  const emptyMaps = (count: number) => {
+    const bytes = Buffer.alloc(5 + count, 0x80);
+    bytes[0] = 0xdd;
+    bytes.writeUInt32BE(count, 1);
+    return bytes;
+  };
+
+  it('refuses more samples than maxSamples before building any (300 KB of empty maps)', () => {
+    const heap = process.memoryUsage().heapUsed;
+    for (const [bytes, cap] of [
+      [emptyMaps(300_000), 1024],
+      [emptyMaps(300_000), 299_999],
+      [Buffer.from(encode(Array.from({ length: 20 }, () => ({ tokens: [1] })))), 19],
+    ] as const) {
+      let error: unknown;
+      try {
+        decodeSamples(bytes, { maxSamples: cap });
+      } catch (e) {
+        error = e;
+      }
+      expect(VimeError.isInstance(error)).toBe(true);
+      expect((error as VimeError).code).toBe('decode_error');
+      expect((error as Error).message).toContain(`exceed the cap of ${cap} (options.maxSamples)`);
+    }
+    expect(process.memoryUsage().heapUsed - heap).toBeLessThan(32 << 20);
+    expect(decodeSamples(emptyMaps(3), { maxSamples: 3 })).toHaveLength(3);
+  });
+
+  it('refuses more per-token elements than maxElements, across the whole batch', () => {
+    const rows = [sample({ tokens: 600, response: 100 }), sample({ tokens: 600, response: 100 })];
+    const bytes = encodeSamples(rows);
+    // tokens + loss_mask + rollout_log_probs of both rows: 2 × (600 + 100 + 100).
+    expect(decodeSamples(bytes, { maxElements: 1600 })).toHaveLength(2);
+    expect(() => decodeSamples(bytes, { maxElements: 1599 })).toThrow(
+      /\[1\]\.\w+: \d+ elements exceed the batch's cap \(options\.maxElements\)/,
+    );
+    expect(() => decodeSamples(bytes, { maxElements: 10 })).toThrow(/^\[0\]\.tokens: 600 elements exceed/);
+  });
+
+  it('rejects a bad cap with a ConfigError naming the option', () => {
+    expect(() => decodeSamples(emptyMaps(1), { maxSamples: -1 })).toThrow(
+      /options\.maxSamples: expected an integer ≥ 0, found .*-1/,
+    );
+    expect(() => decodeSamples(emptyMaps(1), { maxElements: 1.5 })).toThrow(/options\.maxElements/);
+  });
+});
 
 describe('Python interop', () => {
   it("decodes with Python's msgpack into dicts with slime's field set and types", () => {

@@ -7,7 +7,7 @@
  * scalars (`reward`, `non_generation_time`) as float64. Everything else is written by @msgpack/msgpack.
  */
 import { Decoder, Encoder } from '@msgpack/msgpack';
-import { describeValue, ValidationError, VimeError } from './errors.js';
+import { ConfigError, describeValue, ValidationError, VimeError } from './errors.js';
 import { createSample, type Sample, SLIME_SAMPLE_FIELDS, SlimeSampleDictSchema } from './sample.js';
 import { parseWith } from './validate.js';
 
@@ -186,6 +186,8 @@ const ScalarDictSchema = SlimeSampleDictSchema.omit({
 
 class Reader {
   pos = 0;
+  /** Per-token array elements still allowed (`maxElements`). */
+  elementBudget = Number.POSITIVE_INFINITY;
   readonly view: DataView;
   readonly decoder = new Decoder();
   readonly text = new TextDecoder('utf-8', { fatal: true });
@@ -317,6 +319,12 @@ class Reader {
     const n = this.container(path, 0x90, 0xdc, 0xdd, 'an array of numbers or nil');
     if (n < 0) return null;
     if (n > this.bytes.length - this.pos) this.fail(path, `${n} elements (input is truncated)`);
+    this.elementBudget -= n;
+    if (this.elementBudget < 0) {
+      throw new ValidationError(path, `${n} elements exceed the batch's cap (options.maxElements)`, {
+        code: 'decode_error',
+      });
+    }
     const out = make(n);
     const bytes = this.bytes;
     const end = bytes.length;
@@ -420,22 +428,49 @@ class Reader {
   }
 }
 
+export interface DecodeSamplesOptions {
+  /** Most samples the batch may hold; more is a `decode_error` before any sample is built. Default: no cap. */
+  maxSamples?: number | undefined;
+  /** Most per-token array elements (tokens, masks, log probs, … summed over the batch). Default: no cap. */
+  maxElements?: number | undefined;
+}
+
+function limit(value: number | undefined, name: string): number {
+  if (value === undefined) return Number.POSITIVE_INFINITY;
+  if (!(Number.isInteger(value) && value >= 0)) {
+    throw new ConfigError(
+      `decodeSamples options.${name}: expected an integer ≥ 0, found ${describeValue(value)}`,
+    );
+  }
+  return value;
+}
+
 /**
  * Decode a batch written by `encodeSamples`, or by any msgpack library from slime `Sample.to_dict()`
  * dicts. Missing fields take slime's defaults. Throws `ValidationError` (code `decode_error`) naming
- * the field path on malformed input; never anything else.
+ * the field path on malformed input; never anything else. Bytes from outside the process should be
+ * decoded with `maxSamples` / `maxElements`: a one-byte empty map becomes a whole `Sample`.
  */
-export function decodeSamples(bytes: Uint8Array): Sample[] {
+export function decodeSamples(bytes: Uint8Array, options: DecodeSamplesOptions = {}): Sample[] {
   if (!(bytes instanceof Uint8Array)) {
     throw new ValidationError('', `expected a Uint8Array of msgpack bytes, found ${describeValue(bytes)}`, {
       code: 'decode_error',
     });
   }
+  const maxSamples = limit(options.maxSamples, 'maxSamples');
   const r = new Reader(bytes);
+  r.elementBudget = limit(options.maxElements, 'maxElements');
   try {
     const count = r.container('', 0x90, 0xdc, 0xdd, 'an array of sample maps');
     if (count < 0) r.fail('', 'an array of sample maps, found nil');
     if (count > bytes.length) r.fail('', `${count} samples (input is truncated)`);
+    // Checked before any sample is built: an empty map is one byte but a whole Sample in memory.
+    if (count > maxSamples) {
+      throw new ValidationError('', `${count} samples exceed the cap of ${maxSamples} (options.maxSamples)`, {
+        code: 'decode_error',
+        data: { count, maxSamples },
+      });
+    }
     const out: Sample[] = [];
     for (let i = 0; i < count; i++) {
       const root = `[${i}]`;

@@ -1,6 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { ConfigError, EngineError, ValidationError, VimeError } from './errors.js';
+import {
+  ConfigError,
+  DriftError,
+  EngineError,
+  GradingError,
+  SandboxError,
+  ValidationError,
+  VimeError,
+} from './errors.js';
 import { assertSampleInvariants, createSample, fromSlimeDict } from './sample.js';
 import { parseWith } from './validate.js';
 
@@ -27,6 +35,29 @@ describe('VimeError', () => {
     expect(copy.VimeError.isInstance(new ConfigError('x'))).toBe(true);
     expect(VimeError.isInstance(new Error('plain'))).toBe(false);
     expect(VimeError.isInstance(null)).toBe(false);
+  });
+
+  it('each class guard accepts only its own class and subclasses, across copies', async () => {
+    const secondCopy = './errors.js?third-copy';
+    const copy = (await import(/* @vite-ignore */ secondCopy)) as typeof import('./errors.js');
+    const made = {
+      ConfigError: new copy.ConfigError('c'),
+      ValidationError: new copy.ValidationError('p', 'v'),
+      EngineError: new copy.EngineError('e'),
+      SandboxError: new copy.SandboxError('s'),
+      GradingError: new copy.GradingError('g'),
+      DriftError: new copy.DriftError('d'),
+    };
+    const guards = { ConfigError, ValidationError, EngineError, SandboxError, GradingError, DriftError };
+    for (const [guardName, guard] of Object.entries(guards)) {
+      for (const [madeName, error] of Object.entries(made)) {
+        expect(guard.isInstance(error), `${guardName}.isInstance(${madeName})`).toBe(guardName === madeName);
+      }
+      expect(guard.isInstance(new copy.VimeError('x', 'plain'))).toBe(false);
+    }
+    class RetryableSandboxError extends SandboxError {}
+    expect(SandboxError.isInstance(new RetryableSandboxError('sub'))).toBe(true);
+    expect(VimeError.isInstance(made.DriftError)).toBe(true);
   });
 });
 

@@ -1,10 +1,10 @@
 /**
  * Errors. Every error Vime throws is a `VimeError` with a stable string `code`, an optional `cause`
- * and optional structured `data`. `VimeError.isInstance` uses a global symbol so it keeps working
- * when two copies of the package end up in one process (where `instanceof` does not).
+ * and optional structured `data`. Each class carries its own marker under a global symbol, and its
+ * static `isInstance` checks that marker: the guard keeps working when two copies of a package end up in
+ * one process (where `instanceof` does not), and `SandboxError.isInstance` is true only for sandbox
+ * errors (and their subclasses), never for any `VimeError`.
  */
-
-const brand = Symbol.for('vime.error');
 
 export type VimeErrorCode =
   | 'invalid_argument'
@@ -25,8 +25,20 @@ export interface VimeErrorOptions {
   data?: Record<string, unknown>;
 }
 
+/** The marker symbol of an error class: `Symbol.for('vime.error.<Name>')`, shared by every bundle. */
+export function errorMarker(name: string): symbol {
+  return Symbol.for(`vime.error.${name}`);
+}
+
+/** Whether `value` carries `marker` (set by the class's constructor and by every subclass's). */
+export function hasErrorMarker(value: unknown, marker: symbol): boolean {
+  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[marker] === true;
+}
+
+const vimeMarker = errorMarker('VimeError');
+
 export class VimeError extends Error {
-  readonly [brand] = true;
+  readonly [vimeMarker] = true;
   readonly code: VimeErrorCode;
   readonly data: Record<string, unknown> | undefined;
 
@@ -37,62 +49,111 @@ export class VimeError extends Error {
     this.data = options.data;
   }
 
-  /** Brand check that survives duplicate bundles of `@vime/core`. */
+  /** Any Vime error, from any copy of `@vime/core`. */
   static isInstance(value: unknown): value is VimeError {
-    return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[brand] === true;
+    return hasErrorMarker(value, vimeMarker);
   }
 }
+
+const configMarker = errorMarker('ConfigError');
 
 /** Bad options or configuration supplied by the caller. */
 export class ConfigError extends VimeError {
+  readonly [configMarker] = true;
   constructor(message: string, options: VimeErrorOptions = {}) {
     super('invalid_config', message, options);
   }
+
+  static override isInstance(value: unknown): value is ConfigError {
+    return hasErrorMarker(value, configMarker);
+  }
 }
+
+const validationMarker = errorMarker('ValidationError');
 
 /** Data that failed validation or decoding; `path` names the offending field (e.g. `[3].tokens[7]`). */
 export class ValidationError extends VimeError {
+  readonly [validationMarker] = true;
   readonly path: string;
   constructor(path: string, message: string, options: VimeErrorOptions & { code?: VimeErrorCode } = {}) {
     super(options.code ?? 'validation_error', path ? `${path}: ${message}` : message, options);
     this.path = path;
   }
+
+  static override isInstance(value: unknown): value is ValidationError {
+    return hasErrorMarker(value, validationMarker);
+  }
+}
+
+const engineMarker = errorMarker('EngineError');
+
+export interface EngineErrorOptions extends VimeErrorOptions {
+  isRetryable?: boolean | undefined;
+  status?: number | undefined;
+  url?: string | undefined;
+  /** The server's `Retry-After`, in milliseconds. */
+  retryAfterMs?: number | undefined;
 }
 
 /** An inference engine or HTTP upstream failed. `isRetryable` tells a caller whether to try again. */
 export class EngineError extends VimeError {
+  readonly [engineMarker] = true;
   readonly isRetryable: boolean;
   readonly status: number | undefined;
   readonly url: string | undefined;
-  constructor(
-    message: string,
-    options: VimeErrorOptions & { isRetryable?: boolean; status?: number; url?: string } = {},
-  ) {
+  readonly retryAfterMs: number | undefined;
+  constructor(message: string, options: EngineErrorOptions = {}) {
     super('engine_error', message, options);
     this.isRetryable = options.isRetryable ?? false;
     this.status = options.status;
     this.url = options.url;
+    this.retryAfterMs = options.retryAfterMs;
+  }
+
+  static override isInstance(value: unknown): value is EngineError {
+    return hasErrorMarker(value, engineMarker);
   }
 }
+
+const sandboxMarker = errorMarker('SandboxError');
 
 /** A sandbox could not be created, reached or used. */
 export class SandboxError extends VimeError {
+  readonly [sandboxMarker] = true;
   constructor(message: string, options: VimeErrorOptions & { code?: VimeErrorCode } = {}) {
     super(options.code ?? 'sandbox_error', message, options);
   }
-}
 
-/** Grading could not produce a trustworthy verdict (an infrastructure problem, never a reward of 0). */
-export class GradingError extends VimeError {
-  constructor(message: string, options: VimeErrorOptions = {}) {
-    super('grading_error', message, options);
+  static override isInstance(value: unknown): value is SandboxError {
+    return hasErrorMarker(value, sandboxMarker);
   }
 }
 
+const gradingMarker = errorMarker('GradingError');
+
+/** Grading could not produce a trustworthy verdict (an infrastructure problem, never a reward of 0). */
+export class GradingError extends VimeError {
+  readonly [gradingMarker] = true;
+  constructor(message: string, options: VimeErrorOptions = {}) {
+    super('grading_error', message, options);
+  }
+
+  static override isInstance(value: unknown): value is GradingError {
+    return hasErrorMarker(value, gradingMarker);
+  }
+}
+
+const driftMarker = errorMarker('DriftError');
+
 /** A trajectory's tokens could not be reconciled with what the engine sampled. */
 export class DriftError extends VimeError {
+  readonly [driftMarker] = true;
   constructor(message: string, options: VimeErrorOptions = {}) {
     super('drift_error', message, options);
+  }
+
+  static override isInstance(value: unknown): value is DriftError {
+    return hasErrorMarker(value, driftMarker);
   }
 }
 

@@ -6,7 +6,7 @@
  */
 import { ConfigError, parseWith } from '@vime/core';
 import { z } from 'zod';
-import { MODEL_ARCH_ARGS } from './presets/qwen3.js';
+import { MODEL_ARCH_ARGS } from './models.js';
 import {
   EngineKindSchema,
   engineAddresses,

@@ -18,7 +18,7 @@ function run(args: string[]): Promise<{ code: number; stdout: string; stderr: st
     execFile(
       process.execPath,
       ['--import', 'tsx', '--conditions=@vime/source', cli, ...args],
-      { cwd: repo, timeout: 60_000 },
+      { cwd: repo, timeout: 60_000, killSignal: 'SIGKILL' },
       (error, stdout, stderr) => resolve({ code: error ? Number(error.code ?? 1) : 0, stdout, stderr }),
     );
   });
@@ -113,14 +113,32 @@ describe('vime-metrics CLI', () => {
     expect(none.stderr).toMatch(/nothing to read: pass --trainer-log, --engine-log or --scrape/);
     const missing = await run(['--engine-log', '/nonexistent/sglang.log']);
     expect(missing.code).toBe(2);
-    expect(missing.stderr).toMatch(/ENOENT.*\/nonexistent\/sglang\.log/);
+    expect(missing.stderr).toMatch(/--engine-log \/nonexistent\/sglang\.log: cannot read it: ENOENT/);
     const dir = mkdtempSync(join(tmpdir(), 'vime-metrics-cli-'));
     writeFileSync(join(dir, 'train.log'), slimeTrainerLog());
     const wrong = await run(['--engine-log', join(dir, 'train.log')]);
     expect(wrong.stderr).toMatch(/no "Decode batch" lines among 9 lines/);
     const badDuration = await run(['--scrape', 'http://127.0.0.1:9/metrics', '--duration', 'soon']);
-    expect(badDuration.stderr).toMatch(/--duration: cannot read "soon" as a duration/);
+    expect(badDuration.stderr).toMatch(/--duration: "soon" is not a duration/);
     const help = await run(['--help']);
     expect(help.stdout).toMatch(/Usage: vime-metrics/);
+  });
+
+  it('fails fast through the bin, with no stack trace: a zero interval, a report under /proc', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vime-metrics-cli-'));
+    writeFileSync(join(dir, 'train.log'), slimeTrainerLog());
+    const busy = await run(['--scrape', 'http://127.0.0.1:9/metrics', '--interval', '0']);
+    expect(busy.code).toBe(2);
+    expect(busy.stderr).toContain('--interval 0: scrapes must be at least 100ms apart');
+    const proc = await run([
+      '--trainer-log',
+      join(dir, 'train.log'),
+      '--json',
+      '/proc/nope/r.json',
+      '--quiet',
+    ]);
+    expect(proc.code).toBe(2);
+    expect(proc.stderr).toMatch(/--json \/proc\/nope: cannot create \/proc\/nope: ENOENT/);
+    for (const r of [busy, proc]) expect(r.stderr).not.toMatch(/^\s+at /m);
   });
 });

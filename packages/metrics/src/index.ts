@@ -1,4 +1,4 @@
-export { lineChart, renderHtmlReport, renderTerminalReport, stackedBarChart } from './html.js';
+export { renderHtmlReport, renderTerminalReport } from './html.js';
 export {
   type BatchPassAtK,
   countCorrect,
@@ -8,26 +8,21 @@ export {
   passAtKBatch,
   passHatK,
   passHatKBatch,
-  powersOfTwoUpTo,
 } from './pass-at-k.js';
 export {
   type PercentileMethod,
   type PercentileOptions,
   percentile,
-  percentileOfSorted,
   percentiles,
   QuantileSketch,
   type Summary,
-  sortedCopy,
   summarize,
 } from './percentile.js';
 export {
-  counterIncrease,
   type EngineSnapshot,
   type EngineWindow,
   engineSnapshot,
   engineWindow,
-  histogramIncrease,
   histogramQuantile,
   type PrometheusScrape,
   type PromHistogram,
@@ -39,7 +34,6 @@ export {
   scrapeEngines,
   scrapePrometheus,
 } from './prometheus.js';
-export { type PyValue, parsePythonLiteral } from './python-literal.js';
 export {
   type EngineInput,
   type RunRecord,
@@ -57,10 +51,8 @@ export {
   type RolloutTiming,
   rolloutMetrics,
   rolloutTiming,
-  toRolloutRecords,
 } from './rollout.js';
 export {
-  bucketMeans,
   type EngineSaturation,
   engineSaturation,
   type PeakMedian,

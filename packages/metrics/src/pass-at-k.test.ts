@@ -12,7 +12,7 @@ import {
 } from './pass-at-k.js';
 
 const golden = (name: string) =>
-  JSON.parse(readFileSync(new URL(`../../../../shared/golden/grpo/${name}`, import.meta.url), 'utf8'));
+  JSON.parse(readFileSync(new URL(`../../../golden/grpo/${name}`, import.meta.url), 'utf8'));
 
 // Exact reference: binomials as BigInt, the ratio converted to a double only at the end.
 const binomials: bigint[][] = [[1n]];

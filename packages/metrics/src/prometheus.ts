@@ -1,5 +1,5 @@
-import { EngineError, VimeError } from '@vime/core';
-import { type Dispatcher, request } from 'undici';
+import { EngineError, HttpClient, sleep, VimeError } from '@vime/core';
+import type { Dispatcher } from 'undici';
 
 /** One sample line of the Prometheus text exposition format (0.0.4). */
 export interface PromSample {
@@ -353,55 +353,64 @@ export interface PrometheusScrape extends PromParse {
 }
 
 export interface ScrapeOptions {
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Per-request timeout in milliseconds (default 5,000). */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /** undici dispatcher (connection pool) to use. */
-  dispatcher?: Dispatcher;
+  dispatcher?: Dispatcher | undefined;
   /** Extra request headers (e.g. `authorization`). */
-  headers?: Record<string, string>;
+  headers?: Record<string, string> | undefined;
 }
 
-/**
- * GET an engine's Prometheus `/metrics` (SGLang needs `--enable-metrics`) over undici and parse it.
- * Throws `EngineError` (retryable for connection failures, timeouts, 429 and 5xx).
- */
-export async function scrapePrometheus(url: string, options: ScrapeOptions = {}): Promise<PrometheusScrape> {
-  const timeout = AbortSignal.timeout(options.timeoutMs ?? 5000);
-  const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
+/** A client for one engine's metrics URL, kept for a whole scrape series. */
+function metricsClient(url: string, options: ScrapeOptions): { client: HttpClient; path: string } {
+  const parsed = new URL(url);
+  const client = new HttpClient(parsed.origin, {
+    dispatcher: options.dispatcher,
+    timeoutMs: options.timeoutMs ?? 5000,
+    headers: { accept: 'text/plain;version=0.0.4', ...options.headers },
+    connections: 2,
+    service: 'engine',
+  });
+  return { client, path: parsed.pathname + parsed.search };
+}
+
+async function scrapeWith(
+  url: string,
+  { client, path }: { client: HttpClient; path: string },
+  signal: AbortSignal | undefined,
+): Promise<PrometheusScrape> {
   let text: string;
-  let status: number;
   try {
-    const res = await request(url, {
-      method: 'GET',
-      signal,
-      headers: { accept: 'text/plain;version=0.0.4', ...options.headers },
-      ...(options.dispatcher ? { dispatcher: options.dispatcher } : {}),
-    });
-    status = res.statusCode;
-    text = await res.body.text();
-  } catch (cause) {
-    if (options.signal?.aborted) {
-      throw new VimeError('aborted', `scrape of ${url} was aborted`, {
-        cause: options.signal.reason ?? cause,
+    ({ text } = await client.text({ method: 'GET', path, signal }));
+  } catch (error) {
+    if (signal?.aborted) {
+      throw new VimeError('aborted', `scrape of ${url} was aborted`, { cause: signal.reason ?? error });
+    }
+    if (EngineError.isInstance(error) && error.status === 404) {
+      throw new EngineError(`${error.message} (SGLang serves /metrics only with --enable-metrics)`, {
+        status: 404,
+        url,
+        cause: error,
       });
     }
-    const timedOut = timeout.aborted;
-    throw new EngineError(
-      timedOut
-        ? `scrape of ${url} timed out after ${options.timeoutMs ?? 5000} ms; raise timeoutMs or check the engine`
-        : `could not reach ${url}: ${(cause as Error).message}; is the engine up and serving /metrics?`,
-      { cause, isRetryable: true, url },
-    );
-  }
-  if (status !== 200) {
-    throw new EngineError(
-      `GET ${url} answered HTTP ${status}${status === 404 ? ' (SGLang serves /metrics only with --enable-metrics)' : ''}: ${text.slice(0, 200)}`,
-      { status, url, isRetryable: status === 429 || status >= 500 },
-    );
+    throw error;
   }
   const parsed = parsePrometheusText(text);
   return { ...parsed, url, t: Date.now(), snapshot: engineSnapshot(parsed) };
+}
+
+/**
+ * GET an engine's Prometheus `/metrics` (SGLang needs `--enable-metrics`) and parse it. Throws
+ * `EngineError` (retryable for connection failures, timeouts, 429 and 5xx).
+ */
+export async function scrapePrometheus(url: string, options: ScrapeOptions = {}): Promise<PrometheusScrape> {
+  const target = metricsClient(url, options);
+  try {
+    return await scrapeWith(url, target, options.signal);
+  } finally {
+    await target.client.close();
+  }
 }
 
 export interface ScrapeSeries {
@@ -423,40 +432,35 @@ export async function scrapeEngines(
     onScrape?: (url: string, snapshot: EngineSnapshot) => void;
   },
 ): Promise<ScrapeSeries[]> {
-  const series: ScrapeSeries[] = urls.map((url) => ({ url, scrapes: [], errors: [] }));
-  const { onScrape, intervalMs, durationMs, ...scrapeOptions } = options;
+  const { onScrape, intervalMs, durationMs, signal } = options;
+  const targets = urls.map((url) => ({
+    series: { url, scrapes: [], errors: [] } as ScrapeSeries,
+    target: metricsClient(url, options),
+  }));
   const deadline = Date.now() + durationMs;
-  while (!options.signal?.aborted) {
-    const started = Date.now();
-    await Promise.all(
-      series.map(async (s) => {
-        try {
-          const r = await scrapePrometheus(s.url, scrapeOptions);
-          s.scrapes.push({ t: r.t, snapshot: r.snapshot });
-          onScrape?.(s.url, r.snapshot);
-        } catch (error) {
-          if (options.signal?.aborted) return;
-          s.errors.push({ t: Date.now(), message: (error as Error).message });
-        }
-      }),
-    );
-    const wait = Math.min(intervalMs - (Date.now() - started), deadline - Date.now());
-    if (Date.now() >= deadline) break;
-    if (wait > 0) await sleep(wait, options.signal);
-  }
-  return series;
-}
-
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => {
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
+  try {
+    while (!signal?.aborted) {
+      const started = Date.now();
+      await Promise.all(
+        targets.map(async ({ series, target }) => {
+          try {
+            const r = await scrapeWith(series.url, target, signal);
+            series.scrapes.push({ t: r.t, snapshot: r.snapshot });
+            onScrape?.(series.url, r.snapshot);
+          } catch (error) {
+            if (signal?.aborted) return;
+            series.errors.push({ t: Date.now(), message: (error as Error).message });
+          }
+        }),
+      );
+      if (Date.now() >= deadline) break;
+      const wait = Math.min(intervalMs - (Date.now() - started), deadline - Date.now());
+      if (wait > 0) await sleep(wait, signal).catch(() => {});
     }
-    signal?.addEventListener('abort', done, { once: true });
-  });
+  } finally {
+    await Promise.all(targets.map(({ target }) => target.client.close()));
+  }
+  return targets.map(({ series }) => series);
 }
 
 export interface LatencyQuantiles {

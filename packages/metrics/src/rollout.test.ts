@@ -5,7 +5,7 @@ import { passAtK } from './pass-at-k.js';
 import { rolloutMetrics } from './rollout.js';
 
 const golden = (name: string) =>
-  JSON.parse(readFileSync(new URL(`../../../../shared/golden/grpo/${name}`, import.meta.url), 'utf8'));
+  JSON.parse(readFileSync(new URL(`../../../golden/grpo/${name}`, import.meta.url), 'utf8'));
 
 let nextId = 0;
 type Init = Partial<Omit<RolloutResult, 'status'>> & { groupIndex: number } & (

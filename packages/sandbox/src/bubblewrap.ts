@@ -8,7 +8,7 @@ import { existsSync, lstatSync, readlinkSync } from 'node:fs';
 import { chmod, chown, mkdir } from 'node:fs/promises';
 import { release } from 'node:os';
 import { isAbsolute, join } from 'node:path';
-import { ConfigError, SandboxError } from '@vime/core';
+import { ConfigError, type Logger, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { assertDir, type BwrapConfig, BwrapSandbox } from './bwrap-sandbox.js';
 import { type CgroupPlan, createCgroups, ExecCgroups, planCgroups } from './cgroup.js';
@@ -24,7 +24,7 @@ import {
 } from './limits.js';
 import { tailOf } from './output.js';
 import { type RunResult, runProcess } from './process.js';
-import type { Logger, OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
+import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
 
 export interface BubblewrapProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */

@@ -13,11 +13,10 @@ import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import type { Duplex, Readable } from 'node:stream';
-import { SandboxError } from '@vime/core';
+import { SandboxError, sleep } from '@vime/core';
 import { closeFd, type ExecCgroups } from './cgroup.js';
 import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, tailOf } from './output.js';
 import type { RunResult } from './process.js';
-import { sleep } from './sleep.js';
 
 const OP = { run: 1, stdin: 2, eof: 3, kill: 4, spare: 5 } as const;
 const OUT = { stdout: 1, stderr: 2, exit: 3, ready: 9 } as const;

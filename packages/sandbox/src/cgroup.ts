@@ -19,8 +19,8 @@ import {
 } from 'node:fs';
 import { rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
+import { sleep } from '@vime/core';
 import type { EffectiveLimits } from './limits.js';
-import { sleep } from './sleep.js';
 
 export type Controller = 'memory' | 'pids' | 'cpu';
 

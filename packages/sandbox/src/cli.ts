@@ -4,9 +4,9 @@
  */
 import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { VimeError } from '@vime/core';
+import { parseDuration, VimeError } from '@vime/core';
 import { defaultDockerSocket } from './docker-engine.js';
-import { parseDuration, type ReapOptions, reapOrphans } from './reap.js';
+import { type ReapOptions, reapOrphans } from './reap.js';
 
 const USAGE = `Usage: vime-sandbox reap [--run ID] [--older-than DURATION] [options]
 
@@ -22,36 +22,77 @@ Sandboxes whose creating process is still running are kept unless --include-live
   --no-docker            do not sweep containers
   --dry-run              list what would be removed
   --json                 print the report as JSON
+  -h, --help             show this help
+
+Exit codes: 0 done, 1 some sandboxes could not be removed, 2 invalid usage.
 `;
 
+/** A user's mistake: printed without a stack, exit 2. */
+class UsageError extends Error {}
+
+function parseFlags(argv: string[]) {
+  try {
+    return parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        run: { type: 'string' },
+        'older-than': { type: 'string' },
+        'include-live': { type: 'boolean', default: false },
+        root: { type: 'string' },
+        'docker-socket': { type: 'string' },
+        'no-docker': { type: 'boolean', default: false },
+        'dry-run': { type: 'boolean', default: false },
+        json: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    });
+  } catch (cause) {
+    let message = (cause as Error).message.split('\n')[0]!.replace(/\. To specify.*$/, '');
+    const flag = /'(--[^' ]+)/.exec(message)?.[1];
+    if (/ambiguous/.test(message) && flag)
+      message = `${flag} needs a value; for a value that starts with a dash write ${flag}=VALUE`;
+    throw new UsageError(`${message}; see vime-sandbox --help`);
+  }
+}
+
 async function main(argv: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      run: { type: 'string' },
-      'older-than': { type: 'string' },
-      'include-live': { type: 'boolean', default: false },
-      root: { type: 'string' },
-      'docker-socket': { type: 'string' },
-      'no-docker': { type: 'boolean', default: false },
-      'dry-run': { type: 'boolean', default: false },
-      json: { type: 'boolean', default: false },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  });
-  if (values.help || positionals[0] !== 'reap') {
-    (values.help ? process.stdout : process.stderr).write(USAGE);
-    return values.help ? 0 : 2;
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  const { values, positionals } = parseFlags(argv);
+  if (positionals[0] !== 'reap') {
+    if (positionals.length === 0) {
+      process.stderr.write(USAGE);
+      return 2;
+    }
+    throw new UsageError(
+      `unknown command ${JSON.stringify(positionals[0])}; the command is \`reap\` (see --help)`,
+    );
+  }
+  if (positionals.length > 1) {
+    throw new UsageError(
+      `unexpected argument ${JSON.stringify(positionals[1])}; reap takes only flags (see --help)`,
+    );
+  }
+  if (values.run === '') throw new UsageError('--run needs a run id (the vime.run label of the sandboxes)');
+  const socket = values['docker-socket'];
+  if (socket !== undefined && !values['no-docker'] && !existsSync(socket)) {
+    throw new UsageError(
+      `--docker-socket ${socket}: no such socket; start the engine, fix the path, or pass --no-docker`,
+    );
   }
   const options: ReapOptions = {
     includeLive: values['include-live'],
     dryRun: values['dry-run'],
-    docker: values['no-docker'] ? false : (values['docker-socket'] ?? defaultDockerSocket()),
+    docker: values['no-docker'] ? false : (socket ?? defaultDockerSocket()),
   };
   if (values.run !== undefined) options.run = values.run;
-  if (values['older-than'] !== undefined) options.olderThanMs = parseDuration(values['older-than']);
+  if (values['older-than'] !== undefined)
+    options.olderThanMs = parseDuration(values['older-than'], '--older-than');
   if (values.root !== undefined) options.rootDir = values.root;
+  // The default socket is swept only where an engine runs; a socket named with --docker-socket must exist.
   if (options.docker && !existsSync(options.docker as string)) options.docker = false;
   const report = await reapOrphans(options);
   if (values.json) {
@@ -77,7 +118,9 @@ async function main(argv: string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (error) => {
-    process.stderr.write(`vime-sandbox: ${VimeError.isInstance(error) ? error.message : String(error)}\n`);
-    process.exit(VimeError.isInstance(error) && error.code === 'invalid_config' ? 2 : 1);
+    const usage =
+      error instanceof UsageError || (VimeError.isInstance(error) && error.code === 'invalid_config');
+    process.stderr.write(`vime-sandbox: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exit(usage ? 2 : 1);
   },
 );

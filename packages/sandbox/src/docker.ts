@@ -4,8 +4,7 @@
  * limits, files moved with the archive endpoints. Timeouts are enforced inside the container, because
  * dropping an attached exec's HTTP connection does not stop the process there.
  */
-import { posix } from 'node:path';
-import { ConfigError, SandboxError } from '@vime/core';
+import { ConfigError, type Logger, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { DockerEngine } from './docker-engine.js';
 import { DockerSandbox, removeContainerSync } from './docker-sandbox.js';
@@ -19,7 +18,7 @@ import {
 } from './lifecycle.js';
 import { type EffectiveLimits, resolveLimits, resolveWorkdir } from './limits.js';
 import { packTar } from './tar.js';
-import type { Logger, OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
+import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
 
 /** Image label saying "bind the host's /usr read-only" (a registry-free image holding only folder stubs). */
 export const HOST_USR_LABEL = 'dev.vime.host-usr';

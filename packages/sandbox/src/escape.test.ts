@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bubblewrapProvider } from './bubblewrap.js';
 import { dockerProvider } from './docker.js';
-import { dockerAvailable, testImage } from './test-support.js';
+import { dockerAvailable, testImage } from './testing.js';
 import type { Sandbox, SandboxProvider, SandboxSpec } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-escape-test-'));

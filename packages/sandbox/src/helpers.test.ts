@@ -7,7 +7,7 @@ import { bubblewrapProvider } from './bubblewrap.js';
 import { dockerProvider } from './docker.js';
 import { execDetached, runSetup, stageFiles } from './helpers.js';
 import { localProvider } from './local.js';
-import { dockerAvailable, testImage } from './test-support.js';
+import { dockerAvailable, testImage } from './testing.js';
 import type { Sandbox, SandboxProvider } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-helpers-test-'));

@@ -3,10 +3,8 @@
  * commands that survive a dropped exec stream.
  */
 import { randomBytes } from 'node:crypto';
-import type { StagedFile } from '@vime/core';
-import { SandboxError } from '@vime/core';
+import { retry, SandboxError, type StagedFile, shellQuote, sleep } from '@vime/core';
 import { BoundedOutput, tailOf } from './output.js';
-import { sleep } from './sleep.js';
 import type { ExecOptions, ExecResult, OpOptions, Sandbox } from './types.js';
 
 /**
@@ -45,6 +43,11 @@ export interface SetupOptions extends Omit<ExecOptions, 'stdin'> {
   isTransient?: (result: ExecResult) => boolean;
 }
 
+/** One failed setup attempt, inside the retry loop only. */
+class FailedAttempt {
+  constructor(readonly transient: boolean) {}
+}
+
 /**
  * Run a setup command (e.g. checking out the task's start state), retrying transient failures with
  * exponential backoff. The final failure throws a `SandboxError` (code `setup_failed`) whose `data`
@@ -64,15 +67,24 @@ export async function runSetup(
   } = options;
   let last: ExecResult | undefined;
   let attempts = 0;
-  for (let attempt = 0; attempt <= retries; attempt++) {
-    if (attempt > 0) {
-      const base = Math.min(maxBackoffMs, backoffMs * 2 ** (attempt - 1));
-      await sleep(base * (0.8 + 0.4 * Math.random()), options.signal);
-    }
-    attempts++;
-    last = await sandbox.exec(command, exec);
-    if (last.exitCode === 0 && !last.timedOut) return last;
-    if (!isTransient(last)) break;
+  try {
+    return await retry(
+      async () => {
+        attempts++;
+        last = await sandbox.exec(command, exec);
+        if (last.exitCode === 0 && !last.timedOut) return last;
+        throw new FailedAttempt(isTransient(last));
+      },
+      {
+        retries,
+        initialDelayMs: backoffMs,
+        maxDelayMs: maxBackoffMs,
+        signal: options.signal,
+        shouldRetry: (error) => error instanceof FailedAttempt && error.transient,
+      },
+    );
+  } catch (error) {
+    if (!(error instanceof FailedAttempt)) throw error;
   }
   const result = last!;
   const how = result.timedOut
@@ -99,8 +111,6 @@ export interface DetachedOptions extends Omit<ExecOptions, 'stdin'> {
   /** Consecutive failed polls tolerated before giving up (default 5). */
   maxPollFailures?: number;
 }
-
-const shellQuote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 
 /**
  * Run a long command detached from the exec stream: it writes its output to files and its exit code to a

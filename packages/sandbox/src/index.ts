@@ -38,6 +38,19 @@ export { type LocalProviderOptions, localProvider } from './local.js';
 export { MAX_POOL_NAME_LENGTH, poolName } from './names.js';
 export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_READ_BYTES, decodeUtf8 } from './output.js';
 export { POOL_LABEL, WarmPool, type WarmPoolOptions, type WarmPoolStats } from './pool.js';
-export { parseDuration, type ReapedSandbox, type ReapOptions, type ReapReport, reapOrphans } from './reap.js';
-export * from './swe/index.js';
-export type * from './types.js';
+export { type ProviderKind, providerFor } from './provider-for.js';
+export { type ReapedSandbox, type ReapOptions, type ReapReport, reapOrphans } from './reap.js';
+export type {
+  ExecOptions,
+  ExecResult,
+  OpOptions,
+  ReadOptions,
+  ResourceLimits,
+  Sandbox,
+  SandboxCapabilities,
+  SandboxEmitter,
+  SandboxEvents,
+  SandboxProvider,
+  SandboxSpec,
+  TerminateReason,
+} from './types.js';

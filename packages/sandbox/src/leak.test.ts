@@ -16,7 +16,7 @@ import { dockerProvider } from './docker.js';
 import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
 import { localProvider } from './local.js';
 import { reapOrphans } from './reap.js';
-import { dockerAvailable, testImage } from './test-support.js';
+import { dockerAvailable, testImage } from './testing.js';
 import type { SandboxEvents } from './types.js';
 
 const withDocker = process.getuid?.() === 0 || dockerAvailable();

@@ -5,8 +5,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { SandboxError } from '@vime/core';
-import type { Logger, SandboxEmitter, SandboxProvider, TerminateReason } from './types.js';
+import { type Logger, SandboxError } from '@vime/core';
+import type { SandboxEmitter, SandboxProvider, TerminateReason } from './types.js';
 
 /** Label naming the run that created a sandbox; `reapOrphans({ run })` matches it. */
 export const RUN_LABEL = 'vime.run';

@@ -4,7 +4,7 @@
  */
 import { cp, mkdir, open, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, posix } from 'node:path';
-import { SandboxError } from '@vime/core';
+import { type Logger, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
 import { defaultRootDir, HostState } from './host-state.js';
@@ -14,7 +14,6 @@ import { DEFAULT_MAX_READ_BYTES, readCap, tooLarge } from './output.js';
 import { EXEC_MARKER_ENV, killByExecMarker, newExecId, SANDBOX_MARKER_ENV } from './proc.js';
 import { type RunResult, runProcess } from './process.js';
 import type {
-  Logger,
   OpOptions,
   ReadOptions,
   Sandbox,

@@ -3,9 +3,8 @@
  * none is ready (counted as a fallback), background refill, a bound on live sandboxes (creating + idle +
  * claimed: a semaphore around create→terminate, not around requests) and on the creation rate.
  */
-import { ConfigError, SandboxError } from '@vime/core';
+import { ConfigError, SandboxError, sleep } from '@vime/core';
 import { poolName } from './names.js';
-import { sleep } from './sleep.js';
 import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
 
 export const POOL_LABEL = 'vime.pool';
@@ -30,6 +29,11 @@ export interface WarmPoolOptions {
   checkAlive?: boolean;
   /** Emitter for `claim` and `warning` events (default: the provider's). */
   events?: SandboxEmitter;
+  /**
+   * Run on every new sandbox before it is handed out or kept warm (e.g. copy a repository template into the
+   * work dir), so warm claims pay nothing for it. A failure terminates the sandbox and fails that create.
+   */
+  prepare?: ((sandbox: Sandbox, options: OpOptions) => Promise<void>) | undefined;
 }
 
 export interface WarmPoolStats {
@@ -90,6 +94,7 @@ export class WarmPool {
   private readonly checkAlive: boolean;
   private readonly limiter: RateLimiter | undefined;
   private readonly refillConcurrency: number;
+  private readonly prepare: WarmPoolOptions['prepare'];
   private size: number;
   private maxLive: number;
   private readonly idle: Sandbox[] = [];
@@ -139,6 +144,7 @@ export class WarmPool {
     this.limiter =
       options.createsPerSecond === undefined ? undefined : new RateLimiter(options.createsPerSecond);
     this.refillConcurrency = Math.max(1, options.refillConcurrency ?? 8);
+    this.prepare = options.prepare;
     // However a sandbox ends (release, its own terminate, lifetime, signal), its slot comes back.
     this.onTerminate = (e) => this.forget(e.id);
     provider.events.on('terminate', this.onTerminate);
@@ -296,7 +302,15 @@ export class WarmPool {
     this.creating++;
     const task = (async () => {
       await this.limiter?.take(signal);
-      return this.provider.create(this.spec, signal ? { signal } : {});
+      const op = signal ? { signal } : {};
+      const sandbox = await this.provider.create(this.spec, op);
+      try {
+        await this.prepare?.(sandbox, op);
+      } catch (error) {
+        await sandbox.terminate();
+        throw error;
+      }
+      return sandbox;
     })();
     this.inflight.add(task);
     try {

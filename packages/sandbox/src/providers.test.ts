@@ -13,7 +13,7 @@ import { bubblewrapProvider } from './bubblewrap.js';
 import { dockerProvider } from './docker.js';
 import { DOCKER_API_MAX, DockerEngine } from './docker-engine.js';
 import { localProvider } from './local.js';
-import { dockerAvailable, testImage } from './test-support.js';
+import { dockerAvailable, testImage } from './testing.js';
 import type { Sandbox, SandboxProvider } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-sbx-test-'));

@@ -230,13 +230,3 @@ async function reapContainers(
     reaped({ id, provider: 'docker', labels, reason });
   }
 }
-
-/** Parse `90s`, `30m`, `6h`, `2d`, `500ms` or a bare number of seconds into milliseconds. */
-export function parseDuration(text: string): number {
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(text.trim());
-  if (!m) {
-    throw new ConfigError(`duration ${JSON.stringify(text)} is not valid; use e.g. 90s, 30m, 6h or 2d`);
-  }
-  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[(m[2] ?? 's') as 'ms'];
-  return Number(m[1]) * unit;
-}

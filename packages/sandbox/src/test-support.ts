@@ -1,5 +1,5 @@
-// Shared by this package's tests: whether a Docker engine socket exists, the image docker-up.sh imports,
-// running a fixture as another (unprivileged) user, and looking for what a run left on the host.
+// Internal to this package's tests (not the `./testing` entry): running a fixture as another
+// (unprivileged) user, and looking for what a run left on the host.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
@@ -17,12 +17,9 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
+import { dockerAvailable } from './testing.js';
 
-export const testImage = 'vime/sandbox-base:latest';
-
-export function dockerAvailable(): boolean {
-  return existsSync(defaultDockerSocket());
-}
+export { dockerAvailable, testImage } from './testing.js';
 
 export const isRoot = process.getuid?.() === 0;
 export const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));

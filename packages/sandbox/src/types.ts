@@ -155,9 +155,3 @@ export interface SandboxEvents {
 }
 
 export type SandboxEmitter = EventEmitter<SandboxEvents>;
-
-/** Optional sink for diagnostics; libraries never print. */
-export interface Logger {
-  debug?(message: string, data?: Record<string, unknown>): void;
-  warn?(message: string, data?: Record<string, unknown>): void;
-}

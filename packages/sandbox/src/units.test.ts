@@ -7,7 +7,6 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { MAX_POOL_NAME_LENGTH, poolName } from './names.js';
 import { BoundedOutput } from './output.js';
-import { parseDuration } from './reap.js';
 import { packTar, unpackTar } from './tar.js';
 
 describe('BoundedOutput', () => {
@@ -131,16 +130,5 @@ describe('tar', () => {
         },
       ),
     );
-  });
-});
-
-describe('parseDuration', () => {
-  it('parses units and rejects junk', () => {
-    expect(parseDuration('90s')).toBe(90_000);
-    expect(parseDuration('30m')).toBe(1_800_000);
-    expect(parseDuration('2d')).toBe(172_800_000);
-    expect(parseDuration('250ms')).toBe(250);
-    expect(parseDuration('5')).toBe(5000);
-    expect(() => parseDuration('soon')).toThrow(/90s, 30m/);
   });
 });

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { EngineError } from '../errors.js';
-import { JsonClient, newRequestId } from './http.js';
+import { HttpClient } from '../util/http.js';
+import { newRequestId } from './request-id.js';
 import type { Engine, EngineFinishReason, EngineOptions, GenerateResult, Sampling } from './types.js';
 
 /** SGLang `POST /generate` answer (non-streaming, single input). */
@@ -51,10 +52,10 @@ function finishReason(type: string | undefined): EngineFinishReason {
  * `/health`, `/model_info`. An aborted call also aborts the request on the engine, freeing its slot.
  */
 export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
-  const http = new JsonClient(url, options);
+  const http = new HttpClient(url, { service: 'engine', ...options });
 
   async function abort(rid: string, opts: { signal?: AbortSignal } = {}): Promise<void> {
-    await http.request('POST', '/abort_request', { rid }, z.unknown(), { signal: opts.signal });
+    await http.text({ method: 'POST', path: '/abort_request', body: { rid }, signal: opts.signal });
   }
 
   return {
@@ -76,9 +77,13 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
       };
       signal?.addEventListener('abort', onAbort, { once: true });
       try {
-        const res = await http.request('POST', '/generate', body, SglangGenerateResponseSchema, {
+        const res = await http.json({
+          method: 'POST',
+          path: '/generate',
+          body,
+          schema: SglangGenerateResponseSchema,
           signal,
-          ...(request.routingKey ? { headers: { 'x-smg-routing-key': request.routingKey } } : {}),
+          headers: request.routingKey ? { 'x-smg-routing-key': request.routingKey } : undefined,
         });
         const meta = res.meta_info;
         const { outputIds, logprobs } = readLogprobs(meta.output_token_logprobs, http.url);
@@ -99,7 +104,10 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
     abort,
     health: (opts = {}) => http.ok('/health', opts.signal),
     async modelInfo(opts = {}) {
-      const raw = await http.request('GET', '/model_info', undefined, ModelInfoSchema, {
+      const raw = await http.json({
+        method: 'GET',
+        path: '/model_info',
+        schema: ModelInfoSchema,
         signal: opts.signal,
       });
       return {

@@ -1,3 +1,5 @@
+import type { HttpClientOptions } from '../util/http.js';
+
 /** Sampling parameters, engine-neutral (mapped to SGLang's `sampling_params` or vLLM's request fields). */
 export interface Sampling {
   temperature?: number;
@@ -60,12 +62,5 @@ export interface Engine {
   close(): Promise<void>;
 }
 
-export interface EngineOptions {
-  /** Most keep-alive connections to the engine (default 256). Requests beyond it wait for a connection. */
-  connections?: number;
-  /** Sent as `Authorization: Bearer <apiKey>` (SGLang/vLLM `--api-key`). */
-  apiKey?: string;
-  headers?: Record<string, string>;
-  /** Per-request timeout in milliseconds (default none: rollouts set their own deadline via signals). */
-  timeoutMs?: number;
-}
+/** Connection options of an engine client: those of the shared `HttpClient` (dispatcher, timeout, retries, logger). */
+export type EngineOptions = HttpClientOptions;

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { EngineError } from '../errors.js';
-import { JsonClient, newRequestId } from './http.js';
+import { HttpClient } from '../util/http.js';
+import { newRequestId } from './request-id.js';
 import type { Engine, EngineFinishReason, EngineOptions, GenerateResult } from './types.js';
 
 /** vLLM `POST /v1/completions` answer with `return_token_ids` and `logprobs`. */
@@ -39,11 +40,11 @@ function finishReason(reason: string | null): EngineFinishReason {
  * (vLLM ≥ 0.10.2). vLLM aborts a request when its connection closes, so an aborted call frees the slot.
  */
 export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine {
-  const http = new JsonClient(url, options);
+  const http = new HttpClient(url, { service: 'engine', ...options });
   let model: Promise<string> | undefined = options.model ? Promise.resolve(options.model) : undefined;
   const modelName = (signal?: AbortSignal) => {
     model ??= http
-      .request('GET', '/v1/models', undefined, ModelsSchema, { signal })
+      .json({ method: 'GET', path: '/v1/models', schema: ModelsSchema, signal })
       .then((r) => r.data[0]!.id);
     model.catch(() => {
       model = undefined;
@@ -77,9 +78,13 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
         ...(s.presencePenalty !== undefined ? { presence_penalty: s.presencePenalty } : {}),
         ...(s.frequencyPenalty !== undefined ? { frequency_penalty: s.frequencyPenalty } : {}),
       };
-      const res = await http.request('POST', '/v1/completions', body, VllmCompletionResponseSchema, {
+      const res = await http.json({
+        method: 'POST',
+        path: '/v1/completions',
+        body,
+        schema: VllmCompletionResponseSchema,
         signal: opts.signal,
-        ...(request.routingKey ? { headers: { 'x-smg-routing-key': request.routingKey } } : {}),
+        headers: request.routingKey ? { 'x-smg-routing-key': request.routingKey } : undefined,
       });
       const choice = res.choices[0]!;
       if (!choice.token_ids || !choice.logprobs) {
@@ -110,7 +115,12 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
     },
     health: (opts = {}) => http.ok('/health', opts.signal),
     async modelInfo(opts = {}) {
-      const raw = await http.request('GET', '/v1/models', undefined, ModelsSchema, { signal: opts.signal });
+      const raw = await http.json({
+        method: 'GET',
+        path: '/v1/models',
+        schema: ModelsSchema,
+        signal: opts.signal,
+      });
       const first = raw.data[0]!;
       return { modelPath: first.root ?? first.id, raw };
     },

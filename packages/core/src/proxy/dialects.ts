@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import type { ParsedResponse } from '../tokenizer/parsers.js';
-import type { TemplateMessage, ToolDefinition } from '../tokenizer/tokenizer.js';
+import type { TemplateMessage, ToolDefinition } from '../tokenizer/template.js';
 
 export type Dialect = 'openai' | 'anthropic';
 

@@ -1,8 +1,8 @@
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
+import { qwen3 } from '../__fixtures__/tokenizer.js';
 import { sglangEngine } from '../engine/sglang.js';
 import { startStandInEngine } from '../standin/engine.js';
-import { qwen3 } from '../tokenizer/test-fixtures.js';
 import { captureFetch, startCaptureProxy } from './proxy.js';
 
 const closers: Array<() => Promise<void>> = [];

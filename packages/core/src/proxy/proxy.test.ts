@@ -1,11 +1,12 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { qwen3 } from '../__fixtures__/tokenizer.js';
 import { sglangEngine } from '../engine/sglang.js';
 import type { Engine, GenerateResult } from '../engine/types.js';
 import { vllmEngine } from '../engine/vllm.js';
 import { assertSampleInvariants, type Sample } from '../sample.js';
 import { type StandInPolicy, startStandInEngine } from '../standin/engine.js';
-import { qwen3 } from '../tokenizer/test-fixtures.js';
-import type { ChatTokenizer, TemplateMessage, ToolDefinition } from '../tokenizer/tokenizer.js';
+import type { TemplateMessage, ToolDefinition } from '../tokenizer/template.js';
+import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
 import type { DriftReport } from '../trajectory/manager.js';
 import { type CaptureProxy, captureFetch, startCaptureProxy } from './proxy.js';
 

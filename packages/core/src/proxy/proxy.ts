@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { EventEmitter } from 'eventemitter3';
-import { newRequestId } from '../engine/http.js';
+import { newRequestId } from '../engine/request-id.js';
 import type { Engine, GenerateResult, Sampling } from '../engine/types.js';
 import { ConfigError, EngineError, VimeError } from '../errors.js';
 import type { Turn } from '../rollout.js';

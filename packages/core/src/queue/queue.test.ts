@@ -251,7 +251,8 @@ describe('SampleQueue', () => {
     const error = await SampleQueue.open(dir).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(QueueError);
     expect((error as QueueError).code).toBe('queue_corrupt');
-    expect((error as QueueError).message).toContain(`${path}: invalid frame at byte`);
+    expect((error as QueueError).message).toContain(`${path} at byte`);
+    expect((error as QueueError).message).toContain('invalid frame in a sealed segment');
     const consumer = await openQueue({ mode: 'consumer' });
     await expect(consumer.read({ max: 100 })).rejects.toThrow(/in a sealed segment/);
   });
@@ -281,6 +282,29 @@ describe('SampleQueue', () => {
     expect(rest.records.map((r) => r.seq)).toEqual(Array.from({ length: 16 }, (_, i) => 26 + i));
     await q.commit();
     expect(await segments()).toHaveLength(1);
+  });
+
+  it('compacts keys.log once it has many entries, keeping every key', async () => {
+    let q = await openQueue({ segmentBytes: 4096 });
+    const frames = async () => {
+      const buf = await readFile(join(dir, 'keys.log'));
+      let n = 0;
+      for (let pos = 16; pos + 8 <= buf.length; pos += 8 + buf.readUInt32LE(pos)) n++;
+      return n;
+    };
+    let most = 0;
+    for (let i = 0; i < 150; i++) {
+      await q.append(`r${i}`, [sampleFor(i, 300)]);
+      await q.commit((await q.read()).next); // one GC entry per collected segment
+      if (i > 2) most = Math.max(most, await frames());
+    }
+    expect(most).toBe(63);
+    expect(await frames()).toBeLessThan(63);
+    await q.close();
+    open.pop();
+    q = await openQueue({ segmentBytes: 4096 });
+    for (let i = 0; i < 150; i++) expect(q.seqOf(`r${i}`)).toBe(i + 1);
+    expect(await q.append('r7', [])).toEqual({ seq: 8, duplicate: true });
   });
 
   it('recovers keys.log from an entry torn by a consumer killed during GC', async () => {

@@ -4,7 +4,8 @@
  */
 import { Presets, SingleBar } from 'cli-progress';
 import type { RolloutEvent } from '../rollout.js';
-import type { RolloutRun, TaskLike } from './run.js';
+import type { TaskLike } from './options.js';
+import type { RolloutRun } from './run.js';
 
 export interface RolloutProgressOptions {
   /** Where to draw. Default `process.stderr`. */

@@ -3,7 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError, ValidationError, VimeError } from '../errors.js';
 import type { RolloutEvent, RolloutResult } from '../rollout.js';
 import { createSample } from '../sample.js';
-import { type RolloutFunction, runRollouts } from './run.js';
+import type { RolloutFunction } from './options.js';
+import { runRollouts } from './run.js';
 
 const tasks = (n: number) => Array.from({ length: n }, (_, i) => ({ id: `task-${i}` }));
 

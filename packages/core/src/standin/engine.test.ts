@@ -1,9 +1,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { qwen3 } from '../__fixtures__/tokenizer.js';
 import { sglangEngine } from '../engine/sglang.js';
 import type { Engine } from '../engine/types.js';
 import { vllmEngine } from '../engine/vllm.js';
 import { EngineError } from '../errors.js';
-import { qwen3 } from '../tokenizer/test-fixtures.js';
 import { type StandInEngine, type StandInEngineOptions, startStandInEngine } from './engine.js';
 
 const open: Array<{ close(): Promise<void> }> = [];
@@ -137,10 +137,10 @@ describe('stand-in engine over the SGLang wire', () => {
     const ac = new AbortController();
     const pending = sg.generate({ inputIds: [1], sampling: { maxTokens: 100 } }, { signal: ac.signal });
     await until(() => engine.stats().running === 1);
-    ac.abort();
-    const error = await pending.catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(EngineError);
-    expect((error as Error).message).toMatch(/aborted/);
+    const reason = new Error('rollout cancelled');
+    ac.abort(reason);
+    // An aborted call rejects with the signal's reason, as fetch does.
+    expect(await pending.catch((e: unknown) => e)).toBe(reason);
     await until(() => engine.stats().running === 0);
     expect(engine.stats().aborted).toBe(1);
 
@@ -213,6 +213,6 @@ describe('stand-in engine over the SGLang wire', () => {
     expect(error).toBeInstanceOf(EngineError);
     expect(error.isRetryable).toBe(true);
     expect(error.message).toMatch(/is the engine running/);
-    expect(() => sglangEngine('not a url')).toThrow(/invalid engine url/);
+    expect(() => sglangEngine('not a url')).toThrow(/invalid URL "not a url"/);
   });
 });

@@ -2,10 +2,11 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { EventEmitter } from 'eventemitter3';
 import { z } from 'zod';
-import { newRequestId } from '../engine/http.js';
+import { newRequestId } from '../engine/request-id.js';
 import type { EngineFinishReason } from '../engine/types.js';
 import { ConfigError } from '../errors.js';
 import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
+import { sleep } from '../util/sleep.js';
 import { type Job, Scheduler, type ServiceModel } from './scheduler.js';
 
 /** What a scripted policy sees for one request. */
@@ -562,21 +563,6 @@ function send(res: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
   res.end(text);
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason);
-    const t = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(t);
-      reject(signal.reason);
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
 }
 
 /** A deterministic log prob in (-4, 0] for a (position, token) pair, exactly representable in float32. */

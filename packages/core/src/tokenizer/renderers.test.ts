@@ -1,9 +1,9 @@
 import { execFileSync } from 'node:child_process';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { qwen3 } from '../__fixtures__/tokenizer.js';
 import { nativeRenderer, qwen3Renderer } from './renderers.js';
-import { qwen3 } from './test-fixtures.js';
-import type { TemplateMessage, ToolDefinition } from './tokenizer.js';
+import type { TemplateMessage, ToolDefinition } from './template.js';
 
 /** Text that exercises the template's string handling: newlines and spaces at the edges, think tags, markup. */
 function textOf(pieces: string[]) {

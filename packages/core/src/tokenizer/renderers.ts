@@ -4,7 +4,7 @@
  * property-tested to produce exactly what the Jinja template renders.
  */
 import { createHash } from 'node:crypto';
-import type { RenderOptions, TemplateMessage, ToolDefinition } from './tokenizer.js';
+import type { RenderOptions, TemplateMessage, ToolDefinition } from './template.js';
 
 export type ChatRenderer = (messages: readonly TemplateMessage[], options: RenderOptions) => string;
 

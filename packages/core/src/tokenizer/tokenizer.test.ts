@@ -5,10 +5,11 @@ import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { QWEN3_DIR, qwen3 } from '../__fixtures__/tokenizer.js';
 import { ConfigError } from '../errors.js';
 import { hermesToolParser, parseResponse, pythonJson } from './parsers.js';
-import { QWEN3_DIR, qwen3 } from './test-fixtures.js';
-import { loadTokenizer, type TemplateMessage } from './tokenizer.js';
+import type { TemplateMessage } from './template.js';
+import { loadTokenizer } from './tokenizer.js';
 
 const tools = [
   {

@@ -3,7 +3,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
 
-export const goldenRoot = fileURLToPath(new URL('../../../../../shared/golden/', import.meta.url));
+export const goldenRoot = fileURLToPath(new URL('../../../../golden/', import.meta.url));
 export const grpoGolden = `${goldenRoot}grpo/`;
 export const dumpsGolden = `${goldenRoot}trainer-dumps/`;
 

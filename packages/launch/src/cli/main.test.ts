@@ -235,7 +235,10 @@ describe('vime CLI', () => {
   });
 
   it('waits for engines and names the ones that never came up', async () => {
-    const good = await startFakeEngine({ script: { type: 'slow-start', readyAfterMs: 100 } });
+    // Unhealthy for its first health request whatever the machine's load, so the wait sees it start.
+    const good = await startFakeEngine({
+      script: { type: 'slow-start', readyAfterMs: 100, readyAfterRequests: 1 },
+    });
     const bad = await startFakeEngine({ kind: 'vllm', script: { type: 'never-healthy' } });
     closers.push(good.close, bad.close);
     const ok = await vime(['engines', 'wait', good.url, '--timeout', '5s']);

@@ -1,4 +1,4 @@
-import { EngineError } from '@vime/core';
+import { ConfigError, EngineError } from '@vime/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { closedPort, type FakeEngine, startFakeEngine } from '../testing/engines.js';
 import { type EngineStatus, waitForEngines } from './health.js';
@@ -86,5 +86,15 @@ describe('waitForEngines', () => {
     await expect(waitForEngines(['http://127.0.0.1:1'], { deadline: '30 minutes' })).rejects.toThrow(
       /deadline: "30 minutes" is not a duration.*"30m"/,
     );
+  });
+
+  it('refuses a URL that is not http(s) before polling anything', async () => {
+    for (const url of ['notaurl', 'localhost:30000', 'ftp://127.0.0.1:1', 'http://', '']) {
+      const error = await waitForEngines(['http://127.0.0.1:1', url], { deadline: '1h' }).catch(
+        (e: unknown) => e,
+      );
+      expect(ConfigError.isInstance(error), url).toBe(true);
+      expect((error as Error).message).toContain(`engine URL ${JSON.stringify(url)} is not an http(s) URL`);
+    }
   });
 });

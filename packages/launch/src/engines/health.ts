@@ -2,10 +2,9 @@
  * Engine health gate: poll every inference engine until each answers healthy, with per-engine backoff,
  * and fail after a deadline naming the engines that never came up and the first error each one gave.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
-import { EngineError } from '@vime/core';
-import { type Dispatcher, request } from 'undici';
-import { parseDuration } from '../skypilot/patterns.js';
+import { describeCause, EngineError, HttpClient, parseDuration, retry } from '@vime/core';
+import type { Dispatcher } from 'undici';
+import { httpUrl } from '../internal/http-url.js';
 import type { EngineKind } from '../skypilot/render.js';
 
 /**
@@ -65,19 +64,27 @@ export interface WaitForEnginesOptions {
   headers?: Record<string, string>;
   /** Called on every state change. */
   onState?: (status: Readonly<EngineStatus>) => void;
-  dispatcher?: Dispatcher;
+  dispatcher?: Dispatcher | undefined;
 }
 
 function healthUrl(target: EngineTarget, kind: EngineKind): string {
   const path = target.path ?? HEALTH_PATHS[target.kind ?? kind];
-  return new URL(path, target.url.endsWith('/') ? target.url : `${target.url}/`).toString();
+  const base = httpUrl(target.url, 'engine URL', 'http://HOST:PORT (e.g. http://sglang-0.my-group:30000)');
+  if (!base.pathname.endsWith('/')) base.pathname += '/';
+  return new URL(path, base).toString();
 }
 
-function describeError(error: unknown): string {
-  const e = error as { code?: string; message?: string; cause?: { code?: string; message?: string } };
-  const code = e.cause?.code ?? e.code;
-  const message = e.cause?.message ?? e.message ?? String(error);
-  return code && !message.includes(code) ? `${code}: ${message}` : message;
+/** One health check that did not (yet) pass: retried by the poll loop. */
+class NotHealthy extends Error {
+  /** A healthy answer short of the streak is re-checked soon; failures back off. */
+  readonly retryAfterMs: number | undefined;
+  constructor(
+    readonly failure: string | undefined,
+    recheckMs: number,
+  ) {
+    super(failure ?? 'healthy, not yet stable');
+    this.retryAfterMs = failure === undefined ? recheckMs : undefined;
+  }
 }
 
 /**
@@ -110,34 +117,30 @@ export async function waitForEngines(
   };
 
   const poll = async (status: EngineStatus) => {
+    const url = new URL(status.healthUrl);
+    const http = new HttpClient(url.origin, {
+      dispatcher: options.dispatcher,
+      headers: options.headers,
+      timeoutMs: requestTimeout,
+    });
     let streak = 0;
     let everHealthy = false;
-    let delay = initial;
-    while (!stop.aborted) {
+    const check = async () => {
       status.attempts++;
       let failure: string | undefined;
       try {
-        const response = await request(status.healthUrl, {
-          method: 'GET',
-          headers: options.headers ?? {},
-          signal: AbortSignal.any([stop, AbortSignal.timeout(requestTimeout)]),
-          ...(options.dispatcher ? { dispatcher: options.dispatcher } : {}),
-        });
-        const body = (await response.body.text()).trim();
-        if (response.statusCode === 200) {
+        const response = await http.send({ method: 'GET', path: url.pathname + url.search, signal: stop });
+        const body = response.text.trim();
+        if (response.status === 200) {
           streak++;
           everHealthy = true;
-          if (streak >= stable) {
-            status.healthyAfterMs = Math.round(performance.now() - started);
-            setState(status, 'healthy');
-            return;
-          }
+          if (streak >= stable) return;
         } else {
-          failure = `HTTP ${response.statusCode}${body ? ` ${JSON.stringify(body.slice(0, 200))}` : ''}`;
+          failure = `HTTP ${response.status}${body ? ` ${JSON.stringify(body.slice(0, 200))}` : ''}`;
         }
       } catch (error) {
-        if (stop.aborted) break;
-        failure = describeError(error);
+        if (stop.aborted) throw error;
+        failure = describeCause((error as Error).cause ?? error);
       }
       if (failure !== undefined) {
         status.firstError ??= failure;
@@ -145,14 +148,22 @@ export async function waitForEngines(
         setState(status, everHealthy ? 'flapping' : failure.startsWith('HTTP') ? 'starting' : 'unreachable');
         streak = 0;
       }
-      // A healthy answer is re-checked soon; failures back off.
-      const wait = failure === undefined ? initial : delay;
-      if (failure !== undefined) delay = Math.min(max, delay * 2);
-      try {
-        await sleep(wait * (0.8 + Math.random() * 0.4), undefined, { signal: stop });
-      } catch {
-        break;
-      }
+      throw new NotHealthy(failure, initial);
+    };
+    try {
+      await retry(check, {
+        retries: Number.POSITIVE_INFINITY,
+        initialDelayMs: initial,
+        maxDelayMs: max,
+        signal: stop,
+        shouldRetry: (error) => error instanceof NotHealthy,
+      });
+      status.healthyAfterMs = Math.round(performance.now() - started);
+      setState(status, 'healthy');
+    } catch (error) {
+      if (!stop.aborted) throw error;
+    } finally {
+      await http.close();
     }
   };
 

@@ -6,10 +6,17 @@
  * never start a second job: the dashboard answers "already exists" and the client returns the first.
  */
 import { randomBytes } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { EngineError, parseWith } from '@vime/core';
+import {
+  EngineError,
+  type EngineErrorOptions,
+  HttpClient,
+  type HttpMethod,
+  parseWith,
+  retry,
+  sleep,
+} from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
-import { type Dispatcher, request } from 'undici';
+import type { Dispatcher } from 'undici';
 import type { z } from 'zod';
 import {
   DeleteSchema,
@@ -31,17 +38,7 @@ import {
 export class RayJobsError extends EngineError {
   /** Response body (text/plain, often a Python traceback), when there was one. */
   readonly body: string | undefined;
-  constructor(
-    message: string,
-    options: {
-      status?: number;
-      url?: string;
-      body?: string;
-      isRetryable?: boolean;
-      cause?: unknown;
-      data?: Record<string, unknown>;
-    } = {},
-  ) {
+  constructor(message: string, options: EngineErrorOptions & { body?: string | undefined } = {}) {
     super(message, options);
     this.body = options.body;
   }
@@ -80,7 +77,7 @@ export interface RayJobsClientOptions {
   submitRetryDelayMs?: number;
   /** Per-request timeout. Default 30 s. */
   requestTimeoutMs?: number;
-  dispatcher?: Dispatcher;
+  dispatcher?: Dispatcher | undefined;
 }
 
 export interface SubmitResult {
@@ -99,13 +96,14 @@ interface WaitOptions {
 
 const NO_AGENT = /No available agent/i;
 const DUPLICATE = /already exists.*different submission_id|submission_id \S+ already exists/is;
-const CONNECTION_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'EPIPE',
-  'UND_ERR_SOCKET',
-  'UND_ERR_CONNECT_TIMEOUT',
-]);
+
+const isDuplicate = (error: RayJobsError) => error.body !== undefined && DUPLICATE.test(error.body);
+
+/** The connection error code behind a failed request (`ECONNREFUSED`), for retry events. */
+function connectionReason(error: RayJobsError): string {
+  const cause = (error.cause as { cause?: { code?: string; cause?: { code?: string } } } | undefined)?.cause;
+  return cause?.code ?? cause?.cause?.code ?? 'connection error';
+}
 
 function lastLines(text: string, n: number): string {
   const lines = text.replace(/\n$/, '').split('\n');
@@ -114,57 +112,44 @@ function lastLines(text: string, n: number): string {
 
 export class RayJobsClient extends EventEmitter<RayJobsEvents> {
   readonly address: string;
-  readonly #token: string | undefined;
-  readonly #headers: Record<string, string>;
+  readonly #http: HttpClient;
   readonly #attempts: number;
   readonly #retryDelay: number;
-  readonly #timeout: number;
-  readonly #dispatcher: Dispatcher | undefined;
 
   constructor(options: RayJobsClientOptions) {
     super();
     this.address = options.address.replace(/\/+$/, '');
-    this.#token = options.token;
-    this.#headers = options.headers ?? {};
+    this.#http = new HttpClient(this.address, {
+      dispatcher: options.dispatcher,
+      apiKey: options.token,
+      headers: { 'user-agent': 'vime-launch', ...options.headers },
+      timeoutMs: options.requestTimeoutMs ?? 30_000,
+      service: 'Ray dashboard',
+    });
     this.#attempts = options.submitAttempts ?? 6;
     this.#retryDelay = options.submitRetryDelayMs ?? 10_000;
-    this.#timeout = options.requestTimeoutMs ?? 30_000;
-    this.#dispatcher = options.dispatcher;
+  }
+
+  /** Close the client's connection pool. */
+  close(): Promise<void> {
+    return this.#http.close();
   }
 
   async #call<S extends z.ZodType>(
-    method: 'GET' | 'POST' | 'DELETE',
+    method: HttpMethod,
     path: string,
     schema: S,
     options: { body?: unknown; signal?: AbortSignal | undefined } = {},
   ): Promise<z.output<S>> {
-    const url = `${this.address}${path}`;
-    const headers: Record<string, string> = { 'user-agent': 'vime-launch', ...this.#headers };
-    if (this.#token) headers.authorization = `Bearer ${this.#token}`;
-    if (options.body !== undefined) headers['content-type'] = 'application/json';
-    const timeout = AbortSignal.timeout(this.#timeout);
-    let status: number;
-    let text: string;
+    let response: Awaited<ReturnType<HttpClient['send']>>;
     try {
-      const response = await request(url, {
-        method,
-        headers,
-        ...(options.body !== undefined ? { body: JSON.stringify(options.body) } : {}),
-        signal: options.signal ? AbortSignal.any([options.signal, timeout]) : timeout,
-        ...(this.#dispatcher ? { dispatcher: this.#dispatcher } : {}),
-      });
-      status = response.statusCode;
-      text = await response.body.text();
+      response = await this.#http.send({ method, path, body: options.body, signal: options.signal });
     } catch (error) {
-      if (options.signal?.aborted) throw options.signal.reason;
-      const code = (error as { code?: string }).code ?? '';
-      throw new RayJobsError(`${method} ${url} failed: ${(error as Error).message}`, {
-        url,
-        isRetryable: CONNECTION_CODES.has(code) || timeout.aborted,
-        cause: error,
-        data: { code },
-      });
+      if (options.signal?.aborted || !EngineError.isInstance(error)) throw error;
+      // Connection failures and timeouts: the request may not have reached the dashboard.
+      throw new RayJobsError(error.message, { url: error.url, isRetryable: error.isRetryable, cause: error });
     }
+    const { status, text, url } = response;
     if (status < 200 || status >= 300) throw this.#httpError(method, url, status, text);
     let json: unknown;
     try {
@@ -212,32 +197,36 @@ export class RayJobsClient extends EventEmitter<RayJobsEvents> {
     const body = parseWith(JobSubmitRequestSchema, job, 'Ray job submission');
     const submissionId = body.submission_id ?? `vime_${randomBytes(8).toString('hex')}`;
     const payload = { ...body, submission_id: submissionId };
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const result = await this.#call('POST', '/api/jobs/', SubmitResponseSchema, {
-          body: payload,
+    try {
+      const result = await retry(
+        () =>
+          this.#call('POST', '/api/jobs/', SubmitResponseSchema, { body: payload, signal: options.signal }),
+        {
+          retries: this.#attempts - 1,
+          initialDelayMs: this.#retryDelay,
+          maxDelayMs: this.#retryDelay,
+          jitter: 0,
           signal: options.signal,
-        });
-        return { submissionId: result.submission_id, existing: false };
-      } catch (error) {
-        if (!(error instanceof RayJobsError)) throw error;
-        if (error.body !== undefined && DUPLICATE.test(error.body)) {
-          const existing = await this.get(submissionId, options);
-          if (existing.entrypoint !== payload.entrypoint) {
-            throw new RayJobsError(
-              `submission_id ${submissionId} is already used by a different job (entrypoint ${JSON.stringify(existing.entrypoint.slice(0, 120))}); choose another id`,
-              { status: error.status ?? 400, url: error.url ?? '', body: error.body },
-            );
-          }
-          return { submissionId, existing: true };
-        }
-        if (!error.isRetryable || attempt >= this.#attempts) throw error;
-        const reason = error.status
-          ? `HTTP ${error.status}: no available agent`
-          : String(error.data?.code || 'connection error');
-        this.emit('retry', { attempt, delayMs: this.#retryDelay, reason });
-        await sleep(this.#retryDelay, undefined, options.signal ? { signal: options.signal } : {});
+          // Only rejections that prove nothing ran; a duplicate id is answered below, not retried.
+          shouldRetry: (error) => error instanceof RayJobsError && error.isRetryable && !isDuplicate(error),
+          onRetry: ({ attempt, delayMs, error }) => {
+            const e = error as RayJobsError;
+            const reason = e.status ? `HTTP ${e.status}: no available agent` : connectionReason(e);
+            this.emit('retry', { attempt, delayMs, reason });
+          },
+        },
+      );
+      return { submissionId: result.submission_id, existing: false };
+    } catch (error) {
+      if (!(error instanceof RayJobsError) || !isDuplicate(error)) throw error;
+      const existing = await this.get(submissionId, options);
+      if (existing.entrypoint !== payload.entrypoint) {
+        throw new RayJobsError(
+          `submission_id ${submissionId} is already used by a different job (entrypoint ${JSON.stringify(existing.entrypoint.slice(0, 120))}); choose another id`,
+          { status: error.status ?? 400, url: error.url ?? '', body: error.body },
+        );
       }
+      return { submissionId, existing: true };
     }
   }
 
@@ -284,7 +273,7 @@ export class RayJobsClient extends EventEmitter<RayJobsEvents> {
         seen = text.length;
       }
       if (isTerminal(job.status)) return;
-      await sleep(interval, undefined, options.signal ? { signal: options.signal } : {});
+      await sleep(interval, options.signal);
     }
   }
 
@@ -306,7 +295,7 @@ export class RayJobsClient extends EventEmitter<RayJobsEvents> {
         const logs = await this.logs(id, options).catch(() => '');
         throw new RayJobFailedError(job, lastLines(logs, options.tailLines ?? 50));
       }
-      await sleep(interval, undefined, options.signal ? { signal: options.signal } : {});
+      await sleep(interval, options.signal);
     }
   }
 }

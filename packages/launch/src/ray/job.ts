@@ -3,10 +3,14 @@
  * the rollout actors (which read their env from Ray, not the launching shell) the trainer's settings.
  * Secrets travel only in `runtime_env.env_vars`, never in the entrypoint.
  */
+import { shellJoin, shellQuote } from '@vime/core';
 import type { LaunchPlan } from '../plan.js';
 import { JOBGROUP_NAME_ENV } from '../skypilot/render.js';
-import { shellJoin, slimeArgs } from '../slime/args.js';
+import { slimeArgs } from '../slime/args.js';
 import type { JobSubmitRequest } from './types.js';
+
+/** Engine addresses in the argv are `$VAR` references the job's shell expands. */
+const expandable = { expandVariables: true };
 
 export interface SlimeJobOptions {
   /** Environment of the launching process: secrets and `SKYPILOT_JOBGROUP_NAME` are read from it. */
@@ -48,7 +52,7 @@ export function slimeJobRequest(plan: LaunchPlan, options: SlimeJobOptions = {})
     if (value) envVars[name] = value;
   }
   return {
-    entrypoint: `cd ${shellJoin([slimeDir])} && ${shellJoin(resolved)}`,
+    entrypoint: `cd ${shellQuote(slimeDir, expandable)} && ${shellJoin(resolved, expandable)}`,
     ...(options.submissionId ? { submission_id: options.submissionId } : {}),
     runtime_env: { env_vars: envVars },
     metadata: {

@@ -6,10 +6,10 @@
 import { formatPath } from '@vime/core';
 import { parseAllDocuments } from 'yaml';
 import { z } from 'zod';
+import { didYouMean } from '../internal/did-you-mean.js';
 import {
   ACCELERATOR_PATTERN,
   DURATION_PATTERN,
-  didYouMean,
   ENV_KEY_PATTERN,
   INFRA_PATTERN,
   NAME_PATTERN,

@@ -1,7 +1,7 @@
-import { ConfigError, VimeError } from '@vime/core';
+import { ConfigError, shellJoin, VimeError } from '@vime/core';
 import { describe, expect, it } from 'vitest';
 import { resolvePlan } from '../plan.js';
-import { checkSlimeConfig, type SlimeConfig, shellJoin, slimeArgs } from './args.js';
+import { checkSlimeConfig, type SlimeConfig, slimeArgs } from './args.js';
 
 const base: SlimeConfig = {
   mode: 'sync',
@@ -207,7 +207,7 @@ describe('slimeArgs', () => {
   });
 
   it('joins argv for a shell, keeping $VAR references expandable and quoting the rest', () => {
-    expect(shellJoin(['python3', 'a b', "it's", 'h-0.$G:1', '--x'])).toBe(
+    expect(shellJoin(['python3', 'a b', "it's", 'h-0.$G:1', '--x'], { expandVariables: true })).toBe(
       `python3 'a b' 'it'\\''s' "h-0.$G:1" --x`,
     );
   });

@@ -5,7 +5,7 @@
  */
 import { ConfigError, parseWith } from '@vime/core';
 import { z } from 'zod';
-import { closest } from '../skypilot/patterns.js';
+import { closest } from '../internal/did-you-mean.js';
 import { flagProblem, KNOWN_FLAGS } from './flags.js';
 
 const path = z.string().min(1);
@@ -422,15 +422,4 @@ export function slimeArgs(config: SlimeConfig | ResolvedSlimeConfig): SlimeComma
   const script = c.mode === 'async' ? 'train_async.py' : 'train.py';
   const args = buildArgs(c);
   return { script, args, argv: [c.python, script, ...args] };
-}
-
-/** Quote an argv for a POSIX shell; `$VAR` references stay expandable (engine addresses use one). */
-export function shellJoin(argv: readonly string[]): string {
-  return argv
-    .map((arg) => {
-      if (/^[\w@%+=:,./-]+$/.test(arg)) return arg;
-      if (/^[\w@%+=:,./${}-]+$/.test(arg)) return `"${arg}"`;
-      return `'${arg.replaceAll("'", `'\\''`)}'`;
-    })
-    .join(' ');
 }

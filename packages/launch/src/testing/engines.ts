@@ -9,8 +9,8 @@ import type { AddressInfo } from 'node:net';
 import type { EngineKind } from '../skypilot/render.js';
 
 export type HealthScript =
-  /** 503 until `readyAfterMs` after start, then 200. */
-  | { type: 'slow-start'; readyAfterMs: number }
+  /** 503 until `readyAfterMs` after start and the first `readyAfterRequests` health requests, then 200. */
+  | { type: 'slow-start'; readyAfterMs: number; readyAfterRequests?: number }
   /** Alternates healthy/unhealthy on every health request. */
   | { type: 'flapping' }
   /** 503 forever. */
@@ -44,7 +44,10 @@ export async function startFakeEngine(options: {
       case 'never-healthy':
         return false;
       case 'slow-start':
-        return Date.now() - started >= s.readyAfterMs;
+        return (
+          Date.now() - started >= s.readyAfterMs &&
+          [...hits.values()].reduce((a, b) => a + b, 0) > (s.readyAfterRequests ?? 0)
+        );
       case 'flapping':
         flip = !flip;
         return flip;

@@ -38,6 +38,8 @@ export interface FakeRay {
   requests: Array<{ method: string; path: string; headers: IncomingMessage['headers'] }>;
   /** Submission ids in the order jobs were created (i.e. actually started). */
   created: string[];
+  /** Client connections open right now (a client that closes its pool leaves none). */
+  openConnections(): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -285,6 +287,10 @@ export async function startFakeRay(options: FakeRayOptions = {}): Promise<FakeRa
     url: `http://127.0.0.1:${port}`,
     requests,
     created,
+    openConnections: () =>
+      new Promise<number>((resolve, reject) =>
+        server.getConnections((error, count) => (error ? reject(error) : resolve(count))),
+      ),
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

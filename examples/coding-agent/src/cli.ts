@@ -1,0 +1,19 @@
+/** How the example's entry points end: a user's mistake is one line and exit 2, never a stack trace. */
+import { ConfigError, ValidationError, VimeError } from '@vime/core';
+
+export async function runEntry(name: string, main: () => Promise<number | undefined>): Promise<void> {
+  try {
+    process.exitCode = (await main()) ?? 0;
+  } catch (error) {
+    if (ConfigError.isInstance(error) || ValidationError.isInstance(error)) {
+      console.error(`${name}: ${error.message}`);
+      process.exitCode = 2;
+    } else if (VimeError.isInstance(error)) {
+      console.error(`${name}: ${error.message}`);
+      process.exitCode = 1;
+    } else {
+      console.error(error instanceof Error ? (error.stack ?? error.message) : error);
+      process.exitCode = 1;
+    }
+  }
+}

@@ -1,2 +1,0 @@
-// Fakes and fixtures for users' tests (the `@vime/core/testing` entry).
-export * from './standin/index.js';

@@ -1,0 +1,23 @@
+import { ConfigError } from '@vime/core';
+import { bubblewrapProvider } from './bubblewrap.js';
+import { dockerProvider } from './docker.js';
+import { localProvider } from './local.js';
+import type { SandboxProvider } from './types.js';
+
+export type ProviderKind = 'bubblewrap' | 'docker' | 'local';
+
+/** The provider of a backend named on a command line or in a config (`--sandbox bubblewrap`). */
+export function providerFor(kind: string): SandboxProvider {
+  switch (kind) {
+    case 'bubblewrap':
+      return bubblewrapProvider();
+    case 'docker':
+      return dockerProvider();
+    case 'local':
+      return localProvider();
+    default:
+      throw new ConfigError(
+        `sandbox ${JSON.stringify(kind)} is not a backend; use bubblewrap (default), docker, or local (no isolation)`,
+      );
+  }
+}

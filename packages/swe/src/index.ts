@@ -1,0 +1,106 @@
+// @vime/swe: the public surface. Every export is named here; the README documents each group.
+export {
+  type HackFlag,
+  type HackFlagKind,
+  type HackPolicy,
+  patchHacks,
+  SUSPICIOUS,
+  scanTranscript,
+} from './antihack.js';
+export {
+  type CapturedPatch,
+  type CaptureFailure,
+  captureAgentPatch,
+  MAX_PATCH_BYTES,
+  patchFromDiff,
+} from './capture.js';
+export {
+  emitPools,
+  type LoadOptions,
+  type LoadResult,
+  loadJsonl,
+  loadParquet,
+  parseJsonlRows,
+  type RowIssue,
+  type RowToTaskOptions,
+  repoPoolName,
+  reversePatch,
+  rowToTask,
+  type SweSmithRow,
+  SweSmithRowSchema,
+  selectRows,
+  swesmithNames,
+  taskPrompt,
+} from './dataset.js';
+export { ENVIRONMENTS_FILE, type SandboxKind, type SweEnvironment, SweEnvironments } from './environment.js';
+export {
+  APPLY_COMMANDS,
+  DEFAULT_GRADE_TIMEOUT_MS,
+  type Graded,
+  type GradeOutcome,
+  type GradeSweOptions,
+  GradingSandboxLost,
+  gradeInFreshSandbox,
+  gradeSweTask,
+  type InfraError,
+  type InfraReason,
+  preflight,
+  type SandboxSource,
+  type SweGradeResult,
+} from './grade.js';
+export {
+  type EvalType,
+  type GradeInput,
+  type GradeOptions,
+  type GradeReport,
+  type GradingSemantics,
+  getLogsEval,
+  gradeReport,
+  type Resolution,
+  readTestOutput,
+  type TestBucket,
+  type TestsStatus,
+  validReport,
+} from './grading.js';
+export { type BugKind, bugKindOf, offlineProfile } from './offline/assets.js';
+export {
+  buildOfflineTaskSet,
+  type CombinedInstance,
+  type OfflineTaskSet,
+  type OfflineTaskSetOptions,
+} from './offline/build.js';
+export { buildOfflineDockerImage } from './offline/publish.js';
+export {
+  type LogParser,
+  type ParseOptions,
+  type ParserId,
+  parseTestLog,
+  type RunnerParser,
+  type StatusMap,
+  type SwebenchParser,
+  type SwebenchRef,
+  type TestStatus,
+} from './parsers/index.js';
+export { type SwePoolStats, SwePools, type SwePoolsOptions } from './pools.js';
+export {
+  defineProfile,
+  LANGUAGE_PROFILES,
+  OFFLINE_TEST_COMMAND,
+  resolveProfile,
+  type SweProfile,
+  testCommandFor,
+} from './profiles.js';
+export {
+  checkoutInstance,
+  type InstanceCheckout,
+  type SetupSweOptions,
+  type SweSession,
+  setupSweTask,
+  taskTestFiles,
+} from './setup.js';
+export {
+  type RowVerdict,
+  type ValidateDatasetOptions,
+  type ValidationReport,
+  validateDataset,
+} from './validate.js';
