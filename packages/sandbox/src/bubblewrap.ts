@@ -171,7 +171,13 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
               python,
               limits: plan.limits,
               rlimits: plan.rlimits,
-              execCgroups: tracking ? new ExecCgroups(tracking.dir, user) : undefined,
+              execCgroups: tracking
+                ? new ExecCgroups(
+                    tracking.dir,
+                    user,
+                    plan.cgroups.enforced.has('pids') ? plan.limits.pids : undefined,
+                  )
+                : undefined,
             },
           );
           if (python) await sandbox.startSession(op.signal);

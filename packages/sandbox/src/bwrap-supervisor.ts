@@ -1,7 +1,9 @@
 /**
  * The in-namespace supervisor of a bubblewrap session (Python, from the sandbox's own /usr): it forks each
  * command inside the namespaces bwrap built once, pipes its input and output over fd 3 and reports its exit
- * status. Kept dependency-free, single-threaded (a fork bomb cannot starve it of threads) and small.
+ * status. Kept dependency-free, single-threaded (a fork bomb cannot starve it of threads) and small. A fork
+ * refused for want of a process is retried, then fails that command only (exit 126): a command filling
+ * the pids limit never ends the session.
  *
  * Frames: `[op: u8][exec id: u32 BE][length: u32 BE][payload]`.
  * Host → supervisor: 1 run (JSON `{argv, env, cwd, stdin, cg}`), 2 stdin bytes, 3 stdin end, 4 kill,
@@ -15,7 +17,7 @@
  * no `/proc/<pid>/fd`).
  */
 export const SUPERVISOR = String.raw`
-import ctypes, json, os, resource, selectors, signal, struct, sys, time
+import ctypes, errno, json, os, resource, selectors, signal, struct, sys, time
 ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
 CH = 3
 os.set_inheritable(CH, False)
@@ -141,7 +143,15 @@ def use_spare(req):
     pid, fds = spare["pid"], spare["fds"]
     spare = None
     return pid, fds
-def start(xid, req):
+# A fork that fails for want of a process (the sandbox is at its pids limit: EAGAIN) is retried with a
+# bounded backoff, off the loop's path; then the command fails with exit 126 and says why. The supervisor
+# itself never dies of it.
+FORK_RETRY_S = 2.0
+waiting = {}
+def cannot_start(xid, req, why):
+    send(2, xid, ("cannot start %s: %s\n" % (req["argv"][0], why)).encode())
+    send(3, xid, struct.pack(">i", 126))
+def start(xid, req, q=(), eof=False):
     used = use_spare(req)
     if used is not None:
         pid, (w_in, r_out, r_err) = used
@@ -149,16 +159,24 @@ def start(xid, req):
         try:
             r_in, w_in, r_out, w_out, r_err, w_err = pipes()
         except OSError as e:
-            send(2, xid, ("cannot start %s: %s\n" % (req["argv"][0], e.strerror)).encode())
-            send(3, xid, struct.pack(">i", 126))
-            return
+            return cannot_start(xid, req, e.strerror)
         try:
             pid = os.fork()
         except OSError as e:
             for fd in (r_in, w_in, r_out, w_out, r_err, w_err):
                 os.close(fd)
-            send(2, xid, ("cannot start %s: %s\n" % (req["argv"][0], e.strerror)).encode())
-            send(3, xid, struct.pack(">i", 126))
+            if e.errno not in (errno.EAGAIN, errno.ENOMEM):
+                return cannot_start(xid, req, e.strerror)
+            w = waiting.get(xid)
+            if w is None:
+                w = waiting[xid] = {"req": req, "q": [], "eof": False, "delay": 0.01,
+                                    "deadline": time.monotonic() + FORK_RETRY_S}
+            if time.monotonic() >= w["deadline"]:
+                del waiting[xid]
+                return cannot_start(xid, req, "%s: the sandbox has as many processes as its pids limit "
+                                    "allows (retried for %g s)" % (e.strerror, FORK_RETRY_S))
+            w["at"] = time.monotonic() + w["delay"]
+            w["delay"] = min(w["delay"] * 2, 0.25)
             return
         if pid == 0:
             try:
@@ -167,7 +185,8 @@ def start(xid, req):
                 os.write(w_err, ("cannot join the command's cgroup: %s\n" % e).encode()); os._exit(126)
             run_command(req, r_in, w_out, w_err)
         os.close(r_in); os.close(w_out); os.close(w_err)
-    e = {"pid": pid, "open": 2, "status": None, "grace": None, "fds": [r_out, r_err], "w_in": w_in, "q": [], "eof": not req.get("stdin")}
+    e = {"pid": pid, "open": 2, "status": None, "grace": None, "fds": [r_out, r_err], "w_in": w_in,
+         "q": list(q), "eof": eof or not req.get("stdin")}
     execs[xid] = e
     bypid[pid] = xid
     os.set_blocking(w_in, False)
@@ -175,6 +194,13 @@ def start(xid, req):
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ, ("out", xid, stream))
     pump(xid)
+def retry_waiting():
+    now = time.monotonic()
+    for xid in [x for x, w in waiting.items() if w["at"] <= now]:
+        w = waiting[xid]
+        start(xid, w["req"], w["q"], w["eof"])
+        if xid in execs:
+            del waiting[xid]
 def pump(xid):
     e = execs.get(xid)
     if e is None or e["w_in"] is None:
@@ -238,8 +264,8 @@ sel.register(CH, selectors.EVENT_READ, ("ctl",))
 buf = b""
 send(9, 0)
 while True:
-    graces = [e["grace"] for e in execs.values() if e["grace"] is not None]
-    timeout = max(0, min(graces) - time.monotonic()) if graces else None
+    due = [e["grace"] for e in execs.values() if e["grace"] is not None] + [w["at"] for w in waiting.values()]
+    timeout = max(0, min(due) - time.monotonic()) if due else None
     for key, _ in sel.select(timeout):
         kind = key.data[0]
         if kind == "sig":
@@ -257,6 +283,11 @@ while True:
                 payload, buf = buf[9:9 + n], buf[9 + n:]
                 if op == 1:
                     start(xid, json.loads(payload))
+                elif op in (2, 3) and xid in waiting:
+                    if op == 2:
+                        waiting[xid]["q"].append(payload)
+                    else:
+                        waiting[xid]["eof"] = True
                 elif op in (2, 3) and xid in execs:
                     if op == 2:
                         execs[xid]["q"].append(payload)
@@ -266,6 +297,9 @@ while True:
                 elif op == 5:
                     drop_spare(True)
                     make_spare(payload.decode())
+                elif op == 4 and xid in waiting:
+                    del waiting[xid]
+                    send(3, xid, struct.pack(">i", -signal.SIGKILL))
                 elif op == 4 and xid in execs:
                     try:
                         os.killpg(execs[xid]["pid"], signal.SIGKILL)
@@ -290,4 +324,5 @@ while True:
     now = time.monotonic()
     for xid in [x for x, e in execs.items() if e["grace"] is not None and now >= e["grace"]]:
         finish(xid, force=True)
+    retry_waiting()
 `;

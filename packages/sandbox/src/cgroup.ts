@@ -289,6 +289,13 @@ export async function removeCgroupTree(dir: string, options: { keep?: boolean } 
 }
 
 /**
+ * Processes a sandbox keeps out of reach of any one command (bwrap, its init, the supervisor, a spare child
+ * and the forks that start the next commands), so a command filling its pids limit cannot stop the
+ * session from starting another.
+ */
+export const SESSION_PIDS = 8;
+
+/**
  * Per-exec cgroups under a sandbox's tracking cgroup. The host creates `x<n>` before the command is sent;
  * the supervisor's forked child moves itself in (through a directory fd only the supervisor holds) before
  * it execs the command, so everything the command starts is inside, and a timeout kills the whole cgroup
@@ -296,11 +303,16 @@ export async function removeCgroupTree(dir: string, options: { keep?: boolean } 
  */
 export class ExecCgroups {
   private readonly lingering = new Set<string>();
+  /** Each exec's own pids limit: the sandbox's, less what its session needs to start the next command. */
+  private readonly pidsMax: number | undefined;
 
   constructor(
     readonly dir: string,
     private readonly owner: { uid: number; gid: number } | undefined,
-  ) {}
+    sandboxPids?: number,
+  ) {
+    this.pidsMax = sandboxPids === undefined ? undefined : Math.max(1, sandboxPids - SESSION_PIDS);
+  }
 
   /** A directory fd of the tracking cgroup, for the supervisor (close it once the session is spawned). */
   openDir(): number {
@@ -311,6 +323,9 @@ export class ExecCgroups {
     this.sweep();
     const dir = join(this.dir, name);
     mkdirSync(dir);
+    // Where the sandbox's pids cgroup is this one's parent (v1, or a v2 tree with pids delegated).
+    if (this.pidsMax !== undefined && existsSync(join(dir, 'pids.max')))
+      writeFileSync(join(dir, 'pids.max'), String(this.pidsMax));
     if (this.owner) chownSync(join(dir, 'cgroup.procs'), this.owner.uid, this.owner.gid);
   }
 
