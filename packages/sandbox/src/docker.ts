@@ -231,7 +231,20 @@ export function dockerLimits(
       : { Memory: limits.memoryBytes, MemorySwap: limits.memoryBytes }),
     ...(limits.pids === undefined ? {} : { PidsLimit: limits.pids }),
     ...(limits.cpus === undefined ? {} : { NanoCpus: Math.round(limits.cpus * 1e9) }),
-    Tmpfs: { '/tmp': `rw,exec,nosuid,nodev,mode=1777${tmp}` },
+    // A tmpfs volume rather than `Tmpfs`: the archive endpoints (writeFile, readFile) do not see into a
+    // `Tmpfs` mount, but do into volumes; the container's removal (`v: true`) removes it.
+    Mounts: [
+      {
+        Type: 'volume',
+        Target: '/tmp',
+        VolumeOptions: {
+          DriverConfig: {
+            Name: 'local',
+            Options: { type: 'tmpfs', device: 'tmpfs', o: `mode=1777,nosuid,nodev${tmp}` },
+          },
+        },
+      },
+    ],
     ...(limits.tmpBytes === undefined ? {} : { ShmSize: limits.tmpBytes }),
   };
 }
