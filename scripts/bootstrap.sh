@@ -25,7 +25,8 @@ want=(bwrap:bubblewrap git:git /usr/bin/python3:python3 /usr/lib/python3/dist-pa
 if [ "${1:-main}" = test ]; then
   want+=(/usr/lib/python3/dist-packages/numpy:python3-numpy /usr/lib/python3/dist-packages/yaml:python3-yaml
     /usr/lib/python3/dist-packages/jinja2:python3-jinja2
-    /usr/lib/python3/dist-packages/torch:python3-torch chromium:chromium curl:curl)
+    /usr/lib/python3/dist-packages/torch:python3-torch chromium:chromium curl:curl
+    /usr/lib/python3/dist-packages/google/protobuf:python3-protobuf)
   [ "$(id -u)" -eq 0 ] && want+=(dockerd:docker.io)
 fi
 missing=()

@@ -24,6 +24,12 @@ export const ConfigSchema = z.object({
   engineKind: z.enum(['sglang', 'vllm']).default('sglang'),
   /** How long to wait for the engines to answer healthy before any rollout starts. */
   engineWaitMs: z.number().int().positive().default(120_000),
+  /** Background health checks of the engines (they also run at every rollout completion and failed request). */
+  engineHealthIntervalMs: z.number().int().positive().default(30_000),
+  /** How long a turn waits for a healthy engine before its rollout fails as an infrastructure failure. */
+  engineDeadlineMs: z.number().int().positive().default(60_000),
+  /** A turn cut short by a weight update: resume it from its tokens, or regenerate it on the new weights. */
+  onWeightUpdate: z.enum(['continue', 'restart']).default('continue'),
   /** Stand-in engines to start when no engine URL is given. */
   standInEngines: z.number().int().positive().default(1),
   /** Stand-in engine service model: decode tokens/s per engine and concurrent slots. */
@@ -84,17 +90,19 @@ Flags (environment variable in brackets; a flag wins over its variable):
   --steps N                rollout steps (default 2)
   --prompts N              prompts per step (default 4)
   --samples N              rollouts per prompt, the GRPO group size (default 4)
-  --concurrency N          rollouts at once (default 8)
+  --concurrency N          rollouts at once (default 8) [VIME_ROLLOUT_CONCURRENCY]
   --out DIR                output folder (default runs/<timestamp>)
   --sandbox KIND           bubblewrap | docker | local (default bubblewrap; local is unsafe for untrusted code)
+                           [VIME_SANDBOX]
   --engine-url URL         an SGLang (or vLLM with --engine-kind vllm) server; repeat for several [VIME_ENGINE_URLS]
   --engine-kind KIND       sglang | vllm (default sglang)
   --engine-wait DURATION   how long to wait for the engines to be healthy (default 120s)
   --engines N              stand-in engines to start when no --engine-url is given (default 1)
   --engine-tps N           stand-in decode tokens/s per engine (default 4000)
   --tokenizer DIR          model folder with tokenizer.json and tokenizer_config.json
-  --dataset FILE           SWE-smith rows (.jsonl or .parquet) instead of the offline task set
+  --dataset FILE           SWE-smith rows (.jsonl or .parquet) instead of the offline task set [SWESMITH_DATASET]
   --repo SUBSTRING         keep rows whose repo contains it (repeatable; default: every repo)
+                           [SWESMITH_REPOS, space-separated]
   --per-repo N             rows kept per repo (default all) [SWESMITH_PER_REPO]
   --pool-replicas N        warm sandboxes per repo pool (default 4) [SANDBOX_POOL_REPLICAS]
   --no-pool                no warm pools: every claim creates a sandbox on demand [SANDBOX_NO_POOL=1]
@@ -104,6 +112,12 @@ Flags (environment variable in brackets; a flag wins over its variable):
   --eval-timeout DURATION  test run timeout of one grade (default 900s) [AGENT_EVAL_TIMEOUT_SEC]
   --rollout-deadline DURATION  whole-rollout deadline, grading included (default 20m)
   --hacks zero|flag        a detected hack scores 0 (default), or is only counted
+  --engine-health-interval DURATION  background engine health checks (default 30s; checks also run
+                           at every rollout completion and failed request)
+  --engine-deadline DURATION  how long a turn waits for a healthy engine before its rollout fails as
+                           an infrastructure failure (default 60s)
+  --on-weight-update continue|restart  a turn cut short by a weight update resumes from its tokens
+                           (default) or is regenerated on the new weights
   --resume DIR             continue a killed run from its queue without redoing completed rollouts
   --mode sync|async        sync: roll out a step, then hand off; async: keep rolling out while the
                            consumer drains the queue (default sync)
@@ -124,6 +138,9 @@ const FLAGS = {
   'engine-wait': { type: 'string' },
   engines: { type: 'string' },
   'engine-tps': { type: 'string' },
+  'engine-health-interval': { type: 'string' },
+  'engine-deadline': { type: 'string' },
+  'on-weight-update': { type: 'string' },
   tokenizer: { type: 'string' },
   dataset: { type: 'string' },
   repo: { type: 'string', multiple: true },
@@ -148,13 +165,16 @@ const NAMES: Record<string, string> = {
   steps: '--steps',
   promptsPerStep: '--prompts',
   samplesPerPrompt: '--samples',
-  concurrency: '--concurrency',
-  sandbox: '--sandbox',
+  concurrency: '--concurrency / VIME_ROLLOUT_CONCURRENCY',
+  sandbox: '--sandbox / VIME_SANDBOX',
   engineUrls: '--engine-url',
   engineKind: '--engine-kind',
   engineWaitMs: '--engine-wait',
   standInEngines: '--engines',
   standInTokensPerSecond: '--engine-tps',
+  engineHealthIntervalMs: '--engine-health-interval',
+  engineDeadlineMs: '--engine-deadline',
+  onWeightUpdate: '--on-weight-update',
   perRepo: '--per-repo / SWESMITH_PER_REPO',
   poolReplicas: '--pool-replicas / SANDBOX_POOL_REPLICAS',
   maxTurns: '--max-turns / AGENT_MAX_TURNS',
@@ -184,11 +204,15 @@ export function configFromEnv(env: Record<string, string | undefined>): Record<s
   const raw = {
     engineUrls: env.VIME_ENGINE_URLS?.split(/[\s,]+/).filter(Boolean),
     maxTurns: whole(env.AGENT_MAX_TURNS, 'AGENT_MAX_TURNS'),
+    concurrency: whole(env.VIME_ROLLOUT_CONCURRENCY, 'VIME_ROLLOUT_CONCURRENCY'),
     gradeTimeoutMs: seconds === undefined ? undefined : seconds * 1000,
     poolReplicas: whole(env.SANDBOX_POOL_REPLICAS, 'SANDBOX_POOL_REPLICAS'),
     noPool: noPool === undefined || noPool === '' ? undefined : noPool === '1',
     perRepo: whole(env.SWESMITH_PER_REPO, 'SWESMITH_PER_REPO'),
-    poolSuffix: env.SWESMITH_POOL_SUFFIX,
+    poolSuffix: env.SWESMITH_POOL_SUFFIX || undefined,
+    dataset: env.SWESMITH_DATASET || undefined,
+    repoFilter: env.SWESMITH_REPOS?.split(/\s+/).filter(Boolean),
+    sandbox: env.VIME_SANDBOX || undefined,
   };
   return Object.fromEntries(Object.entries(raw).filter(([, v]) => v !== undefined));
 }
@@ -227,6 +251,9 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     engineWaitMs: ms(values['engine-wait'], '--engine-wait'),
     standInEngines: whole(values.engines, '--engines'),
     standInTokensPerSecond: whole(values['engine-tps'], '--engine-tps'),
+    engineHealthIntervalMs: ms(values['engine-health-interval'], '--engine-health-interval'),
+    engineDeadlineMs: ms(values['engine-deadline'], '--engine-deadline'),
+    onWeightUpdate: values['on-weight-update'],
     tokenizer: values.tokenizer,
     dataset: values.dataset,
     repoFilter: values.repo,

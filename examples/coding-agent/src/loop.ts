@@ -28,18 +28,20 @@ import {
 import { grpoAdvantages } from '@vime/grpo';
 import {
   type EngineInput,
-  parseSglangDecodeLog,
-  percentile,
   type RolloutMetrics,
-  renderHtmlReport,
   rolloutMetrics,
-  runReport,
+  rolloutRecordOf,
+  stepRecordOf,
+  type WeightStaleness,
+  weightStaleness,
 } from '@vime/metrics';
 import { reapOrphans } from '@vime/sandbox';
 import type { RowVerdict } from '@vime/swe';
 import { type Config, ConfigSchema } from './config.js';
 import { startEngines } from './engines.js';
+import { sampleEngines, writeRunReport } from './report.js';
 import { codingAgentRollout } from './rollout.js';
+import { openRunSinks } from './sinks.js';
 import { loadRunTasks } from './tasks.js';
 
 export interface StepSummary {
@@ -52,6 +54,8 @@ export interface StepSummary {
   rolloutSeconds: number;
   handoffSeconds: number;
   batchPath: string;
+  /** Handed off before a restart: its timing was not measured in this process. */
+  resumed?: boolean;
 }
 
 export interface RunSummary {
@@ -80,6 +84,27 @@ export interface RunSummary {
   /** Detected hacks by kind (each rollout counts once per kind). */
   hacksByKind: Record<string, number>;
   tokensPerSecond: number;
+  /** What the engine router did: engines taken down and readmitted (with what triggered the check), breaker openings. */
+  router: RouterLogEntry[];
+  /** Sessions that moved to another engine. */
+  sessionMoves: number;
+  /** Turns retried on another engine after a failed request, and turns continued across a weight update. */
+  turnRetries: number;
+  turnInterruptions: number;
+  staleness: WeightStaleness;
+}
+
+export interface RouterLogEntry {
+  event: 'engine:down' | 'engine:up' | 'breaker:open' | 'breaker:close';
+  /** Wall-clock milliseconds (Date.now), so a caller can compare with its own events. */
+  at: number;
+  url?: string;
+  trigger?: string;
+  cause?: string;
+  /** Rollouts finished (any status) when it happened. */
+  rolloutsFinished: number;
+  /** Sandbox claims started by then. */
+  claimsStarted: number;
 }
 
 export interface LoopIO {
@@ -147,6 +172,7 @@ async function finishedStep(
     rolloutSeconds: 0,
     handoffSeconds: 0,
     batchPath,
+    resumed: true,
   };
   return { summary, results };
 }
@@ -174,7 +200,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     : 0;
   // Everything that can fail on bad input comes before the run folder is made: a failed start leaves none.
   const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
-  const { dataset, tasks, pools, excluded } = await loadRunTasks(config, {
+  const { dataset, tasks, pools, excluded, sandboxEvents } = await loadRunTasks(config, {
     labels,
     log: io.log,
     signal: io.signal,
@@ -186,7 +212,38 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     await pools.close();
     throw error;
   }
-  const proxy = await startCaptureProxy({ engine: engines.engines, tokenizer });
+  const proxy = await startCaptureProxy({
+    engine: engines.engines,
+    tokenizer,
+    onWeightUpdate: config.onWeightUpdate,
+    router: {
+      healthIntervalMs: config.engineHealthIntervalMs,
+      unavailableDeadlineMs: config.engineDeadlineMs,
+    },
+  });
+  const routerLog: RouterLogEntry[] = [];
+  let rolloutsFinished = 0;
+  let claimsStarted = 0;
+  let sessionMoves = 0;
+  let turnRetries = 0;
+  let turnInterruptions = 0;
+  const note = (
+    event: RouterLogEntry['event'],
+    fields: Omit<RouterLogEntry, 'event' | 'at' | 'rolloutsFinished' | 'claimsStarted'>,
+  ) => {
+    routerLog.push({ event, at: Date.now(), rolloutsFinished, claimsStarted, ...fields });
+    const what = [fields.url, fields.trigger && `check on ${fields.trigger}`, fields.cause].filter(Boolean);
+    io.log(`router: ${event} ${what.join('; ')}`);
+  };
+  proxy.router.events.on('engine:down', (e) => note('engine:down', e));
+  proxy.router.events.on('engine:up', (e) => note('engine:up', { url: e.url, trigger: e.trigger }));
+  proxy.router.events.on('breaker:open', (e) =>
+    note('breaker:open', { cause: Object.values(e.causes).join('; ') }),
+  );
+  proxy.router.events.on('breaker:close', (e) => note('breaker:close', { url: e.url }));
+  proxy.router.events.on('session:moved', () => sessionMoves++);
+  proxy.events.on('turn:retry', () => turnRetries++);
+  proxy.events.on('turn:interrupted', () => turnInterruptions++);
   let rollouts: RolloutQueue;
   try {
     await mkdir(join(out, 'steps'), { recursive: true });
@@ -201,13 +258,37 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     `dataset: ${dataset} (${tasks.length} tasks); sandboxes: ${config.sandbox}, pools: ${pools.names.join(', ')}`,
   );
   await pools.ready(io.signal ? { signal: io.signal } : {});
-  const rollout = codingAgentRollout({ config, proxy, pools, model: 'vime-policy' });
+  const rollout = codingAgentRollout({
+    config,
+    proxy,
+    pools,
+    model: 'vime-policy',
+    onClaim: () => claimsStarted++,
+  });
 
   const steps: StepSummary[] = [];
   let resumedRollouts = 0;
-  const execDurations: number[] = [];
   const allResults: RolloutResult[] = [];
+  const resultsByStep = new Map<number, RolloutResult[]>();
+  const claims: Array<{ warm: boolean; latencyMs: number }> = [];
+  // Every claim of the run (agent and grading sandboxes), warm or created on demand.
+  const onClaim = (e: { warm: boolean; latencyMs: number }) =>
+    claims.push({ warm: e.warm, latencyMs: e.latencyMs });
+  sandboxEvents.on('claim', onClaim);
+  const startedAt = Date.now();
   const started = performance.now();
+  const sampler = sampleEngines(engines.urls);
+  const sinks = await openRunSinks(
+    out,
+    {
+      runId,
+      startedAt,
+      config,
+      engine:
+        engines.standIns.length > 0 ? 'stand-in engine (scripted policy), not a model' : config.engineKind,
+    },
+    io.log,
+  );
   let outputTokens = 0;
   proxy.events.on('turn', (e) => {
     outputTokens += e.outputTokens;
@@ -232,11 +313,12 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
           noTTYOutput: true,
           notTTYSchedule: config.progressEverySeconds * 1000,
         });
-    run.on('rollout:exec', (e) => execDurations.push(e.durationMs));
     const failed: UnscoredRollout[] = [];
     for await (const result of run) {
+      rolloutsFinished++;
       if (isScored(result)) await rollouts.append(step, result);
       else failed.push(result);
+      void sinks.rollout(rolloutRecordOf(step, result));
     }
     bar?.stop();
     resumedRollouts += run.stats.skipped;
@@ -250,11 +332,13 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     const batch = await rollouts.takeStep(step, { signal: io.signal });
     const results: RolloutResult[] = [...batch.rollouts, ...batch.failed];
     const { rows, nonZero } = stampAdvantages(batch.rollouts);
+    trainedRows.push(...rows);
     const batchPath = join(out, 'steps', `${step}.msgpack`);
     await writeFile(batchPath, encodeSamples(rows));
     await writeFile(stepResultsPath(out, step), `${JSON.stringify(results.map(summarize))}\n`);
     await rollouts.commitStep(step);
     allResults.push(...results);
+    resultsByStep.set(step, results);
     const metrics = rolloutMetrics(results, { correct, groupSize: config.samplesPerPrompt });
     return {
       zeroVarianceGroups: zeroVarianceGroups(results),
@@ -271,6 +355,8 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   // Hand-offs run one at a time, in step order (one consumer).
   let consumer: Promise<unknown> = Promise.resolve();
   const handoffs: Array<Promise<StepSummary>> = [];
+  const trainedRows: Sample[] = [];
+  let engineSamples: EngineInput[] = [];
   try {
     for (let step = 1; step <= config.steps; step++) {
       io.signal?.throwIfAborted();
@@ -280,6 +366,8 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
         // Committing it again is a no-op, or completes a commit the restart cut off.
         await rollouts.commitStep(step);
         allResults.push(...done.results);
+        trainedRows.push(...decodeSamples(await readFile(done.summary.batchPath)));
+        resultsByStep.set(step, done.results);
         resumedRollouts += done.results.filter(isScored).length;
         handoffs.push(Promise.resolve(done.summary));
         continue;
@@ -291,16 +379,36 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       );
       const stepStart = performance.now();
       // A step ended before a restart is complete in the queue: hand it off as it is.
-      if (rollouts.ended(step)) resumedRollouts += rollouts.count(step);
+      const endedBefore = rollouts.ended(step);
+      if (endedBefore) resumedRollouts += rollouts.count(step);
       else await rollOut(step, stepTasks, first);
       const rolloutSeconds = (performance.now() - stepStart) / 1000;
-      const handoff = consumer.then(() => handOff(step)).then((s) => ({ ...s, rolloutSeconds }));
+      const handoff = consumer
+        .then(() => handOff(step))
+        .then((s) => ({ ...s, rolloutSeconds, ...(endedBefore ? { resumed: true } : {}) }))
+        .then(async (s) => {
+          await sinks.step(
+            stepRecordOf(s.step, s.metrics, {
+              'perf/rollout_time': s.rolloutSeconds,
+              'perf/handoff_time': s.handoffSeconds,
+              'rollout/zero_variance_groups': s.zeroVarianceGroups,
+            }),
+          );
+          const pass1 = s.metrics.passAtK.find((p) => p.k === 1)?.value;
+          io.log(
+            `step ${s.step}: ${s.rollouts} rollouts, mean reward ${s.metrics.reward.mean?.toFixed(3) ?? '-'}, pass@1 ${pass1?.toFixed(3) ?? '-'}, rollout ${s.rolloutSeconds.toFixed(1)} s, hand-off ${s.handoffSeconds.toFixed(2)} s`,
+          );
+          return s;
+        });
       consumer = handoff.catch(() => undefined);
       handoffs.push(handoff);
       if (config.mode === 'sync') await handoff;
     }
     steps.push(...(await Promise.all(handoffs)));
   } finally {
+    engineSamples = await sampler.stop();
+    sandboxEvents.off('claim', onClaim);
+    await sinks.close();
     await pools.close();
     await proxy.close();
     await rollouts.close();
@@ -308,47 +416,46 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   }
 
   const overall = rolloutMetrics(allResults, { correct, groupSize: config.samplesPerPrompt });
-  const engineInputs: EngineInput[] = engines.logs.map((lines, i) => ({
-    name: `eng${i}`,
-    points: parseSglangDecodeLog(lines.join('\n')).samples,
-  }));
-  const record = runReport({
-    name: `${config.mode}_${Math.max(engines.engines.length, 1)}eng`,
-    mode: config.mode,
-    engines: engineInputs,
-    rollouts: overall,
-    quality: steps.map((s) => ({ step: s.step, metrics: s.metrics })),
-    perf: steps.map((s) => ({
-      rolloutId: s.step,
-      // In slime's terms the trainer waits for the rollouts, then trains on the handed-off batch.
-      stepTime: s.rolloutSeconds + s.handoffSeconds,
-      rolloutTime: s.rolloutSeconds,
-      trainWaitTime: s.rolloutSeconds,
-      trainTime: s.handoffSeconds,
-      metrics: {},
+  const staleness = weightStaleness(trainedRows);
+  const report = await writeRunReport({
+    out,
+    runId,
+    startedAt,
+    config,
+    standIn: engines.standIns.length > 0,
+    engineCount: engines.engines.length,
+    engineLogs: engines.logs,
+    engineSamples,
+    steps: steps.map((s) => ({
+      step: s.step,
+      results: resultsByStep.get(s.step) ?? [],
+      rolloutSeconds: s.rolloutSeconds,
+      handoffSeconds: s.handoffSeconds,
+      resumed: s.resumed === true,
     })),
+    claims,
+    outputTokens,
+    rolloutSeconds: steps.reduce((t, s) => t + s.rolloutSeconds, 0),
+    overall,
+    extra: {
+      dataset,
+      excluded,
+      weight_staleness: staleness,
+      router: {
+        log: routerLog,
+        engines: proxy.router.status(),
+        session_moves: sessionMoves,
+        turn_retries: turnRetries,
+        turn_interruptions: turnInterruptions,
+      },
+    },
   });
-  const failuresByCause: Record<string, number> = {};
-  const gradeOutcomes: Record<string, number> = {};
-  const hacksByKind: Record<string, number> = {};
-  const count = (into: Record<string, number>, key: string) => {
-    into[key] = (into[key] ?? 0) + 1;
-  };
-  for (const r of allResults) {
-    if (!isScored(r)) {
-      count(failuresByCause, `${r.status}:${r.error.code}${r.error.phase ? ` (${r.error.phase})` : ''}`);
-      continue;
-    }
-    count(gradeOutcomes, String(r.metadata.grade_outcome ?? 'tests_ran'));
-    for (const kind of (r.metadata.hacks as string[] | undefined) ?? []) count(hacksByKind, kind);
-  }
-  const reportJson = join(out, 'report.json');
-  const reportHtml = join(out, 'report.html');
-  await writeFile(
-    reportJson,
-    `${JSON.stringify({ ...record, rollout_metrics: overall, dataset, excluded, grade_outcomes: gradeOutcomes, hacks_by_kind: hacksByKind }, null, 2)}\n`,
-  );
-  await writeFile(reportHtml, renderHtmlReport(record, { title: 'Coding-agent RL run' }));
+  const { record } = report;
+  const failuresByCause = record.failures_by_cause ?? {};
+  const gradeOutcomes = record.grade_outcomes ?? {};
+  const hacksByKind = record.hacks_by_kind ?? {};
+  const reportJson = report.json;
+  const reportHtml = report.html;
   return {
     out,
     dataset,
@@ -366,10 +473,16 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     reapedSandboxes: reaped,
     resumedRollouts,
     execPerCall: {
-      p50: execDurations.length ? percentile(execDurations, 50) : null,
-      p99: execDurations.length ? percentile(execDurations, 99) : null,
+      // The same figures as report.json's `timing.execCall` (the rollouts' `metadata.execCallsMs`).
+      p50: overall.timing.execCall.p50,
+      p99: overall.timing.execCall.p99,
     },
     tokensPerSecond: outputTokens / ((performance.now() - started) / 1000),
+    router: routerLog,
+    sessionMoves,
+    turnRetries,
+    turnInterruptions,
+    staleness,
   };
 }
 

@@ -41,6 +41,16 @@ function printSummary(s: RunSummary): void {
             .join(', ')}`,
         ]
       : []),
+    ...(s.router.length > 0 || s.sessionMoves > 0
+      ? [
+          `engines: ${s.router.filter((e) => e.event === 'engine:down').length} taken down, ${s.router.filter((e) => e.event === 'engine:up').length} readmitted; ${s.sessionMoves} sessions moved, ${s.turnRetries} turns retried on another engine`,
+        ]
+      : []),
+    ...(s.turnInterruptions > 0 || s.staleness.mixedRows > 0
+      ? [
+          `weight updates: ${s.turnInterruptions} turns continued across an update; rows spanning versions ${s.staleness.mixedRows}, max lag ${s.staleness.maxLag}`,
+        ]
+      : []),
     `sandbox claims: ${s.pool.warmHits} warm, ${s.pool.fallbacks} on demand; claim p50/p99 ${ms(o.timing.phases.claim?.p50)}/${ms(o.timing.phases.claim?.p99)}; exec per command p50/p99 ${ms(s.execPerCall.p50)}/${ms(s.execPerCall.p99)}`,
     `turns per rollout: mean ${o.shape.turns?.mean.toFixed(1) ?? '-'}, max ${o.shape.turns?.max ?? '-'}; output tokens/s: ${s.tokensPerSecond.toFixed(0)}`,
     '',

@@ -8,6 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import {
   type CaptureProxy,
+  EngineError,
   GradingError,
   type RolloutContext,
   type RolloutOutcome,
@@ -24,14 +25,21 @@ export interface RolloutDeps {
   pools: SwePools;
   /** Model name sent to the engine through the proxy. */
   model: string;
+  /** Called as a sandbox claim starts (after the circuit breaker let the rollout through). */
+  onClaim?: () => void;
 }
 
-export function codingAgentRollout({ config, proxy, pools, model }: RolloutDeps) {
+export function codingAgentRollout({ config, proxy, pools, model, onClaim }: RolloutDeps) {
   return async (task: TaskSpec, ctx: RolloutContext): Promise<RolloutOutcome> => {
     const { signal } = ctx;
     // claim/setup/agent/eval are timed by ctx.phase (a failure inside one is reported with that phase);
     // model and exec time are summed per call.
-    const sandbox = await ctx.phase('claim', () => pools.claim(task, { signal }));
+    // The circuit breaker: while no engine is healthy, no sandbox is claimed (the rollout waits here).
+    const sandbox = await ctx.phase('claim', async () => {
+      await proxy.router.whenAvailable({ signal });
+      onClaim?.();
+      return pools.claim(task, { signal });
+    });
     const sessionId = `r${ctx.rolloutId}-${randomUUID().slice(0, 8)}`;
     let opened = false;
     let finished = false;
@@ -52,21 +60,25 @@ export function codingAgentRollout({ config, proxy, pools, model }: RolloutDeps)
       const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: sessionId, maxRetries: 0 });
       const transcript: string[] = [];
       let execMs = 0;
+      const execCallsMs: number[] = [];
       const agent = await ctx.phase('agent', () =>
-        runAgent({
-          client,
-          model,
-          task: task.prompt,
-          stepLimit: config.maxTurns,
-          signal,
-          exec: async (command) => {
-            transcript.push(command);
-            const r = await sandbox.exec(command, { timeoutMs: config.execTimeoutMs, signal });
-            execMs += r.durationMs;
-            ctx.emit({ type: 'rollout:exec', command, exitCode: r.exitCode, durationMs: r.durationMs });
-            return r;
-          },
-        }),
+        engineFailure(
+          runAgent({
+            client,
+            model,
+            task: task.prompt,
+            stepLimit: config.maxTurns,
+            signal,
+            exec: async (command) => {
+              transcript.push(command);
+              const r = await sandbox.exec(command, { timeoutMs: config.execTimeoutMs, signal });
+              execMs += r.durationMs;
+              execCallsMs.push(r.durationMs);
+              ctx.emit({ type: 'rollout:exec', command, exitCode: r.exitCode, durationMs: r.durationMs });
+              return r;
+            },
+          }),
+        ),
       );
       const evalStart = performance.now();
       const graded = await ctx.phase('eval', async () => {
@@ -117,7 +129,16 @@ export function codingAgentRollout({ config, proxy, pools, model }: RolloutDeps)
       });
       finished = true;
       const timings = { model: modelMs, exec: execMs };
-      return { reward: graded.reward, status, samples, sessionId, turns: agent.steps, timings, metadata };
+      // Per-command durations stay on the result (for exec percentiles), not on the training rows.
+      return {
+        reward: graded.reward,
+        status,
+        samples,
+        sessionId,
+        turns: agent.steps,
+        timings,
+        metadata: { ...metadata, execCallsMs },
+      };
     } finally {
       proxy.events.off('turn', onTurn);
       // Close the capture session of a rollout that failed; its turns are not training rows.
@@ -125,4 +146,22 @@ export function codingAgentRollout({ config, proxy, pools, model }: RolloutDeps)
       if (!released) await pools.release(sandbox);
     }
   };
+}
+
+/**
+ * A 5xx from the proxy means the router could not absorb an engine failure (no healthy engine past its
+ * deadline): an infrastructure failure with the proxy's cause, never something the agent did.
+ */
+async function engineFailure<T>(work: Promise<T>): Promise<T> {
+  try {
+    return await work;
+  } catch (error) {
+    if (error instanceof OpenAI.APIError && error.status !== undefined && error.status >= 500) {
+      throw new EngineError(`the capture proxy answered ${error.status}: ${error.message}`, {
+        cause: error,
+        isRetryable: error.status === 503,
+      });
+    }
+    throw error;
+  }
 }

@@ -8,29 +8,37 @@
  *   node --import tsx --conditions=@vime/source examples/coding-agent/src/serve.ts \
  *     --engine-url http://sglang-0.$SKYPILOT_JOBGROUP_NAME:30000 [--dataset rows.jsonl] [--port 8600] [--host 0.0.0.0]
  */
+
+import { join, resolve } from 'node:path';
 import {
   ConfigError,
   createSample,
   loadTokenizer,
+  type RolloutOutcome,
+  type RolloutResult,
   type Sample,
   startCaptureProxy,
   type TaskSpec,
   VimeError,
 } from '@vime/core';
 import { startRolloutServer } from '@vime/launch';
+import { rolloutRecordOf } from '@vime/metrics';
 import { providerFor } from '@vime/sandbox';
 import { rowToTask, SweEnvironments, SwePools, SweSmithRowSchema } from '@vime/swe';
 import { runEntry } from './cli.js';
-import { parseConfig, usage } from './config.js';
+import { type Config, parseConfig, usage } from './config.js';
 import { startEngines } from './engines.js';
 import { bundledTokenizerDir } from './loop.js';
 import { codingAgentRollout } from './rollout.js';
+import { openRunSinks } from './sinks.js';
 import { readTasks } from './tasks.js';
 
-const SERVER_USAGE = `Usage: serve.ts [--host H] [--port N] [loop flags]
+const SERVER_USAGE = `Usage: serve.ts [--host H] [--port N] [--attempts N] [loop flags]
 
-Serves coding-agent rollouts to slime's custom generate function (POST /rollout). --host (default
-0.0.0.0) and --port (default 8600) place the server; every other flag and env var is the loop's:
+Serves coding-agent rollouts to slime's custom generate function (POST /rollout; GET /config shows the
+settings in effect). --host (default 0.0.0.0) and --port (default 8600) place the server; --attempts
+(default 3) is how often a rollout that fails for infrastructure reasons is tried, each time in a fresh
+sandbox, before it is answered as failed. Every other flag and env var is the loop's:
 
 ${usage
   .split('\n')
@@ -59,7 +67,15 @@ await runEntry('serve', async () => {
   const environments = await SweEnvironments.forDataset(dataset);
   const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
   const engines = await startEngines(config, tasks, tokenizer, (line) => console.error(line));
-  const proxy = await startCaptureProxy({ engine: engines.engines, tokenizer });
+  const proxy = await startCaptureProxy({
+    engine: engines.engines,
+    tokenizer,
+    onWeightUpdate: config.onWeightUpdate,
+    router: {
+      healthIntervalMs: config.engineHealthIntervalMs,
+      unavailableDeadlineMs: config.engineDeadlineMs,
+    },
+  });
   const pools = new SwePools(providerFor(config.sandbox), tasks, {
     kind: config.sandbox,
     environments,
@@ -67,6 +83,21 @@ await runEntry('serve', async () => {
     noPool: config.noPool,
     maxLivePerPool: config.poolReplicas + 2 * config.concurrency + 2,
   });
+
+  // One metrics.jsonl line per served rollout (slime's rollout_id is the step), and TensorBoard files.
+  const out = resolve(config.out ?? join('runs', `serve-${new Date().toISOString().replace(/[:.]/g, '-')}`));
+  const sinks = await openRunSinks(
+    out,
+    {
+      runId: `serve-${Date.now().toString(36)}`,
+      startedAt: Date.now(),
+      config,
+      engine:
+        engines.standIns.length > 0 ? 'stand-in engine (scripted policy), not a model' : config.engineKind,
+    },
+    (line) => console.error(line),
+  );
+  const record = (step: number, result: RolloutResult) => void sinks.rollout(rolloutRecordOf(step, result));
 
   // A row of the dataset is graded as it is there; one slime sends that the dataset lacks is mapped as given.
   const taskOf = (metadata: Record<string, unknown>): TaskSpec => {
@@ -81,6 +112,10 @@ await runEntry('serve', async () => {
     port,
     concurrency: config.concurrency,
     deadlineMs: config.rolloutGuardMs,
+    ...(server.attempts ? { attempts: server.attempts } : {}),
+    settings: effectiveSettings(config, dataset, engines.urls),
+    // Infrastructure failures throw (the server retries them, then answers a failure row); the agent's own
+    // failures are graded rows.
     rollout: async ({ sample, samplingParams, signal }): Promise<Sample[]> => {
       const task = taskOf(sample.metadata);
       const sampling = {
@@ -93,49 +128,79 @@ await runEntry('serve', async () => {
       const ids = {
         group_index: sample.group_index,
         index: sample.index,
+        // Every row of one rollout carries its id, so slime counts the rollout once.
         rollout_id: sample.rollout_id ?? sample.index,
       };
+      const phasesMs: Record<string, number> = {};
+      const base = {
+        taskId: task.id,
+        groupIndex: sample.group_index ?? 0,
+        sampleIndex: sample.index ?? 0,
+        rolloutId: ids.rollout_id ?? 0,
+        samples: [],
+      };
+      const startedAt = Date.now();
+      let outcome: RolloutOutcome;
       try {
-        const outcome = await rollout(task, {
-          taskId: task.id,
-          groupIndex: sample.group_index ?? 0,
-          sampleIndex: sample.index ?? 0,
-          rolloutId: ids.rollout_id ?? 0,
+        outcome = await rollout(task, {
+          ...base,
           signal,
           emit: () => {},
-          phase: async (_phase, fn) => fn(),
+          phase: async (name, fn) => {
+            const start = performance.now();
+            try {
+              return await fn();
+            } finally {
+              phasesMs[name] = (phasesMs[name] ?? 0) + performance.now() - start;
+            }
+          },
         });
-        return (outcome.samples ?? []).map((row) =>
-          createSample({
-            ...row,
-            ...ids,
-            prompt: sample.prompt,
-            label: sample.label,
-            metadata: { ...sample.metadata, ...row.metadata },
-          }),
-        );
       } catch (error) {
-        if (signal.aborted) throw error;
-        const code = VimeError.isInstance(error) ? error.code : 'rollout_error';
-        return [
-          createSample({
-            ...sample,
-            ...ids,
+        // Each failed attempt is a line of its own (the server retries it in a fresh sandbox).
+        if (!signal.aborted)
+          record(base.rolloutId, {
+            ...base,
             status: 'failed',
-            remove_sample: true,
-            reward: null,
-            metadata: { ...sample.metadata, vime_error: { code, message: (error as Error).message } },
-          }),
-        ];
+            error: {
+              code: VimeError.isInstance(error) ? error.code : 'rollout_error',
+              message: (error as Error).message,
+            },
+            timings: phasesMs,
+            metadata: {},
+            turns: 0,
+            startedAt,
+            endedAt: Date.now(),
+          });
+        throw error;
       }
+      record(base.rolloutId, {
+        ...base,
+        status: outcome.status ?? 'completed',
+        reward: outcome.reward,
+        turns: outcome.turns ?? 0,
+        timings: { ...phasesMs, ...outcome.timings },
+        metadata: outcome.metadata ?? {},
+        startedAt,
+        endedAt: Date.now(),
+      });
+      return (outcome.samples ?? []).map((row) =>
+        createSample({
+          ...row,
+          ...ids,
+          prompt: sample.prompt,
+          label: sample.label,
+          metadata: { ...sample.metadata, ...row.metadata, vime_phases_ms: phasesMs },
+        }),
+      );
     },
   });
   console.log(
-    `coding-agent rollout server on ${rolloutServer.url} (engines: ${engines.urls.join(', ')}; dataset: ${dataset})`,
+    `coding-agent rollout server on ${rolloutServer.url} (engines: ${engines.urls.join(', ')}; dataset: ${dataset}; metrics: ${join(out, 'metrics.jsonl')})`,
   );
   await new Promise<void>((resolve) => {
     const stop = async () => {
       await rolloutServer.close();
+      await sinks.close();
       await pools.close();
       await proxy.close();
       await engines.close();
@@ -147,18 +212,47 @@ await runEntry('serve', async () => {
   return 0;
 });
 
-/** `--host` and `--port` (with `=` or a separate value) are the server's; every other flag is the loop's. */
-function splitServerFlags(argv: string[]): { host?: string; port?: string; rest: string[] } {
-  const out: { host?: string; port?: string; rest: string[] } = { rest: [] };
+/** The settings a rollout runs with, as GET /config serves them. */
+function effectiveSettings(config: Config, dataset: string, engineUrls: string[]): Record<string, unknown> {
+  return {
+    dataset,
+    repoFilter: config.repoFilter,
+    perRepo: config.perRepo,
+    poolSuffix: config.poolSuffix,
+    sandbox: config.sandbox,
+    poolReplicas: config.poolReplicas,
+    noPool: config.noPool,
+    maxTurns: config.maxTurns,
+    gradeTimeoutMs: config.gradeTimeoutMs,
+    rolloutGuardMs: config.rolloutGuardMs,
+    onSuspicious: config.onSuspicious,
+    concurrency: config.concurrency,
+    engineUrls,
+  };
+}
+
+/** `--host`, `--port` and `--attempts` (with `=` or a separate value) are the server's; the rest the loop's. */
+function splitServerFlags(argv: string[]): {
+  host?: string;
+  port?: string;
+  attempts?: number;
+  rest: string[];
+} {
+  const out: { host?: string; port?: string; attempts?: number; rest: string[] } = { rest: [] };
   for (let i = 0; i < argv.length; i++) {
-    const m = /^--(host|port)(?:=(.*))?$/.exec(argv[i]!);
+    const m = /^--(host|port|attempts)(?:=(.*))?$/.exec(argv[i]!);
     if (!m) {
       out.rest.push(argv[i]!);
       continue;
     }
     const value = m[2] ?? argv[++i];
     if (value === undefined) throw new ConfigError(`--${m[1]} needs a value`);
-    out[m[1] as 'host' | 'port'] = value;
+    if (m[1] === 'attempts') {
+      const n = Number(value);
+      if (!Number.isInteger(n) || n < 1)
+        throw new ConfigError(`--attempts expects a whole number >= 1, got ${JSON.stringify(value)}`);
+      out.attempts = n;
+    } else out[m[1] as 'host' | 'port'] = value;
   }
   return out;
 }

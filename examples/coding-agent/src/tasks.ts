@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ConfigError, type TaskSpec } from '@vime/core';
-import { DockerEngine, providerFor } from '@vime/sandbox';
+import { DockerEngine, providerFor, type SandboxEmitter } from '@vime/sandbox';
 import {
   buildOfflineDockerImage,
   buildOfflineTaskSet,
@@ -26,6 +26,8 @@ export interface RunTasks {
   rows: number;
   tasks: TaskSpec[];
   pools: SwePools;
+  /** The sandbox provider's events (`claim`: warm or on demand, with its latency). */
+  sandboxEvents: SandboxEmitter;
   /** Rows left out by the baseline check, with the reason. */
   excluded: RowVerdict[];
 }
@@ -88,7 +90,9 @@ export async function loadRunTasks(
   const cacheDir = options.cacheDir ?? resolve('runs', '.cache');
   const { dataset, rows, tasks: all } = await readTasks(config, { cacheDir, log: options.log });
   const environments = await SweEnvironments.forDataset(dataset);
-  const pools = new SwePools(providerFor(config.sandbox), all, {
+  const provider = providerFor(config.sandbox);
+  const sandboxEvents = provider.events;
+  const pools = new SwePools(provider, all, {
     kind: config.sandbox,
     environments,
     replicas: config.poolReplicas,
@@ -97,7 +101,7 @@ export async function loadRunTasks(
     // An agent sandbox and a grading sandbox per rollout in flight, plus the warm ones.
     maxLivePerPool: config.poolReplicas + 2 * config.concurrency + 2,
   });
-  if (!config.validate) return { dataset, rows, tasks: all, pools, excluded: [] };
+  if (!config.validate) return { dataset, rows, tasks: all, pools, sandboxEvents, excluded: [] };
   try {
     const report = await validateDataset(all, pools, {
       concurrency: Math.max(1, Math.min(config.concurrency, 4)),
@@ -113,7 +117,7 @@ export async function loadRunTasks(
     for (const v of report.invalid) options.log(`  excluded ${v.instanceId}: ${v.reason}`);
     if (report.valid.length === 0)
       throw new ConfigError(`no task of ${dataset} passes the baseline check (see the reasons above)`);
-    return { dataset, rows, tasks: report.valid, pools, excluded: report.invalid };
+    return { dataset, rows, tasks: report.valid, pools, sandboxEvents, excluded: report.invalid };
   } catch (error) {
     await pools.close();
     throw error;

@@ -98,15 +98,60 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
     expect(decoded.keys).toEqual([...SLIME_SAMPLE_FIELDS]);
     expect(decoded.ok).toBe(true);
 
-    // The HTML report renders every chart in headless Chromium.
-    const screenshotPath = join(out, 'report.png');
+    // The report's record: the stand-in is labelled, and the terminal's figures are the JSON's.
+    expect(report.engine).toMatchObject({ kind: 'sglang', stand_in: true });
+    expect(report.run.id).toMatch(/^ca-/);
+    expect(report.run.duration_sec).toBeGreaterThan(0);
+    expect(report.rollout_metrics.timing.execCall.count).toBeGreaterThan(0);
+    expect(report.phases.exec_call.count).toBe(report.rollout_metrics.timing.execCall.count);
+    expect(report.sandbox.claims).toBeGreaterThan(0);
+    // Read every 250 ms (the median interval on a loaded machine is a few ms over).
+    expect(report.saturation.sample_interval_ms_per_eng[0]).toBeLessThan(300);
+    expect(report.saturation.samples_per_eng[0]).toBeGreaterThan(100);
+    expect(report.tokens.per_second).toBeGreaterThan(0);
+    expect(report.capacity.points.length).toBeGreaterThan(1);
+    expect(report.step_notes.update_weights).toMatch(/no trainer/);
+
+    // The HTML report, looked at in headless Chromium; the screenshot is kept (VIME_ARTIFACTS, else runs/artifacts).
+    const screenshotPath = join(
+      process.env.VIME_ARTIFACTS ?? join(root, 'runs', 'artifacts'),
+      'coding-agent-report.png',
+    );
     const rendered = await renderHtmlInChromium(await readFile(join(out, 'report.html'), 'utf8'), {
       screenshotPath,
+      viewport: { width: 900, height: 1200 },
     });
     expect(rendered.consoleErrors).toEqual([]);
-    expect(rendered.svgCount).toBeGreaterThanOrEqual(3);
+    expect(rendered.requests).toEqual([]);
     expect(rendered.emptySvgCount).toBe(0);
-    expect((await stat(screenshotPath)).size).toBeGreaterThan(10_000);
+    const empty = rendered.sections.filter((x) => x.empty).map((x) => x.id);
+    // Only what this run cannot have: no weight update (no trainer) and no work-unit tracking.
+    expect(empty.filter((id) => id !== 'staleness' && id !== 'work-units')).toEqual([]);
+    for (const id of [
+      'quality',
+      'reward-histogram',
+      'tasks',
+      'failures',
+      'phases',
+      'sandbox',
+      'saturation',
+      'steps',
+      'capacity',
+    ])
+      expect(
+        rendered.sections.find((x) => x.id === id),
+        id,
+      ).toMatchObject({ empty: false });
+    expect(rendered.standInLabel).toMatch(/Stand-in engine.*not a model/);
+    expect(rendered.intervalsDrawn).toBeGreaterThan(0);
+    const engineLines = rendered.series.filter((x) => x.chart === 'eng0: requests over time');
+    expect(engineLines).toHaveLength(2);
+    for (const line of engineLines) {
+      expect(line.points).toBeGreaterThan(20);
+      expect(line.segments).toBeLessThanOrEqual(2);
+    }
+    expect(rendered.markers.some((m) => m.startsWith('running peak'))).toBe(true);
+    expect((await stat(screenshotPath)).size).toBeGreaterThan(30_000);
   });
 
   it('takes the published offline JSONL through --dataset exactly as the default run does (every repo, no --repo)', {

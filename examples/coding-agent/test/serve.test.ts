@@ -1,5 +1,6 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { mkdtemp, readFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -35,9 +36,21 @@ it('serves coding-agent rollouts to slime through the Python bridge', { timeout:
     [],
     /listening on (http:\/\/\S+)/,
   );
+  const out = await mkdtemp(join(tmpdir(), 'vime-serve-'));
   const serverUrl = await start(
     'examples/coding-agent/src/serve.ts',
-    ['--engine-url', engineUrl, '--host', '127.0.0.1', '--port', '0', '--sandbox', 'bubblewrap'],
+    [
+      '--engine-url',
+      engineUrl,
+      '--host',
+      '127.0.0.1',
+      '--port',
+      '0',
+      '--sandbox',
+      'bubblewrap',
+      '--out',
+      out,
+    ],
     /rollout server on (http:\/\/\S+)/,
   );
   const rows = (await readFile(join(root, 'runs/.cache/offline-tasks/instances.jsonl'), 'utf8'))
@@ -77,4 +90,13 @@ asyncio.run(main())`;
   }
   expect(new Set(samples.map((s) => s.index))).toEqual(new Set([0, 1, 2, 3]));
   expect(samples.find((s) => s.index === 2)?.group_index).toBe(1);
+  // The server's metric sink: one JSONL line per served rollout, its reward as graded.
+  const lines = (await readFile(join(out, 'metrics.jsonl'), 'utf8'))
+    .trimEnd()
+    .split('\n')
+    .map((l) => JSON.parse(l));
+  expect(lines[0]).toMatchObject({ kind: 'run', schema: 'vime.metrics/1' });
+  const served = lines.filter((l) => l.kind === 'rollout');
+  expect(served.map((l) => l.status)).toEqual(['completed', 'completed', 'completed', 'completed']);
+  for (const l of served) expect([0, 1]).toContain(l.reward);
 });

@@ -1,6 +1,6 @@
 """CPU tests of everything in the trainer except megatron.core itself (which needs CUDA).
 
-Reference values come from slime's own functions (the shared golden vectors) and slime's own dumps.
+Reference values come from slime's own functions (the repository's golden vectors) and slime's own dumps.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from vime_megatron.loss import SampleTerms, policy_loss, sum_of_sample_means
 from vime_megatron.packing import build_row, next_token_log_probs, pack_microbatches, response_slices
 
 EXAMPLE = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[4] / "shared" / "golden"
+GOLDEN = Path(__file__).resolve().parents[3] / "golden"
 BATCH = EXAMPLE / "evidence" / "batch.msgpack"
 
 
 def golden(name: str) -> dict:
-    return json.loads((SHARED / "grpo" / f"{name}.json").read_text())
+    return json.loads((GOLDEN / "grpo" / f"{name}.json").read_text())
 
 
 def close(actual: float, expected: float) -> bool:
@@ -163,7 +163,7 @@ def test_group_normalization_equals_slime(case):
 
 def test_rewards_equal_those_in_slimes_own_train_dump():
     for case, std in (("grpo_binary", True), ("drgrpo_continuous", False)):
-        folder = SHARED / "trainer-dumps" / case / "train_data"
+        folder = GOLDEN / "trainer-dumps" / case / "train_data"
         content = json.loads(next(folder.glob("*.json")).read_text())["content"]
         raw = content["raw_reward"]
         got = normalize_rewards(raw, 4, len(raw) // 4, std_normalization=std)
@@ -327,8 +327,8 @@ def test_dumps_have_slimes_layout_key_order_and_dtypes(tmp_path):
     assert dry_run(["--batch", str(BATCH), "--out", str(tmp_path), "--rollout-id", "3"]) == 0
     ours_train = load(tmp_path / "train_data" / "3.pt")
     ours_rollout = load(tmp_path / "rollout_data" / "3.pt")
-    slime_train = load(SHARED / "trainer-dumps" / "grpo_binary" / "train_data" / "3.pt")
-    slime_rollout = load(SHARED / "trainer-dumps" / "grpo_binary" / "rollout_data" / "3.pt")
+    slime_train = load(GOLDEN / "trainer-dumps" / "grpo_binary" / "train_data" / "3.pt")
+    slime_rollout = load(GOLDEN / "trainer-dumps" / "grpo_binary" / "rollout_data" / "3.pt")
 
     assert list(ours_train) == list(slime_train)
     assert list(ours_rollout) == list(slime_rollout)

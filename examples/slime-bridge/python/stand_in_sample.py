@@ -63,6 +63,9 @@ class Sample:
     spec_info: SpecInfo = field(default_factory=SpecInfo)
     prefix_cache_info: PrefixCacheInfo = field(default_factory=PrefixCacheInfo)
 
+    def get_reward_value(self, args: Any) -> Any:
+        return self.reward if not getattr(args, "reward_key", None) else self.reward[args.reward_key]
+
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["status"] = self.status.value

@@ -8,7 +8,10 @@ export type {
   GenerateRequest,
   GenerateResult,
   ModelInfo,
+  PauseMode,
   Sampling,
+  WeightControl,
+  WeightUpdateRequest,
 } from './engine/types.js';
 export { type VllmEngineOptions, vllmEngine } from './engine/vllm.js';
 export {
@@ -37,6 +40,15 @@ export {
   type SessionOptions,
   startCaptureProxy,
 } from './proxy/proxy.js';
+export {
+  type CheckTrigger,
+  type EngineLease,
+  EngineRouter,
+  type EngineRouterOptions,
+  type EngineStatus,
+  type RouterEvents,
+} from './proxy/router.js';
+export type { VersionRun, WeightUpdatePolicy } from './proxy/turn.js';
 export { QueueError } from './queue/format.js';
 export { type QueueEvents, SampleQueue, type SampleQueueOptions } from './queue/queue.js';
 export type { CommitOptions, QueueBatch, QueueRecord, ReadOptions } from './queue/reader.js';

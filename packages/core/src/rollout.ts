@@ -16,8 +16,15 @@ export const TurnSchema = z.object({
   /** One log prob per output token. */
   logprobs: typedArray('Float32Array'),
   finishReason: z.enum(['stop', 'length', 'abort', 'tool_calls', 'error']),
-  /** Policy (weight) version that produced the output. */
+  /** Policy (weight) version that produced the output (the last one, when an update interrupted the turn). */
   policyVersion: z.string().optional(),
+  /**
+   * The weight version of every output token, as runs over `outputIds` in order (`tokens` sum to its
+   * length). Absent when the engine reports no version.
+   */
+  versionRuns: z.array(z.object({ version: z.string(), tokens: z.number().int().nonnegative() })).optional(),
+  /** The engines that produced the output, in order (more than one when the turn moved between engines). */
+  engines: z.array(z.string()).optional(),
   /** Milliseconds (monotonic clock). */
   startedAt: z.number(),
   endedAt: z.number(),

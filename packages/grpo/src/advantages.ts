@@ -1,66 +1,16 @@
 import { ValidationError } from '@vime/core';
-import { allocate, type Dtype, type FloatArray, f32, torchSumF32 } from './f32.js';
+import { allocate, type FloatArray, f32 } from './f32.js';
 import { checkRewards, type Grouping, type GroupingOptions, resolveGroups } from './groups.js';
+import { groupMoments } from './moments.js';
 import { type ConventionOptions, type Conventions, resolveConventions } from './presets.js';
 
 export interface GrpoOptions extends GroupingOptions, ConventionOptions {}
 
-/** Mean and std of one group, computed the way the chosen dtype dictates. */
-export interface GroupMoments {
-  mean: number;
-  /** `NaN` for a group of one with the unbiased std. */
-  std: number;
-}
-
-/** Scratch buffer for gathering one group's values (reused; groups are small). */
-let scratch = new Float32Array(64);
-
-/**
- * Mean and std of `values[members[from..to)]`. float32: values are float32, the sum follows ATen's
- * CPU order, and the std of the centred values is accumulated in float64 (ATen's Welford) then
- * rounded, as `torch.std` does.
- */
-export function groupMoments(
-  values: ArrayLike<number>,
-  members: ArrayLike<number>,
-  from: number,
-  to: number,
-  dtype: Dtype,
-  std: 'unbiased' | 'biased' = 'unbiased',
-): GroupMoments {
-  const n = to - from;
-  const correction = std === 'unbiased' ? 1 : 0;
-  if (dtype === 'float32') {
-    if (scratch.length < n) scratch = new Float32Array(n * 2);
-    for (let j = 0; j < n; j++) scratch[j] = values[members[from + j]!]!;
-    const mean = f32(torchSumF32(scratch, 0, n) / n);
-    // slime takes the std of the already-centred float32 values; ATen accumulates it in float64, which a
-    // float64 two-pass sum reproduces after rounding to float32.
-    let sum = 0;
-    for (let j = 0; j < n; j++) sum += f32(scratch[j]! - mean);
-    const m = sum / n;
-    let m2 = 0;
-    for (let j = 0; j < n; j++) {
-      const d = f32(scratch[j]! - mean) - m;
-      m2 += d * d;
-    }
-    return { mean, std: f32(Math.sqrt(m2 / (n - correction))) };
-  }
-  let sum = 0;
-  for (let j = from; j < to; j++) sum += values[members[j]!]!;
-  const mean = sum / n;
-  let ss = 0;
-  for (let j = from; j < to; j++) {
-    const d = values[members[j]!]! - mean;
-    ss += d * d;
-  }
-  return { mean, std: Math.sqrt(ss / (n - correction)) };
-}
-
-/** Std of every reward in the batch (TRL `scale_rewards="batch"`). */
+/** Std of every reward in the batch (TRL `scale_rewards="batch"`: one 1-D `nanstd`). */
 function batchStd(values: FloatArray, c: Conventions): number {
   const all = Int32Array.from({ length: values.length }, (_, i) => i);
-  return groupMoments(values, all, 0, values.length, c.dtype, c.std).std;
+  const correction = c.std === 'unbiased' ? 1 : 0;
+  return groupMoments(values, all, 0, values.length, c.moments, c.dtype, { correction, groupsInCall: 1 }).std;
 }
 
 /**
@@ -100,6 +50,11 @@ export function normalizeGroups(
   const eps = round(c.epsilon);
   const batchScale = c.scale === 'batch' ? batchStd(values, c) : Number.NaN;
   const { starts, members, keys } = grouping;
+  const correction = c.std === 'unbiased' ? 1 : 0;
+  // verl's std tensors are float32 whatever the scores' dtype: its singleton std (1) and the
+  // vectorized group std, so their `std + ε` is a float32 sum.
+  const oneEps = f32(1 + f32(c.epsilon));
+  const f32Denominator = c.moments === 'verlVectorized' && c.scale === 'group';
   for (let g = 0; g < keys.length; g++) {
     const from = starts[g]!;
     const to = starts[g + 1]!;
@@ -111,7 +66,7 @@ export function normalizeGroups(
           break;
         case 'raw':
           // verl: a lone sample gets mean 0 and std 1.
-          out[i] = c.scale === 'none' ? values[i]! : round(values[i]! / round(1 + eps));
+          out[i] = c.scale === 'none' ? values[i]! : round(values[i]! / oneEps);
           break;
         case 'error':
           throw new ValidationError(
@@ -125,9 +80,13 @@ export function normalizeGroups(
       for (let j = from; j < to; j++) out[members[j]!] = 0;
       continue;
     }
-    const { mean, std } = groupMoments(values, members, from, to, c.dtype, c.std);
+    const { mean, std } = groupMoments(values, members, from, to, c.moments, c.dtype, {
+      correction,
+      groupsInCall: keys.length,
+      varianceFloor: c.epsilon,
+    });
     const scale = c.scale === 'group' ? std : batchScale;
-    const denom = round(scale + eps);
+    const denom = f32Denominator ? f32(scale + f32(c.epsilon)) : round(scale + eps);
     for (let j = from; j < to; j++) {
       const i = members[j]!;
       const centered = round(values[i]! - mean);
@@ -154,7 +113,7 @@ export interface GroupReport {
   members: number[];
   size: number;
   mean: number;
-  /** Std used by the estimator (unbiased unless `std: 'biased'`); NaN for a group of one. */
+  /** The trainer's std (unbiased unless `std: 'biased'`): NaN for a group of one, 1 under `verlVectorized`. */
   std: number;
   /** The group's rewards are (within `zeroVarianceTolerance`) all equal: every advantage is 0. */
   zeroVariance: boolean;
@@ -187,7 +146,11 @@ export function groupStatistics(
   for (let g = 0; g < grouping.keys.length; g++) {
     const from = grouping.starts[g]!;
     const to = grouping.starts[g + 1]!;
-    const m = groupMoments(values, grouping.members, from, to, c.dtype, c.std);
+    const m = groupMoments(values, grouping.members, from, to, c.moments, c.dtype, {
+      correction: c.std === 'unbiased' ? 1 : 0,
+      groupsInCall: grouping.keys.length,
+      varianceFloor: c.epsilon,
+    });
     const size = to - from;
     const zeroVariance = size > 1 && m.std <= tolerance;
     if (zeroVariance) zeroSamples += size;

@@ -1,5 +1,7 @@
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { createSample, VimeError } from '@vime/core';
@@ -202,6 +204,36 @@ describe('vime-grpo check', () => {
       (e: { code: number }) => e,
     );
     expect((failed as { code: number }).code).toBe(1);
+  });
+
+  it('the bin answers user errors with exit 2 and no stack trace', { timeout: 180_000 }, async () => {
+    const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));
+    const exec = promisify(execFile);
+    const dir = mkdtempSync(join(tmpdir(), 'vime-grpo-'));
+    const corrupt = join(dir, 'train.pt');
+    const corrupted = new Uint8Array(readFileSync(trainPath));
+    corrupted[Buffer.from(corrupted).indexOf('torch._utils\n')] = 0xff; // a GLOBAL that is not UTF-8
+    writeFileSync(corrupt, corrupted);
+    // A bad flag and a corrupt dump through the real bin (the in-process cases above cover the rest).
+    const cases = [
+      ['check', rollout, trainPath, '--bogus'],
+      ['check', rollout, corrupt],
+    ];
+    const results = await Promise.all(
+      cases.map(
+        (argv) =>
+          exec(process.execPath, ['--import', 'tsx', '--conditions=@vime/source', cli, ...argv]).catch(
+            (e: unknown) => e,
+          ) as Promise<{ code: number; stderr: string }>,
+      ),
+    );
+    rmSync(dir, { recursive: true });
+    results.forEach((r, i) => {
+      const what = cases[i]!.join(' ');
+      expect(r.code, what).toBe(2);
+      expect(r.stderr, what).toMatch(/^vime-grpo/);
+      expect(r.stderr, what).not.toMatch(/\n\s+at /);
+    });
   });
 });
 

@@ -1,10 +1,36 @@
 import { ConfigError, describeValue, type Sample, ValidationError } from '@vime/core';
-import { type GroupReport, groupStatistics, normalizeGroups } from './advantages.js';
+import { type GroupReport, groupStatistics } from './advantages.js';
+import { searchConventions } from './check-auto.js';
+import {
+  type AutoReport,
+  type Batch,
+  CHECK_ESTIMATORS,
+  type CheckEstimator,
+  type CheckOptions,
+  type CheckReport,
+  compareRows,
+  groupingFor,
+  type Row,
+  recompute,
+  type Tolerance,
+} from './check-core.js';
 import { type RolloutDump, rewardScalar, type TrainDump } from './dump.js';
 import type { GroupingOptions } from './groups.js';
 import { resolveGroups } from './groups.js';
-import { type ConventionOptions, type Preset, resolveConventions } from './presets.js';
-import { SLIME_ESTIMATORS, type SlimeEstimator, slimeAdvantagesAndReturns } from './slime.js';
+import type { Preset } from './presets.js';
+
+export type {
+  AutoReport,
+  CheckEstimator,
+  CheckOptions,
+  CheckReport,
+  ConventionMatch,
+  SampleCheck,
+  TokenMismatch,
+  Tolerance,
+  TrainerEstimator,
+} from './check-core.js';
+export { CHECK_ESTIMATORS, TRAINER_ESTIMATORS } from './check-core.js';
 
 /**
  * The golden check: recompute the advantages from the rewards, masks and lengths a trainer dumped,
@@ -21,109 +47,6 @@ export type CheckInput =
       /** The trainer's per-token returns, if it has them. */
       returns?: ReadonlyArray<ArrayLike<number>>;
     };
-
-export interface Tolerance {
-  /** Absolute part (default 1e-6). */
-  abs: number;
-  /** Relative part (default 1e-5): a value matches when `|a − e| ≤ abs + rel·|e|`. */
-  rel: number;
-}
-
-export interface CheckOptions extends ConventionOptions {
-  preset?: Preset;
-  /** The trainer's `--advantage-estimator` (default grpo). */
-  estimator?: SlimeEstimator;
-  tolerance?: Partial<Tolerance>;
-  /** Positional groups of this size when the samples carry no `group_index` (`--n-samples-per-prompt`). */
-  groupSize?: number;
-  allowUnevenGroups?: boolean;
-  /** Key of the scalar in dict rewards (`--reward-key`). */
-  rewardKey?: string;
-  /** `--disable-rewards-normalization` when false. */
-  rewardsNormalization?: boolean;
-  klCoef?: number;
-  /** `--use-opd --opd-kl-coef`: subtract `coef·(logp − teacher)` using the dumped teacher log-probs. */
-  opdKlCoef?: number;
-  /** `--normalize-advantages` (default: on for the REINFORCE++ estimators, which require it). */
-  normalizeAdvantages?: boolean;
-  gamma?: number;
-  lambda?: number;
-}
-
-export interface TokenMismatch {
-  /** Token index within the response. */
-  token: number;
-  expected: number;
-  actual: number;
-  lossMask: number;
-}
-
-export interface SampleCheck {
-  /** Index in the training samples. */
-  row: number;
-  /** Position in the rollout batch. */
-  rolloutPosition: number;
-  sampleIndex: number | null;
-  group: number | string;
-  rawReward: number;
-  /** The recomputed scalar (group-normalized) reward, and the trainer's when the dump has it. */
-  reward: { expected: number; trainer: number | null; ok: boolean };
-  tokens: number;
-  maxAbsError: number;
-  maxRelError: number;
-  /** Tokens whose value equals the recomputation bit for bit. */
-  bitExactTokens: number;
-  firstMismatch: TokenMismatch | null;
-  /** Largest returns error, when the trainer dumped returns. */
-  returnsMaxAbsError: number | null;
-  ok: boolean;
-}
-
-export interface CheckReport {
-  verdict: 'match' | 'mismatch';
-  preset: Preset;
-  estimator: SlimeEstimator;
-  tolerance: Tolerance;
-  rolloutId: number | null;
-  samples: SampleCheck[];
-  groups: GroupReport[];
-  summary: {
-    samples: number;
-    mismatchedSamples: number;
-    tokens: number;
-    bitExactTokens: number;
-    maxAbsError: number;
-    maxRelError: number;
-    zeroVarianceGroups: number;
-  };
-  /** Where to look when the verdict is a mismatch (e.g. a preset or grouping that does match). */
-  hints: string[];
-  /** Trainer behaviour that agrees with the recomputation but is still wrong (e.g. a uniform group with non-zero advantages). */
-  warnings: string[];
-}
-
-/** One training row as the check sees it, from either input form. */
-interface Row {
-  position: number;
-  sampleIndex: number | null;
-  responseLength: number;
-  lossMask: Uint8Array;
-  advantages: ArrayLike<number>;
-  returns: ArrayLike<number> | undefined;
-  trainerReward: number | null;
-  logProbs?: ArrayLike<number>;
-  refLogProbs?: ArrayLike<number>;
-  values?: ArrayLike<number>;
-  teacherLogProbs?: ArrayLike<number>;
-  kl?: ArrayLike<number>;
-}
-
-interface Batch {
-  rolloutId: number | null;
-  rawRewards: number[];
-  groupKeys: Array<number | string> | null;
-  rows: Row[];
-}
 
 function fromDumps(input: { rolloutDump?: RolloutDump; trainDump: TrainDump }, options: CheckOptions): Batch {
   const { rolloutDump, trainDump } = input;
@@ -254,144 +177,63 @@ function resolveTolerance(t: Partial<Tolerance> | undefined): Tolerance {
   return out;
 }
 
-interface Recomputed {
-  scalars: ArrayLike<number>;
-  advantages: Float32Array;
-  returns: Float32Array;
-}
-
-function recompute(batch: Batch, options: CheckOptions, grouping: GroupingOptions): Recomputed {
-  const estimator = options.estimator ?? 'grpo';
-  const conventions = resolveConventions(options);
-  const normalizes =
-    (options.rewardsNormalization ?? true) &&
-    ['grpo', 'gspo', 'cispo', 'reinforce_plus_plus_baseline'].includes(estimator);
-  let scalars: ArrayLike<number> = Float64Array.from(batch.rawRewards);
-  if (normalizes) {
-    const c =
-      estimator === 'reinforce_plus_plus_baseline'
-        ? { ...conventions, stdNormalization: false, scale: 'none' as const }
-        : conventions;
-    scalars = normalizeGroups(batch.rawRewards, resolveGroups(batch.rawRewards.length, grouping), c, {
-      trainerResidual: true,
-    });
-  }
-  const rows = batch.rows;
-  const perSample = <K extends 'logProbs' | 'refLogProbs' | 'values' | 'teacherLogProbs' | 'kl'>(key: K) =>
-    rows.every((r) => r[key]) ? rows.map((r) => r[key]!) : undefined;
-  const logProbs = perSample('logProbs');
-  const refLogProbs = perSample('refLogProbs');
-  const values = perSample('values');
-  // The trainer's own per-token KL (its --kl-loss-type is not in the dump).
-  const kl = perSample('kl');
-  const required = (key: 'teacherLogProbs') => {
-    const column = perSample(key);
-    if (!column)
-      throw new ValidationError('trainDump.samples', 'opdKlCoef needs teacher_log_probs in every sample');
-    return column;
-  };
-  const result = slimeAdvantagesAndReturns({
-    estimator,
-    rewards: rows.map((r) => scalars[r.position]!),
-    responseLengths: rows.map((r) => r.responseLength),
-    lossMasks: rows.map((r) => r.lossMask),
-    ...(logProbs ? { logProbs } : {}),
-    ...(refLogProbs ? { refLogProbs } : {}),
-    ...(values ? { values } : {}),
-    ...(kl ? { kl } : {}),
-    ...(options.opdKlCoef !== undefined
-      ? { teacherLogProbs: required('teacherLogProbs'), opdKlCoef: options.opdKlCoef }
-      : {}),
-    klCoef: options.klCoef ?? 0,
-    gamma: options.gamma ?? 1,
-    lambda: options.lambda ?? 1,
-    normalizeAdvantages: options.normalizeAdvantages ?? estimator.startsWith('reinforce_plus_plus'),
-  });
-  if (conventions.broadcast === 'maskedTokens') {
-    let t = 0;
-    for (const r of rows)
-      for (let j = 0; j < r.responseLength; j++, t++) if (!r.lossMask[j]) result.advantages[t] = 0;
-  }
-  return { scalars, advantages: result.advantages, returns: result.returns };
-}
-
-function compareRows(batch: Batch, re: Recomputed, tol: Tolerance, grouping: GroupingOptions): SampleCheck[] {
-  const groups = resolveGroups(batch.rawRewards.length, grouping);
-  const close = (a: number, e: number) => Math.abs(a - e) <= tol.abs + tol.rel * Math.abs(e);
-  let t = 0;
-  return batch.rows.map((r, row) => {
-    let maxAbs = 0;
-    let maxRel = 0;
-    let exact = 0;
-    let first: TokenMismatch | null = null;
-    let returnsMax: number | null = r.returns ? 0 : null;
-    for (let j = 0; j < r.responseLength; j++, t++) {
-      const e = re.advantages[t]!;
-      const a = r.advantages[j]!;
-      const err = Math.abs(a - e);
-      maxAbs = Math.max(maxAbs, err);
-      if (e !== 0) maxRel = Math.max(maxRel, err / Math.abs(e));
-      if (Object.is(a, e)) exact++;
-      if (!close(a, e) && !first) first = { token: j, expected: e, actual: a, lossMask: r.lossMask[j]! };
-      if (r.returns) {
-        const er = Math.abs(r.returns[j]! - re.returns[t]!);
-        returnsMax = Math.max(returnsMax!, er);
-        if (!close(r.returns[j]!, re.returns[t]!) && !first) {
-          first = { token: j, expected: re.returns[t]!, actual: r.returns[j]!, lossMask: r.lossMask[j]! };
-        }
-      }
-    }
-    const expectedReward = re.scalars[r.position]!;
-    const rewardOk = r.trainerReward === null || close(r.trainerReward, expectedReward);
-    return {
-      row,
-      rolloutPosition: r.position,
-      sampleIndex: r.sampleIndex,
-      group: groups.keys[groups.groupOf[r.position]!]!,
-      rawReward: batch.rawRewards[r.position]!,
-      reward: { expected: expectedReward, trainer: r.trainerReward, ok: rewardOk },
-      tokens: r.responseLength,
-      maxAbsError: maxAbs,
-      maxRelError: maxRel,
-      bitExactTokens: exact,
-      firstMismatch: first,
-      returnsMaxAbsError: returnsMax,
-      ok: rewardOk && first === null,
-    };
-  });
-}
-
-function groupingFor(batch: Batch, options: CheckOptions): GroupingOptions {
-  const allowUnevenGroups = options.allowUnevenGroups ?? false;
-  if (options.groupSize !== undefined) return { groupSize: options.groupSize, allowUnevenGroups };
-  if (batch.groupKeys) return { groups: batch.groupKeys, allowUnevenGroups };
-  throw new ValidationError(
-    'groupSize',
-    "the samples carry no group_index; pass groupSize (the run's --n-samples-per-prompt)",
-  );
-}
-
 /**
- * Recompute the advantages a slime trainer should have produced and compare them with the ones it
- * dumped: per sample the largest absolute and relative error, the first mismatching token, the
- * scalar reward, and the group statistics; `verdict` is `match` when every token is within tolerance.
+ * Recompute the advantages a trainer should have produced and compare them with the ones it dumped:
+ * per sample the largest absolute and relative error, the first mismatching token, the scalar reward,
+ * and the group statistics; `verdict` is `match` when every token is within tolerance. On a mismatch
+ * the other conventions are tried and the ones that reproduce the trainer are named in `hints`; with
+ * `preset: 'auto'` the report is that of the best of them (most bit-exact tokens), listed in `auto`.
  */
 export function checkAgainstTrainer(input: CheckInput, options: CheckOptions = {}): CheckReport {
-  const preset = options.preset ?? 'slime';
   const estimator = options.estimator ?? 'grpo';
-  if (!SLIME_ESTIMATORS.includes(estimator)) {
+  if (!CHECK_ESTIMATORS.includes(estimator)) {
     throw new ConfigError(
-      `estimator: unknown ${JSON.stringify(estimator)}; use one of ${SLIME_ESTIMATORS.join(', ')}`,
+      `estimator: unknown ${JSON.stringify(estimator)}; use one of ${CHECK_ESTIMATORS.join(', ')}`,
     );
   }
   const tolerance = resolveTolerance(options.tolerance);
   const batch = 'trainDump' in input ? fromDumps(input, options) : fromSamples(input, options);
   const grouping = groupingFor(batch, options);
+  if (options.preset === 'auto') {
+    const auto = searchConventions(batch, options, tolerance, grouping);
+    const best = auto.matches[0] ?? auto.closest;
+    const chosen = best?.options ?? { ...options, preset: 'slime' as const };
+    const report = build(batch, chosen, tolerance, groupingFor(batch, chosen));
+    report.auto = auto;
+    if (auto.matches.length === 0) report.hints = [noMatch(auto)];
+    return report;
+  }
+  const report = build(batch, options, tolerance, grouping);
+  if (report.verdict === 'mismatch') {
+    const auto = searchConventions(batch, options, tolerance, grouping);
+    report.hints = auto.matches.length
+      ? auto.matches.map(
+          (m) => `the trainer's values match ${m.name}: check the run's configuration or pass ${m.flags}`,
+        )
+      : [noMatch(auto)];
+  }
+  return report;
+}
+
+function noMatch(auto: AutoReport): string {
+  const closest = auto.closest
+    ? ` (closest: ${auto.closest.name}, ${auto.closest.mismatchedSamples} samples differ)`
+    : '';
+  return `none of the ${auto.tried} known conventions reproduces the trainer${closest}: compare the first mismatching tokens with the rewards and masks`;
+}
+
+function build(
+  batch: Batch,
+  options: CheckOptions,
+  tolerance: Tolerance,
+  grouping: GroupingOptions,
+): CheckReport {
+  const preset: Preset = options.preset && options.preset !== 'auto' ? options.preset : 'slime';
+  const estimator: CheckEstimator = options.estimator ?? 'grpo';
   const recomputed = recompute(batch, { ...options, preset }, grouping);
   const samples = compareRows(batch, recomputed, tolerance, grouping);
   const stats = groupStatistics(batch.rawRewards, { ...options, preset, ...grouping });
   const mismatched = samples.filter((s) => !s.ok);
-  const hints = mismatched.length > 0 ? explain(batch, options, preset, estimator, tolerance, grouping) : [];
   return {
     verdict: mismatched.length === 0 ? 'match' : 'mismatch',
     preset,
@@ -409,7 +251,7 @@ export function checkAgainstTrainer(input: CheckInput, options: CheckOptions = {
       maxRelError: Math.max(0, ...samples.map((s) => s.maxRelError)),
       zeroVarianceGroups: stats.zeroVarianceGroups.length,
     },
-    hints,
+    hints: [],
     warnings: residualWarnings(batch, grouping, stats.groups),
   };
 }
@@ -430,56 +272,4 @@ function residualWarnings(batch: Batch, grouping: GroupingOptions, groups: Group
     }
   }
   return out;
-}
-
-/** On a mismatch, try the other conventions and the known pitfalls; name the ones that match. */
-function explain(
-  batch: Batch,
-  options: CheckOptions,
-  preset: Preset,
-  estimator: SlimeEstimator,
-  tolerance: Tolerance,
-  grouping: GroupingOptions,
-): string[] {
-  const matches = (o: CheckOptions, g: GroupingOptions) => {
-    try {
-      return compareRows(batch, recompute(batch, o, g), tolerance, g).every((s) => s.ok);
-    } catch {
-      return false;
-    }
-  };
-  const base: CheckOptions = { ...options, preset };
-  const hints: string[] = [];
-  const { stdNormalization: _s, scale: _c, ...withoutStd } = base;
-  for (const other of ['slime', 'drGrpo', 'verl', 'trl', 'openrlhf'] as const) {
-    if (other !== preset && matches({ ...withoutStd, preset: other }, grouping)) {
-      const flag = other === 'drGrpo' ? ' (slime --disable-grpo-std-normalization)' : '';
-      hints.push(
-        `the trainer's values match preset '${other}'${flag}: check the run's configuration or pass --preset ${other}`,
-      );
-    }
-  }
-  const whole = { groupSize: batch.rawRewards.length };
-  if (matches(base, whole)) {
-    hints.push(
-      'the trainer normalized the whole batch as ONE group: slime does this silently when the sample count is not n_samples_per_prompt × rollout_batch_size (fan-out rows or filtered samples); group by group_index or collapse fan-out rows first',
-    );
-  }
-  if (
-    matches(
-      {
-        ...base,
-        normalizeAdvantages: !(options.normalizeAdvantages ?? estimator.startsWith('reinforce_plus_plus')),
-      },
-      grouping,
-    )
-  ) {
-    hints.push('the values match with --normalize-advantages toggled');
-  }
-  if (hints.length === 0) {
-    hints.push(
-      'no preset or known grouping reproduces the trainer: compare the first mismatching tokens with the rewards and masks',
-    );
-  }
-  return hints;
 }

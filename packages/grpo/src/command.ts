@@ -1,11 +1,16 @@
 /** The `vime-grpo` command line: `check` compares a slime trainer's dumped advantages with a recomputation. */
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { VimeError } from '@vime/core';
-import { type CheckOptions, type CheckReport, checkAgainstTrainer } from './check.js';
+import { ConfigError, VimeError } from '@vime/core';
+import {
+  CHECK_ESTIMATORS,
+  type CheckEstimator,
+  type CheckOptions,
+  type CheckReport,
+  checkAgainstTrainer,
+} from './check.js';
 import { readRolloutDump, readTrainDump } from './dump.js';
 import { PRESETS, type Preset } from './presets.js';
-import { SLIME_ESTIMATORS, type SlimeEstimator } from './slime.js';
 
 export interface Io {
   stdout: { write(text: string): unknown };
@@ -16,11 +21,15 @@ const USAGE = `usage: vime-grpo check <rollout.pt> <train.pt> [options]
        vime-grpo check <train.pt> --group-size N [options]
 
 Recompute the advantages of a slime run from its debug dumps (--save-debug-rollout-data,
---save-debug-train-data) and compare them with the trainer's own per-token advantages.
+--save-debug-train-data), or of dumps in that format, and compare them with the trainer's own
+per-token advantages.
 
 options:
-  --preset P               ${PRESETS.join(' | ')} (default slime)
-  --estimator E            ${SLIME_ESTIMATORS.join(' | ')} (default grpo)
+  --preset P               ${PRESETS.join(' | ')} | auto (default slime); auto tries every
+                           known convention and names the ones that reproduce the trainer
+  --estimator E            ${CHECK_ESTIMATORS.join(' | ')} (default grpo)
+  --no-std-normalization   mean-centring only (Dr.GRPO: verl norm_adv_by_std_in_grpo=False, ...)
+  --scale S                group | batch | none (TRL scale_rewards)
   --group-size N           positional groups of N (default: the samples' group_index)
   --reward-key K           scalar key of dict rewards (slime --reward-key)
   --kl-coef X              slime --kl-coef (default 0)
@@ -39,6 +48,9 @@ export async function main(argv: string[], io: Io): Promise<number> {
   try {
     parsed = parse(argv);
   } catch (error) {
+    // parseArgs throws TypeErrors coded ERR_PARSE_ARGS_* for unknown flags; ours are ConfigErrors.
+    const code = (error as NodeJS.ErrnoException).code ?? '';
+    if (!ConfigError.isInstance(error) && !code.startsWith('ERR_PARSE_ARGS')) throw error;
     io.stderr.write(`vime-grpo: ${(error as Error).message}\n\n${USAGE}`);
     return 2;
   }
@@ -59,7 +71,9 @@ export async function main(argv: string[], io: Io): Promise<number> {
       report = checkAgainstTrainer({ trainDump }, options);
     }
   } catch (error) {
-    io.stderr.write(`vime-grpo check: ${VimeError.isInstance(error) ? error.message : String(error)}\n`);
+    // Unreadable, corrupt or inconsistent dumps are Vime errors (exit 2); anything else is a bug.
+    if (!VimeError.isInstance(error)) throw error;
+    io.stderr.write(`vime-grpo check: ${error.message}\n`);
     return 2;
   }
   io.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : render(report, rolloutPath, trainPath));
@@ -70,10 +84,9 @@ function read(path: string): Uint8Array {
   try {
     return new Uint8Array(readFileSync(path));
   } catch (error) {
-    throw new VimeError(
-      'invalid_argument',
-      `cannot read ${path}: ${(error as NodeJS.ErrnoException).code ?? error}`,
-    );
+    throw new ConfigError(`cannot read ${path}: ${(error as NodeJS.ErrnoException).code ?? error}`, {
+      cause: error,
+    });
   }
 }
 
@@ -90,6 +103,8 @@ function parse(argv: string[]) {
       'opd-kl-coef': { type: 'string' },
       'normalize-advantages': { type: 'boolean' },
       'no-normalize-advantages': { type: 'boolean' },
+      'no-std-normalization': { type: 'boolean' },
+      scale: { type: 'string' },
       atol: { type: 'string' },
       rtol: { type: 'string' },
       json: { type: 'boolean' },
@@ -99,32 +114,40 @@ function parse(argv: string[]) {
   if (values.help || positionals[0] === 'help') return 'help' as const;
   const [command, ...files] = positionals;
   if (command !== 'check')
-    throw new Error(command ? `unknown command ${JSON.stringify(command)}` : 'missing command');
+    throw new ConfigError(command ? `unknown command ${JSON.stringify(command)}` : 'missing command');
   if (files.length === 0 || files.length > 2)
-    throw new Error('check needs <rollout.pt> <train.pt> (or <train.pt> with --group-size)');
+    throw new ConfigError('check needs <rollout.pt> <train.pt> (or <train.pt> with --group-size)');
   const [rolloutPath, trainPath] = files.length === 2 ? [files[0], files[1]!] : [undefined, files[0]!];
   if (!rolloutPath && values['group-size'] === undefined) {
-    throw new Error("with only a train dump, pass --group-size (the run's --n-samples-per-prompt)");
+    throw new ConfigError("with only a train dump, pass --group-size (the run's --n-samples-per-prompt)");
   }
   const number = (name: string, v: string | undefined) => {
     if (v === undefined) return undefined;
     const n = Number(v);
-    if (!Number.isFinite(n)) throw new Error(`--${name} must be a number, found ${JSON.stringify(v)}`);
+    if (!Number.isFinite(n)) throw new ConfigError(`--${name} must be a number, found ${JSON.stringify(v)}`);
     return n;
   };
-  const preset = values.preset as Preset | undefined;
-  if (preset !== undefined && !PRESETS.includes(preset)) {
-    throw new Error(`--preset must be one of ${PRESETS.join(', ')}, found ${JSON.stringify(preset)}`);
-  }
-  const estimator = values.estimator as SlimeEstimator | undefined;
-  if (estimator !== undefined && !SLIME_ESTIMATORS.includes(estimator)) {
-    throw new Error(
-      `--estimator must be one of ${SLIME_ESTIMATORS.join(', ')}, found ${JSON.stringify(estimator)}`,
+  const preset = values.preset as Preset | 'auto' | undefined;
+  if (preset !== undefined && preset !== 'auto' && !PRESETS.includes(preset)) {
+    throw new ConfigError(
+      `--preset must be one of ${PRESETS.join(', ')}, auto, found ${JSON.stringify(preset)}`,
     );
+  }
+  const estimator = values.estimator as CheckEstimator | undefined;
+  if (estimator !== undefined && !CHECK_ESTIMATORS.includes(estimator)) {
+    throw new ConfigError(
+      `--estimator must be one of ${CHECK_ESTIMATORS.join(', ')}, found ${JSON.stringify(estimator)}`,
+    );
+  }
+  const scale = values.scale as CheckOptions['scale'];
+  if (scale !== undefined && !['group', 'batch', 'none'].includes(scale)) {
+    throw new ConfigError(`--scale must be group, batch or none, found ${JSON.stringify(scale)}`);
   }
   const options: CheckOptions = {};
   if (preset) options.preset = preset;
   if (estimator) options.estimator = estimator;
+  if (values['no-std-normalization']) options.stdNormalization = false;
+  if (scale) options.scale = scale;
   const groupSize = number('group-size', values['group-size']);
   if (groupSize !== undefined) options.groupSize = groupSize;
   if (values['reward-key']) options.rewardKey = values['reward-key'];
@@ -203,9 +226,43 @@ function render(report: CheckReport, rolloutPath: string | undefined, trainPath:
   );
   out.push('');
   for (const w of report.warnings) out.push(`warning: ${w}`);
+  if (report.auto) {
+    const { tried, matches, closest } = report.auto;
+    if (matches.length === 0) {
+      out.push(`auto: none of the ${tried} known conventions reproduces the trainer`);
+      if (closest)
+        out.push(
+          `  closest: ${closest.name} (${closest.mismatchedSamples} samples differ)  ${closest.flags}`,
+        );
+    } else {
+      out.push(`auto: ${matches.length} of ${tried} conventions reproduce the trainer, best first:`);
+      // Equally exact conventions share a rank: the dump cannot tell them apart.
+      const rank = (i: number) =>
+        matches.findIndex(
+          (m) => m.bitExactTokens === matches[i]!.bitExactTokens && m.maxAbsError === matches[i]!.maxAbsError,
+        ) + 1;
+      out.push(
+        table(
+          matches.map((m, i) => [
+            `  ${rank(i)}.`,
+            m.name,
+            `${m.bitExactTokens}/${m.tokens} bit-exact`,
+            `max|err| ${g(m.maxAbsError)}`,
+            m.flags,
+          ]),
+        ),
+      );
+      const tied = matches.filter((_, i) => rank(i) === 1).length;
+      if (tied > 1)
+        out.push(
+          `  the first ${tied} give identical values on this batch: its rewards and masks cannot tell them apart`,
+        );
+    }
+  }
   if (report.verdict === 'match') {
+    const as = report.auto?.matches[0] ? ` as ${report.auto.matches[0].name}` : '';
     out.push(
-      `verdict: MATCH — every token within ${t.abs.toExponential()} + ${t.rel.toExponential()}·|e| (max |err| ${g(s.maxAbsError)}; ${s.bitExactTokens}/${s.tokens} tokens bit-exact)`,
+      `verdict: MATCH${as} — every token within ${t.abs.toExponential()} + ${t.rel.toExponential()}·|e| (max |err| ${g(s.maxAbsError)}; ${s.bitExactTokens}/${s.tokens} tokens bit-exact)`,
     );
   } else {
     out.push(

@@ -1,10 +1,14 @@
 import { describeValue, ValidationError } from '@vime/core';
-import { type GrpoOptions, groupMoments, grpoAdvantages, normalizeGroups } from './advantages.js';
-import { allocate, type Dtype, type FloatArray, rounder } from './f32.js';
+import { type GrpoOptions, grpoAdvantages } from './advantages.js';
+import { allocate, type Dtype, type FloatArray, f32, rounder, sumF64, torchSumF32 } from './f32.js';
 import { checkRewards, type GroupingOptions, resolveGroups } from './groups.js';
-import { resolveConventions } from './presets.js';
+import { groupMoments } from './moments.js';
 
-/** The sequence-level estimators besides GRPO, as verl defines them unless noted. */
+/**
+ * The sequence-level estimators besides GRPO, as verl's `core_algos.py` computes them (float32 unless
+ * `dtype: 'float64'`, each op rounded like the trainer's tensors). `verlAdvantages` spreads them over
+ * tokens the way verl does.
+ */
 
 export interface EstimatorOptions extends GroupingOptions {
   dtype?: Dtype;
@@ -19,31 +23,45 @@ function setup(rewards: ArrayLike<number>, options: EstimatorOptions) {
   return { values, grouping, dtype, round: rounder(dtype), out: allocate(dtype, raw.length) };
 }
 
+/** The mean of a group as `torch.mean` of its stacked scores. */
+function meanOf(values: FloatArray, members: Int32Array, from: number, to: number, dtype: Dtype): number {
+  return groupMoments(values, members, from, to, 'verl', dtype).mean;
+}
+
 /**
- * RLOO: each sample's baseline is the mean of the *other* samples of its group, `A = r − mean_{j≠i}`
- * (verl: `r·n/(n−1) − mean·n/(n−1)`). A group of one keeps its raw reward (`singleton: 'raw'`, verl's
- * loop version) or gets 0 (`'zero'`, verl's vectorized version).
+ * RLOO: each sample's baseline is the mean of the *other* samples of its group, `A = r − mean_{j≠i}`.
+ * verl's loop version (`rloo`) computes `r·n/(n−1) − mean·n/(n−1)` and leaves a group of one at its
+ * raw reward; the vectorized one (`rloo_vectorized`, `vectorized: true`) computes
+ * `(n·r − Σ_g r)/(n − 1)` from `bincount` sums and gives a group of one 0.
  */
 export function rlooAdvantages(
   rewards: ArrayLike<number>,
-  options: EstimatorOptions & { singleton?: 'raw' | 'zero' },
+  options: EstimatorOptions & { vectorized?: boolean },
 ): FloatArray {
   const { values, grouping, dtype, round, out } = setup(rewards, options);
-  const singleton = options.singleton ?? 'raw';
   for (let g = 0; g < grouping.keys.length; g++) {
     const from = grouping.starts[g]!;
     const to = grouping.starts[g + 1]!;
     const n = to - from;
-    if (n === 1) {
-      const i = grouping.members[from]!;
-      out[i] = singleton === 'raw' ? values[i]! : 0;
+    if (options.vectorized) {
+      // bincount(weights=scores): a sequential sum in the scores' dtype.
+      let sum = 0;
+      for (let j = from; j < to; j++) sum = round(sum + values[grouping.members[j]!]!);
+      for (let j = from; j < to; j++) {
+        const i = grouping.members[j]!;
+        out[i] = n > 1 ? round(round(round(n * values[i]!) - sum) / (n - 1)) : 0;
+      }
       continue;
     }
-    const { mean } = groupMoments(values, grouping.members, from, to, dtype);
-    const k = round(n / (n - 1));
+    if (n === 1) {
+      out[grouping.members[from]!] = values[grouping.members[from]!]!;
+      continue;
+    }
+    const mean = meanOf(values, grouping.members, from, to, dtype);
+    const baseline = round(round(mean * n) / (n - 1));
     for (let j = from; j < to; j++) {
       const i = grouping.members[j]!;
-      out[i] = round(round(values[i]! * k) - round(mean * k));
+      out[i] = round(round(round(values[i]! * n) / (n - 1)) - baseline);
     }
   }
   return out;
@@ -75,8 +93,8 @@ export function drGrpoAdvantages(
 
 /**
  * GRPO pass@k (verl `grpo_passk`): only the best sample of each group gets a non-zero advantage,
- * `r_max − r_second` (divided by `std_g + ε` with std normalization). Ties go to the first sample.
- * Groups need at least two samples.
+ * `r_max − r_second` (divided by `std_g + ε` with std normalization). When the top two tie the
+ * advantage is 0, so which of them torch.topk names does not matter. Groups need at least two samples.
  */
 export function grpoPassKAdvantages(
   rewards: ArrayLike<number>,
@@ -106,7 +124,7 @@ export function grpoPassKAdvantages(
     }
     let advantage = round(values[best]! - values[second]!);
     if (options.stdNormalization ?? true) {
-      const { std } = groupMoments(values, grouping.members, from, to, dtype);
+      const { std } = groupMoments(values, grouping.members, from, to, 'verl', dtype);
       advantage = round(advantage / round(std + eps));
     }
     out[best] = advantage;
@@ -116,14 +134,15 @@ export function grpoPassKAdvantages(
 
 /**
  * OPO (verl): the baseline is the length-weighted mean reward of the group, `Σ len·r / Σ len`, with
- * `len` the number of loss tokens of each response. A group of one has baseline 0.
+ * `len` the number of loss tokens of each response. A group of one has baseline 0; a group whose
+ * responses are all empty divides 0 by 0, as verl does (NaN).
  */
 export function opoAdvantages(
   rewards: ArrayLike<number>,
   lengths: ArrayLike<number>,
   options: EstimatorOptions,
 ): FloatArray {
-  const { values, grouping, round, out } = setup(rewards, options);
+  const { values, grouping, dtype, round, out } = setup(rewards, options);
   if (lengths.length !== values.length) {
     throw new ValidationError(
       'lengths',
@@ -141,14 +160,15 @@ export function opoAdvantages(
   for (let g = 0; g < grouping.keys.length; g++) {
     const from = grouping.starts[g]!;
     const to = grouping.starts[g + 1]!;
-    let weighted = 0;
+    const weighted = allocate(dtype, to - from);
     let total = 0;
     for (let j = from; j < to; j++) {
       const i = grouping.members[j]!;
-      weighted += lengths[i]! * values[i]!;
+      weighted[j - from] = round(lengths[i]! * values[i]!);
       total += lengths[i]!;
     }
-    const baseline = to - from === 1 ? 0 : total > 0 ? round(weighted / total) : 0;
+    const sum = dtype === 'float32' ? torchSumF32(weighted) : sumF64(weighted);
+    const baseline = to - from === 1 ? 0 : round(sum / total);
     for (let j = from; j < to; j++) {
       const i = grouping.members[j]!;
       out[i] = round(values[i]! - baseline);
@@ -159,7 +179,8 @@ export function opoAdvantages(
 
 /**
  * GPG (verl): `A = α·(r − mean_g) / fNorm` with `α = B / max(#non-zero rewards, 1)` over the batch,
- * which rescales the gradient when most rewards are zero. A group of one has mean 0.
+ * which rescales the gradient when most rewards are zero. A group of one has mean 0. verl computes α
+ * as a float32 tensor even for float64 scores (and ignores its own `alpha` argument).
  */
 export function gpgAdvantages(
   rewards: ArrayLike<number>,
@@ -170,100 +191,15 @@ export function gpgAdvantages(
   if (!(fNorm > 0)) throw new ValidationError('fNorm', `must be positive, found ${describeValue(fNorm)}`);
   let nonzero = 0;
   for (let i = 0; i < values.length; i++) if (values[i] !== 0) nonzero++;
-  const alpha = round(values.length / Math.max(nonzero, 1));
+  const alpha = f32(values.length / Math.max(nonzero, 1));
   for (let g = 0; g < grouping.keys.length; g++) {
     const from = grouping.starts[g]!;
     const to = grouping.starts[g + 1]!;
-    const mean = to - from === 1 ? 0 : groupMoments(values, grouping.members, from, to, dtype).mean;
+    const mean = to - from === 1 ? 0 : meanOf(values, grouping.members, from, to, dtype);
     for (let j = from; j < to; j++) {
       const i = grouping.members[j]!;
       out[i] = round(round(alpha * round(values[i]! - mean)) / fNorm);
     }
   }
   return out;
-}
-
-export interface MultiRewardOptions extends GrpoOptions {
-  /** One weight per reward function (default all 1). */
-  weights?: ArrayLike<number>;
-}
-
-/** Validate `[F][B]` rewards (NaN = that function does not score that sample) and weights. */
-function checkMulti(
-  rewardsPerFunc: ReadonlyArray<ArrayLike<number>>,
-  weights: ArrayLike<number> | undefined,
-) {
-  if (!Array.isArray(rewardsPerFunc) || rewardsPerFunc.length === 0) {
-    throw new ValidationError(
-      'rewardsPerFunc',
-      `expected one reward array per reward function, found ${describeValue(rewardsPerFunc)}`,
-    );
-  }
-  const B = rewardsPerFunc[0]!.length;
-  rewardsPerFunc.forEach((r, f) => {
-    if (r.length !== B) {
-      throw new ValidationError(
-        `rewardsPerFunc[${f}]`,
-        `has ${r.length} rewards but rewardsPerFunc[0] has ${B}; every function scores every sample (NaN for none)`,
-      );
-    }
-  });
-  const w = weights ?? Array.from({ length: rewardsPerFunc.length }, () => 1);
-  if (w.length !== rewardsPerFunc.length) {
-    throw new ValidationError(
-      'weights',
-      `has ${w.length} entries for ${rewardsPerFunc.length} reward functions`,
-    );
-  }
-  return { B, w };
-}
-
-/**
- * Multi-reward, TRL's default `sum_then_normalize`: the weighted sum of the reward functions (NaN
- * entries skipped) per sample, then GRPO group normalization of that sum.
- */
-export function sumThenNormalize(
-  rewardsPerFunc: ReadonlyArray<ArrayLike<number>>,
-  options: MultiRewardOptions,
-): FloatArray {
-  const { B, w } = checkMulti(rewardsPerFunc, options.weights);
-  const total = new Float64Array(B);
-  for (let i = 0; i < B; i++) {
-    let any = false;
-    for (let f = 0; f < rewardsPerFunc.length; f++) {
-      const r = rewardsPerFunc[f]![i]!;
-      if (Number.isNaN(r)) continue;
-      total[i] = total[i]! + w[f]! * r;
-      any = true;
-    }
-    if (!any)
-      throw new ValidationError(
-        `rewardsPerFunc[*][${i}]`,
-        'no reward function scored this sample (all NaN); drop the sample',
-      );
-  }
-  const { weights: _, ...rest } = options;
-  return grpoAdvantages(total, { preset: 'trl', ...rest });
-}
-
-/**
- * Multi-reward, TRL's `normalize_then_sum` (GDPO): normalize each reward function within its groups,
- * take the weighted sum, then normalize that over the whole batch: `(x − mean)/(std + ε)`. Every
- * function must score every sample here (no NaN).
- */
-export function normalizeThenSum(
-  rewardsPerFunc: ReadonlyArray<ArrayLike<number>>,
-  options: MultiRewardOptions,
-): FloatArray {
-  const { B, w } = checkMulti(rewardsPerFunc, options.weights);
-  const { weights: _, ...rest } = options;
-  const c = resolveConventions({ preset: 'trl', ...rest });
-  const grouping = resolveGroups(B, rest);
-  const sum = new Float64Array(B);
-  rewardsPerFunc.forEach((r, f) => {
-    const normalized = normalizeGroups(checkRewards(r, `rewardsPerFunc[${f}]`), grouping, c);
-    for (let i = 0; i < B; i++) sum[i] = sum[i]! + w[f]! * normalized[i]!;
-  });
-  const all = { groupSize: B };
-  return normalizeGroups(sum, resolveGroups(B, all), { ...c, scale: 'group', stdNormalization: true });
 }

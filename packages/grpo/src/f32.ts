@@ -118,6 +118,91 @@ function ceilLog2(x: number): number {
   return x <= 1 ? 0 : Math.ceil(Math.log2(x));
 }
 
+/**
+ * ATen's `multi_row_sum` for one column: a float32 cascade over `n` values read by `get(i)`: level 0
+ * takes blocks of `2^max(4, ⌈log2 n⌉/4)` values and the block sums climb up to four levels.
+ */
+function cascadeSum(get: (i: number) => number, n: number): number {
+  const levelPower = Math.max(4, Math.floor(ceilLog2(n) / 4));
+  const levelStep = 1 << levelPower;
+  const levelMask = levelStep - 1;
+  const level = [0, 0, 0, 0];
+  let i = 0;
+  while (i + levelStep <= n) {
+    for (let j = 0; j < levelStep; j++, i++) level[0] = f32(level[0]! + get(i));
+    for (let j = 1; j < 4; j++) {
+      level[j] = f32(level[j]! + level[j - 1]!);
+      level[j - 1] = 0;
+      if ((i & (levelMask << (j * levelPower))) !== 0) break;
+    }
+  }
+  for (; i < n; i++) level[0] = f32(level[0]! + get(i));
+  for (let j = 1; j < 4; j++) level[0] = f32(level[0]! + level[j]!);
+  return level[0]!;
+}
+
+/** ATen's `row_sum` over `n` values: four interleaved cascades (`i mod 4`), the tail added to the first. */
+function ilp4Sum(get: (i: number) => number, n: number): number {
+  const rows = Math.floor(n / 4);
+  const partial = [0, 1, 2, 3].map((k) => cascadeSum((j) => get(4 * j + k), rows));
+  for (let i = rows * 4; i < n; i++) partial[0] = f32(partial[0]! + get(i));
+  return f32(f32(f32(partial[0]! + partial[1]!) + partial[2]!) + partial[3]!);
+}
+
+/**
+ * float32 sum over a non-contiguous dimension (`x.sum(dim=0)` of a row-major `[rows, columns]` tensor, or
+ * any reduced dimension whose inner dimension is contiguous), for output `column` of `columns`, in
+ * ATen's order: columns in full blocks (32 when there are at least 8 columns, else 4) are summed row by
+ * row in a cascade; the remaining columns take the four-way interleaved `row_sum`.
+ */
+export function torchOuterSumF32(
+  get: (row: number) => number,
+  rows: number,
+  column: number,
+  columns: number,
+): number {
+  if (columns === 1) {
+    // A dimension of size 1 is dropped: the reduction becomes a contiguous one.
+    const x = new Float32Array(rows);
+    for (let i = 0; i < rows; i++) x[i] = get(i);
+    return torchSumF32(x);
+  }
+  const block = columns >= LANES ? ILP * LANES : ILP;
+  return column < Math.floor(columns / block) * block ? cascadeSum(get, rows) : ilp4Sum(get, rows);
+}
+
+/**
+ * `torch.std` of a 1-D float32 tensor (any reduction to a single output): the float32 mean (torch
+ * order), widened, then `Σ(x − mean)²` in float64, divided by `n − correction`, square root, rounded.
+ */
+export function torchStdAllF32(
+  x: ArrayLike<number>,
+  from: number,
+  to: number,
+  correction = 1,
+  mean = f32(torchSumF32(x, from, to) / (to - from)),
+): number {
+  let ss = 0;
+  for (let i = from; i < to; i++) {
+    const d = x[i]! - mean;
+    ss += d * d;
+  }
+  return f32(Math.sqrt(ss / Math.max(0, to - from - correction)));
+}
+
+/** `torch.std` along a dimension with several outputs: ATen's Welford recurrence in float64, rounded. */
+export function torchStdWelfordF32(get: (i: number) => number, n: number, correction = 1): number {
+  let mean = 0;
+  let m2 = 0;
+  for (let i = 0; i < n; i++) {
+    const v = get(i);
+    const delta = v - mean;
+    mean += delta / (i + 1);
+    m2 += delta * (v - mean);
+  }
+  return f32(Math.sqrt(m2 / (n > correction ? n - correction : 0)));
+}
+
 /** Sum in float64 (Neumaier-compensated so float64 results do not depend on the order). */
 export function sumF64(x: ArrayLike<number>, from = 0, to = x.length): number {
   let sum = 0;

@@ -1,7 +1,6 @@
 /** Every remaining golden family of slime's token-level, loss and reporting math. */
 import { describe, expect, it } from 'vitest';
 import { approxKl, cispoLoss, gspoSequenceKl, type KlType, policyLoss, sumOfSampleMean } from './loss.js';
-import { slimePassRate } from './passk.js';
 import { type SlimeEstimator, slimeAdvantagesAndReturns, slimePolicyLoss } from './slime.js';
 import { allGoldenFiles, expectClose, flat, type GoldenCase, loadGolden } from './test/golden.js';
 import { discountedReturns, gae, maskedWhiten } from './tokens.js';
@@ -164,15 +163,6 @@ describe('golden: end-to-end slime loss_function', () => {
   });
 });
 
-describe('golden: slime pass-rate reporting', () => {
-  each('slime__compute_pass_rate__', (g) => {
-    const out = slimePassRate(flat(g.inputs.flat_rewards), num(g.params.group_size));
-    const expected = g.expected.log_dict as Record<string, number>;
-    expect(Object.keys(out)).toEqual(Object.keys(expected));
-    for (const [k, v] of Object.entries(expected)) expectClose([out[k]!], [v], `${g.case}: ${k}`, 'float64');
-  });
-});
-
 it('covers all 66 golden files', () => {
   const covered = [
     'slime__post_process_rewards__',
@@ -188,7 +178,7 @@ it('covers all 66 golden files', () => {
     'slime__distributed_masked_whiten__',
     'slime__get_sum_of_sample_mean__',
     'slime__loss_function__',
-    'slime__compute_pass_rate__',
+    'slime__compute_pass_rate__', // pass@k is @vime/metrics' (passAtKBatch, checked in its pass-at-k.test.ts)
   ];
   const files = allGoldenFiles();
   expect(files).toHaveLength(66);

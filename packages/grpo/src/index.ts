@@ -1,22 +1,26 @@
 export {
-  type GroupMoments,
   type GroupReport,
   type GroupStatistics,
   type GrpoOptions,
-  groupMoments,
   groupStatistics,
   grpoAdvantages,
   isUniform,
   normalizeGroups,
 } from './advantages.js';
 export {
+  type AutoReport,
+  CHECK_ESTIMATORS,
+  type CheckEstimator,
   type CheckInput,
   type CheckOptions,
   type CheckReport,
+  type ConventionMatch,
   checkAgainstTrainer,
   type SampleCheck,
   type TokenMismatch,
   type Tolerance,
+  TRAINER_ESTIMATORS,
+  type TrainerEstimator,
 } from './check.js';
 export {
   type RolloutDump,
@@ -36,14 +40,11 @@ export {
   type EstimatorOptions,
   gpgAdvantages,
   grpoPassKAdvantages,
-  type MultiRewardOptions,
-  normalizeThenSum,
   opoAdvantages,
   reinforceBaselineAdvantages,
   rlooAdvantages,
-  sumThenNormalize,
 } from './estimators.js';
-export { type Dtype, type FloatArray, torchSumF32 } from './f32.js';
+export { type Dtype, type FloatArray, torchOuterSumF32, torchSumF32 } from './f32.js';
 export { type Grouping, type GroupingOptions, resolveGroups } from './groups.js';
 export {
   type AggregateOptions,
@@ -59,10 +60,23 @@ export {
   sumOfSampleMean,
 } from './loss.js';
 export {
-  passAtK,
-  slimePassRate,
-} from './passk.js';
+  groupMoments,
+  MOMENTS_KINDS,
+  type Moments,
+  type MomentsKind,
+  type MomentsOptions,
+} from './moments.js';
 export {
+  OPENRLHF_ESTIMATORS,
+  type OpenrlhfEstimator,
+  type OpenrlhfInput,
+  type OpenrlhfOptions,
+  type OpenrlhfResult,
+  openrlhfAdvantages,
+  openrlhfApproxKl,
+} from './openrlhf.js';
+export {
+  BROADCAST_MODES,
   type BroadcastMode,
   type ConventionOptions,
   type Conventions,
@@ -116,3 +130,48 @@ export {
   tokenOffsets,
   type WhitenOptions,
 } from './tokens.js';
+export {
+  type MultiRewardOptions,
+  nanmean,
+  nanstd,
+  normalizeThenSum,
+  type RewardScores,
+  sumThenNormalize,
+  TRL_LOSS_TYPES,
+  type TrlLoss,
+  type TrlLossInput,
+  type TrlLossOptions,
+  type TrlLossType,
+  trlLoss,
+} from './trl.js';
+export {
+  asTorchIndex,
+  VERL_ESTIMATORS,
+  type VerlAdvantageInput,
+  type VerlAdvantageOptions,
+  type VerlAdvantages,
+  type VerlEstimator,
+  type VerlGroupStats,
+  verlAdvantages,
+  verlGroupMeanStd,
+  verlMaskedWhiten,
+} from './verl.js';
+export {
+  ROLLOUT_RS_OPTIONS,
+  type RolloutCorrectionConfig,
+  type RolloutRsOption,
+} from './verl-correction.js';
+export {
+  type KlPenalty,
+  klPenalty,
+  VERL_KL_TYPES,
+  VERL_LOSS_MODES,
+  type VerlActorConfig,
+  type VerlGlobalBatchInfo,
+  type VerlKlType,
+  type VerlLossMode,
+  type VerlPolicyLoss,
+  type VerlPolicyLossInput,
+  type VerlPolicyLossOptions,
+  verlPolicyLoss,
+} from './verl-loss.js';

@@ -1,5 +1,6 @@
 import { describeValue, ValidationError } from '@vime/core';
 import { allocate, type Dtype, type FloatArray, f32, rounder, torchSumF32 } from './f32.js';
+import { pad, paddedLayout, padMask, rowSums, torchSum } from './padded.js';
 import { flattenMasks, type LossMasks, tokenOffsets } from './tokens.js';
 
 /**
@@ -180,18 +181,31 @@ export interface AggregateOptions {
    * (fan-out) share one denominator, the loss-mask total of all of them, and the mean is over rollouts.
    */
   rolloutIds?: ArrayLike<number | string>;
-  /** `seq-mean-token-sum-norm`: the constant divisor (verl default: the padded max response length). */
-  lossScaleFactor?: number;
+  /** verl's global-batch denominators (`config.global_batch_info`): the result is multiplied by `dpSize`. */
+  dpSize?: number;
+  /** `token-mean`: valid tokens of the global batch (default: this batch's). */
+  batchNumTokens?: number | null;
+  /** `seq-mean-*`: sequences of the global batch (default: this batch's sequences with at least one token). */
+  globalBatchSize?: number | null;
+  /** `seq-mean-token-sum-norm`: the constant divisor (verl default: the padded response dimension). */
+  lossScaleFactor?: number | null;
+  /** The trainer's padded response dimension (default: the longest response). */
+  paddedLength?: number;
   dtype?: Dtype;
 }
 
 /**
- * Reduce a per-token loss to a scalar with one of the trainers' aggregation modes:
- * - `token-mean`: `Σ l·m / Σ m` over the batch (verl default, TRL `dapo`, slime `--calculate-per-token-loss`);
- * - `seq-mean-token-sum`: mean over sequences of `Σ_t l·m`;
- * - `seq-mean-token-mean`: mean over sequences of the masked token mean;
- * - `seq-mean-token-sum-norm`: `Σ l·m / lossScaleFactor` (Dr.GRPO);
+ * Reduce a per-token loss to a scalar exactly as verl's `agg_loss` does on its padded `[B, T]` batch
+ * (float32 by default), or with slime's rollout mean:
+ * - `token-mean`: `Σ l·m / batchNumTokens · dpSize` (verl default, TRL `dapo`, slime `--calculate-per-token-loss`);
+ * - `seq-mean-token-sum`: `Σ_i Σ_t l·m / globalBatchSize · dpSize`;
+ * - `seq-mean-token-mean`: `Σ_i (Σ_t l·m / (Σ_t m + 1e-8)) / globalBatchSize · dpSize`;
+ * - `seq-mean-token-sum-norm`: `Σ l·m / lossScaleFactor` (Dr.GRPO; no `dpSize`);
  * - `rollout-mean`: mean over rollouts of the token mean within the rollout (slime's default).
+ *
+ * Without the global numbers, `batchNumTokens` is this batch's mask total and `globalBatchSize` counts
+ * its sequences with at least one token: an all-zero-mask sequence adds nothing and is not counted.
+ * A batch with no token at all gives NaN (0/0), as in verl.
  */
 export function aggregateLoss(
   losses: ArrayLike<number>,
@@ -199,59 +213,74 @@ export function aggregateLoss(
   lossMasks: LossMasks,
   options: AggregateOptions,
 ): number {
-  const { mode, dtype = 'float64' } = options;
-  const offsets = tokenOffsets(responseLengths);
-  const n = offsets.length - 1;
-  sameLength('losses', losses, offsets[n]!, 'the responses');
-  const mask = flattenMasks(lossMasks, offsets);
+  const { mode, dtype = 'float32', dpSize = 1 } = options;
+  if (mode === 'rollout-mean') return rolloutMean(losses, responseLengths, lossMasks, options);
+  const layout = paddedLayout(responseLengths, lossMasks, { paddedLength: options.paddedLength, dtype });
+  const { rows: n, width } = layout;
   const r = rounder(dtype);
-  const sums = new Float64Array(n);
-  const counts = new Float64Array(n);
-  for (let i = 0; i < n; i++) {
-    let s = 0;
-    let c = 0;
-    for (let t = offsets[i]!; t < offsets[i + 1]!; t++) {
-      s = r(s + r(losses[t]! * mask[t]!));
-      c += mask[t]!;
-    }
-    sums[i] = s;
-    counts[i] = c;
-  }
-  const total = (x: Float64Array) => x.reduce((a, b) => r(a + b), 0);
+  const loss = pad(layout, losses, 'losses');
+  const mask = padMask(layout);
+  // `loss_mat * loss_mask` (masked_sum first zeroes masked entries with torch.where).
+  const product = loss.map((v, k) => r(v * mask[k]!));
+  const whereProduct = loss.map((v, k) => (mask[k] ? r(v * mask[k]!) : 0));
+  const counts = rowSums(layout, mask);
+  const seqMask = counts.map((c) => (c > 0 ? 1 : 0));
+  const seqMean = (seqLosses: ArrayLike<number>) => {
+    const kept = allocate(dtype, n).map((_, i) => (seqMask[i] ? r(seqLosses[i]! * seqMask[i]!) : 0));
+    const size = options.globalBatchSize ?? torchSum(Float32Array.from(seqMask), dtype);
+    return r(r(torchSum(kept, dtype) / size) * dpSize);
+  };
   switch (mode) {
-    case 'token-mean':
-      return r(total(sums) / Math.max(total(counts), 1));
+    case 'token-mean': {
+      const tokens = options.batchNumTokens ?? torchSum(mask, dtype);
+      return r(r(torchSum(whereProduct, dtype) / tokens) * dpSize);
+    }
     case 'seq-mean-token-sum':
-      return r(total(sums) / n);
-    case 'seq-mean-token-mean':
-      return r(total(sums.map((s, i) => r(s / Math.max(counts[i]!, 1)))) / n);
+      return seqMean(rowSums(layout, product));
+    case 'seq-mean-token-mean': {
+      const sums = rowSums(layout, product);
+      // `Σm + 1e-8` is a float32 tensor (integer mask) whatever the loss dtype.
+      return seqMean(sums.map((s, i) => r(s / f32(counts[i]! + 1e-8))));
+    }
     case 'seq-mean-token-sum-norm': {
-      const factor =
-        options.lossScaleFactor ??
-        Math.max(...Array.from({ length: n }, (_, i) => offsets[i + 1]! - offsets[i]!));
+      const factor = options.lossScaleFactor ?? width;
       if (!(factor > 0))
         throw new ValidationError('lossScaleFactor', `must be positive, found ${describeValue(factor)}`);
-      return r(total(sums) / factor);
-    }
-    case 'rollout-mean': {
-      const ids = options.rolloutIds ?? Array.from({ length: n }, (_, i) => i);
-      if (ids.length !== n) {
-        throw new ValidationError('rolloutIds', `has ${ids.length} entries but there are ${n} samples`);
-      }
-      const perRollout = new Map<number | string, { sum: number; count: number }>();
-      for (let i = 0; i < n; i++) {
-        const entry = perRollout.get(ids[i]!) ?? { sum: 0, count: 0 };
-        entry.sum = r(entry.sum + sums[i]!);
-        entry.count += counts[i]!;
-        perRollout.set(ids[i]!, entry);
-      }
-      let acc = 0;
-      for (const { sum, count } of perRollout.values()) acc = r(acc + r(sum / Math.max(count, 1)));
-      return r(acc / perRollout.size);
+      return r(torchSum(rowSums(layout, product).map(r), dtype) / factor);
     }
     default:
       throw new ValidationError('mode', `unknown aggregation ${describeValue(mode)}`);
   }
+}
+
+/** slime's default reducer: per rollout `Σ l·m / Σ m` over its rows, then the mean over rollouts. */
+function rolloutMean(
+  losses: ArrayLike<number>,
+  responseLengths: ArrayLike<number>,
+  lossMasks: LossMasks,
+  options: AggregateOptions,
+): number {
+  const offsets = tokenOffsets(responseLengths);
+  const n = offsets.length - 1;
+  sameLength('losses', losses, offsets[n]!, 'the responses');
+  const mask = flattenMasks(lossMasks, offsets);
+  const r = rounder(options.dtype ?? 'float32');
+  const ids = options.rolloutIds ?? Array.from({ length: n }, (_, i) => i);
+  if (ids.length !== n) {
+    throw new ValidationError('rolloutIds', `has ${ids.length} entries but there are ${n} samples`);
+  }
+  const perRollout = new Map<number | string, { sum: number; count: number }>();
+  for (let i = 0; i < n; i++) {
+    const entry = perRollout.get(ids[i]!) ?? { sum: 0, count: 0 };
+    for (let t = offsets[i]!; t < offsets[i + 1]!; t++) {
+      entry.sum = r(entry.sum + r(losses[t]! * mask[t]!));
+      entry.count += mask[t]!;
+    }
+    perRollout.set(ids[i]!, entry);
+  }
+  let acc = 0;
+  for (const { sum, count } of perRollout.values()) acc = r(acc + r(sum / Math.max(count, 1)));
+  return r(acc / perRollout.size);
 }
 
 /**

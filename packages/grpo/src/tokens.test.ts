@@ -30,14 +30,15 @@ describe('broadcastToTokens', () => {
     expect(list(broadcastToTokens(adv, lengths, masks, { mode: 'allTokens' }))).toEqual([
       0.5, 0.5, 0.5, -1.5, -1.5, -1.5, -1.5,
     ]);
+    // verl's `advantage × mask`: a negative advantage leaves −0.
     expect(list(broadcastToTokens(adv, lengths, masks, { mode: 'maskedTokens' }))).toEqual([
-      0.5, 0, 0.5, -1.5, -1.5, 0, 0,
+      0.5, 0, 0.5, -1.5, -1.5, -0, -0,
     ]);
     expect(list(broadcastToTokens(adv, lengths, null))).toEqual([0.5, 0.5, 0.5, -1.5, -1.5, -1.5, -1.5]);
     const split = splitTokens(broadcastToTokens(adv, lengths, masks, { mode: 'maskedTokens' }), lengths);
     expect(split.map(list)).toEqual([
       [0.5, 0, 0.5],
-      [-1.5, -1.5, 0, 0],
+      [-1.5, -1.5, -0, -0],
     ]);
   });
 
@@ -105,10 +106,53 @@ describe('broadcastToTokens', () => {
     );
   });
 
+  it('matches value × mask bit for bit: any value (±0, NaN, ±Infinity, subnormal), length, mask, and output alignment', () => {
+    const value = fc.oneof(
+      fc.double({ noNaN: false }),
+      fc.constantFrom(0, -0, Number.NaN, Infinity, -Infinity, 1e-45, -1e-40, 3.4e38),
+    );
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            a: value,
+            mask: fc.array(fc.constantFrom(0, 1, 1, 1, 1, 2, 3, 255), { maxLength: 70 }),
+          }),
+          {
+            minLength: 1,
+            maxLength: 10,
+          },
+        ),
+        fc.nat(3),
+        fc.constantFrom('allTokens', 'maskedTokens') as fc.Arbitrary<'allTokens' | 'maskedTokens'>,
+        (samples, shift, mode) => {
+          const lens = samples.map((s) => s.mask.length);
+          const total = lens.reduce((x, y) => x + y, 0);
+          const mask = Uint8Array.from(samples.flatMap((s) => s.mask));
+          // An output view at a 4-byte (not 8-byte) offset takes the 4-byte store path.
+          const out = new Float32Array(total + shift).subarray(shift);
+          const a = samples.map((s) => s.a);
+          broadcastToTokens(a, lens, mask, { mode, out });
+          const fresh = broadcastToTokens(a, lens, mask, { mode });
+          let t = 0;
+          for (let i = 0; i < samples.length; i++) {
+            const v = Math.fround(a[i]!);
+            for (let k = 0; k < lens[i]!; k++, t++) {
+              const expected = mode === 'allTokens' || mask[t] ? v : v * 0;
+              if (!Object.is(out[t], expected) || !Object.is(fresh[t], expected)) return false;
+            }
+          }
+          return true;
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
   it('writes into a reused array', () => {
     const out = new Float32Array(7).fill(9);
     expect(broadcastToTokens(adv, lengths, masks, { mode: 'maskedTokens', out })).toBe(out);
-    expect(list(out)).toEqual([0.5, 0, 0.5, -1.5, -1.5, 0, 0]);
+    expect(list(out)).toEqual([0.5, 0, 0.5, -1.5, -1.5, -0, -0]);
     throwsVime(
       () => broadcastToTokens(adv, lengths, masks, { out: new Float32Array(3) }),
       /out.*3 elements.*7 tokens/,
@@ -178,7 +222,7 @@ describe('aggregateLoss', () => {
 
   it('every mode', () => {
     const agg = (mode: Parameters<typeof aggregateLoss>[3]['mode'], extra = {}) =>
-      aggregateLoss(losses, lengths, masks, { mode, ...extra });
+      aggregateLoss(losses, lengths, masks, { mode, dtype: 'float64', ...extra });
     expect(agg('token-mean')).toBeCloseTo((1 + 2 + 3 + 5 + 6) / 5, 12);
     expect(agg('seq-mean-token-sum')).toBeCloseTo((3 + 14) / 2, 12);
     expect(agg('seq-mean-token-mean')).toBeCloseTo((1.5 + 14 / 3) / 2, 12);

@@ -98,8 +98,8 @@ export function splitTokens<T extends FloatArray | Uint8Array>(
 }
 
 export interface BroadcastOptions {
-  /** `allTokens` (slime: masked tokens keep the value; the mask acts in the loss) or `maskedTokens` (verl: zeroed). */
-  mode?: BroadcastMode;
+  /** `allTokens` (slime, TRL: masked tokens keep the value; the mask acts in the loss) or `maskedTokens` (verl: value × mask). */
+  mode?: Exclude<BroadcastMode, 'throughLastToken'>;
   dtype?: Dtype;
   /** Write into this array (exactly `Σ responseLengths` long) instead of a new one: reuse it across steps. */
   out?: FloatArray;
@@ -120,95 +120,205 @@ export function broadcastToTokens(
     throw new ValidationError('mode', `must be 'allTokens' or 'maskedTokens', found ${describeValue(mode)}`);
   }
   const n = advantages.length;
-  const offsets = tokenOffsets(responseLengths, n);
-  const total = offsets[n]!;
+  const f32Out = options.out ? options.out instanceof Float32Array : dtype === 'float32';
+  // The float32 path with a flat mask needs no offsets array: one pass validates the lengths and
+  // prepares the stored values; the fill then walks the lengths.
+  const flatMask = lossMasks === null || lossMasks instanceof Uint8Array;
+  const offsets = f32Out && flatMask ? null : tokenOffsets(responseLengths, n);
+  const prepared = f32Out ? prepareF32(advantages, responseLengths, n) : null;
+  const total = prepared ? prepared.total : offsets![n]!;
   if (options.out && options.out.length !== total) {
     throw new ValidationError(
       'out',
       `has ${options.out.length} elements but the responses hold ${total} tokens`,
     );
   }
-  const out = options.out ?? allocate(dtype, total);
-  const mask = lossMasks ? flattenMasks(lossMasks, offsets) : null;
+  let mask: Uint8Array | null = null;
+  if (lossMasks instanceof Uint8Array) {
+    if (lossMasks.length !== total) {
+      throw new ValidationError(
+        'lossMasks',
+        `flat mask has ${lossMasks.length} entries but the responses hold ${total} tokens; pass one mask value per response token`,
+      );
+    }
+    mask = lossMasks;
+  } else if (lossMasks) mask = flattenMasks(lossMasks, offsets!);
   if (mode === 'maskedTokens' && !mask) {
     throw new ValidationError('lossMasks', "mode 'maskedTokens' needs the loss masks");
   }
+  const out = options.out ?? (dtype === 'float32' ? uninitializedF32(total) : allocate(dtype, total));
   // Hot loops are written once per array type: a loop that sees both Float32Array and Float64Array
   // runs many times slower.
   if (out instanceof Float32Array) {
-    if (mode === 'maskedTokens') fillMaskedF32(out, advantages, offsets, mask!);
-    else fillF32(out, advantages, offsets);
+    fillF32(out, prepared!, responseLengths, mode === 'maskedTokens' ? mask! : null);
   } else {
-    for (let i = 0; i < n; i++) out.fill(advantages[i]!, offsets[i]!, offsets[i + 1]!);
-    if (mode === 'maskedTokens') for (let t = 0; t < total; t++) if (mask![t] === 0) out[t] = 0;
+    for (let i = 0; i < n; i++) out.fill(advantages[i]!, offsets![i]!, offsets![i + 1]!);
+    if (mode === 'maskedTokens') for (let t = 0; t < total; t++) if (mask![t] === 0) out[t] = out[t]! * 0;
   }
   return out;
 }
 
-function fillF32(out: Float32Array, values: ArrayLike<number>, offsets: Int32Array): void {
-  for (let i = 0; i + 1 < offsets.length; i++) {
-    const a = values[i]!;
-    const to = offsets[i + 1]!;
-    let t = offsets[i]!;
-    // fill() costs a call per sample, which only pays off on long responses.
-    if (to - t >= 256) {
-      out.fill(a, t, to);
-      continue;
-    }
-    for (; t + 4 <= to; t += 4) {
-      out[t] = a;
-      out[t + 1] = a;
-      out[t + 2] = a;
-      out[t + 3] = a;
-    }
-    for (; t < to; t++) out[t] = a;
-  }
+/** The values as float32, their bits, and whether all are finite; `pairScratch` filled; the lengths validated. */
+interface PreparedF32 {
+  total: number;
+  values: Float32Array;
+  bits: Int32Array;
+  finite: boolean;
 }
 
-/** One pass writing `a` or 0, reading the mask four bytes at a time (masks are mostly 1). */
-function fillMaskedF32(
+/** Reused across calls: `pairScratch[i]` is the float64 whose two halves are sample i's float32 bits. */
+let pairScratch = new Float64Array(1024);
+let pairHalves = new Int32Array(pairScratch.buffer);
+
+function prepareF32(values: ArrayLike<number>, lengths: ArrayLike<number>, n: number): PreparedF32 {
+  if (lengths == null || typeof lengths.length !== 'number' || lengths.length !== n) {
+    tokenOffsets(lengths, n); // throws the detailed error
+  }
+  const f32values = values instanceof Float32Array ? values : Float32Array.from(values);
+  const bits = new Int32Array(f32values.buffer, f32values.byteOffset, n);
+  if (pairScratch.length < n) {
+    pairScratch = new Float64Array(n * 2);
+    pairHalves = new Int32Array(pairScratch.buffer);
+  }
+  const halves = pairHalves;
+  let total = 0;
+  let finite = true;
+  for (let i = 0; i < n; i++) {
+    const len = lengths[i]!;
+    if (!((len | 0) === len && len >= 0)) tokenOffsets(lengths, n); // throws, naming the entry
+    total += len;
+    const b = bits[i]!;
+    halves[2 * i] = b;
+    halves[2 * i + 1] = b;
+    if ((b & 0x7f800000) === 0x7f800000) finite = false;
+  }
+  if (total > 0x7fffffff) tokenOffsets(lengths, n);
+  return { total, values: f32values, bits, finite };
+}
+
+/**
+ * A Float32Array every element of which the caller overwrites: large ones skip the zero fill
+ * (`Buffer.allocUnsafe` gives them a buffer of their own; small ones would share Node's pool).
+ */
+function uninitializedF32(length: number): Float32Array {
+  if (length < 1024) return new Float32Array(length);
+  const bytes = Buffer.allocUnsafe(length * 4);
+  return new Float32Array(bytes.buffer, bytes.byteOffset, length);
+}
+
+/**
+ * Write each sample's value (or, with a mask, `value × mask`) over its tokens. Stores go through
+ * int32 and float64 views (int32, not uint32: a float with its sign bit set stays a small integer for
+ * the JIT): two equal float32 values are one 8-byte store of the float64 whose bit pattern is the
+ * pair (a finite float32 always makes a finite float64, so no NaN canonicalization can alter it),
+ * and the mask is read four bytes at a time.
+ */
+function fillF32(
   out: Float32Array,
-  values: ArrayLike<number>,
-  offsets: Int32Array,
-  flatMask: Uint8Array,
+  p: PreparedF32,
+  lengths: ArrayLike<number>,
+  mask: Uint8Array | null,
 ): void {
-  // Word w holds tokens 4w..4w+3 (little-endian bytes); copy a mask that does not start 4-byte aligned.
-  const mask = flatMask.byteOffset % 4 === 0 ? flatMask : flatMask.slice();
-  const words = new Uint32Array(mask.buffer, mask.byteOffset, mask.length >> 2);
-  for (let i = 0; i + 1 < offsets.length; i++) {
-    const a = values[i]!;
-    const to = offsets[i + 1]!;
-    let t = offsets[i]!;
-    for (; t < to && (t & 3) !== 0; t++) out[t] = mask[t] !== 0 ? a : 0;
+  const n = lengths.length;
+  const { bits } = p;
+  // A module-level binding read into a local: inside the loops it would be re-read (and, under a
+  // CommonJS loader, hole-checked) on every use.
+  const pairs = pairScratch;
+  const i32 = new Int32Array(out.buffer, out.byteOffset, out.length);
+  if (!p.finite || out.byteOffset % 8 !== 0) {
+    // An output not 8-byte aligned, or a non-finite value: one 4-byte store per token.
+    for (let i = 0, t = 0; i < n; i++) {
+      const zero = zeroBits(p.values[i]!);
+      for (const to = t + lengths[i]!; t < to; t++) i32[t] = mask === null || mask[t] !== 0 ? bits[i]! : zero;
+    }
+    return;
+  }
+  const f64 = new Float64Array(out.buffer, out.byteOffset, out.length >> 1);
+  // The stores are written out in each loop, not in a helper: V8 does not inline a helper into a
+  // function this size, and a call per response costs as much as a 32-token fill.
+  if (mask === null) {
+    for (let i = 0, from = 0; i < n; i++) {
+      const b = bits[i]!;
+      const pair = pairs[i]!;
+      const to = from + lengths[i]!;
+      let t = from;
+      if (t < to && t & 1) i32[t++] = b;
+      const end = to >> 1;
+      let k = t >> 1;
+      for (; k + 4 <= end; k += 4) {
+        f64[k] = pair;
+        f64[k + 1] = pair;
+        f64[k + 2] = pair;
+        f64[k + 3] = pair;
+      }
+      for (; k < end; k++) f64[k] = pair;
+      if (to & 1 && to - 1 >= t) i32[to - 1] = b;
+      from = to;
+    }
+    return;
+  }
+  // Word w of the mask holds tokens 4w..4w+3 (little-endian bytes); copy a mask that is not 4-byte aligned.
+  const m = mask.byteOffset % 4 === 0 ? mask : mask.slice();
+  const words = new Int32Array(m.buffer, m.byteOffset, m.length >> 2);
+  for (let i = 0, from = 0; i < n; i++) {
+    const b = bits[i]!;
+    const pair = pairs[i]!;
+    const zero = b & 0x80000000; // finite value × 0: ±0 with the value's sign, as torch gives
+    const to = from + lengths[i]!;
+    let t = from;
+    for (; t < to && (t & 3) !== 0; t++) i32[t] = m[t] !== 0 ? b : zero;
     const wordEnd = to & ~3;
-    if (wordEnd - t >= 256) {
-      // Long response: fill (write-only, the fastest store), then zero the few masked tokens.
-      out.fill(a, t, wordEnd);
-      for (; t < wordEnd; t += 4) {
-        const v = words[t >> 2]!;
-        if (v === 0x01010101) continue;
-        if ((v & 0xff) === 0) out[t] = 0;
-        if ((v & 0xff00) === 0) out[t + 1] = 0;
-        if ((v & 0xff0000) === 0) out[t + 2] = 0;
-        if (v >>> 24 === 0) out[t + 3] = 0;
+    // Sixteen tokens at a time: store the value on all of them, then zero the masked ones. Masks are
+    // mostly 1, and the AND of four words is 0x01010101 only if all sixteen bytes are odd (non-zero).
+    for (; t + 16 <= wordEnd; t += 16) {
+      const k = t >> 1;
+      f64[k] = pair;
+      f64[k + 1] = pair;
+      f64[k + 2] = pair;
+      f64[k + 3] = pair;
+      f64[k + 4] = pair;
+      f64[k + 5] = pair;
+      f64[k + 6] = pair;
+      f64[k + 7] = pair;
+      const w = t >> 2;
+      const w0 = words[w]!;
+      const w1 = words[w + 1]!;
+      const w2 = words[w + 2]!;
+      const w3 = words[w + 3]!;
+      if ((w0 & w1 & w2 & w3) === 0x01010101) continue;
+      if (((w0 | w1 | w2 | w3) & 0xfefefefe) === 0) {
+        // Bytes are 0 or 1: bit 8j of ~word & 0x01010101 marks masked token j; visit just those.
+        for (let q = 0; q < 4; q++) {
+          let marks = ~words[w + q]! & 0x01010101;
+          while (marks !== 0) {
+            const low = marks & -marks;
+            i32[t + 4 * q + ((31 - Math.clz32(low)) >> 3)] = zero;
+            marks ^= low;
+          }
+        }
+      } else {
+        for (let q = t; q < t + 16; q++) if (m[q] === 0) i32[q] = zero;
       }
     }
     for (; t < wordEnd; t += 4) {
       const v = words[t >> 2]!;
-      if (v === 0x01010101) {
-        out[t] = a;
-        out[t + 1] = a;
-        out[t + 2] = a;
-        out[t + 3] = a;
-      } else {
-        out[t] = (v & 0xff) !== 0 ? a : 0;
-        out[t + 1] = (v & 0xff00) !== 0 ? a : 0;
-        out[t + 2] = (v & 0xff0000) !== 0 ? a : 0;
-        out[t + 3] = v >>> 24 !== 0 ? a : 0;
-      }
+      i32[t] = (v & 0xff) !== 0 ? b : zero;
+      i32[t + 1] = (v & 0xff00) !== 0 ? b : zero;
+      i32[t + 2] = (v & 0xff0000) !== 0 ? b : zero;
+      i32[t + 3] = v >>> 24 !== 0 ? b : zero;
     }
-    for (; t < to; t++) out[t] = mask[t] !== 0 ? a : 0;
+    for (; t < to; t++) i32[t] = m[t] !== 0 ? b : zero;
+    from = to;
   }
+}
+
+const scratch = new Float32Array(1);
+const scratchBits = new Int32Array(scratch.buffer);
+
+/** The int32 bits of `float32(v) × 0` (±0, or NaN for a non-finite value). */
+function zeroBits(v: number): number {
+  scratch[0] = v * 0;
+  return scratchBits[0]!;
 }
 
 export interface WhitenOptions {

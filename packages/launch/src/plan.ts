@@ -2,7 +2,8 @@
  * The launch plan: one typed config for a disaggregated coding-agent RL run (trainer + N inference
  * engines + sandboxes), resolved into the Job Group, the volume and the slime command so the three can
  * never disagree. Every default is the reference coding-agent example's: Qwen3-14B on an H100:4
- * trainer, 1-GPU SGLang engines, the SWE-smith `markupsafe` subset, async mode, delta weights over disk.
+ * trainer, 1-GPU SGLang engines, async mode, delta weights over disk; the rows are a SWE-smith dataset file
+ * (`dataset.path`, every repo unless `dataset.repos` filters) or, by default, the offline task set.
  */
 import { ConfigError, parseWith } from '@vime/core';
 import { z } from 'zod';
@@ -21,6 +22,11 @@ import { type ResolvedSlimeConfig, SlimeConfigSchema } from './slime/args.js';
 
 const pos = z.number().int().positive();
 
+/** The slime bridge's launch scripts, relative to the job's workdir (this repository). */
+export const BRIDGE_LAUNCH = 'examples/slime-bridge/launch';
+/** The slime bridge's Python module folder, relative to the job's workdir. */
+export const BRIDGE_PYTHON = 'examples/slime-bridge/python';
+
 export const LaunchConfigSchema = z.strictObject({
   /** Job Group name; defaults to `coding-agent-rl` (1 engine) or `coding-agent-rl-<N>eng`. */
   name: z.string().optional(),
@@ -31,9 +37,9 @@ export const LaunchConfigSchema = z.strictObject({
     .strictObject({
       accelerators: z.string().default('H100:4'),
       numNodes: pos.default(1),
-      setup: z.string().default('bash scripts/trainer-setup.sh'),
-      run: z.string().default('bash scripts/trainer-run.sh'),
-      fileMounts: z.record(z.string(), z.string()).default({ '/wheels': '~/.sky/bin/wheels' }),
+      setup: z.string().default(`bash ${BRIDGE_LAUNCH}/trainer-setup.sh`),
+      run: z.string().default(`bash ${BRIDGE_LAUNCH}/trainer-run.sh`),
+      fileMounts: z.record(z.string(), z.string()).default({}),
     })
     .prefault({}),
   engines: z
@@ -43,14 +49,16 @@ export const LaunchConfigSchema = z.strictObject({
       /** Per-engine GPUs; engines may use cheaper GPUs than the trainer. */
       accelerators: z.string().default('H100:1'),
       port: pos.default(30000),
-      setup: z.string().default('bash scripts/engine-setup.sh'),
-      run: z.string().default('bash scripts/engine-run.sh'),
+      setup: z.string().default(`bash ${BRIDGE_LAUNCH}/engine-setup.sh`),
+      run: z.string().default(`bash ${BRIDGE_LAUNCH}/engine-run.sh`),
       memFractionStatic: z.number().default(0.7),
     })
     .prefault({}),
   model: z
     .strictObject({
       dir: z.string().default('Qwen3-14B'),
+      /** Hugging Face repository the checkpoint is fetched from. */
+      hfRepo: z.string().default('Qwen/Qwen3-14B'),
       script: z.string().default('qwen3-14B.sh'),
       /** Architecture flags; defaults to the known ones for `script`. */
       args: z.array(z.string()).optional(),
@@ -81,31 +89,29 @@ export const LaunchConfigSchema = z.strictObject({
     .prefault({}),
   dataset: z
     .strictObject({
-      repos: z.array(z.string()).default(['markupsafe']),
+      /** SWE-smith rows (.jsonl/.parquet) on the trainer; default: the offline task set. */
+      path: z.string().optional(),
+      /** Repo substrings to keep (default: every repo of the dataset). */
+      repos: z.array(z.string()).default([]),
       perRepo: pos.default(16),
       poolSuffix: z.string().default(''),
     })
     .prefault({}),
   sandbox: z
     .strictObject({
+      /** The rollout server's sandbox backend on the trainer. */
+      kind: z.enum(['bubblewrap', 'docker']).default('docker'),
       /** On-demand sandbox per claim instead of warm pools. */
       noPool: z.boolean().default(false),
       /** Warm sandboxes per repo pool; must cover the concurrent rollouts. */
       poolReplicas: pos.default(184),
-      /** Sandboxes run on other machines (pods), so whatever they call back must not sit on loopback. */
-      remote: z.boolean().default(true),
     })
     .prefault({}),
   agent: z
     .strictObject({
-      workdir: z.string().default('/testbed'),
       maxTurns: pos.default(20),
       evalTimeoutSec: pos.default(900),
     })
-    .prefault({}),
-  /** The OpenAI-compatible adapter the agent calls (inside the trainer job). */
-  adapter: z
-    .strictObject({ host: z.string().default('0.0.0.0'), port: pos.max(65535).default(8000) })
     .prefault({}),
   wandb: z
     .strictObject({
@@ -169,35 +175,37 @@ export function resolvePlan(
       port: c.engines.port,
       setup: c.engines.setup,
       run: c.engines.run,
+      // Read by the engine scripts: which checkpoint to fetch and serve, and how.
+      envs: {
+        MODEL_DIR: c.model.dir,
+        MODEL_HF_REPO: c.model.hfRepo,
+        ENGINE_TP: perEngineGpus,
+        SGLANG_MEM_FRACTION: c.engines.memFractionStatic,
+      },
     },
     trainer: {
       accelerators: c.trainer.accelerators,
       numNodes: c.trainer.numNodes,
       fileMounts: c.trainer.fileMounts,
+      // Each of these is read by a script the trainer runs or by the rollout server (`vime launch check`
+      // fails on one nothing reads); the slime command carries everything else.
       envs: {
         MODEL_SCRIPT: c.model.script,
         MODEL_DIR: c.model.dir,
-        TP: c.model.tensorParallel,
-        ROLLOUT_GPUS_PER_ENGINE: perEngineGpus,
+        MODEL_HF_REPO: c.model.hfRepo,
         SWESMITH_REPOS: c.dataset.repos.join(' '),
         SWESMITH_PER_REPO: c.dataset.perRepo,
         SWESMITH_POOL_SUFFIX: c.dataset.poolSuffix,
+        ...(c.dataset.path ? { SWESMITH_DATASET: c.dataset.path } : {}),
         SANDBOX_NO_POOL: c.sandbox.noPool ? '1' : '0',
-        AGENT_WORKDIR: c.agent.workdir,
+        SANDBOX_POOL_REPLICAS: c.sandbox.poolReplicas,
+        VIME_SANDBOX: c.sandbox.kind,
         AGENT_MAX_TURNS: c.agent.maxTurns,
         AGENT_EVAL_TIMEOUT_SEC: c.agent.evalTimeoutSec,
-        SANDBOX_POOL_REPLICAS: c.sandbox.poolReplicas,
-        ROLLOUT_BATCH_SIZE: c.rollout.batchSize,
-        N_SAMPLES_PER_PROMPT: c.rollout.samplesPerPrompt,
-        NUM_ROLLOUT: c.rollout.numRollout,
-        ROLLOUT_SHUFFLE: c.rollout.shuffle ? '1' : '0',
-        ROLLOUT_MAX_CONTEXT_LEN: c.rollout.maxContextLen,
-        MSWEA_SILENT_STARTUP: '1',
-        SLIME_MODE: c.mode,
-        WEIGHT_TRANSPORT: c.weights.transport,
-        WEIGHT_MODE: c.weights.mode,
-        WANDB_PROJECT: c.wandb.project,
-        WANDB_GROUP: group,
+        // One rollout in flight per sample of the batch (the warm pools are sized for it).
+        VIME_ROLLOUT_CONCURRENCY: c.rollout.batchSize * c.rollout.samplesPerPrompt,
+        // The config itself, so the trainer resolves exactly this plan (`vime ray submit` in trainer-run.sh).
+        VIME_LAUNCH_CONFIG: JSON.stringify(config),
       },
       secrets: ['WANDB_API_KEY'],
       setup: c.trainer.setup,
@@ -252,8 +260,14 @@ export function resolvePlan(
         balanceData: true,
         dynamicBatchSize: true,
         maxTokensPerGpu: c.rollout.maxTokensPerGpu,
-        customGenerateFunctionPath: 'generate.generate',
-        customRolloutLogFunctionPath: 'rollout_metrics.log_rollout_metrics',
+        // The slime bridge's Python module (examples/slime-bridge/python, on the job's PYTHONPATH): the agent
+        // rollout, the filter that keeps infra-failed rollouts out of the batch (over-sampling refills it),
+        // per-prompt reward normalisation that counts each rollout once, and Vime's rollout metrics.
+        customGenerateFunctionPath: 'vime_bridge.generate',
+        dynamicSamplingFilterPath: 'vime_bridge.drop_infra_failed_groups',
+        overSamplingBatchSize: Math.ceil(c.rollout.batchSize * 1.25),
+        customRewardPostProcessPath: 'vime_bridge.normalize_rewards_by_group',
+        customRolloutLogFunctionPath: 'vime_bridge.log_rollout_metrics',
       },
       algorithm: {
         advantageEstimator: 'grpo',

@@ -16,7 +16,6 @@ describe('preflight', () => {
   it('returns every problem at once', () => {
     const plan = resolvePlan(
       {
-        adapter: { host: '127.0.0.1' },
         sandbox: { poolReplicas: 100 },
         model: { tensorParallel: 3 },
         requiredEnv: ['HF_TOKEN'],
@@ -29,7 +28,6 @@ describe('preflight', () => {
     expect(report.ok).toBe(false);
     expect(report.problems.map((p) => `${p.code} ${p.path}`)).toEqual([
       'slime.config slime.parallelism',
-      'adapter.loopback adapter.host',
       'sandbox.pool sandbox.poolReplicas',
       'volume.access volume.accessMode',
       'env.missing env.HF_TOKEN',
@@ -39,31 +37,25 @@ describe('preflight', () => {
     expect(byCode['sandbox.pool']).toBe(
       '184 concurrent rollouts (rollout batch 23 × 8 samples) need at least 184 warm sandboxes; the pool has 100, so 84 claims would wait or fall back to cold starts',
     );
-    expect(byCode['adapter.loopback']).toMatch(/binds 127\.0\.0\.1.*bind 0\.0\.0\.0/);
-    // No pool: on-demand sandboxes, nothing to size. Local sandboxes may reach loopback.
+    // No pool: on-demand sandboxes, nothing to size.
     const vllm = preflight(resolvePlan({ engines: { kind: 'vllm' } }, { env: { WANDB_API_KEY: 'k' } }));
     expect(vllm.ok).toBe(true);
     expect(vllm.problems.map((p) => `${p.severity}:${p.code}`)).toEqual(['warning:engines.kind']);
     const local = preflight(
       resolvePlan({
-        adapter: { host: 'localhost' },
-        sandbox: { noPool: true, poolReplicas: 1, remote: false },
+        sandbox: { noPool: true, poolReplicas: 1 },
       }),
     );
     expect(local.problems.filter((p) => p.severity === 'error')).toEqual([]);
   });
 
-  it('catches a trainer, engine or env that disagrees with the slime config', () => {
+  it('catches a trainer or engine that disagrees with the slime config', () => {
     const plan = resolvePlan({ engines: { count: 2 } }, { env: { WANDB_API_KEY: 'k' } });
     const broken = {
       ...plan,
       jobGroup: {
         ...plan.jobGroup,
         engines: { ...plan.jobGroup.engines, count: 3, accelerators: 'L40S:2' },
-        trainer: {
-          ...plan.jobGroup.trainer,
-          envs: { ...plan.jobGroup.trainer.envs, ROLLOUT_BATCH_SIZE: '32' },
-        },
       },
       slime: {
         ...plan.slime,
@@ -75,7 +67,6 @@ describe('preflight', () => {
       'slime asks for 8 trainer GPUs (actorNumNodes × actorGpusPerNode) but the trainer job holds 4 (H100:4 × 1 node(s))',
       'slime is given 2 engine address(es) but the Job Group runs 3 engine job(s)',
       'each engine job holds 2 GPU(s) (L40S:2) but slime expects 1 per engine (rolloutGpusPerEngine)',
-      'trainer env ROLLOUT_BATCH_SIZE=32 disagrees with the slime config (23)',
       'weights are written to /tmp/weights, outside the shared volume at /shared/policy',
     ]);
   });

@@ -1,6 +1,6 @@
 /**
  * Preflight: everything that can be checked before a GPU is allocated, reported all at once. GPU counts
- * against parallelism and engines, engine reachability from sandboxes, batch sizes against the sandbox
+ * against parallelism and engines, the rollout concurrency against the sandbox
  * pool, the rendered YAML against SkyPilot's loader rules, and required env.
  */
 import type { LaunchPlan } from './plan.js';
@@ -23,7 +23,6 @@ export interface PreflightReport {
   problems: PreflightProblem[];
 }
 
-const LOOPBACK = /^(?:localhost|127(?:\.\d+){3}|::1|\[::1\])$/i;
 const gpus = (accelerators: string) => Number(accelerators.split(':')[1] ?? 1);
 
 export function preflight(plan: LaunchPlan): PreflightReport {
@@ -42,7 +41,6 @@ export function preflight(plan: LaunchPlan): PreflightReport {
       `slime asks for ${actorGpus} trainer GPUs (actorNumNodes × actorGpusPerNode) but the trainer job holds ${trainerGpus} (${jobGroup.trainer.accelerators} × ${jobGroup.trainer.numNodes} node(s))`,
     );
   }
-  const p = slime.parallelism;
   // Engines: one address per engine job, each job holding the GPUs slime assumes per engine.
   const engineGpus = gpus(jobGroup.engines.accelerators);
   if (!slime.cluster.colocate) {
@@ -72,15 +70,7 @@ export function preflight(plan: LaunchPlan): PreflightReport {
   for (const problem of checkSlimeConfig(slime))
     add('slime.config', `slime.${problem.path}`, problem.message);
 
-  // Sandboxes call the adapter inside the trainer job: loopback is unreachable from another pod.
-  if (config.sandbox.remote && LOOPBACK.test(config.adapter.host)) {
-    add(
-      'adapter.loopback',
-      'adapter.host',
-      `the agent adapter binds ${config.adapter.host}, which sandboxes on other machines cannot reach; bind 0.0.0.0 (or the pod IP)`,
-    );
-  }
-  // One sandbox claim per concurrent rollout.
+  // One sandbox claim per rollout the rollout server runs at once (VIME_ROLLOUT_CONCURRENCY).
   const concurrent = slime.rollout.batchSize * slime.rollout.samplesPerPrompt;
   if (!config.sandbox.noPool && config.sandbox.poolReplicas < concurrent) {
     add(
@@ -88,26 +78,6 @@ export function preflight(plan: LaunchPlan): PreflightReport {
       'sandbox.poolReplicas',
       `${concurrent} concurrent rollouts (rollout batch ${slime.rollout.batchSize} × ${slime.rollout.samplesPerPrompt} samples) need at least ${concurrent} warm sandboxes; the pool has ${config.sandbox.poolReplicas}, so ${concurrent - config.sandbox.poolReplicas} claims would wait or fall back to cold starts`,
     );
-  }
-  // The trainer's env mirrors (read by its scripts) must agree with the slime config.
-  const mirrors: Record<string, string> = {
-    TP: String(p.tensor),
-    ROLLOUT_BATCH_SIZE: String(slime.rollout.batchSize),
-    N_SAMPLES_PER_PROMPT: String(slime.rollout.samplesPerPrompt),
-    ROLLOUT_GPUS_PER_ENGINE: String(slime.cluster.rolloutGpusPerEngine),
-    SLIME_MODE: slime.mode,
-    WEIGHT_TRANSPORT: slime.weights.transport,
-    WEIGHT_MODE: slime.weights.mode,
-  };
-  for (const [key, expected] of Object.entries(mirrors)) {
-    const actual = jobGroup.trainer.envs[key];
-    if (actual !== undefined && String(actual) !== expected) {
-      add(
-        'env.mirror',
-        `jobGroup.trainer.envs.${key}`,
-        `trainer env ${key}=${actual} disagrees with the slime config (${expected})`,
-      );
-    }
   }
   // Disk weight sync goes through the shared volume, which every job must mount read-write-many.
   if (slime.weights.transport === 'disk') {

@@ -57,8 +57,23 @@ describe('vime-metrics CLI', () => {
     });
     expect(record.saturation.engine_names).toEqual(['a', 'eng1']);
     expect(record.steps['1']!.step_time_sec).toBe(1697.5);
+    // The sections the logs carry: per-rollout ones from the hook's `[agent]` lines.
+    expect(record.engine).toMatchObject({ kind: 'sglang', stand_in: false });
+    expect(record.tasks!.map((t) => [t.task, t.attempts, t.solved])).toEqual([
+      ['task__1', 1, 1],
+      ['task__2', 1, 0],
+      ['task__3', 1, 0],
+    ]);
+    expect(record.failures_by_cause).toEqual({ 'aborted:wall_clock_timeout': 1 });
+    expect(record.reward_histogram!.scored).toBe(2);
+    expect(record.phases!.summary.eval).toMatchObject({ count: 2, p50: 40_000 });
+    // The trainer's per-step pass@k (over every rollout) wins over the few logged rollouts.
+    expect(record.quality['1']).toMatchObject({ reward_mean: 0.52, 'pass@8': 0.86 });
+    expect(record.tokens!.per_second).toBeGreaterThan(0);
+    expect(record.saturation.sample_interval_ms_per_eng).toEqual([2000, 2000]);
     const html = readFileSync(join(dir, 'out/run.html'), 'utf8');
-    expect(html.match(/<svg /g)).toHaveLength(4);
+    for (const id of ['quality', 'reward-histogram', 'tasks', 'failures', 'phases', 'saturation', 'steps'])
+      expect(html).toContain(`data-section="${id}" data-empty="false"`);
   });
 
   it('scrapes engine URLs for a duration', async () => {

@@ -1,204 +1,7 @@
+import { esc, lineChart, PALETTE, stackedBarChart } from './charts.js';
 import type { RunRecord } from './report.js';
+import { STACKED_PHASES } from './run-sections.js';
 import { sparkline } from './sparkline.js';
-
-const PALETTE = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2', '#4b5563'];
-
-const esc = (s: string) =>
-  s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
-
-/** Round-number ticks across [lo, hi]; with `cover`, up to the first tick at or above `hi` (value axes). */
-function niceTicks(lo: number, hi: number, count = 5, cover = false): number[] {
-  if (!(hi > lo)) return [lo];
-  const raw = (hi - lo) / count;
-  const mag = 10 ** Math.floor(Math.log10(raw));
-  const step = ([1, 2, 5, 10].find((m) => m * mag >= raw) ?? 10) * mag;
-  const top = cover ? Math.ceil(hi / step - 1e-9) * step : hi;
-  const ticks: number[] = [];
-  for (let v = Math.ceil(lo / step) * step; v <= top + step * 1e-9; v += step)
-    ticks.push(Number(v.toPrecision(12)));
-  return ticks;
-}
-
-const fmtTick = (v: number) =>
-  Math.abs(v) >= 1000 ? `${Number((v / 1000).toPrecision(3))}k` : String(Number(v.toPrecision(3)));
-
-interface Frame {
-  width: number;
-  height: number;
-  left: number;
-  right: number;
-  top: number;
-  bottom: number;
-}
-
-function axes(
-  f: Frame,
-  xTicks: Array<[number, string]>,
-  yTicks: number[],
-  y: (v: number) => number,
-  labels: { x: string; y: string },
-): string {
-  const parts: string[] = [];
-  for (const v of yTicks) {
-    const py = y(v).toFixed(1);
-    parts.push(
-      `<line x1="${f.left}" x2="${f.width - f.right}" y1="${py}" y2="${py}" stroke="#e5e7eb"/>`,
-      `<text x="${f.left - 6}" y="${py}" text-anchor="end" dominant-baseline="middle">${fmtTick(v)}</text>`,
-    );
-  }
-  for (const [px, label] of xTicks) {
-    parts.push(
-      `<text x="${px.toFixed(1)}" y="${f.height - f.bottom + 16}" text-anchor="middle">${esc(label)}</text>`,
-    );
-  }
-  parts.push(
-    `<line x1="${f.left}" x2="${f.width - f.right}" y1="${f.height - f.bottom}" y2="${f.height - f.bottom}" stroke="#9ca3af"/>`,
-    `<text x="${(f.left + f.width - f.right) / 2}" y="${f.height - 4}" text-anchor="middle" class="axis">${esc(labels.x)}</text>`,
-    `<text x="12" y="${(f.top + f.height - f.bottom) / 2}" text-anchor="middle" class="axis" transform="rotate(-90 12 ${(f.top + f.height - f.bottom) / 2})">${esc(labels.y)}</text>`,
-  );
-  return parts.join('');
-}
-
-function legend(f: Frame, names: Array<[string, string]>): string {
-  let x = f.left;
-  return names
-    .map(([name, color]) => {
-      const out = `<rect x="${x}" y="6" width="10" height="10" fill="${color}"/><text x="${x + 14}" y="15">${esc(name)}</text>`;
-      x += 24 + name.length * 7;
-      return out;
-    })
-    .join('');
-}
-
-interface LineSeries {
-  name: string;
-  color?: string;
-  points: Array<[number | null, number | null]>;
-}
-
-/** An SVG line chart; points with a `null` coordinate break the line. */
-export function lineChart(options: {
-  title: string;
-  xLabel: string;
-  yLabel: string;
-  series: LineSeries[];
-  yMax?: number;
-  /** Only whole-number ticks on the x axis (steps). */
-  integerX?: boolean;
-  width?: number;
-  height?: number;
-}): string {
-  const f: Frame = {
-    width: options.width ?? 760,
-    height: options.height ?? 260,
-    left: 56,
-    right: 16,
-    top: 28,
-    bottom: 40,
-  };
-  const xs = options.series.flatMap((s) => s.points.map((p) => p[0]).filter((v): v is number => v !== null));
-  const ys = options.series.flatMap((s) => s.points.map((p) => p[1]).filter((v): v is number => v !== null));
-  const xLo = xs.length ? Math.min(...xs) : 0;
-  const xHi = xs.length ? Math.max(...xs) : 1;
-  const yHi = options.yMax ?? Math.max(1e-9, ...ys);
-  const yTicks = niceTicks(0, yHi, 5, true);
-  const yTop = Math.max(yHi, yTicks[yTicks.length - 1] ?? yHi);
-  const x = (v: number) =>
-    f.left +
-    (xHi > xLo ? ((v - xLo) / (xHi - xLo)) * (f.width - f.left - f.right) : (f.width - f.left - f.right) / 2);
-  const y = (v: number) => f.height - f.bottom - (v / yTop) * (f.height - f.top - f.bottom);
-  const xTicks = niceTicks(xLo, xHi, 6)
-    .filter((v) => !options.integerX || Number.isInteger(v))
-    .map((v): [number, string] => [x(v), fmtTick(v)]);
-  const paths = options.series.map((s, i) => {
-    const color = s.color ?? PALETTE[i % PALETTE.length]!;
-    let d = '';
-    let pen = false;
-    for (const [px, py] of s.points) {
-      if (px === null || py === null) {
-        pen = false;
-        continue;
-      }
-      d += `${pen ? 'L' : 'M'}${x(px).toFixed(1)},${y(py).toFixed(1)}`;
-      pen = true;
-    }
-    const dots =
-      s.points.length <= 40
-        ? s.points
-            .filter((p) => p[0] !== null && p[1] !== null)
-            .map(
-              (p) =>
-                `<circle cx="${x(p[0]!).toFixed(1)}" cy="${y(p[1]!).toFixed(1)}" r="3" fill="${color}"/>`,
-            )
-            .join('')
-        : '';
-    return `<path d="${d}" fill="none" stroke="${color}" stroke-width="2"/>${dots}`;
-  });
-  return svg(f, options.title, [
-    axes(f, xTicks, yTicks, y, { x: options.xLabel, y: options.yLabel }),
-    ...paths,
-    legend(
-      f,
-      options.series.map((s, i) => [s.name, s.color ?? PALETTE[i % PALETTE.length]!]),
-    ),
-  ]);
-}
-
-/** An SVG stacked bar chart, one bar per category. */
-export function stackedBarChart(options: {
-  title: string;
-  xLabel: string;
-  yLabel: string;
-  categories: string[];
-  stacks: Array<{ name: string; color?: string; values: Array<number | null> }>;
-  width?: number;
-  height?: number;
-}): string {
-  const f: Frame = {
-    width: options.width ?? 760,
-    height: options.height ?? 260,
-    left: 56,
-    right: 16,
-    top: 28,
-    bottom: 40,
-  };
-  const totals = options.categories.map((_, i) =>
-    options.stacks.reduce((s, st) => s + (st.values[i] ?? 0), 0),
-  );
-  const yTicks = niceTicks(0, Math.max(1e-9, ...totals), 5, true);
-  const yTop = Math.max(...totals, yTicks[yTicks.length - 1] ?? 1);
-  const y = (v: number) => f.height - f.bottom - (v / yTop) * (f.height - f.top - f.bottom);
-  const slot = (f.width - f.left - f.right) / Math.max(1, options.categories.length);
-  const barW = Math.min(80, slot * 0.6);
-  const bars: string[] = [];
-  const xTicks: Array<[number, string]> = [];
-  options.categories.forEach((cat, i) => {
-    const cx = f.left + slot * (i + 0.5);
-    xTicks.push([cx, cat]);
-    let acc = 0;
-    options.stacks.forEach((st, j) => {
-      const v = st.values[i] ?? 0;
-      if (v <= 0) return;
-      const top = y(acc + v);
-      bars.push(
-        `<rect x="${(cx - barW / 2).toFixed(1)}" y="${top.toFixed(1)}" width="${barW.toFixed(1)}" height="${(y(acc) - top).toFixed(1)}" fill="${st.color ?? PALETTE[j % PALETTE.length]}"><title>${esc(`${st.name}: ${v}`)}</title></rect>`,
-      );
-      acc += v;
-    });
-  });
-  return svg(f, options.title, [
-    axes(f, xTicks, yTicks, y, { x: options.xLabel, y: options.yLabel }),
-    ...bars,
-    legend(
-      f,
-      options.stacks.map((s, j) => [s.name, s.color ?? PALETTE[j % PALETTE.length]!]),
-    ),
-  ]);
-}
-
-function svg(f: Frame, title: string, body: string[]): string {
-  return `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${f.width} ${f.height}" width="${f.width}" height="${f.height}" role="img" aria-label="${esc(title)}"><title>${esc(title)}</title>${body.join('')}</svg>`;
-}
 
 /** Table cells: numbers to at most 4 significant decimals (a pass@k of 0.708333… reads 0.7083). */
 const cell = (v: unknown) =>
@@ -212,157 +15,424 @@ function table(headers: string[], rows: unknown[][]): string {
     .join('')}</tbody></table>`;
 }
 
-/**
- * A self-contained HTML page for a run (no scripts, no external resources): per-engine queue depth and
- * running requests over time, step time breakdown, reward and pass@k per step, and the record as JSON.
- */
-export function renderHtmlReport(record: RunRecord, options: { title?: string } = {}): string {
-  const title = options.title ?? `Run ${record.name}`;
-  const sections: string[] = [];
-  const sat = record.saturation;
+const figure = (svgText: string, caption: string) =>
+  `<figure>${svgText}<figcaption>${caption}</figcaption></figure>`;
+const note = (text: string) => `<p class="absent">${esc(text)}</p>`;
+const byNumber = (a: string, b: string) => Number(a) - Number(b);
+const ms = (v: number | null | undefined) => (v === null || v === undefined ? null : Math.round(v));
 
-  const engineFigures = record.timeline.map((tl, i) =>
+function section(id: string, title: string, body: string, absent?: string): string {
+  const content = body || note(absent ?? 'not in this run');
+  return `<section id="${id}" data-section="${id}" data-empty="${body ? 'false' : 'true'}"><h2>${esc(title)}</h2>${content}</section>`;
+}
+
+function countsTable(title: string, counts: Record<string, number> | null): string {
+  if (!counts || Object.keys(counts).length === 0) return '';
+  const rows = Object.entries(counts).sort((a, b) => b[1] - a[1]);
+  return `<h3>${esc(title)}</h3>${table(['kind', 'rollouts'], rows)}`;
+}
+
+function header(record: RunRecord): string {
+  const r = record.run;
+  const engine = record.engine;
+  const banner = engine?.stand_in
+    ? `<p class="standin" data-stand-in="true"><strong>Stand-in engine.</strong> ${esc(engine.label)}. Rewards, tokens and engine load come from a scripted policy, not a model.</p>`
+    : '';
+  const facts: Array<[string, unknown]> = [
+    ['run id', r.id],
+    ['started', r.started_at],
+    ['ended', r.ended_at],
+    ['duration (s)', r.duration_sec],
+    ['mode', record.mode],
+    ['engines', `${record.engines}${engine ? ` × ${engine.stand_in ? 'stand-in ' : ''}${engine.kind}` : ''}`],
+    ['code version', r.code_version],
+    [
+      'rollouts',
+      `${cell(record.rollouts_completed)} completed, ${cell(record.rollouts_failed)} failed, ${cell(record.rollouts_aborted)} aborted`,
+    ],
+  ];
+  const config =
+    r.config === null || r.config === undefined
+      ? note('no run config in this record')
+      : `<details><summary>config</summary><pre>${esc(JSON.stringify(r.config, null, 2))}</pre></details>`;
+  return `<section id="run" data-section="run" data-empty="false">${banner}<dl class="facts">${facts
+    .map(([k, v]) => `<dt>${esc(k)}</dt><dd>${cell(v)}</dd>`)
+    .join('')}</dl>${config}</section>`;
+}
+
+function qualitySection(record: RunRecord): string {
+  const ids = Object.keys(record.quality).sort(byNumber);
+  if (!ids.length) return '';
+  const keys = [...new Set(ids.flatMap((id) => Object.keys(record.quality[id]!)))]
+    .filter((k) => k.startsWith('pass@'))
+    .sort((a, b) => Number(a.slice(5)) - Number(b.slice(5)));
+  const value = (id: string, k: string) =>
+    (record.quality[id] as unknown as Record<string, number | null>)[k] ?? null;
+  const ci = (id: string, k: string) => record.quality[id]!.ci?.[k] ?? null;
+  const intervals = (k: string) =>
+    ids.flatMap((id): Array<[number, number, number]> => {
+      const c = ci(id, k);
+      return c ? [[Number(id), c[0], c[1]]] : [];
+    });
+  const reward = lineChart({
+    title: 'mean reward per step (95% bootstrap interval)',
+    xLabel: 'step',
+    yLabel: 'mean reward',
+    yMax: 1,
+    integerX: true,
+    series: [
+      {
+        name: 'mean reward',
+        color: PALETTE[0]!,
+        points: ids.map((id) => [Number(id), value(id, 'reward_mean')]),
+        band: intervals('reward_mean'),
+      },
+    ],
+  });
+  const pass = keys.length
+    ? lineChart({
+        title: 'pass@k per step (95% bootstrap intervals)',
+        xLabel: 'step',
+        yLabel: 'pass@k',
+        yMax: 1,
+        integerX: true,
+        series: keys.map((k, i) => ({
+          name: k,
+          color: PALETTE[(i + 1) % PALETTE.length]!,
+          dash: i === 0 ? '6 3' : undefined,
+          points: ids.map((id): [number, number | null] => [Number(id), value(id, k)]),
+          errorBars: intervals(k),
+        })),
+      })
+    : '';
+  const anyCi = ids.some((id) => Object.values(record.quality[id]!.ci ?? {}).some((c) => c !== null));
+  const scored = ids.map((id) => record.quality[id]!.scored).filter((n) => n !== undefined);
+  return (
     figure(
+      reward,
+      anyCi
+        ? `Shaded: the 95% interval of a seeded bootstrap over problems${scored.length ? ` (${scored.join(', ')} scored rollouts per step)` : ''}; a change inside it is noise.`
+        : "No intervals: the source reports only each step's means.",
+    ) +
+    (pass
+      ? figure(
+          pass,
+          'Unbiased pass@k over problems, bars: 95% bootstrap intervals. With 0/1 rewards pass@1 equals the mean reward, so it is drawn on its own chart (dashed).',
+        )
+      : '') +
+    table(
+      ['step', 'mean reward', 'interval', ...keys.flatMap((k) => [k, `${k} interval`])],
+      ids.map((id) => {
+        const fmt = (c: [number, number] | null) =>
+          c ? `${Number(c[0].toFixed(3))} – ${Number(c[1].toFixed(3))}` : null;
+        return [
+          id,
+          value(id, 'reward_mean'),
+          fmt(ci(id, 'reward_mean')),
+          ...keys.flatMap((k) => [value(id, k), fmt(ci(id, k))]),
+        ];
+      }),
+    )
+  );
+}
+
+function histogramSection(record: RunRecord): string {
+  const h = record.reward_histogram;
+  if (!h) return '';
+  const labels = h.bins.map((b) => `${Number(b.lo.toFixed(2))}–${Number(b.hi.toFixed(2))}`);
+  return figure(
+    stackedBarChart({
+      title: 'reward distribution',
+      xLabel: 'reward',
+      yLabel: 'rollouts',
+      categories: labels,
+      stacks: [{ name: 'scored rollouts', values: h.bins.map((b) => b.count) }],
+    }),
+    `${h.scored} scored rollouts; failed and aborted rollouts have no reward and are not counted here.`,
+  );
+}
+
+function tasksSection(record: RunRecord): string {
+  const rows = record.tasks;
+  if (!rows?.length) return '';
+  const ks = [...new Set(rows.flatMap((r) => Object.keys(r.pass_at_k)))].sort(
+    (a, b) => Number(a.slice(5)) - Number(b.slice(5)),
+  );
+  return table(
+    ['task', 'attempts', 'scored', 'solved', 'failed', 'aborted', 'mean reward', ...ks],
+    rows.map((r) => [
+      r.task,
+      r.attempts,
+      r.scored,
+      r.solved,
+      r.failed,
+      r.aborted,
+      r.mean_reward,
+      ...ks.map((k) => r.pass_at_k[k] ?? null),
+    ]),
+  );
+}
+
+function failuresSection(record: RunRecord): string {
+  if (record.failures_by_cause === null) return '';
+  const failures = Object.keys(record.failures_by_cause).length
+    ? countsTable(
+        'Failed and aborted rollouts by cause (no reward: never counted as 0)',
+        record.failures_by_cause,
+      )
+    : '<p>No rollout failed or was aborted.</p>';
+  const hacks =
+    record.hacks_by_kind && Object.keys(record.hacks_by_kind).length
+      ? countsTable('Detected hacks by kind', record.hacks_by_kind)
+      : '<p>No hack detected.</p>';
+  return failures + hacks + countsTable('Grade outcomes', record.grade_outcomes);
+}
+
+function stalenessSection(record: RunRecord): string {
+  const s = record.staleness;
+  if (!s) return '';
+  return (
+    table(
+      ['versions behind the newest of the step', 'rollouts'],
+      Object.entries(s.lag).sort(([a], [b]) => byNumber(a, b)),
+    ) +
+    `<p>${s.rollouts_with_versions} rollouts carry weight versions; ${s.mixed_versions} spanned more than one; most behind: ${s.max_lag}.</p>`
+  );
+}
+
+function phasesSection(record: RunRecord): string {
+  const p = record.phases;
+  if (!p) return '';
+  const ids = Object.keys(p.per_step).sort(byNumber);
+  const names: Record<string, string> = {
+    claim: 'claim',
+    setup: 'setup',
+    model: 'agent turns (model)',
+    exec: 'exec (commands)',
+    agent_other: 'agent (harness)',
+    eval: 'grading',
+  };
+  const chart = stackedBarChart({
+    title: 'mean time per rollout by phase (s)',
+    xLabel: 'step',
+    yLabel: 'seconds',
+    categories: ids,
+    stacks: STACKED_PHASES.map((ph) => ({
+      name: names[ph]!,
+      values: ids.map((id) => (p.per_step[id]![ph] ?? 0) / 1000),
+    })),
+  });
+  const rows = Object.entries(p.summary).map(([ph, s]) => [
+    ph === 'eval' ? 'eval (grading)' : ph,
+    s.count,
+    ms(s.p50),
+    ms(s.p95),
+    ms(s.p99),
+    ms(s.max),
+  ]);
+  rows.push([
+    'exec, per command',
+    p.exec_call.count,
+    ms(p.exec_call.p50),
+    ms(p.exec_call.p95),
+    ms(p.exec_call.p99),
+    ms(p.exec_call.max),
+  ]);
+  const handoff = Object.entries(record.steps).filter(([, s]) => s.train_time_sec !== null);
+  return (
+    figure(
+      chart,
+      'Phases do not overlap: agent turns are the model calls, exec the sandbox commands, harness the rest of the agent loop.',
+    ) +
+    table(['phase', 'count', 'p50 (ms)', 'p95 (ms)', 'p99 (ms)', 'max (ms)'], rows) +
+    (handoff.length
+      ? `<p>Hand-off per step (s): ${handoff.map(([id, s]) => `step ${id}: ${s.train_time_sec}`).join(', ')} (the step-time chart's train bar).</p>`
+      : '')
+  );
+}
+
+function sandboxSection(record: RunRecord): string {
+  const s = record.sandbox;
+  if (!s) return '';
+  const row = (
+    name: string,
+    x: { count: number; p50: number | null; p99: number | null; max: number | null } | null,
+  ) => (x ? [name, x.count, ms(x.p50), ms(x.p99), ms(x.max)] : [name, 0, null, null, null]);
+  return (
+    `<p>${s.claims} claims: ${s.warm === null ? 'warm/cold not recorded' : `${s.warm} warm, ${s.cold} cold (created on demand)`}.</p>` +
+    table(
+      ['claims', 'count', 'p50 (ms)', 'p99 (ms)', 'max (ms)'],
+      [row('all', s.latency_ms.all), row('warm', s.latency_ms.warm), row('cold', s.latency_ms.cold)],
+    )
+  );
+}
+
+function saturationSection(record: RunRecord): string {
+  const sat = record.saturation;
+  if (!record.timeline.length) return '';
+  const figures = record.timeline.map((tl, i) => {
+    const at = (vs: Array<number | null>) =>
+      tl.t.map((t, j): [number | null, number | null] => [t, vs[j] ?? null]);
+    const markers = [
+      tl.peaks.running && tl.peaks.running.t !== null
+        ? {
+            x: tl.peaks.running.t,
+            y: tl.peaks.running.value,
+            label: `running peak ${tl.peaks.running.value}`,
+            color: PALETTE[0]!,
+          }
+        : null,
+      tl.peaks.queued && tl.peaks.queued.t !== null && tl.peaks.queued.value > 0
+        ? {
+            x: tl.peaks.queued.t,
+            y: tl.peaks.queued.value,
+            label: `queue peak ${tl.peaks.queued.value}`,
+            color: PALETTE[1]!,
+          }
+        : null,
+    ].filter((m) => m !== null);
+    const downsampled = tl.running.some((v, j) => v !== null && v !== tl.running_max[j]);
+    return figure(
       lineChart({
         title: `${tl.engine}: requests over time`,
         xLabel: tl.x === 'seconds' ? 'seconds from start' : 'reading',
         yLabel: 'requests',
+        markers,
         series: [
           {
             name: '#running-req',
             color: PALETTE[0]!,
-            points: tl.t.map((t, j) => [t, tl.running[j] ?? null]),
+            points: at(tl.running),
+            dots: false,
+            ...(downsampled ? { envelope: at(tl.running_max) } : {}),
           },
-          { name: '#queue-req', color: PALETTE[1]!, points: tl.t.map((t, j) => [t, tl.queued[j] ?? null]) },
+          {
+            name: '#queue-req',
+            color: PALETTE[1]!,
+            points: at(tl.queued),
+            dots: false,
+            ...(downsampled ? { envelope: at(tl.queued_max) } : {}),
+          },
         ],
       }),
-      `${tl.engine}: running peak ${cell(sat.running_req_peak_per_eng[i])}, median ${cell(sat.running_req_median_per_eng[i])}; queued peak ${cell(sat.queue_req_peak_per_eng[i])}, median ${cell(sat.queue_req_median_per_eng[i])}; KV peak ${cell(sat.kv_cache_frac_peak_per_eng[i])}`,
-    ),
-  );
-  sections.push(
-    `<section><h2>Engine saturation</h2>${
-      engineFigures.length ? engineFigures.join('') : '<p class="empty">No engine readings.</p>'
-    }${table(
-      ['engine', 'readings', 'running peak', 'running median', 'queued peak', 'queued median', 'KV peak'],
+      `${esc(tl.engine)}: ${sat.samples_per_eng[i]} readings${tl.interval_ms !== null ? `, one every ${Math.round(tl.interval_ms)} ms (median)` : ''}; running peak ${cell(sat.running_req_peak_per_eng[i])}, median ${cell(sat.running_req_median_per_eng[i])}; queued peak ${cell(sat.queue_req_peak_per_eng[i])}, median ${cell(sat.queue_req_median_per_eng[i])}; KV peak ${cell(sat.kv_cache_frac_peak_per_eng[i])}.${downsampled ? ' Thin lines: the most of each slice.' : ''}${tl.gaps ? ` ${tl.gaps} gap(s): no readings there.` : ''}`,
+    );
+  });
+  const tokens = record.tokens
+    ? `<p>Tokens: ${Math.round(record.tokens.per_second)} output tokens/s${record.tokens.output ? ` (${record.tokens.output} over ${Number(record.tokens.seconds.toFixed(1))} s)` : ''}, from ${esc(record.tokens.source)}.</p>`
+    : '';
+  return (
+    figures.join('') +
+    tokens +
+    table(
+      [
+        'engine',
+        'readings',
+        'interval (ms)',
+        'running peak',
+        'running median',
+        'queued peak',
+        'queued median',
+        'KV peak',
+      ],
       sat.engine_names.map((name, i) => [
         name,
         sat.samples_per_eng[i],
+        ms(sat.sample_interval_ms_per_eng[i]),
         sat.running_req_peak_per_eng[i],
         sat.running_req_median_per_eng[i],
         sat.queue_req_peak_per_eng[i],
         sat.queue_req_median_per_eng[i],
         sat.kv_cache_frac_peak_per_eng[i],
       ]),
-    )}${scrapeTable(record)}</section>`,
+    ) +
+    scrapeTable(record)
   );
+}
 
-  const stepIds = Object.keys(record.steps).sort((a, b) => Number(a) - Number(b));
-  const steps = stepIds.map((id) => record.steps[id]!);
-  sections.push(
-    `<section><h2>Step time</h2>${
-      stepIds.length
-        ? figure(
-            stackedBarChart({
-              title: 'step time breakdown (s)',
-              xLabel: 'step',
-              yLabel: 'seconds',
-              categories: stepIds,
-              stacks: [
-                { name: 'train wait (rollout)', values: steps.map((s) => s.train_wait_time_sec) },
-                { name: 'train', values: steps.map((s) => s.train_time_sec) },
-                { name: 'update weights', values: steps.map((s) => s.update_weights_time_sec) },
-              ],
-            }),
-            'step time = train wait + train; the weight update is shown on top',
-          ) +
-          table(
-            [
-              'step',
-              'step (s)',
-              'rollout (s)',
-              'train (s)',
-              'train wait (s)',
-              'update weights (s)',
-              'wait ratio',
-            ],
-            stepIds.map((id, i) => {
-              const s = steps[i]!;
-              return [
-                id,
-                s.step_time_sec,
-                s.rollout_time_sec,
-                s.train_time_sec,
-                s.train_wait_time_sec,
-                s.update_weights_time_sec,
-                s.wait_time_ratio,
-              ];
-            }),
-          )
-        : '<p class="empty">No perf lines.</p>'
-    }</section>`,
-  );
-
-  const qIds = Object.keys(record.quality).sort((a, b) => Number(a) - Number(b));
-  const keys = [...new Set(qIds.flatMap((id) => Object.keys(record.quality[id]!)))].sort((a, b) =>
-    a === 'reward_mean' ? -1 : b === 'reward_mean' ? 1 : Number(a.slice(5)) - Number(b.slice(5)),
-  );
-  sections.push(
-    `<section><h2>Reward and pass@k</h2>${
-      qIds.length
-        ? figure(
-            lineChart({
-              title: 'reward and pass@k per step',
-              xLabel: 'step',
-              yLabel: 'value',
-              yMax: 1,
-              integerX: true,
-              series: keys.map((key) => ({
-                name: key === 'reward_mean' ? 'mean reward' : key,
-                points: qIds.map((id): [number, number | null] => [
-                  Number(id),
-                  (record.quality[id] as Record<string, number | null>)[key] ?? null,
-                ]),
-              })),
-            }),
-            'pass@k: unbiased estimator over problems; mean reward over scored rollouts',
-          ) +
-          table(
-            ['step', ...keys],
-            qIds.map((id) => [
+function stepSection(record: RunRecord): string {
+  const ids = Object.keys(record.steps).sort(byNumber);
+  if (!ids.length) return '';
+  const steps = ids.map((id) => record.steps[id]!);
+  const notes = record.step_notes;
+  const noteList = (['rollout', 'train_wait', 'train', 'update_weights'] as const)
+    .filter((p) => notes[p])
+    .map((p) => `<li><strong>${p.replace('_', ' ')}</strong>: ${esc(notes[p]!)}</li>`)
+    .join('');
+  const chart = stackedBarChart({
+    title: 'step time: rollout (train wait), train, weight update (s)',
+    xLabel: 'step',
+    yLabel: 'seconds',
+    categories: ids,
+    notes: steps.map((s) => (s.resumed ? 'resumed: not timed here' : null)),
+    stacks: [
+      { name: 'train wait (rollout)', values: steps.map((s) => s.train_wait_time_sec) },
+      { name: 'train', values: steps.map((s) => s.train_time_sec) },
+      { name: 'update weights', values: steps.map((s) => s.update_weights_time_sec) },
+    ],
+  });
+  return (
+    figure(chart, 'step time = train wait + train; the weight update is drawn on top.') +
+    (noteList ? `<ul class="notes">${noteList}</ul>` : '') +
+    table(
+      ['step', 'step (s)', 'rollout (s)', 'train wait (s)', 'train (s)', 'update weights (s)', 'wait ratio'],
+      ids.map((id, i) => {
+        const s = steps[i]!;
+        return s.resumed
+          ? [id, 'resumed', null, null, null, null, null]
+          : [
               id,
-              ...keys.map((k) => (record.quality[id] as Record<string, number | null>)[k]),
-            ]),
-          )
-        : '<p class="empty">No reward data.</p>'
-    }</section>`,
+              s.step_time_sec,
+              s.rollout_time_sec,
+              s.train_wait_time_sec,
+              s.train_time_sec,
+              s.update_weights_time_sec,
+              s.wait_time_ratio,
+            ];
+      }),
+    )
   );
+}
 
-  const json = JSON.stringify(record, null, 2).replace(/</g, '\\u003c');
-  return `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${esc(title)}</title>
-<style>
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:820px;color:#111827}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #e5e7eb;padding-bottom:4px}
-.meta{color:#4b5563}figure{margin:12px 0}figcaption{color:#4b5563;font-size:12px}
-svg{max-width:100%;height:auto;font-size:11px;fill:#374151}svg .axis{font-size:12px}
-table{border-collapse:collapse;margin:8px 0;font-variant-numeric:tabular-nums}th,td{border:1px solid #e5e7eb;padding:3px 8px;text-align:right}
-th{background:#f9fafb}td:first-child,th:first-child{text-align:left}.empty{color:#9ca3af}
-details pre{background:#f9fafb;padding:8px;overflow:auto;font-size:12px}
-</style></head><body>
-<h1>${esc(title)}</h1>
-<p class="meta">mode ${cell(record.mode)} · ${record.engines} engine${record.engines === 1 ? '' : 's'} · rollouts ${cell(record.rollouts_completed)} completed, ${cell(record.rollouts_aborted)} aborted${record.rollouts_failed !== null ? `, ${record.rollouts_failed} failed` : ''}</p>
-${sections.join('\n')}
-<details><summary>Run record (JSON)</summary><pre>${esc(JSON.stringify(record, null, 2))}</pre></details>
-<script type="application/json" id="run-record">${json}</script>
-</body></html>
-`;
+function capacitySection(record: RunRecord): string {
+  const c = record.capacity;
+  if (!c?.points.length) return '';
+  const here = c.points.find((p) => p.engines === record.engines);
+  const chart = lineChart({
+    title: 'predicted step time by engine count',
+    xLabel: 'engines',
+    yLabel: 'step time (s)',
+    integerX: true,
+    markers: here
+      ? [
+          {
+            x: here.engines,
+            y: here.step_time_sec,
+            label: `this run's engines: ${Math.round(here.step_time_sec)} s`,
+          },
+        ]
+      : [],
+    series: [
+      {
+        name: `step time (${c.mode})`,
+        color: PALETTE[2]!,
+        points: c.points.map((p) => [p.engines, p.step_time_sec]),
+      },
+    ],
+  });
+  return (
+    figure(chart, `A discrete-event model of the step (${esc(c.source)}).`) +
+    table(
+      ['engines', 'step (s)', 'rollout (s)', 'queue peak'],
+      c.points.map((p) => [p.engines, p.step_time_sec, p.rollout_time_sec ?? null, p.queue_req_peak ?? null]),
+    )
+  );
 }
 
 function scrapeTable(record: RunRecord): string {
   const windows = record.saturation.scrape_window_per_eng;
   if (!windows) return '';
-  const ms = (v: number | null | undefined) =>
+  const toMs = (v: number | null | undefined) =>
     v === null || v === undefined ? null : Number((v * 1000).toPrecision(3));
   return table(
     [
@@ -384,18 +454,76 @@ function scrapeTable(record: RunRecord): string {
         Number(w.seconds.toFixed(1)),
         w.seconds > 0 ? Math.round(w.generationTokens / w.seconds) : null,
         w.prefixCacheHitRate === null ? null : Number(w.prefixCacheHitRate.toFixed(3)),
-        ms(w.ttft?.p50),
-        ms(w.ttft?.p99),
-        ms(w.itl?.p50),
-        ms(w.itl?.p99),
+        toMs(w.ttft?.p50),
+        toMs(w.ttft?.p99),
+        toMs(w.itl?.p50),
+        toMs(w.itl?.p99),
         w.preemptions,
       ];
     }),
   );
 }
 
-function figure(svgText: string, caption: string): string {
-  return `<figure>${svgText}<figcaption>${caption}</figcaption></figure>`;
+/** The report's sections in page order: id, heading, and the record key whose `absent` note explains an empty one. */
+export const REPORT_SECTIONS = [
+  ['quality', 'Reward and pass@k', 'quality'],
+  ['reward-histogram', 'Reward distribution', 'reward_histogram'],
+  ['tasks', 'Per-task results', 'tasks'],
+  ['failures', 'Failures, aborts and hacks', 'tasks'],
+  ['staleness', 'Staleness (weight versions)', 'staleness'],
+  ['phases', 'Per-phase timing', 'phases'],
+  ['sandbox', 'Sandbox claims', 'sandbox'],
+  ['saturation', 'Engine saturation', 'saturation'],
+  ['steps', 'Step time', 'steps'],
+  ['capacity', 'Capacity: engines vs step time', 'capacity'],
+  ['work-units', 'Work units', 'work_units'],
+] as const;
+
+/**
+ * A self-contained HTML page for a run (no scripts, no external resources): the run's header (a
+ * stand-in engine labelled as such), every section of the record with charts and tables, a note where
+ * a section has no data in this run, and the record as JSON.
+ */
+export function renderHtmlReport(record: RunRecord, options: { title?: string } = {}): string {
+  const title = options.title ?? `Run ${record.name}`;
+  const bodies: Record<(typeof REPORT_SECTIONS)[number][0], string> = {
+    quality: qualitySection(record),
+    'reward-histogram': histogramSection(record),
+    tasks: tasksSection(record),
+    failures: failuresSection(record),
+    staleness: stalenessSection(record),
+    phases: phasesSection(record),
+    sandbox: sandboxSection(record),
+    saturation: saturationSection(record),
+    steps: stepSection(record),
+    capacity: capacitySection(record),
+    'work-units': record.work_units ? table(['unit', 'count'], Object.entries(record.work_units)) : '',
+  };
+  const sections = REPORT_SECTIONS.map(([id, heading, key]) =>
+    section(id, heading, bodies[id], record.absent[key]),
+  );
+  const json = JSON.stringify(record, null, 2).replace(/</g, '\\u003c');
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${esc(title)}</title>
+<style>
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:820px;color:#111827}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #e5e7eb;padding-bottom:4px}h3{font-size:14px;margin:12px 0 4px}
+figure{margin:12px 0}figcaption{color:#4b5563;font-size:12px}
+svg{max-width:100%;height:auto;font-size:11px;fill:#374151}svg .axis{font-size:12px}
+table{border-collapse:collapse;margin:8px 0;font-variant-numeric:tabular-nums}th,td{border:1px solid #e5e7eb;padding:3px 8px;text-align:right}
+th{background:#f9fafb}td:first-child,th:first-child{text-align:left}.absent{color:#6b7280;font-style:italic}
+.standin{background:#fef3c7;border:1px solid #f59e0b;padding:8px 12px;border-radius:4px}
+dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 16px;margin:8px 0}dt{color:#4b5563}dd{margin:0}
+details pre{background:#f9fafb;padding:8px;overflow:auto;font-size:12px}
+</style></head><body>
+<h1>${esc(title)}</h1>
+${header(record)}
+${sections.join('\n')}
+<details><summary>Run record (JSON)</summary><pre>${esc(JSON.stringify(record, null, 2))}</pre></details>
+<script type="application/json" id="run-record">${json}</script>
+</body></html>
+`;
 }
 
 /** A plain-text summary with sparklines, for CLIs. */
@@ -428,7 +556,9 @@ export function renderTerminalReport(record: RunRecord, options: { width?: numbe
   const qIds = Object.keys(record.quality).sort((a, b) => Number(a) - Number(b));
   if (qIds.length) {
     const last = record.quality[qIds[qIds.length - 1]!]!;
-    const parts = Object.entries(last).map(([k, v]) => `${k}=${v === null ? '—' : Number(v.toFixed(4))}`);
+    const parts = Object.entries(last)
+      .filter(([k]) => k === 'reward_mean' || k.startsWith('pass@'))
+      .map(([k, v]) => `${k}=${typeof v === 'number' ? Number(v.toFixed(4)) : '—'}`);
     out.push(`quality (step ${qIds[qIds.length - 1]}): ${parts.join(' ')}`);
     out.push(
       `mean reward ${sparkline(

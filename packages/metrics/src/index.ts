@@ -1,4 +1,4 @@
-export { renderHtmlReport, renderTerminalReport } from './html.js';
+export { REPORT_SECTIONS, renderHtmlReport, renderTerminalReport } from './html.js';
 export {
   type BatchPassAtK,
   countCorrect,
@@ -35,10 +35,15 @@ export {
   scrapePrometheus,
 } from './prometheus.js';
 export {
+  type CapacityInput,
   type EngineInput,
+  type EngineKind,
+  type QualityRecord,
+  RUN_RECORD_SCHEMA,
   type RunRecord,
   type RunReportInput,
   runReport,
+  type StepPhase,
   type StepRecord,
 } from './report.js';
 export {
@@ -53,6 +58,19 @@ export {
   rolloutTiming,
 } from './rollout.js';
 export {
+  failuresByCause,
+  type PhaseTiming,
+  phaseTiming,
+  type RewardHistogram,
+  rewardHistogram,
+  type Staleness,
+  staleness,
+  type TaskRow,
+  taskTable,
+  type Workload,
+  workload,
+} from './run-sections.js';
+export {
   type EngineSaturation,
   engineSaturation,
   type PeakMedian,
@@ -65,5 +83,25 @@ export {
   parseSglangDecodeLog,
   SglangDecodeLogParser,
 } from './sglang-log.js';
-export { type PerfStep, parseSlimePerfLog, type SlimePerfLog } from './slime-perf.js';
+export { JSONL_SCHEMA, jsonlSink } from './sinks/jsonl.js';
+export {
+  fanOut,
+  finiteScalars,
+  type MetricSink,
+  type RolloutMetricRecord,
+  type RunMetadata,
+  rolloutRecordOf,
+  type StepMetricRecord,
+  stepRecordOf,
+} from './sinks/sink.js';
+export { eventProto, TFEVENTS_FILE_VERSION, tensorboardSink, tfRecord } from './sinks/tfevents.js';
+export {
+  type AgentLine,
+  agentResults,
+  type PerfStep,
+  parseSlimePerfLog,
+  type SlimePerfLog,
+} from './slime-perf.js';
 export { sparkline } from './sparkline.js';
+export { type VersionedRow, type WeightStaleness, weightStaleness } from './staleness.js';
+export { type EngineTimeline, engineTimeline } from './timeline.js';

@@ -114,6 +114,7 @@ describe('runReport', () => {
     });
     // The group expects 4 rollouts (one failed), so pass@4 is reported as unknown, not guessed.
     expect(record.quality['3']).toEqual({
+      ci: { reward_mean: null, 'pass@1': null, 'pass@2': null, 'pass@4': null },
       reward_mean: 1 / 3,
       'pass@1': expect.closeTo(1 / 3, 14),
       'pass@2': expect.closeTo(2 / 3, 14),
@@ -149,12 +150,14 @@ describe('reports people look at', () => {
     const r = await renderHtmlInChromium(html, { screenshotPath });
     expect(r.consoleErrors).toEqual([]);
     expect(r.requests).toEqual([]);
-    // Two engine charts, the step-time chart and the reward/pass@k chart.
-    expect(r.svgCount).toBe(4);
+    // Two engine charts, the step-time chart, the reward chart and the pass@k chart.
+    expect(r.svgCount).toBe(5);
     expect(r.emptySvgCount).toBe(0);
     for (const size of r.svgSizes) expect(size.width).toBeGreaterThan(300);
     expect(r.title).toBe('Run sync_2eng');
-    expect(r.text).toMatch(/eng1: running peak 160, median \d+; queued peak 39/);
+    expect(r.text).toMatch(
+      /eng1: 400 readings, one every 2000 ms \(median\); running peak 160, median \d+; queued peak 39/,
+    );
     expect(html).toMatch(/seconds from start/);
     expect(statSync(screenshotPath).size).toBeGreaterThan(10_000);
     expect(readFileSync(screenshotPath).subarray(1, 4).toString()).toBe('PNG');
@@ -162,7 +165,8 @@ describe('reports people look at', () => {
     // A report with missing sections still renders cleanly, and a broken page is caught.
     const empty = await renderHtmlInChromium(renderHtmlReport(runReport({})));
     expect(empty).toMatchObject({ consoleErrors: [], svgCount: 0 });
-    expect(empty.text).toMatch(/No engine readings/);
+    expect(empty.text).toMatch(/no engine readings/);
+    expect(empty.sections.filter((x) => x.id !== 'run').every((x) => x.empty)).toBe(true);
     const broken = await renderHtmlInChromium(
       '<svg></svg><img src="https://example.invalid/x.png"><script>undefinedFn()</script>',
     );

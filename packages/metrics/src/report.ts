@@ -1,7 +1,27 @@
+import type { RolloutResult } from '@vime/core';
+import { type Summary, summarize } from './percentile.js';
 import { type EngineWindow, engineWindow, type ScrapeSeries } from './prometheus.js';
-import type { RolloutMetrics } from './rollout.js';
-import { bucketMeans, type EngineSaturation, engineSaturation, type SaturationPoint } from './saturation.js';
+import { type RolloutMetrics, rolloutMetrics } from './rollout.js';
+import {
+  countMetadata,
+  failuresByCause,
+  type PhaseTiming,
+  phaseTiming,
+  type RewardHistogram,
+  rewardHistogram,
+  type Staleness,
+  staleness,
+  type TaskRow,
+  taskTable,
+  type Workload,
+  workload,
+} from './run-sections.js';
+import { type EngineSaturation, engineSaturation, type SaturationPoint } from './saturation.js';
 import type { PerfStep, SlimePerfLog } from './slime-perf.js';
+import { type EngineTimeline, engineTimeline } from './timeline.js';
+
+/** The record's format; bumped when a key changes meaning. */
+export const RUN_RECORD_SCHEMA = 'vime.run-record/2';
 
 export interface EngineInput {
   /** A name for the engine (e.g. `eng0` or its host). */
@@ -12,22 +32,79 @@ export interface EngineInput {
   scrapes?: ScrapeSeries['scrapes'];
 }
 
+/** Which engine served the run; a stand-in is labelled as such on the page and in the record. */
+export interface EngineKind {
+  kind: string;
+  standIn: boolean;
+  /** One line for the page, e.g. "stand-in engine: a scripted policy behind SGLang's wire, not a model". */
+  label?: string;
+}
+
+/** The engines-vs-step-time curve of a capacity plan (`vime plan --simulate --json`'s `simulation.curve`). */
+export interface CapacityInput {
+  mode: string;
+  source: string;
+  points: ReadonlyArray<{
+    engines: number;
+    step_time_sec: number;
+    queue_req_peak?: number;
+    rollout_time_sec?: number;
+  }>;
+}
+
 export interface RunReportInput {
   /** Run key, e.g. `async_3eng`. */
   name?: string;
   /** `sync` (rollout then train) or `async` (train overlaps rollout). */
   mode?: string;
+  /** Who, when and with what: the page's header. */
+  run?: {
+    id?: string;
+    /** Epoch milliseconds. */
+    startedAt?: number;
+    endedAt?: number;
+    config?: unknown;
+    codeVersion?: string;
+  };
+  engineKind?: EngineKind;
   engines?: ReadonlyArray<EngineInput>;
   /** slime perf lines (a parsed log, or its steps). */
   perf?: SlimePerfLog | ReadonlyArray<PerfStep>;
+  /** Steps whose timing was not measured in this process (a resumed run): drawn as "resumed", not 0 s. */
+  resumedSteps?: ReadonlyArray<number>;
+  /** Why a step-time phase is missing or what it stands for in this run, by phase. */
+  stepNotes?: Partial<Record<StepPhase, string>>;
   /** Rollout counts: metrics of the whole run, or plain counts. Default: the `[agent]` lines of `perf`. */
   rollouts?: RolloutMetrics | { completed: number; aborted: number; failed?: number };
-  /** Reward and pass@k per step, from `rolloutMetrics` of each step's rollouts. */
+  /** Every rollout of the run, by step: reward and pass@k with intervals, tasks, failures, timing. */
+  results?: ReadonlyArray<{ step: number; results: ReadonlyArray<RolloutResult> }>;
+  /** When a reward counts as solved (default `r === 1`, slime's). */
+  correct?: (reward: number) => boolean;
+  /** Reward and pass@k per step, from `rolloutMetrics` of each step's rollouts (wins over `results`). */
   quality?: ReadonlyArray<{ step: number; metrics: RolloutMetrics }>;
+  /** Milliseconds per sandbox command, when the results do not carry `metadata.execCallsMs`. */
+  execCallsMs?: ReadonlyArray<number>;
+  /** Sandbox claims (`warm: null` when the source does not say). */
+  claims?: ReadonlyArray<{ warm: boolean | null; latencyMs: number }>;
+  /** Tokens the engines produced over `seconds`. */
+  tokens?: { output: number; prompt?: number; seconds: number };
+  /** Work-unit counts, when the run tracked them. */
+  workUnits?: Record<string, number>;
+  capacity?: CapacityInput;
   /** Slices in the decile traces (default 10). */
   buckets?: number;
-  /** Points per engine in the charted timeline (default 120). */
+  /** Points per engine in the charted timeline (default 600). */
   timelinePoints?: number;
+}
+
+export type StepPhase = 'rollout' | 'train_wait' | 'train' | 'update_weights';
+
+export interface QualityRecord {
+  reward_mean: number | null;
+  [passAtK: `pass@${number}`]: number | null;
+  /** 95% bootstrap intervals (seeded), when the step's rollouts were given. */
+  ci?: Record<string, [number, number] | null>;
+  scored?: number;
 }
 
 /** slime's per-step timing, in the benchmark record's units (seconds). */
@@ -38,25 +115,41 @@ export interface StepRecord {
   train_wait_time_sec: number | null;
   update_weights_time_sec: number | null;
   wait_time_ratio: number | null;
+  /** Taken over from a killed run: not timed here. */
+  resumed?: boolean;
 }
 
 /**
  * One run as a benchmark record: the same keys as the coding-agent scaling benchmark (`mode`,
  * `engines`, `rollouts_completed`, `steps.{n}.*_sec`, per-engine peaks/medians and decile traces), plus
- * reward/pass@k per step and a downsampled timeline for charts.
+ * every section of the report. A section without data is `null` and `absent` says why.
  */
 export interface RunRecord {
+  schema: typeof RUN_RECORD_SCHEMA;
   name: string;
   mode: string | null;
+  run: {
+    id: string | null;
+    started_at: string | null;
+    ended_at: string | null;
+    duration_sec: number | null;
+    code_version: string | null;
+    config: unknown;
+  };
+  engine: { kind: string; stand_in: boolean; label: string } | null;
   engines: number;
   rollouts_completed: number | null;
   rollouts_aborted: number | null;
   rollouts_failed: number | null;
   steps: Record<string, StepRecord>;
+  /** What a step-time phase stands for in this run, or why it is missing. */
+  step_notes: Partial<Record<StepPhase, string>>;
   saturation: {
     n_engines: number;
     engine_names: string[];
     samples_per_eng: number[];
+    /** Median milliseconds between readings, per engine. */
+    sample_interval_ms_per_eng: Array<number | null>;
     running_req_peak_per_eng: Array<number | null>;
     running_req_median_per_eng: Array<number | null>;
     queue_req_peak_per_eng: Array<number | null>;
@@ -66,15 +159,33 @@ export interface RunRecord {
     scrape_window_per_eng?: Array<EngineWindow | null>;
     [deciles: `eng${number}_${'running_req' | 'queue_req' | 'kv_cache_frac'}_deciles`]: Array<number | null>;
   };
-  quality: Record<string, { reward_mean: number | null; [passAtK: `pass@${number}`]: number | null }>;
-  timeline: Array<{
-    engine: string;
-    /** What `t` counts: seconds from the run's first reading, or the reading's index (logs without time). */
-    x: 'seconds' | 'index';
-    t: Array<number | null>;
-    running: Array<number | null>;
-    queued: Array<number | null>;
-  }>;
+  quality: Record<string, QualityRecord>;
+  reward_histogram: RewardHistogram | null;
+  tasks: TaskRow[] | null;
+  failures_by_cause: Record<string, number> | null;
+  hacks_by_kind: Record<string, number> | null;
+  grade_outcomes: Record<string, number> | null;
+  staleness: Staleness | null;
+  work_units: Record<string, number> | null;
+  phases: PhaseTiming | null;
+  sandbox: {
+    claims: number;
+    warm: number | null;
+    cold: number | null;
+    latency_ms: { all: Summary; warm: Summary | null; cold: Summary | null };
+  } | null;
+  tokens: {
+    output: number;
+    prompt: number | null;
+    seconds: number;
+    per_second: number;
+    source: string;
+  } | null;
+  workload: Workload | null;
+  capacity: CapacityInput | null;
+  timeline: EngineTimeline[];
+  /** Why a section is empty, by record key. */
+  absent: Record<string, string>;
 }
 
 const round = (v: number | null, digits = 2) =>
@@ -92,8 +203,8 @@ function stepRecord(s: PerfStep): StepRecord {
   };
 }
 
-function qualityFromPerf(s: PerfStep): RunRecord['quality'][string] | null {
-  const q: RunRecord['quality'][string] = { reward_mean: null };
+function qualityFromPerf(s: PerfStep): QualityRecord | null {
+  const q: QualityRecord = { reward_mean: null };
   let found = false;
   const reward = s.metrics['rollout/raw_reward'] ?? s.metrics['rollout/rewards'];
   if (typeof reward === 'number') {
@@ -117,6 +228,63 @@ function isRolloutMetrics(x: RunReportInput['rollouts']): x is RolloutMetrics {
   return typeof x === 'object' && x !== null && 'passAtK' in x;
 }
 
+const iso = (ms: number | undefined) => (ms === undefined ? null : new Date(ms).toISOString());
+
+function qualityFromResults(
+  results: ReadonlyArray<RolloutResult>,
+  correct: (r: number) => boolean,
+): QualityRecord {
+  const m = rolloutMetrics(results, { correct, bootstrap: { seed: 0 } });
+  const q: QualityRecord = { reward_mean: m.reward.mean, ci: {}, scored: m.reward.scored };
+  // Mean reward's interval: the bootstrap over problems of each problem's mean reward.
+  q.ci!.reward_mean = m.meanAtK.find((e) => e.k === 1)?.ci ?? null;
+  for (const e of m.passAtK) {
+    q[`pass@${e.k}`] = e.value;
+    q.ci![`pass@${e.k}`] = e.ci;
+  }
+  return q;
+}
+
+function tokensOf(
+  input: RunReportInput,
+  windows: Array<EngineWindow | null> | undefined,
+): RunRecord['tokens'] {
+  if (input.tokens && input.tokens.seconds > 0) {
+    const { output, prompt, seconds } = input.tokens;
+    return { output, prompt: prompt ?? null, seconds, per_second: output / seconds, source: 'run' };
+  }
+  const w = (windows ?? []).filter((x): x is EngineWindow => x !== null && x.seconds > 0);
+  if (w.length) {
+    const output = w.reduce((s, x) => s + x.generationTokens, 0);
+    const seconds = Math.max(...w.map((x) => x.seconds));
+    return {
+      output,
+      prompt: w.reduce((s, x) => s + x.promptTokens, 0),
+      seconds,
+      per_second: output / seconds,
+      source: 'engine /metrics',
+    };
+  }
+  // Decode-batch logs: SGLang's own "gen throughput" over the readings that decoded.
+  const rates = (input.engines ?? []).map((e) => {
+    const r = e.points
+      .filter((p) => p.running > 0 && typeof p.genThroughput === 'number')
+      .map((p) => p.genThroughput!);
+    return r.length ? r.reduce((a, b) => a + b, 0) / r.length : null;
+  });
+  if (rates.some((r) => r !== null)) {
+    const perSecond = rates.reduce<number>((s, r) => s + (r ?? 0), 0);
+    return {
+      output: 0,
+      prompt: null,
+      seconds: 0,
+      per_second: perSecond,
+      source: 'engine log gen throughput (mean while decoding, summed over engines)',
+    };
+  }
+  return null;
+}
+
 /** Assemble a run's perf, rollout and engine data into one `RunRecord`. */
 export function runReport(input: RunReportInput): RunRecord {
   const perfSteps: ReadonlyArray<PerfStep> = input.perf
@@ -127,15 +295,24 @@ export function runReport(input: RunReportInput): RunRecord {
   const engines = input.engines ?? [];
   const buckets = input.buckets ?? 10;
   const sats: EngineSaturation[] = engines.map((e) => engineSaturation(e.points, { buckets }));
+  const byStep = input.results ?? [];
+  const allResults = byStep.flatMap((s) => s.results);
+  const correct = input.correct ?? ((r: number) => r === 1);
+  const absent: Record<string, string> = {};
 
   let completed: number | null = null;
   let aborted: number | null = null;
   let failed: number | null = null;
-  if (isRolloutMetrics(input.rollouts)) {
-    completed = input.rollouts.rollouts.completed + input.rollouts.rollouts.truncated;
-    aborted = input.rollouts.rollouts.aborted;
-    failed = input.rollouts.rollouts.failed;
-  } else if (input.rollouts) {
+  const counts = isRolloutMetrics(input.rollouts)
+    ? input.rollouts.rollouts
+    : allResults.length
+      ? rolloutMetrics(allResults, { correct, bootstrap: false }).rollouts
+      : null;
+  if (counts) {
+    completed = counts.completed + counts.truncated;
+    aborted = counts.aborted;
+    failed = counts.failed;
+  } else if (input.rollouts && !isRolloutMetrics(input.rollouts)) {
     completed = input.rollouts.completed;
     aborted = input.rollouts.aborted;
     failed = input.rollouts.failed ?? null;
@@ -147,10 +324,14 @@ export function runReport(input: RunReportInput): RunRecord {
     }
   }
 
+  const starts = sats.map((s) => s.start).filter((t): t is number => t !== null);
+  const t0 = starts.length ? Math.min(...starts) : null;
+  const timeline = engines.map((e) => engineTimeline(e.name, e.points, t0, input.timelinePoints ?? 600));
   const saturation: RunRecord['saturation'] = {
     n_engines: engines.length,
     engine_names: engines.map((e) => e.name),
     samples_per_eng: sats.map((s) => s.points),
+    sample_interval_ms_per_eng: timeline.map((t) => t.interval_ms),
     running_req_peak_per_eng: sats.map((s) => s.running.peak),
     running_req_median_per_eng: sats.map((s) => s.running.median),
     queue_req_peak_per_eng: sats.map((s) => s.queued.peak),
@@ -167,43 +348,134 @@ export function runReport(input: RunReportInput): RunRecord {
     saturation[`eng${i}_queue_req_deciles`] = s.deciles.queued.map((v) => round(v));
     saturation[`eng${i}_kv_cache_frac_deciles`] = s.deciles.kvUsage.map((v) => round(v));
   });
+  if (engines.length === 0)
+    absent.saturation = 'no engine readings (no engine log, scrape or stand-in sampler)';
 
+  const resumed = new Set(input.resumedSteps ?? []);
   const steps: Record<string, StepRecord> = {};
   const quality: RunRecord['quality'] = {};
   for (const s of perfSteps) {
-    steps[String(s.rolloutId)] = stepRecord(s);
+    steps[String(s.rolloutId)] = resumed.has(s.rolloutId)
+      ? { ...stepRecord({ rolloutId: s.rolloutId, metrics: {} }), resumed: true }
+      : stepRecord(s);
     const q = qualityFromPerf(s);
     if (q) quality[String(s.rolloutId)] = q;
   }
+  // The trainer's own per-step numbers (over every rollout) win over a sample of logged rollouts.
+  for (const { step, results } of byStep) {
+    if (!quality[String(step)] && results.some((r) => r.status === 'completed' || r.status === 'truncated'))
+      quality[String(step)] = qualityFromResults(results, correct);
+  }
   for (const { step, metrics } of input.quality ?? []) {
-    const q: RunRecord['quality'][string] = { reward_mean: metrics.reward.mean };
-    for (const e of metrics.passAtK) q[`pass@${e.k}`] = e.value;
+    const q: QualityRecord = {
+      reward_mean: metrics.reward.mean,
+      ci: { reward_mean: metrics.meanAtK.find((e) => e.k === 1)?.ci ?? null },
+    };
+    for (const e of metrics.passAtK) {
+      q[`pass@${e.k}`] = e.value;
+      q.ci![`pass@${e.k}`] = e.ci;
+    }
     quality[String(step)] = q;
   }
+  if (Object.keys(quality).length === 0)
+    absent.quality = 'no rewards: neither rollout results nor perf/metrics lines';
+  const stepNotes: RunRecord['step_notes'] = { ...input.stepNotes };
+  const stepList = Object.values(steps);
+  const fields: Array<[StepPhase, keyof StepRecord]> = [
+    ['rollout', 'rollout_time_sec'],
+    ['train_wait', 'train_wait_time_sec'],
+    ['train', 'train_time_sec'],
+    ['update_weights', 'update_weights_time_sec'],
+  ];
+  for (const [phase, key] of fields) {
+    if (stepList.length && stepList.every((st) => st[key] === null) && !stepNotes[phase])
+      stepNotes[phase] = 'not in this run: no step reported it';
+  }
+  if (stepList.length === 0) absent.steps = 'no step timing (no perf lines)';
 
-  const starts = sats.map((s) => s.start).filter((t): t is number => t !== null);
-  const t0 = starts.length ? Math.min(...starts) : null;
-  const timeline = engines.map((e) => {
-    const means = bucketMeans(e.points, Math.min(input.timelinePoints ?? 120, Math.max(1, e.points.length)));
-    return {
-      engine: e.name,
-      x: t0 === null ? ('index' as const) : ('seconds' as const),
-      t: means.t.map((t, i) => (t === null ? (t0 === null ? i : null) : round((t - t0!) / 1000, 3))),
-      running: means.running.map((v) => round(v)),
-      queued: means.queued.map((v) => round(v)),
+  const tasks = allResults.length ? taskTable(allResults, correct) : null;
+  const hist = rewardHistogram(allResults);
+  if (!hist)
+    absent.reward_histogram = allResults.length
+      ? 'no scored rollout'
+      : "no per-rollout rewards in this run's inputs";
+  if (!tasks) absent.tasks = "no per-rollout results in this run's inputs";
+  const stale = staleness(byStep);
+  if (!stale)
+    absent.staleness =
+      'not in this run: no training row carries weight versions (no weight update happened, or the engine does not report them)';
+  if (!input.workUnits) absent.work_units = 'not in this run: work units are not tracked by this run';
+  const phases = phaseTiming(byStep, input.execCallsMs);
+  if (!phases) absent.phases = "no per-rollout phase timing in this run's inputs";
+  let sandbox: RunRecord['sandbox'] = null;
+  if (input.claims?.length) {
+    const warm = input.claims.filter((c) => c.warm === true);
+    const cold = input.claims.filter((c) => c.warm === false);
+    const known = warm.length + cold.length > 0;
+    sandbox = {
+      claims: input.claims.length,
+      warm: known ? warm.length : null,
+      cold: known ? cold.length : null,
+      latency_ms: {
+        all: summarize(input.claims.map((c) => c.latencyMs)),
+        warm: warm.length ? summarize(warm.map((c) => c.latencyMs)) : null,
+        cold: cold.length ? summarize(cold.map((c) => c.latencyMs)) : null,
+      },
     };
-  });
+  } else absent.sandbox = 'no sandbox claims recorded';
+  const tokens = tokensOf(input, saturation.scrape_window_per_eng);
+  if (!tokens) absent.tokens = 'no token counts (no run counter, scrape or engine log)';
+  if (!input.capacity)
+    absent.capacity = 'no capacity plan given (vime plan --simulate --from report.json --json)';
+  const failures = allResults.length ? failuresByCause(allResults) : null;
+  const run = input.run ?? {};
+  const duration =
+    run.startedAt !== undefined && run.endedAt !== undefined ? (run.endedAt - run.startedAt) / 1000 : null;
 
   return {
+    schema: RUN_RECORD_SCHEMA,
     name: input.name ?? `${input.mode ?? 'run'}_${engines.length}eng`,
     mode: input.mode ?? null,
+    run: {
+      id: run.id ?? null,
+      started_at: iso(run.startedAt),
+      ended_at: iso(run.endedAt),
+      duration_sec: duration === null ? null : round(duration, 1),
+      code_version: run.codeVersion ?? null,
+      config: run.config ?? null,
+    },
+    engine: input.engineKind
+      ? {
+          kind: input.engineKind.kind,
+          stand_in: input.engineKind.standIn,
+          label:
+            input.engineKind.label ??
+            (input.engineKind.standIn
+              ? `stand-in engine (${input.engineKind.kind}), not a model`
+              : input.engineKind.kind),
+        }
+      : null,
     engines: engines.length,
     rollouts_completed: completed,
     rollouts_aborted: aborted,
     rollouts_failed: failed,
     steps,
+    step_notes: stepNotes,
     saturation,
     quality,
+    reward_histogram: hist,
+    tasks,
+    failures_by_cause: failures,
+    hacks_by_kind: allResults.length ? countMetadata(allResults, 'hacks') : null,
+    grade_outcomes: allResults.length ? countMetadata(allResults, 'grade_outcome') : null,
+    staleness: stale,
+    work_units: input.workUnits ?? null,
+    phases,
+    sandbox,
+    tokens,
+    workload: byStep.length ? workload(byStep, input.tokens?.output ?? null) : null,
+    capacity: input.capacity ?? null,
     timeline,
+    absent,
   };
 }

@@ -8,6 +8,8 @@ export interface SaturationPoint {
   queued: number;
   /** KV-cache usage, 0..1. */
   kvUsage: number;
+  /** Decode tokens/s the engine reported with the reading (SGLang's "gen throughput"), when it did. */
+  genThroughput?: number;
 }
 
 export interface PeakMedian {

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parsePythonLiteral } from './python-literal.js';
-import { parseSlimePerfLog } from './slime-perf.js';
+import { agentResults, parseSlimePerfLog } from './slime-perf.js';
 
 // `ray job logs` output of a slime run: Ray actor prefixes, slime's logger format, both perf lines per
 // step, the coding-agent example's [agent]/[metrics] lines, and unrelated noise.
@@ -53,6 +53,35 @@ describe('parseSlimePerfLog', () => {
       'sandbox_claim_sec/p50': 2.1,
     });
     expect(r.rollouts).toEqual({ completed: 2, aborted: 1 });
+  });
+
+  it('turns [agent] lines into results by step: phases in ms, an abort without a reward, bad rewards ignored', () => {
+    const log = parseSlimePerfLog(
+      [
+        "perf 3: {'perf/rollout_time': 10.0}",
+        '[agent] t1: reward=1.00 exit=Submitted turns=7 claim=0.50s agent=20.00s eval=4.00s exec=3.00s(n=5)',
+        '[agent] t2 aborted: engine_error: connection reset',
+        '[agent] t3: reward=1e999 turns=2',
+        '[agent] t4: reward=1.2.3 turns=2',
+        '[agent] t5: reward=nan turns=2',
+      ].join('\n'),
+    );
+    expect(log.rollouts).toEqual({ completed: 1, aborted: 1 });
+    expect(log.ignored).toBe(3);
+    const [step] = agentResults(log);
+    expect(step!.step).toBe(3);
+    expect(step!.results[0]).toMatchObject({
+      taskId: 't1',
+      status: 'completed',
+      reward: 1,
+      turns: 7,
+      timings: { claim: 500, agent: 20_000, eval: 4000, exec: 3000 },
+    });
+    expect(step!.results[1]).toMatchObject({
+      status: 'aborted',
+      error: { code: 'engine_error: connection reset' },
+    });
+    expect('reward' in step!.results[1]!).toBe(false);
   });
 
   it('counts cut-off and garbled perf lines as malformed and everything else as ignored', () => {

@@ -1,3 +1,4 @@
+import type { RolloutResult } from '@vime/core';
 import { type PyValue, parsePythonLiteral } from './python-literal.js';
 
 /** One training step as slime's `perf {rollout_id}: {...}` lines report it (seconds). */
@@ -33,6 +34,55 @@ export interface SlimePerfLog {
   malformedLines: number[];
   /** Rollouts seen in `[agent] <task>: reward=…` / `[agent] <task> aborted: …` lines. */
   rollouts: { completed: number; aborted: number };
+  /** Each `[agent]` line, in log order. */
+  agentLines: AgentLine[];
+}
+
+/**
+ * One rollout as the example's rollout hook logs it: `[agent] <task>: reward=R exit=E turns=N … claim=Xs
+ * agent=Ys eval=Zs exec=Ws(n=K)` or `[agent] <task> aborted: <cause>`. `step` is the rollout id of the
+ * last `perf N:` or `[metrics] step=N` line before it, else 0.
+ */
+export interface AgentLine {
+  task: string;
+  step: number;
+  status: 'completed' | 'aborted';
+  reward?: number;
+  cause?: string;
+  exit?: string;
+  turns?: number;
+  /** Seconds per phase (`claim`, `agent`, `eval`, `exec`) and the command count (`exec_calls`). */
+  timings: Record<string, number>;
+}
+
+const AGENT_DONE = /\[agent\] (\S+): reward=(-?[\d.]+(?:e-?\d+)?)(.*)$/;
+const AGENT_ABORT = /\[agent\] (\S+) aborted: (.*)$/;
+
+function agentLine(line: string, step: number): AgentLine | undefined {
+  const done = AGENT_DONE.exec(line);
+  // A reward that is not a finite number (`1e999`, `1.2.3`) is not a rollout line: counted as ignored.
+  if (done && !Number.isFinite(Number(done[2]))) return undefined;
+  if (done) {
+    const out: AgentLine = {
+      task: done[1]!,
+      step,
+      status: 'completed',
+      reward: Number(done[2]),
+      timings: {},
+    };
+    for (const [, key, value, unit, calls] of done[3]!.matchAll(
+      /(\w+)=([^\s(]+?)(s?)(?:\(n=(\d+)\))?(?=\s|$)/g,
+    )) {
+      if (key === 'exit') out.exit = value!;
+      else if (key === 'turns' && Number.isFinite(Number(value))) out.turns = Number(value);
+      else if (unit === 's' && Number.isFinite(Number(value))) out.timings[key!] = Number(value);
+      if (calls !== undefined) out.timings[`${key}_calls`] = Number(calls);
+    }
+    return out;
+  }
+  const aborted = AGENT_ABORT.exec(line);
+  if (aborted) return { task: aborted[1]!, step, status: 'aborted', cause: aborted[2]!.trim(), timings: {} };
+  return undefined;
 }
 
 const PERF = /(?:^|[\s\]])perf (\d+): (\{.*?)\s*$/;
@@ -63,6 +113,7 @@ export function parseSlimePerfLog(input: string | Iterable<string>): SlimePerfLo
     malformed: 0,
     malformedLines: [],
     rollouts: { completed: 0, aborted: 0 },
+    agentLines: [],
   };
   const step = (id: number) => {
     let s = steps.get(id);
@@ -73,6 +124,7 @@ export function parseSlimePerfLog(input: string | Iterable<string>): SlimePerfLo
     return s;
   };
   let last = '';
+  let currentStep = 0;
   for (const raw of lines) {
     out.lines++;
     const line = raw.endsWith('\r') ? raw.slice(0, -1) : raw;
@@ -93,6 +145,7 @@ export function parseSlimePerfLog(input: string | Iterable<string>): SlimePerfLo
           continue;
         }
         const s = step(Number(m[1]));
+        currentStep = s.rolloutId;
         Object.assign(s.metrics, dict);
         for (const [field, key] of KNOWN) {
           const v = dict[key];
@@ -107,6 +160,7 @@ export function parseSlimePerfLog(input: string | Iterable<string>): SlimePerfLo
       const m = METRICS.exec(line);
       if (m) {
         const s = step(Number(m[1]));
+        currentStep = s.rolloutId;
         s.agent ??= {};
         for (const pair of m[2]!.trim().split(/\s+/)) {
           const eq = pair.indexOf('=');
@@ -116,14 +170,11 @@ export function parseSlimePerfLog(input: string | Iterable<string>): SlimePerfLo
         continue;
       }
     }
-    const agentAt = line.indexOf('[agent] ');
-    if (agentAt !== -1) {
-      if (/: reward=[-\d.]/.test(line)) {
-        out.rollouts.completed++;
-        continue;
-      }
-      if (/ aborted: /.test(line)) {
-        out.rollouts.aborted++;
+    if (line.includes('[agent] ')) {
+      const a = agentLine(line, currentStep);
+      if (a) {
+        out.agentLines.push(a);
+        out.rollouts[a.status]++;
         continue;
       }
     }
@@ -136,4 +187,44 @@ export function parseSlimePerfLog(input: string | Iterable<string>): SlimePerfLo
   }
   out.steps = [...steps.values()].sort((a, b) => a.rolloutId - b.rolloutId);
   return out;
+}
+
+const PHASE_OF: Record<string, 'claim' | 'agent' | 'eval' | 'exec'> = {
+  claim: 'claim',
+  agent: 'agent',
+  eval: 'eval',
+  exec: 'exec',
+};
+
+/**
+ * The `[agent]` lines as rollout results, by step, for the report's per-rollout sections (reward
+ * histogram, tasks, failures, phase timing). They carry no training rows; an aborted line has no reward.
+ */
+export function agentResults(
+  log: Pick<SlimePerfLog, 'agentLines'>,
+): Array<{ step: number; results: RolloutResult[] }> {
+  const bySteps = new Map<number, RolloutResult[]>();
+  log.agentLines.forEach((a, i) => {
+    const timings: RolloutResult['timings'] = {};
+    for (const [key, sec] of Object.entries(a.timings)) {
+      const phase = PHASE_OF[key];
+      if (phase) timings[phase] = sec * 1000;
+    }
+    const base = {
+      taskId: a.task,
+      groupIndex: 0,
+      sampleIndex: 0,
+      rolloutId: i,
+      samples: [],
+      turns: a.turns ?? 0,
+      timings,
+      metadata: a.exit === undefined ? {} : { exit: a.exit },
+    };
+    const result: RolloutResult =
+      a.status === 'completed'
+        ? { ...base, status: 'completed', reward: a.reward! }
+        : { ...base, status: 'aborted', error: { code: a.cause ?? 'aborted', message: a.cause ?? '' } };
+    bySteps.set(a.step, [...(bySteps.get(a.step) ?? []), result]);
+  });
+  return [...bySteps.entries()].sort(([a], [b]) => a - b).map(([step, results]) => ({ step, results }));
 }

@@ -39,6 +39,31 @@ const INSPECT_PAGE = `(() => {
     }),
     title: document.title,
     text: document.body.innerText,
+    sections: [...document.querySelectorAll('section[data-section]')].map((el) => ({
+      id: el.dataset.section,
+      title: el.querySelector('h2')?.textContent ?? '',
+      empty: el.dataset.empty === 'true',
+      textLength: el.innerText.trim().length,
+      charts: el.querySelectorAll('svg').length,
+      tables: el.querySelectorAll('table').length,
+    })),
+    series: [...document.querySelectorAll('svg path.series')].map((el) => {
+      const d = el.getAttribute('d') ?? '';
+      const box = el.getBBox();
+      return {
+        chart: el.closest('svg')?.getAttribute('aria-label') ?? '',
+        name: el.dataset.series ?? '',
+        segments: (d.match(/M/g) ?? []).length,
+        points: (d.match(/[ML]/g) ?? []).length,
+        width: box.width,
+      };
+    }),
+    intervalsDrawn: [...document.querySelectorAll('svg .ci')].filter((el) => {
+      const box = el.getBBox();
+      return box.width > 0 || box.height > 0;
+    }).length,
+    markers: [...document.querySelectorAll('svg g.marker text')].map((el) => el.textContent ?? ''),
+    standInLabel: document.querySelector('[data-stand-in="true"]')?.textContent ?? null,
   };
 })()`;
 
@@ -67,6 +92,23 @@ export interface RenderResult {
   title: string;
   /** Visible text of the page. */
   text: string;
+  /** The report's `<section data-section>` elements: empty ones show only a "not in this run" note. */
+  sections: Array<{
+    id: string;
+    title: string;
+    empty: boolean;
+    textLength: number;
+    charts: number;
+    tables: number;
+  }>;
+  /** Every drawn line (`path.series`): `segments` > 1 means the line is broken. */
+  series: Array<{ chart: string; name: string; segments: number; points: number; width: number }>;
+  /** Confidence-interval bands and bars with a visible size. */
+  intervalsDrawn: number;
+  /** Text of the marked points (peaks, this run's engine count). */
+  markers: string[];
+  /** Text of the stand-in engine banner, when the page has one. */
+  standInLabel: string | null;
   screenshotPath?: string;
 }
 

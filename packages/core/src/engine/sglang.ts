@@ -2,7 +2,15 @@ import { z } from 'zod';
 import { EngineError } from '../errors.js';
 import { HttpClient } from '../util/http.js';
 import { newRequestId } from './request-id.js';
-import type { Engine, EngineFinishReason, EngineOptions, GenerateResult, Sampling } from './types.js';
+import type {
+  Engine,
+  EngineFinishReason,
+  EngineOptions,
+  GenerateResult,
+  ModelInfo,
+  Sampling,
+  WeightControl,
+} from './types.js';
 
 /** SGLang `POST /generate` answer (non-streaming, single input). */
 export const SglangGenerateResponseSchema = z.looseObject({
@@ -17,6 +25,12 @@ export const SglangGenerateResponseSchema = z.looseObject({
     // `[logprob, token_id, text]` per output token; checked by `readLogprobs` (a zod tuple per token is slow)
     output_token_logprobs: z.array(z.unknown()),
   }),
+});
+
+const UpdateWeightsResponseSchema = z.looseObject({
+  success: z.boolean(),
+  message: z.string().default(''),
+  num_paused_requests: z.number().int().nullish(),
 });
 
 const ModelInfoSchema = z.looseObject({
@@ -49,7 +63,8 @@ function finishReason(type: string | undefined): EngineFinishReason {
 
 /**
  * A client for SGLang's native API: `/generate` with `input_ids` and `return_logprob`, `/abort_request`,
- * `/health`, `/model_info`. An aborted call also aborts the request on the engine, freeing its slot.
+ * `/health`, `/model_info`, and the weight-update controls. An aborted call also aborts the request on
+ * the engine, freeing its slot.
  */
 export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
   const http = new HttpClient(url, { service: 'engine', ...options });
@@ -57,6 +72,54 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
   async function abort(rid: string, opts: { signal?: AbortSignal } = {}): Promise<void> {
     await http.text({ method: 'POST', path: '/abort_request', body: { rid }, signal: opts.signal });
   }
+
+  async function modelInfo(opts: { signal?: AbortSignal | undefined } = {}): Promise<ModelInfo> {
+    const raw = await http.json({
+      method: 'GET',
+      path: '/model_info',
+      schema: ModelInfoSchema,
+      signal: opts.signal,
+    });
+    return {
+      modelPath: raw.model_path,
+      ...(raw.weight_version != null ? { weightVersion: String(raw.weight_version) } : {}),
+      raw,
+    };
+  }
+
+  const weights: WeightControl = {
+    async pauseGeneration(opts = {}) {
+      const body = { mode: opts.mode ?? 'abort' };
+      await http.text({ method: 'POST', path: '/pause_generation', body, signal: opts.signal });
+    },
+    async continueGeneration(opts = {}) {
+      await http.text({ method: 'POST', path: '/continue_generation', body: {}, signal: opts.signal });
+    },
+    async updateWeightsFromDisk(request, opts = {}) {
+      const res = await http.json({
+        method: 'POST',
+        path: '/update_weights_from_disk',
+        body: {
+          model_path: request.modelPath,
+          ...(request.weightVersion !== undefined ? { weight_version: request.weightVersion } : {}),
+          abort_all_requests: request.abortAllRequests ?? false,
+          flush_cache: request.flushCache ?? true,
+          ...(request.loadFormat !== undefined ? { load_format: request.loadFormat } : {}),
+        },
+        schema: UpdateWeightsResponseSchema,
+        signal: opts.signal,
+      });
+      if (!res.success) {
+        throw new EngineError(`${http.url}/update_weights_from_disk refused the update: ${res.message}`, {
+          url: http.url,
+        });
+      }
+      return { message: res.message, numPausedRequests: res.num_paused_requests ?? 0 };
+    },
+    async weightVersion(opts = {}) {
+      return (await modelInfo(opts)).weightVersion;
+    },
+  };
 
   return {
     url: http.url,
@@ -103,19 +166,8 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
     },
     abort,
     health: (opts = {}) => http.ok('/health', opts.signal),
-    async modelInfo(opts = {}) {
-      const raw = await http.json({
-        method: 'GET',
-        path: '/model_info',
-        schema: ModelInfoSchema,
-        signal: opts.signal,
-      });
-      return {
-        modelPath: raw.model_path,
-        ...(raw.weight_version != null ? { weightVersion: String(raw.weight_version) } : {}),
-        raw,
-      };
-    },
+    modelInfo,
+    weights,
     close: () => http.close(),
   };
 }

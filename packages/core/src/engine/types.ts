@@ -48,6 +48,36 @@ export interface ModelInfo {
   raw: Record<string, unknown>;
 }
 
+/** SGLang's `/pause_generation` modes: `abort` ends in-flight requests (with their partial output); the others freeze them. */
+export type PauseMode = 'abort' | 'retract' | 'in_place';
+
+export interface WeightUpdateRequest {
+  /** The checkpoint directory the engine loads. */
+  modelPath: string;
+  /** The version the engine reports afterwards (`meta_info.weight_version`). */
+  weightVersion?: string | undefined;
+  /** End in-flight requests before loading (default false: the update waits for them). */
+  abortAllRequests?: boolean | undefined;
+  flushCache?: boolean | undefined;
+  loadFormat?: string | undefined;
+}
+
+/** Weight-update controls on SGLang's wire (`/pause_generation`, `/update_weights_from_disk`, …). */
+export interface WeightControl {
+  pauseGeneration(options?: {
+    mode?: PauseMode | undefined;
+    signal?: AbortSignal | undefined;
+  }): Promise<void>;
+  continueGeneration(options?: { signal?: AbortSignal | undefined }): Promise<void>;
+  /** Resolves once the engine loaded the weights; a refused update is an `EngineError`. */
+  updateWeightsFromDisk(
+    request: WeightUpdateRequest,
+    options?: { signal?: AbortSignal | undefined },
+  ): Promise<{ message: string; numPausedRequests: number }>;
+  /** The version the engine serves now (`/model_info`'s `weight_version`). */
+  weightVersion(options?: { signal?: AbortSignal | undefined }): Promise<string | undefined>;
+}
+
 /** A running inference engine, token ids in and token ids + log probs out. */
 export interface Engine {
   readonly url: string;
@@ -58,6 +88,8 @@ export interface Engine {
   /** True when the engine answers its health endpoint with 200. */
   health(options?: { signal?: AbortSignal }): Promise<boolean>;
   modelInfo(options?: { signal?: AbortSignal }): Promise<ModelInfo>;
+  /** Weight-update controls, where the engine has them (SGLang). */
+  readonly weights?: WeightControl;
   /** Close the connection pool. */
   close(): Promise<void>;
 }

@@ -585,19 +585,26 @@ describe('capture proxy: sessions, sampling, budgets, cancellation', () => {
     expect(two).toBeLessThan(one * 0.8);
   });
 
-  it('answers a retryable 503 when the engine aborts a turn, and records nothing for it', async () => {
-    const { proxy, standIn } = await setup(() => ({ ids: new Array(400).fill(13) }), {
-      service: { tokensPerSecond: 100 },
+  it('continues a turn the engine aborts from the tokens it already produced', async () => {
+    const { proxy, standIn, calls } = await setup(() => ({ ids: new Array(400).fill(13) }), {
+      service: { tokensPerSecond: 400 },
     });
     const s = proxy.openSession('engine-abort');
     const pending = post(`${s.baseURL}/chat/completions`, { messages: [{ role: 'user', content: 'go' }] });
     const deadline = performance.now() + 2000;
     while (standIn.stats().running !== 1 && performance.now() < deadline)
       await new Promise((r) => setTimeout(r, 5));
+    await new Promise((r) => setTimeout(r, 100));
     await post(`${standIn.url}/abort_request`, { abort_all: true });
     const res = await pending;
-    expect(res.status).toBe(503);
-    expect(JSON.parse(res.text).error.message).toMatch(/aborted .*retry the turn/);
-    expect(proxy.trajectories.trajectory('engine-abort').turns).toHaveLength(0);
+    expect(res.status).toBe(200);
+    expect(calls).toHaveLength(2);
+    const partial = calls[0]!.result.outputIds.length;
+    expect(calls[0]!.result.finishReason).toBe('abort');
+    expect(partial).toBeGreaterThan(0);
+    // The continuation is sent the prompt and the partial output, and asked only for the rest.
+    expect(calls[1]!.inputIds.length).toBe(calls[0]!.inputIds.length + partial);
+    const [turn] = proxy.trajectories.trajectory('engine-abort').turns;
+    expect(Array.from(turn!.outputIds)).toEqual(new Array(400).fill(13));
   });
 });

@@ -2,12 +2,13 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { EventEmitter } from 'eventemitter3';
 import { newRequestId } from '../engine/request-id.js';
-import type { Engine, GenerateResult, Sampling } from '../engine/types.js';
+import type { Engine, Sampling } from '../engine/types.js';
 import { ConfigError, EngineError, VimeError } from '../errors.js';
 import type { Turn } from '../rollout.js';
 import type { Sample } from '../sample.js';
 import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
 import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
+import { adminRoute } from './admin.js';
 import {
   anthropicJson,
   anthropicSse,
@@ -21,13 +22,15 @@ import {
   RequestError,
   type TurnReply,
 } from './dialects.js';
+import { EngineRouter, type EngineRouterOptions } from './router.js';
+import { generateTurn, type WeightUpdatePolicy } from './turn.js';
 
 export interface SessionOptions {
   /** Sampling for every turn of the session; what the harness sends is overridden (and reported). */
   sampling?: Sampling;
   /** Whole-trajectory token budget: each turn's `max_new_tokens` is clamped to what is left of it. */
   maxContextTokens?: number;
-  /** Pin the session to one engine (default: the engine with the fewest open sessions). */
+  /** Place the session on this engine while it is healthy (default: the least-loaded healthy engine). */
   engine?: Engine;
   /** Extra chat-template variables for this session, e.g. `{ enable_thinking: false }`. */
   templateKwargs?: Record<string, unknown>;
@@ -45,8 +48,24 @@ export interface CaptureSession {
 }
 
 export interface CaptureProxyOptions {
-  /** One engine, or several: each session sticks to the engine with the fewest open sessions. */
+  /**
+   * One engine, or several behind the router: a session sticks to its engine while that one is healthy,
+   * new sessions go to the least-loaded healthy engine (see `EngineRouter`).
+   */
   engine: Engine | readonly Engine[];
+  /** Router settings: in-flight caps, health-check interval, how long a turn waits for a healthy engine. */
+  router?: EngineRouterOptions;
+  /**
+   * A turn the engine cuts short (SGLang aborts in-flight requests for a weight update): `continue` (the
+   * default) resumes from the tokens already produced, so the turn spans two weight versions; `restart`
+   * discards them and regenerates the turn on the new weights.
+   */
+  onWeightUpdate?: WeightUpdatePolicy;
+  /**
+   * Bearer token of the admin routes (`GET|POST|DELETE /admin/engines`: list, add, remove engines at run
+   * time). Without one the admin routes do not exist: agents reach this server too.
+   */
+  adminToken?: string;
   tokenizer: ChatTokenizer;
   host?: string;
   /** Default 0: any free port. */
@@ -70,6 +89,8 @@ export interface ProxyTurnEvent {
   promptTokens: number;
   outputTokens: number;
   durationMs: number;
+  /** The engines that produced the turn's output, in order (more than one when it moved mid-turn). */
+  engines: string[];
 }
 
 export interface ProxyEvents {
@@ -82,6 +103,15 @@ export interface ProxyEvents {
   /** A turn's upstream request was cancelled (client disconnect or session finish). */
   'turn:abort': (event: { sessionId: string; rid: string; reason: string }) => void;
   'turn:error': (event: { sessionId: string; error: Error }) => void;
+  /** A request failed and was retried on a healthy engine (the turn goes on). */
+  'turn:retry': (event: { sessionId: string; url: string; error: Error; failures: number }) => void;
+  /** The engine cut the turn short (a weight update) and the proxy continued or restarted it. */
+  'turn:interrupted': (event: {
+    sessionId: string;
+    url: string;
+    outputTokens: number;
+    policy: WeightUpdatePolicy;
+  }) => void;
   /** The session's token budget was spent; the turn was answered as truncated without calling the engine. */
   'budget:exhausted': (event: { sessionId: string; promptTokens: number; maxContextTokens: number }) => void;
 }
@@ -90,6 +120,8 @@ export interface CaptureProxy {
   url: string;
   events: EventEmitter<ProxyEvents>;
   trajectories: TrajectoryManager;
+  /** The engine router: status, `add`/`remove` at run time, health, the circuit breaker, weight updates. */
+  router: EngineRouter;
   openSession(id: string, options?: SessionOptions): CaptureSession;
   /** Close a session and return its slime-wire training rows (see `TrajectoryManager.finish`). */
   finishSession(id: string, options?: FinishOptions): Sample[];
@@ -102,7 +134,6 @@ interface SessionState {
   id: string;
   sampling: Sampling;
   maxContextTokens: number | undefined;
-  engine: Engine;
   templateKwargs: Record<string, unknown> | undefined;
   truncated: boolean;
   inflight: Set<AbortController>;
@@ -147,7 +178,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     options.trajectories ?? new TrajectoryManager({ decode: (ids) => tokenizer.decode(ids) });
   const events = new EventEmitter<ProxyEvents>();
   const sessions = new Map<string, SessionState>();
-  const load = new Map<Engine, number>(engines.map((e) => [e, 0]));
+  const onWeightUpdate = options.onWeightUpdate ?? 'continue';
+  if (onWeightUpdate !== 'continue' && onWeightUpdate !== 'restart') {
+    throw new ConfigError(
+      `onWeightUpdate: expected 'continue' or 'restart', found ${JSON.stringify(onWeightUpdate)}`,
+    );
+  }
+  const router = new EngineRouter(engines, options.router);
   let url = '';
 
   function openSession(id: string, sessionOptions: SessionOptions = {}): CaptureSession {
@@ -161,15 +198,12 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     if (maxContextTokens !== undefined && !(Number.isInteger(maxContextTokens) && maxContextTokens > 0)) {
       throw new ConfigError(`maxContextTokens must be a positive integer, found ${maxContextTokens}`);
     }
-    const engine =
-      sessionOptions.engine ?? engines.reduce((best, e) => (load.get(e)! < load.get(best)! ? e : best));
     trajectories.open(id);
-    load.set(engine, (load.get(engine) ?? 0) + 1);
+    if (sessionOptions.engine) router.place(id, sessionOptions.engine.url);
     sessions.set(id, {
       id,
       sampling: sessionOptions.sampling ?? options.defaultSampling ?? {},
       maxContextTokens,
-      engine,
       templateKwargs: sessionOptions.templateKwargs,
       truncated: false,
       inflight: new Set(),
@@ -187,13 +221,15 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
   function closeSession(state: SessionState, reason: string): void {
     for (const c of state.inflight) c.abort(new Error(reason));
     sessions.delete(state.id);
-    load.set(state.engine, Math.max(0, (load.get(state.engine) ?? 1) - 1));
+    router.release(state.id);
   }
 
   function finishSession(id: string, finish: FinishOptions = {}): Sample[] {
     const state = sessions.get(id);
     if (!state) throw new ConfigError(`finishSession: no open session ${JSON.stringify(id)}`);
     closeSession(state, 'session finished');
+    // A rollout completed: check the engines now, so a dead one is gone before its sessions' next turn.
+    void router.checkNow('completion');
     const status = finish.status ?? (state.truncated ? 'truncated' : undefined);
     return trajectories.finish(id, { ...finish, ...(status ? { status } : {}) });
   }
@@ -256,11 +292,22 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     const onAbort = () => controller.abort(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
     state.inflight.add(controller);
-    let result: GenerateResult;
+    let result: Awaited<ReturnType<typeof generateTurn>>;
     try {
-      result = await state.engine.generate(
-        { inputIds: promptIds, sampling, rid, routingKey: state.id },
-        { signal: controller.signal },
+      result = await generateTurn(
+        router,
+        {
+          sessionId: state.id,
+          promptIds,
+          sampling: sampling as Sampling & { maxTokens: number },
+          rid,
+          signal: controller.signal,
+          onWeightUpdate,
+        },
+        {
+          retry: (e) => events.emit('turn:retry', { sessionId: state.id, ...e }),
+          interrupted: (e) => events.emit('turn:interrupted', { sessionId: state.id, ...e }),
+        },
       );
     } catch (error) {
       if (controller.signal.aborted) {
@@ -273,24 +320,18 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
     const endedAt = performance.now();
     if (!sessions.has(state.id)) throw new ConfigError(`session ${state.id} was finished during the turn`);
-    if (result.finishReason === 'abort') {
-      // The engine cut the request (pause for a weight update, abort_all): the harness retries the same
-      // prompt, so the partial output is not recorded.
-      events.emit('turn:abort', { sessionId: state.id, rid, reason: 'aborted by the engine' });
-      throw new EngineError(
-        `the engine aborted request ${rid} (e.g. paused for a weight update); retry the turn`,
-        {
-          isRetryable: true,
-          url: state.engine.url,
-        },
-      );
-    }
+    const versions = result.versionRuns.filter(
+      (r): r is { version: string; tokens: number } => r.version !== undefined,
+    );
+    const last = versions[versions.length - 1]?.version;
     const turn = trajectories.record(state.id, {
       promptIds,
       outputIds: result.outputIds,
       logprobs: result.logprobs,
       finishReason: result.finishReason,
-      ...(result.weightVersion !== undefined ? { policyVersion: result.weightVersion } : {}),
+      ...(last !== undefined ? { policyVersion: last } : {}),
+      ...(versions.length > 1 ? { versionRuns: versions } : {}),
+      engines: result.engines,
       startedAt,
       endedAt,
     });
@@ -309,6 +350,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       promptTokens: promptIds.length,
       outputTokens: result.outputIds.length,
       durationMs: endedAt - startedAt,
+      engines: result.engines,
     });
     return {
       ...base,
@@ -333,6 +375,10 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     if (m) {
       sessionId = decodeURIComponent(m[1]!);
       path = m[2] ?? '/';
+    }
+    if (!m && path.startsWith('/admin/')) {
+      const reply = await adminRoute(router, options.adminToken, { method, path, credential, readBody });
+      return json(reply.status, reply.body);
     }
     if (path.startsWith('/v1/')) path = path.slice(3);
     const dialect: Dialect = path.startsWith('/messages') ? 'anthropic' : 'openai';
@@ -461,6 +507,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     url,
     events,
     trajectories,
+    router,
     openSession,
     finishSession,
     get size() {
@@ -469,7 +516,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     close: () =>
       new Promise<void>((resolve) => {
         for (const state of [...sessions.values()]) closeSession(state, 'proxy closed');
-        server.close(() => resolve());
+        server.close(() => void router.close().then(resolve));
         server.closeAllConnections();
       }),
   };

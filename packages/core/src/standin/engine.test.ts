@@ -216,3 +216,76 @@ describe('stand-in engine over the SGLang wire', () => {
     expect(() => sglangEngine('not a url')).toThrow(/invalid URL "not a url"/);
   });
 });
+
+describe("stand-in engine: SGLang's weight-update controls", () => {
+  const long = { ids: Array.from({ length: 300 }, (_, i) => 500 + i) };
+
+  it('updates weights from disk with a version, after the running requests finish', async () => {
+    const s = await standIn({ weightVersion: '1', policy: () => long, service: { tokensPerSecond: 1500 } });
+    const e = client(sglangEngine(s.url));
+    const running = e.generate({ inputIds: [1, 2, 3], sampling: { maxTokens: 400 } });
+    await until(() => s.stats().running === 1);
+    const update = await e.weights!.updateWeightsFromDisk({ modelPath: '/ckpt/2', weightVersion: '2' });
+    // Without a pause the update waits for the in-flight request, which finishes on version 1.
+    expect((await running).weightVersion).toBe('1');
+    expect(update.numPausedRequests).toBe(0);
+    expect(await e.weights!.weightVersion()).toBe('2');
+    expect((await e.modelInfo()).raw.model_path).toBe('/ckpt/2');
+    expect((await e.generate({ inputIds: [1], sampling: { maxTokens: 4 } })).weightVersion).toBe('2');
+  });
+
+  it('pause (abort) ends in-flight requests with their partial output and holds new ones until continue', async () => {
+    const s = await standIn({ weightVersion: '1', policy: () => long, service: { tokensPerSecond: 1500 } });
+    const e = client(sglangEngine(s.url));
+    const first = e.generate({ inputIds: [1, 2, 3], sampling: { maxTokens: 400 } });
+    await until(() => s.stats().running === 1);
+    await new Promise((r) => setTimeout(r, 50));
+    await e.weights!.pauseGeneration({ mode: 'abort' });
+    const cut = await first;
+    expect(cut.finishReason).toBe('abort');
+    expect(cut.outputIds.length).toBeGreaterThan(0);
+    expect(Array.from(cut.outputIds)).toEqual(long.ids.slice(0, cut.outputIds.length));
+    let held = true;
+    const next = e.generate({ inputIds: [1, 2, 3], sampling: { maxTokens: 400 } }).finally(() => {
+      held = false;
+    });
+    await until(() => s.stats().held === 1);
+    const update = await e.weights!.updateWeightsFromDisk({ modelPath: '/ckpt/2', weightVersion: '2' });
+    expect(update.numPausedRequests).toBe(1);
+    expect(held).toBe(true);
+    await e.weights!.continueGeneration();
+    const done = await next;
+    expect(done.weightVersion).toBe('2');
+    expect(s.stats()).toMatchObject({ weightUpdates: 1, paused: null });
+  });
+
+  it('pause (in_place) freezes running requests without ending them', async () => {
+    const s = await standIn({ policy: () => long, service: { tokensPerSecond: 1500 } });
+    const e = client(sglangEngine(s.url));
+    const req = e.generate({ inputIds: [9], sampling: { maxTokens: 400 } });
+    await until(() => s.stats().running === 1);
+    await e.weights!.pauseGeneration({ mode: 'in_place' });
+    const before = s.stats().generationTokens;
+    await new Promise((r) => setTimeout(r, 150));
+    expect(s.stats()).toMatchObject({ running: 1, paused: 'in_place', generationTokens: before });
+    await e.weights!.continueGeneration();
+    const out = await req;
+    expect(out.finishReason).toBe('stop');
+    expect(Array.from(out.outputIds)).toEqual(long.ids);
+  });
+
+  it('answers 400 naming the field for a malformed update', async () => {
+    const s = await standIn();
+    for (const body of [{}, { model_path: '' }, { model_path: 7 }]) {
+      const res = await fetch(`${s.url}/update_weights_from_disk`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/model_path/);
+    }
+    const pause = await fetch(`${s.url}/pause_generation`, { method: 'POST', body: '{"mode":"later"}' });
+    expect(pause.status).toBe(400);
+  });
+});

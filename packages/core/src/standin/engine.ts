@@ -2,12 +2,12 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { EventEmitter } from 'eventemitter3';
 import { z } from 'zod';
-import { newRequestId } from '../engine/request-id.js';
 import type { EngineFinishReason } from '../engine/types.js';
 import { ConfigError } from '../errors.js';
 import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
-import { sleep } from '../util/sleep.js';
-import { type Job, Scheduler, type ServiceModel } from './scheduler.js';
+import { type Generation, HttpFailure, type PauseMode, StandInCore } from './generation.js';
+import { decodeLogLine, metricsText, ThroughputMeter } from './metrics.js';
+import type { ServiceModel } from './scheduler.js';
 
 /** What a scripted policy sees for one request. */
 export interface StandInRequest {
@@ -66,13 +66,30 @@ export interface StandInStats {
   /** Highest number of requests running at once, and waiting at once. */
   peakRunning: number;
   peakQueued: number;
+  /** Requests held by a pause or a pending weight update. */
+  held: number;
+  weightUpdates: number;
+  /** The `/pause_generation` mode in force, if paused. */
+  paused: PauseMode | null;
 }
 
 export interface StandInEvents {
   /** An SGLang-format log line (decode batches). */
   log: (line: string) => void;
-  request: (info: { rid: string; path: string }) => void;
-  finish: (info: { rid: string; finishReason: EngineFinishReason; outputTokens: number }) => void;
+  /** A generation request arrived (`routingKey`: its `X-SMG-Routing-Key` header). */
+  request: (info: {
+    rid: string;
+    path: string;
+    inputIds: Int32Array;
+    routingKey: string | undefined;
+  }) => void;
+  finish: (info: {
+    rid: string;
+    finishReason: EngineFinishReason;
+    outputTokens: number;
+    outputIds: Int32Array;
+    weightVersion: string;
+  }) => void;
 }
 
 export interface StandInEngine {
@@ -114,30 +131,24 @@ const CompletionBodySchema = z.looseObject({
 
 const AbortBodySchema = z.looseObject({ rid: z.string().optional(), abort_all: z.boolean().optional() });
 
-interface Generation {
-  rid: string;
-  outputIds: Int32Array;
-  logprobs: Float32Array;
-  finishReason: EngineFinishReason;
-  promptTokens: number;
-  latencyS: number;
-}
+/** SGLang's `UpdateWeightFromDiskReqInput` fields the stand-in reads (the rest are accepted and ignored). */
+const UpdateWeightsBodySchema = z.looseObject({
+  model_path: z.string().min(1),
+  load_format: z.string().nullish(),
+  weight_version: z.union([z.string(), z.number()]).nullish(),
+  abort_all_requests: z.boolean().default(false),
+  flush_cache: z.boolean().default(true),
+});
 
-class HttpFailure extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-const LATENCY_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
+const PauseBodySchema = z.looseObject({
+  mode: z.enum(['abort', 'retract', 'in_place']).default('abort'),
+});
 
 /**
  * Start a stand-in engine: an HTTP server with SGLang's and vLLM's token-in/token-out wire, a real
- * tokenizer, a scripted policy, a throughput/slot service model and fault injection. It is a test
- * double for an inference engine, not a model: every output is what the policy scripted.
+ * tokenizer, a scripted policy, a throughput/slot service model, SGLang's weight-update controls and
+ * fault injection. It is a test double for an inference engine, not a model: every output is what the
+ * policy scripted, and a weight update only changes the reported version.
  */
 export async function startStandInEngine(options: StandInEngineOptions): Promise<StandInEngine> {
   const { tokenizer, policy } = options;
@@ -147,127 +158,18 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
     );
   }
   const modelName = options.modelName ?? 'vime-standin';
-  let weightVersion = options.weightVersion ?? 'default';
-  let healthy = true;
-  const scheduler = new Scheduler(options.service);
   const events = new EventEmitter<StandInEvents>();
-  const inflight = new Map<string, AbortController>();
-  const stats = {
-    completed: 0,
-    aborted: 0,
-    failed: 0,
-    promptTokens: 0,
-    generationTokens: 0,
-    peakRunning: 0,
-    peakQueued: 0,
-  };
-  const latency = { buckets: LATENCY_BUCKETS.map(() => 0), sum: 0, count: 0 };
-  let requestIndex = 0;
-  /** Requests whose answer is cut off halfway (the `disconnect` fault). */
-  const disconnectAfter = new Set<string>();
-  function faultFor(rid: string, index: number, path: string): StandInFault | undefined {
-    const fault = options.fault?.({ rid, requestIndex: index, path });
-    if (fault?.kind === 'disconnect') disconnectAfter.add(rid);
-    return fault;
-  }
-
-  async function generate(
-    path: string,
-    inputIds: Int32Array,
-    maxTokens: number,
-    temperature: number | undefined,
-    ridIn: string | undefined,
-    closed: AbortSignal,
-  ): Promise<Generation> {
-    const rid = ridIn ?? newRequestId('standin');
-    const index = requestIndex++;
-    const controller = new AbortController();
-    inflight.set(rid, controller);
-    const signal = AbortSignal.any([controller.signal, closed]);
-    const started = performance.now();
-    events.emit('request', { rid, path });
-    try {
-      const fault = faultFor(rid, index, path);
-      if (fault?.kind === 'error') {
-        stats.failed++;
-        throw new HttpFailure(fault.status ?? 503, fault.message ?? 'injected fault');
-      }
-      if (fault?.kind === 'stall') await sleep(fault.ms, signal);
-      let prompt: string | undefined;
-      const scripted = await policy({
-        rid,
-        requestIndex: index,
-        inputIds,
-        // decoded only when the policy reads it (decoding a long prompt costs more than the rest)
-        get prompt() {
-          prompt ??= tokenizer.decode(inputIds);
-          return prompt;
-        },
-        maxTokens,
-        temperature,
-        signal,
-      });
-      let ids: Int32Array;
-      if (typeof scripted === 'string') {
-        const text = tokenizer.encode(scripted);
-        ids = new Int32Array(text.length + 1);
-        ids.set(text);
-        ids[text.length] = tokenizer.eosTokenId;
-      } else ids = Int32Array.from(scripted.ids);
-      let finishReason = 'stop' as EngineFinishReason;
-      if (ids.length > maxTokens) {
-        ids = ids.slice(0, maxTokens);
-        finishReason = 'length';
-      }
-      stats.promptTokens += inputIds.length;
-      const job: Job = { tokens: ids.length, promptTokens: inputIds.length, done: 0, onDone: () => {} };
-      let decoded = ids.length;
-      await new Promise<void>((resolve, reject) => {
-        const onAbort = () => {
-          scheduler.cancel(job);
-          decoded = Math.floor(job.done);
-          reject(signal.reason);
-        };
-        if (signal.aborted) return onAbort();
-        signal.addEventListener('abort', onAbort, { once: true });
-        job.onDone = () => {
-          signal.removeEventListener('abort', onAbort);
-          resolve();
-        };
-        scheduler.submit(job);
-        stats.peakRunning = Math.max(stats.peakRunning, scheduler.running.size);
-        stats.peakQueued = Math.max(stats.peakQueued, scheduler.queue.length);
-      }).catch((reason) => {
-        // `/abort_request` ends the request with what was decoded so far; a closed client just drops it.
-        if (controller.signal.aborted && !closed.aborted) {
-          ids = ids.slice(0, decoded);
-          finishReason = 'abort';
-          return;
-        }
-        throw reason;
-      });
-      const logprobs = new Float32Array(ids.length);
-      for (let i = 0; i < ids.length; i++) logprobs[i] = fakeLogprob(inputIds.length + i, ids[i]!);
-      stats.generationTokens += ids.length;
-      const latencyS = (performance.now() - started) / 1000;
-      if (finishReason === 'abort') stats.aborted++;
-      else {
-        stats.completed++;
-        latency.sum += latencyS;
-        latency.count++;
-        LATENCY_BUCKETS.forEach((b, i) => {
-          if (latencyS <= b) latency.buckets[i]!++;
-        });
-      }
-      events.emit('finish', { rid, finishReason, outputTokens: ids.length });
-      return { rid, outputIds: ids, logprobs, finishReason, promptTokens: inputIds.length, latencyS };
-    } catch (error) {
-      if (closed.aborted) stats.aborted++;
-      throw error;
-    } finally {
-      inflight.delete(rid);
-    }
-  }
+  const core = new StandInCore({
+    tokenizer,
+    policy,
+    service: options.service,
+    fault: options.fault,
+    weightVersion: options.weightVersion ?? 'default',
+    modelPath: modelName,
+    events,
+  });
+  const { scheduler } = core;
+  const throughput = new ThroughputMeter(core);
 
   function sglangBody(g: Generation, skipSpecial: boolean, returnLogprob: boolean) {
     const matched = g.finishReason === 'stop' ? g.outputIds[g.outputIds.length - 1] : undefined;
@@ -279,19 +181,31 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
           g.finishReason === 'length'
             ? { type: 'length', length: g.outputIds.length }
             : g.finishReason === 'abort'
-              ? { type: 'abort', message: 'Abort before prefill' }
+              ? { type: 'abort', message: 'Abort request' }
               : { type: 'stop', matched },
         prompt_tokens: g.promptTokens,
         completion_tokens: g.outputIds.length,
         cached_tokens: 0,
         e2e_latency: g.latencyS,
-        weight_version: weightVersion,
+        weight_version: g.weightVersion,
         ...(returnLogprob
           ? { output_token_logprobs: Array.from(g.outputIds, (id, i) => [g.logprobs[i], id, null]) }
           : {}),
       },
     };
   }
+
+  const modelInfo = () => ({
+    model_path: core.modelPath,
+    tokenizer_path: modelName,
+    is_generation: true,
+    preferred_sampling_params: null,
+    weight_version: core.weightVersion,
+    has_image_understanding: false,
+    has_audio_understanding: false,
+    model_type: 'standin',
+    architectures: ['StandIn'],
+  });
 
   async function handle(req: IncomingMessage, res: ServerResponse, closed: AbortSignal): Promise<void> {
     const path = (req.url ?? '/').split('?')[0]!;
@@ -301,31 +215,25 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
         case '/health_generate':
           return send(
             res,
-            healthy ? 200 : 503,
-            healthy ? {} : { error: { message: 'unhealthy (injected)' } },
+            core.healthy ? 200 : 503,
+            core.healthy ? {} : { error: { message: 'unhealthy (injected)' } },
           );
         case '/model_info':
         case '/get_model_info':
-          return send(res, 200, {
-            model_path: modelName,
-            tokenizer_path: modelName,
-            is_generation: true,
-            preferred_sampling_params: null,
-            weight_version: weightVersion,
-            has_image_understanding: false,
-            has_audio_understanding: false,
-            model_type: 'standin',
-            architectures: ['StandIn'],
-          });
+          return send(res, 200, modelInfo());
+        case '/weight_version':
+        case '/get_weight_version':
+          return send(res, 200, { weight_version: core.weightVersion });
         case '/server_info':
         case '/get_server_info':
           return send(res, 200, {
-            model_path: modelName,
+            model_path: core.modelPath,
             tp_size: 1,
             dp_size: 1,
             pp_size: 1,
             max_running_requests: scheduler.slots,
             disaggregation_mode: 'null',
+            weight_version: core.weightVersion,
             version: 'standin',
           });
         case '/v1/models':
@@ -336,89 +244,130 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
         case '/metrics':
           scheduler.tick();
           res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
-          res.end(metricsText());
+          res.end(metricsText(core, modelName, throughput));
           return;
+        case '/flush_cache':
+          return send(res, 200, {});
       }
       return send(res, 404, { error: { message: `no route GET ${path}` } });
     }
     if (req.method !== 'POST') return send(res, 405, { error: { message: `${req.method} not allowed` } });
     const json = await readJson(req);
-    if (path === '/abort_request') {
-      const body = AbortBodySchema.parse(json);
-      if (body.abort_all) for (const c of inflight.values()) c.abort();
-      else if (body.rid) inflight.get(body.rid)?.abort();
-      return send(res, 200, {});
-    }
-    if (path === '/generate') {
-      const body = parseBody(GenerateBodySchema, json);
-      const ids = body.input_ids ? Int32Array.from(body.input_ids) : tokenizer.encode(body.text ?? '');
-      const sp = body.sampling_params;
-      const g = await generate(path, ids, sp.max_new_tokens ?? 128, sp.temperature, body.rid, closed);
-      const out = sglangBody(g, sp.skip_special_tokens ?? true, body.return_logprob ?? false);
-      if (body.stream) {
-        res.writeHead(200, { 'content-type': 'text/event-stream' });
-        res.write(`data: ${JSON.stringify(out)}\n\n`);
-        res.end('data: [DONE]\n\n');
-        return;
+    switch (path) {
+      case '/abort_request': {
+        const body = parseBody(AbortBodySchema, json);
+        if (body.abort_all) core.abortAll();
+        else if (body.rid) core.abort(body.rid);
+        return send(res, 200, {});
       }
-      return sendOrDrop(res, out, g.rid, closed);
-    }
-    if (path === '/v1/completions') {
-      const body = parseBody(CompletionBodySchema, json);
-      const ids =
-        typeof body.prompt === 'string' ? tokenizer.encode(body.prompt) : Int32Array.from(body.prompt);
-      const g = await generate(
-        path,
-        ids,
-        body.max_tokens ?? 16,
-        body.temperature ?? undefined,
-        body.request_id ?? undefined,
-        closed,
-      );
-      const text = tokenizer.decode(g.outputIds, { skipSpecialTokens: body.skip_special_tokens ?? true });
-      return sendOrDrop(
-        res,
-        {
-          id: `cmpl-${g.rid}`,
-          object: 'text_completion',
-          created: Math.floor(Date.now() / 1000),
-          model: modelName,
-          choices: [
-            {
-              index: 0,
-              text,
-              logprobs:
-                body.logprobs != null
-                  ? {
-                      text_offset: [],
-                      token_logprobs: Array.from(g.logprobs),
-                      tokens: Array.from(g.outputIds, (id) => `token_id:${id}`),
-                      top_logprobs: null,
-                    }
-                  : null,
-              finish_reason: g.finishReason,
-              stop_reason: g.finishReason === 'stop' ? g.outputIds[g.outputIds.length - 1] : null,
-              ...(body.return_token_ids
-                ? { token_ids: Array.from(g.outputIds), prompt_token_ids: Array.from(ids) }
-                : {}),
-            },
-          ],
-          usage: {
-            prompt_tokens: ids.length,
-            completion_tokens: g.outputIds.length,
-            total_tokens: ids.length + g.outputIds.length,
+      case '/pause_generation':
+        core.pause(parseBody(PauseBodySchema, json).mode);
+        return send(res, 200, { message: 'Generation paused successfully.', status: 'ok' });
+      case '/continue_generation':
+        core.resume();
+        return send(res, 200, { message: 'Generation continued successfully.', status: 'ok' });
+      case '/update_weights_from_disk': {
+        const body = parseBody(UpdateWeightsBodySchema, json);
+        const version = body.weight_version == null ? undefined : String(body.weight_version);
+        const { paused } = await core.updateWeights(
+          { modelPath: body.model_path, weightVersion: version, abortAllRequests: body.abort_all_requests },
+          closed,
+        );
+        return send(res, 200, {
+          success: true,
+          message: `Succeeded to update model weights.${version === undefined ? '' : ` Weight version updated to ${version}.`}`,
+          num_paused_requests: paused,
+        });
+      }
+      case '/flush_cache':
+        return send(res, 200, {});
+      case '/generate': {
+        const body = parseBody(GenerateBodySchema, json);
+        const ids = body.input_ids ? Int32Array.from(body.input_ids) : tokenizer.encode(body.text ?? '');
+        const sp = body.sampling_params;
+        const g = await core.generate(
+          {
+            path,
+            inputIds: ids,
+            maxTokens: sp.max_new_tokens ?? 128,
+            temperature: sp.temperature,
+            rid: body.rid,
+            routingKey: headerValue(req.headers['x-smg-routing-key']),
           },
-        },
-        g.rid,
-        closed,
-      );
+          closed,
+        );
+        const out = sglangBody(g, sp.skip_special_tokens ?? true, body.return_logprob ?? false);
+        if (body.stream) {
+          res.writeHead(200, { 'content-type': 'text/event-stream' });
+          res.write(`data: ${JSON.stringify(out)}\n\n`);
+          res.end('data: [DONE]\n\n');
+          return;
+        }
+        return sendOrDrop(res, out, g.rid, closed);
+      }
+      case '/v1/completions':
+        return completions(req, res, json, closed);
     }
     return send(res, 404, { error: { message: `no route POST ${path}` } });
   }
 
+  async function completions(req: IncomingMessage, res: ServerResponse, json: unknown, closed: AbortSignal) {
+    const body = parseBody(CompletionBodySchema, json);
+    const ids =
+      typeof body.prompt === 'string' ? tokenizer.encode(body.prompt) : Int32Array.from(body.prompt);
+    const g = await core.generate(
+      {
+        path: '/v1/completions',
+        inputIds: ids,
+        maxTokens: body.max_tokens ?? 16,
+        temperature: body.temperature ?? undefined,
+        rid: body.request_id ?? undefined,
+        routingKey: headerValue(req.headers['x-smg-routing-key']),
+      },
+      closed,
+    );
+    const text = tokenizer.decode(g.outputIds, { skipSpecialTokens: body.skip_special_tokens ?? true });
+    return sendOrDrop(
+      res,
+      {
+        id: `cmpl-${g.rid}`,
+        object: 'text_completion',
+        created: Math.floor(Date.now() / 1000),
+        model: modelName,
+        choices: [
+          {
+            index: 0,
+            text,
+            logprobs:
+              body.logprobs != null
+                ? {
+                    text_offset: [],
+                    token_logprobs: Array.from(g.logprobs),
+                    tokens: Array.from(g.outputIds, (id) => `token_id:${id}`),
+                    top_logprobs: null,
+                  }
+                : null,
+            finish_reason: g.finishReason,
+            stop_reason: g.finishReason === 'stop' ? g.outputIds[g.outputIds.length - 1] : null,
+            ...(body.return_token_ids
+              ? { token_ids: Array.from(g.outputIds), prompt_token_ids: Array.from(ids) }
+              : {}),
+          },
+        ],
+        usage: {
+          prompt_tokens: ids.length,
+          completion_tokens: g.outputIds.length,
+          total_tokens: ids.length + g.outputIds.length,
+        },
+      },
+      g.rid,
+      closed,
+    );
+  }
+
   function sendOrDrop(res: ServerResponse, body: unknown, rid: string, closed: AbortSignal) {
     if (closed.aborted) return;
-    if (disconnectAfter.delete(rid)) {
+    if (core.disconnectAfter.delete(rid)) {
       const text = JSON.stringify(body);
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(text.length) });
       res.write(text.slice(0, Math.floor(text.length / 2)));
@@ -428,71 +377,13 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
     send(res, 200, body);
   }
 
-  function metricsText(): string {
-    const labels = `model_name="${modelName}",engine_type="unified",tp_rank="0",pp_rank="0"`;
-    const lines: string[] = [];
-    const metric = (name: string, type: string, help: string, value: number) => {
-      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`, `${name}{${labels}} ${value}`);
-    };
-    metric('sglang:num_running_reqs', 'gauge', 'The number of running requests.', scheduler.running.size);
-    metric(
-      'sglang:num_queue_reqs',
-      'gauge',
-      'The number of requests in the waiting queue.',
-      scheduler.queue.length,
-    );
-    metric('sglang:num_used_tokens', 'gauge', 'The number of used tokens.', scheduler.usedTokens);
-    metric('sglang:token_usage', 'gauge', 'The token usage.', scheduler.usedTokens / scheduler.kvTokens);
-    metric('sglang:gen_throughput', 'gauge', 'The generation throughput (token/s).', currentThroughput());
-    metric('sglang:cache_hit_rate', 'gauge', 'The prefix cache hit rate.', 0);
-    metric(
-      'sglang:prompt_tokens_total',
-      'counter',
-      'Number of prefill tokens processed.',
-      stats.promptTokens,
-    );
-    metric(
-      'sglang:generation_tokens_total',
-      'counter',
-      'Number of generation tokens processed.',
-      Math.floor(scheduler.generated),
-    );
-    const h = 'sglang:e2e_request_latency_seconds';
-    lines.push(`# HELP ${h} Histogram of End-to-end request latency in seconds`, `# TYPE ${h} histogram`);
-    LATENCY_BUCKETS.forEach((b, i) => {
-      lines.push(`${h}_bucket{${labels},le="${b}"} ${latency.buckets[i]}`);
-    });
-    lines.push(`${h}_bucket{${labels},le="+Inf"} ${latency.count}`);
-    lines.push(`${h}_sum{${labels}} ${latency.sum}`, `${h}_count{${labels}} ${latency.count}`);
-    return `${lines.join('\n')}\n`;
-  }
-
-  let lastGenerated = 0;
-  let lastLogAt = performance.now();
-  let throughput = 0;
-  function currentThroughput(): number {
-    const now = performance.now();
-    if (now - lastLogAt >= 100) {
-      throughput = ((scheduler.generated - lastGenerated) * 1000) / (now - lastLogAt);
-      lastGenerated = scheduler.generated;
-      lastLogAt = now;
-    }
-    return throughput;
-  }
-
   let batch = 0;
   const logTimer =
     options.decodeLogIntervalMs && options.decodeLogIntervalMs > 0
       ? setInterval(() => {
           scheduler.tick();
           if (scheduler.running.size === 0 && scheduler.queue.length === 0) return;
-          const used = scheduler.usedTokens;
-          events.emit(
-            'log',
-            `[${logStamp()} ${options.logTag ?? 'TP0'}] Decode batch [${batch++}], #running-req: ${scheduler.running.size}, ` +
-              `#token: ${used}, token usage: ${(used / scheduler.kvTokens).toFixed(2)}, cuda graph: False, ` +
-              `gen throughput (token/s): ${currentThroughput().toFixed(2)}, #queue-req: ${scheduler.queue.length}, `,
-          );
+          events.emit('log', decodeLogLine(core, batch++, options.logTag ?? 'TP0', throughput.read()));
         }, options.decodeLogIntervalMs)
       : undefined;
   logTimer?.unref();
@@ -521,23 +412,32 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
     events,
     stats: () => {
       scheduler.tick();
-      return { ...stats, running: scheduler.running.size, queued: scheduler.queue.length };
+      return {
+        ...core.stats,
+        running: scheduler.running.size,
+        queued: scheduler.queue.length,
+        held: core.held,
+        paused: core.paused ?? null,
+      };
     },
     setWeightVersion(v) {
-      weightVersion = v;
+      core.weightVersion = v;
     },
     setHealthy(h) {
-      healthy = h;
+      core.healthy = h;
     },
     close: () =>
       new Promise<void>((resolve) => {
         if (logTimer) clearInterval(logTimer);
-        scheduler.stop();
-        for (const c of inflight.values()) c.abort();
+        core.close();
         server.close(() => resolve());
         server.closeAllConnections();
       }),
   };
+}
+
+function headerValue(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
 }
 
 function parseBody<S extends z.ZodType>(schema: S, json: unknown): z.output<S> {
@@ -552,8 +452,10 @@ function parseBody<S extends z.ZodType>(schema: S, json: unknown): z.output<S> {
 async function readJson(req: IncomingMessage): Promise<unknown> {
   const chunks: Buffer[] = [];
   for await (const c of req) chunks.push(c as Buffer);
+  const text = Buffer.concat(chunks).toString('utf8');
+  if (text.trim() === '') return {};
   try {
-    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    return JSON.parse(text);
   } catch {
     throw new HttpFailure(400, 'request body is not JSON');
   }
@@ -563,19 +465,4 @@ function send(res: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
   res.end(text);
-}
-
-/** A deterministic log prob in (-4, 0] for a (position, token) pair, exactly representable in float32. */
-function fakeLogprob(position: number, id: number): number {
-  let h = Math.imul(position ^ 0x9e3779b9, 0x85ebca6b) ^ Math.imul(id, 0xc2b2ae35);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0x27d4eb2f);
-  h ^= h >>> 16;
-  return Math.fround(-((h >>> 0) / 2 ** 32) * 4);
-}
-
-function logStamp(): string {
-  const d = new Date();
-  const p = (n: number) => String(n).padStart(2, '0');
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }

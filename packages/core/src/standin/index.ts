@@ -10,4 +10,5 @@ export {
   type StandInStats,
   startStandInEngine,
 } from './engine.js';
+export type { PauseMode } from './generation.js';
 export type { ServiceModel } from './scheduler.js';

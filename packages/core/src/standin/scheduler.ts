@@ -30,6 +30,8 @@ export class Scheduler {
   readonly running = new Set<Job>();
   readonly queue: Job[] = [];
   generated = 0;
+  /** Frozen: running jobs make no progress and nothing is admitted (a pause that keeps the cache). */
+  #frozen = false;
   #last = performance.now();
   #timer: NodeJS.Timeout | undefined;
 
@@ -69,6 +71,24 @@ export class Scheduler {
     this.#schedule();
   }
 
+  get frozen(): boolean {
+    return this.#frozen;
+  }
+
+  /** Stop decoding and admitting (in-place pause); `thaw` goes on where it stopped. */
+  freeze(): void {
+    this.#advance();
+    this.#frozen = true;
+    this.#schedule();
+  }
+
+  thaw(): void {
+    this.#last = performance.now();
+    this.#frozen = false;
+    this.#admit();
+    this.#schedule();
+  }
+
   #rate(): number {
     return Math.min(this.perRequest, this.tokensPerSecond / Math.max(1, this.running.size));
   }
@@ -77,7 +97,7 @@ export class Scheduler {
     const now = performance.now();
     const dt = (now - this.#last) / 1000;
     this.#last = now;
-    if (this.running.size === 0 || dt <= 0) return;
+    if (this.#frozen || this.running.size === 0 || dt <= 0) return;
     const step = this.#rate() * dt;
     const finished: Job[] = [];
     for (const job of this.running) {
@@ -93,7 +113,7 @@ export class Scheduler {
   }
 
   #admit(): void {
-    while (this.running.size < this.slots && this.queue.length > 0) {
+    while (!this.#frozen && this.running.size < this.slots && this.queue.length > 0) {
       const job = this.queue.shift()!;
       if (this.instant || job.tokens === 0) {
         this.generated += job.tokens;
@@ -108,7 +128,7 @@ export class Scheduler {
   #schedule(): void {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = undefined;
-    if (this.running.size === 0) return;
+    if (this.#frozen || this.running.size === 0) return;
     let least = Number.POSITIVE_INFINITY;
     for (const j of this.running) least = Math.min(least, j.tokens - j.done);
     const ms = (least / this.#rate()) * 1000;

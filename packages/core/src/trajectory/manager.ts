@@ -157,6 +157,9 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
           trajectory_rows: rows.length,
           trajectory_turns: row.turns,
           drift: { ...drift },
+          // The weight version of every sampled token, as [start, end, version] over the response.
+          ...(row.versionSpans.length > 0 ? { weight_version_spans: row.versionSpans } : {}),
+          ...engineMetadata(state.turns, row.turns),
         },
       });
     });
@@ -171,4 +174,13 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
     }
     return state;
   }
+}
+
+/** The engines that served a row's turns, per turn and in order of first use (when the proxy recorded them). */
+function engineMetadata(turns: readonly Turn[], indices: readonly number[]): Record<string, unknown> {
+  const perTurn = indices.map((i) => turns[i]?.engines ?? []);
+  if (perTurn.every((e) => e.length === 0)) return {};
+  const used: string[] = [];
+  for (const list of perTurn) for (const url of list) if (!used.includes(url)) used.push(url);
+  return { engines: used, turn_engines: perTurn };
 }

@@ -11,6 +11,8 @@ export interface PackedRow {
   turns: number[];
   /** Weight versions of those turns, in order of first appearance. */
   weightVersions: string[];
+  /** The version of every sampled token: `[start, end, version]` over the response region, in order. */
+  versionSpans: Array<[number, number, string]>;
 }
 
 export interface DriftCounts {
@@ -39,6 +41,8 @@ class RowBuilder {
   ids: number[] = [];
   mask: number[] = [];
   logprobs: number[] = [];
+  /** The weight version of each response token (undefined for observations and unversioned output). */
+  tokenVersions: Array<string | undefined> = [];
   /** Start (in response coordinates) of the last sampled output. */
   lastOutputStart = 0;
   turns: number[] = [];
@@ -57,12 +61,14 @@ class RowBuilder {
     this.ids.length = n;
     this.mask.length = n;
     this.logprobs.length = n;
+    this.tokenVersions.length = n;
   }
   observe(ids: ArrayLike<number>, from: number): void {
     for (let i = from; i < ids.length; i++) {
       this.ids.push(ids[i]!);
       this.mask.push(0);
       this.logprobs.push(0);
+      this.tokenVersions.push(undefined);
     }
   }
   sample(turn: Turn, index: number): void {
@@ -73,8 +79,27 @@ class RowBuilder {
       this.logprobs.push(turn.logprobs[i]!);
     }
     this.turns.push(index);
-    if (turn.policyVersion !== undefined && !this.versions.includes(turn.policyVersion))
-      this.versions.push(turn.policyVersion);
+    const runs = turn.versionRuns ?? [{ version: turn.policyVersion, tokens: turn.outputIds.length }];
+    let left = turn.outputIds.length;
+    for (const run of runs) {
+      const n = Math.min(run.tokens, left);
+      for (let i = 0; i < n; i++) this.tokenVersions.push(run.version);
+      left -= n;
+      if (run.version !== undefined && !this.versions.includes(run.version)) this.versions.push(run.version);
+    }
+    for (; left > 0; left--) this.tokenVersions.push(turn.policyVersion);
+  }
+  versionSpans(): Array<[number, number, string]> {
+    const spans: Array<[number, number, string]> = [];
+    const v = this.tokenVersions;
+    for (let i = 0; i < v.length; ) {
+      const version = v[i];
+      let j = i + 1;
+      while (j < v.length && v[j] === version) j++;
+      if (version !== undefined) spans.push([i, j, version]);
+      i = j;
+    }
+    return spans;
   }
   build(): PackedRow {
     return {
@@ -84,6 +109,7 @@ class RowBuilder {
       logprobs: Float32Array.from(this.logprobs),
       turns: this.turns,
       weightVersions: this.versions,
+      versionSpans: this.versionSpans(),
     };
   }
 }

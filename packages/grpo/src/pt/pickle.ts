@@ -80,7 +80,7 @@ export function unpickle(bytes: Uint8Array, hooks: UnpickleHooks, what = 'data.p
   const line = () => {
     const end = bytes.indexOf(0x0a, p);
     if (end < 0) fail('unterminated GLOBAL');
-    const s = text.decode(bytes.subarray(p, end));
+    const s = decodeText(text, bytes.subarray(p, end), fail, p);
     p = end + 1;
     return s;
   };

@@ -134,4 +134,36 @@ describe('refuses what is not a tensor dump', () => {
     const bytes = new Uint8Array(readFileSync(`${dumpsGolden}grpo_binary/train_data/3.pt`));
     refuse(bytes.subarray(0, 4000), /not a zip archive|broken|past the end/);
   });
+  const dump = () => new Uint8Array(readFileSync(`${dumpsGolden}grpo_binary/train_data/3.pt`));
+  it('a central directory entry whose extra field runs past the end', () => {
+    const bytes = dump();
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    let last = -1;
+    for (let i = 0; i + 4 <= bytes.length; i++) if (view.getUint32(i, true) === 0x02014b50) last = i;
+    view.setUint16(last + 30, 0xffff, true);
+    refuse(bytes, /runs past/);
+  });
+  it('a pickle GLOBAL whose module name is not UTF-8', () => {
+    const bytes = dump();
+    const at = Buffer.from(bytes).indexOf('torch._utils\n');
+    bytes[at] = 0xff;
+    refuse(bytes, /not valid UTF-8/);
+  });
+  it('any corruption of the bytes is a decode error naming the file, never a raw exception', () => {
+    const base = dump();
+    let seed = 7;
+    const next = () => {
+      seed = (Math.imul(seed, 1103515245) + 12345) & 0x7fffffff;
+      return seed;
+    };
+    for (let t = 0; t < 300; t++) {
+      const bytes = base.slice();
+      for (let k = 1 + (next() % 8); k > 0; k--) bytes[next() % bytes.length] = next() & 255;
+      try {
+        loadTorchFile(bytes, 'input.pt');
+      } catch (error) {
+        expect(VimeError.isInstance(error), String(error)).toBe(true);
+      }
+    }
+  });
 });

@@ -56,6 +56,8 @@ export function readZip(bytes: Uint8Array, what = 'file'): Map<string, ZipEntry>
     const extraLen = view.getUint16(p + 30, true);
     const commentLen = view.getUint16(p + 32, true);
     let local = view.getUint32(p + 42, true);
+    if (p + 46 + nameLen + extraLen > len)
+      fail(what, `zip central directory entry at byte ${p} runs past the end`);
     const name = new TextDecoder().decode(bytes.subarray(p + 46, p + 46 + nameLen));
     // zip64 extra field: the 64-bit values appear in this order for the fields that overflowed.
     let e = p + 46 + nameLen;
@@ -63,17 +65,17 @@ export function readZip(bytes: Uint8Array, what = 'file'): Map<string, ZipEntry>
     while (e + 4 <= extraEnd) {
       const id = view.getUint16(e, true);
       const dataLen = view.getUint16(e + 2, true);
+      if (e + 4 + dataLen > extraEnd) fail(what, `zip extra field of ${name} runs past its entry`);
       if (id === 0x0001) {
         let q = e + 4;
-        if (size === 0xffffffff) {
-          size = Number(view.getBigUint64(q, true));
+        const u64 = () => {
+          if (q + 8 > e + 4 + dataLen) fail(what, `zip64 field of ${name} is too short`);
           q += 8;
-        }
-        if (compressed === 0xffffffff) {
-          compressed = Number(view.getBigUint64(q, true));
-          q += 8;
-        }
-        if (local === 0xffffffff) local = Number(view.getBigUint64(q, true));
+          return Number(view.getBigUint64(q - 8, true));
+        };
+        if (size === 0xffffffff) size = u64();
+        if (compressed === 0xffffffff) compressed = u64();
+        if (local === 0xffffffff) local = u64();
       }
       e += 4 + dataLen;
     }

@@ -1,11 +1,22 @@
-/** Test helpers: read the shared golden vectors in place and compare with the stated tolerance. */
+/** Test helpers: read the committed golden vectors (the repository's `golden/`) and compare with the stated tolerance. */
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'vitest';
 
 export const goldenRoot = fileURLToPath(new URL('../../../../golden/', import.meta.url));
-export const grpoGolden = `${goldenRoot}grpo/`;
 export const dumpsGolden = `${goldenRoot}trainer-dumps/`;
+
+/** Convention dumps for `check --preset auto`: one batch per verl / TRL / OpenRLHF convention. */
+export const conventionDumps = `${goldenRoot}convention-dumps/`;
+
+/** The golden folders, one per upstream trainer. */
+export type GoldenFolder = 'slime' | 'verl' | 'trl' | 'openrlhf';
+const folders: Record<GoldenFolder, string> = {
+  slime: 'grpo',
+  verl: 'verl',
+  trl: 'trl',
+  openrlhf: 'openrlhf',
+};
 
 export interface GoldenCase {
   source: string;
@@ -29,18 +40,19 @@ function revive(value: unknown): unknown {
   return value;
 }
 
-export function loadGolden(prefix: string): GoldenCase[] {
-  const files = readdirSync(grpoGolden).filter((f) => f.startsWith(prefix) && f.endsWith('.json'));
-  if (files.length === 0) throw new Error(`no golden files match ${prefix} in ${grpoGolden}`);
+export function loadGolden(prefix: string, folder: GoldenFolder = 'slime'): GoldenCase[] {
+  const dir = `${goldenRoot}${folders[folder]}/`;
+  const files = readdirSync(dir).filter((f) => f.startsWith(prefix) && f.endsWith('.json'));
+  if (files.length === 0) throw new Error(`no golden files match ${prefix} in ${dir}`);
   return files.sort().map((file) => {
-    const raw = JSON.parse(readFileSync(grpoGolden + file, 'utf8')) as Omit<GoldenCase, 'file'>;
+    const raw = JSON.parse(readFileSync(dir + file, 'utf8')) as Omit<GoldenCase, 'file'>;
     return { ...(revive(raw) as Omit<GoldenCase, 'file'>), file };
   });
 }
 
-/** Every golden file, for the coverage check. */
-export function allGoldenFiles(): string[] {
-  return readdirSync(grpoGolden).filter((f) => f.endsWith('.json'));
+/** Every golden file of a folder, for the coverage checks. */
+export function allGoldenFiles(folder: GoldenFolder = 'slime'): string[] {
+  return readdirSync(`${goldenRoot}${folders[folder]}/`).filter((f) => f.endsWith('.json'));
 }
 
 export function flat(value: unknown): number[] {
@@ -73,4 +85,27 @@ export function exactCount(actual: ArrayLike<number>, expected: ArrayLike<number
   let same = 0;
   for (let i = 0; i < expected.length; i++) if (Object.is(actual[i], expected[i])) same++;
   return same;
+}
+
+/**
+ * float32: every value bit for bit (−0 and +0 count as equal; NaN matches NaN), as the trainer computes
+ * it on CPU. float64: within 1e-12 (reductions are not emulated in float64 summation order).
+ */
+export function expectExact(
+  actual: ArrayLike<number>,
+  expected: ArrayLike<number>,
+  name: string,
+  dtype: 'float32' | 'float64' = 'float32',
+): void {
+  if (dtype === 'float64') {
+    expectClose(actual, expected, name, 'float64');
+    return;
+  }
+  expect(actual.length, `${name}: length`).toBe(expected.length);
+  for (let i = 0; i < expected.length; i++) {
+    const a = actual[i]!;
+    const e = expected[i]!;
+    const same = a === e || (Number.isNaN(a) && Number.isNaN(e));
+    expect(same, `${name}[${i}]: got ${a}, expected ${e} bit for bit (|diff| ${Math.abs(a - e)})`).toBe(true);
+  }
 }

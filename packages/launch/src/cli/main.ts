@@ -6,6 +6,7 @@ import { ConfigError, VimeError } from '@vime/core';
 import { closest } from '../internal/did-you-mean.js';
 import { RayJobFailedError } from '../ray/client.js';
 import { type CliIo, type Command, EXIT } from './command.js';
+import { launchCheckCommand } from './commands/check.js';
 import { enginesWaitCommand } from './commands/engines.js';
 import { planCommand } from './commands/plan.js';
 import { rayLogsCommand, rayStatusCommand, rayStopCommand, raySubmitCommand } from './commands/ray.js';
@@ -19,6 +20,7 @@ const COMMANDS: readonly Command[] = [
   planCommand,
   renderCommand,
   validateCommand,
+  launchCheckCommand,
   slimeArgsCommand,
   raySubmitCommand,
   rayStatusCommand,
@@ -42,7 +44,7 @@ Exit codes:
   0    success
   1    the operation failed (job FAILED/STOPPED, engines not healthy, HTTP or connection error)
   2    invalid usage or configuration (unknown flag, bad value, unreadable file, combination slime rejects)
-  3    checks found problems (preflight, YAML validation)
+  3    checks found problems (preflight, YAML validation, launch check)
   130  interrupted`;
 
 const isHelp = (arg: string) => arg === '--help' || arg === '-h';

@@ -4,7 +4,7 @@
  * Secrets travel only in `runtime_env.env_vars`, never in the entrypoint.
  */
 import { shellJoin, shellQuote } from '@vime/core';
-import type { LaunchPlan } from '../plan.js';
+import { BRIDGE_PYTHON, type LaunchPlan } from '../plan.js';
 import { JOBGROUP_NAME_ENV } from '../skypilot/render.js';
 import { slimeArgs } from '../slime/args.js';
 import type { JobSubmitRequest } from './types.js';
@@ -18,12 +18,17 @@ export interface SlimeJobOptions {
   submissionId?: string;
   /** Where slime is checked out on the trainer. Default `/root/slime`. */
   slimeDir?: string;
-  /** Agent code on PYTHONPATH (the custom generate function). Default `$HOME/sky_workdir/code`. */
+  /** The slime bridge's Python folder (the custom generate function, filter and hooks). Default: the job's workdir copy. */
   codeDir?: string;
 }
 
-/** Env names forwarded from the launching environment when set: credentials and API endpoints. */
+/**
+ * Env names forwarded from the launching environment when set: credentials, API endpoints, and where the
+ * slime bridge finds the rollout server (the Ray worker running the generate function reads it).
+ */
 export const FORWARDED_ENV = [
+  'VIME_ROLLOUT_URL',
+  'VIME_ROLLOUT_TIMEOUT',
   'WANDB_API_KEY',
   'WANDB_TEAM',
   'HF_TOKEN',
@@ -39,10 +44,14 @@ export function slimeJobRequest(plan: LaunchPlan, options: SlimeJobOptions = {})
   const group = env[JOBGROUP_NAME_ENV];
   const resolved = group ? argv.map((a) => a.replaceAll(`$${JOBGROUP_NAME_ENV}`, group)) : argv;
   const slimeDir = options.slimeDir ?? '/root/slime';
-  const codeDir = options.codeDir ?? '$HOME/sky_workdir/code';
   const home = env.HOME ?? '/root';
+  const codeDir = (options.codeDir ?? `$HOME/sky_workdir/${BRIDGE_PYTHON}`).replace('$HOME', home);
+  // Ray's runtime env replaces the workers' PYTHONPATH: merge what the launching shell exports into it.
+  const pythonPath = [...new Set(['/root/Megatron-LM/', codeDir, ...(env.PYTHONPATH ?? '').split(':')])]
+    .filter(Boolean)
+    .join(':');
   const envVars: Record<string, string> = {
-    PYTHONPATH: `/root/Megatron-LM/:${codeDir.replace('$HOME', home)}`,
+    PYTHONPATH: pythonPath,
     CUDA_DEVICE_MAX_CONNECTIONS: '1',
     PYTHONUNBUFFERED: '1',
     ...Object.fromEntries(Object.entries(plan.jobGroup.trainer.envs).map(([k, v]) => [k, String(v)])),

@@ -99,7 +99,10 @@ export const JobGroupConfigSchema = z.strictObject({
     .default('60s'),
   trainer: TrainerConfigSchema,
   engines: EnginesConfigSchema,
-  /** Trainer env listing the engine job names, space separated. Defaults to `SGLANG_MEMBERS` / `VLLM_MEMBERS`. */
+  /**
+   * A trainer env listing the engine job names, space separated (e.g. `SGLANG_MEMBERS`, as the reference
+   * scripts read it). None by default: every env the trainer gets must be read by something.
+   */
   membersEnv: z.string().regex(ENV_KEY_PATTERN).optional(),
   volume: VolumeConfigSchema.optional(),
 });
@@ -124,10 +127,10 @@ export function resolveJobGroupConfig(
       `trainer.name ${JSON.stringify(trainerName)} collides with an engine job name; rename one`,
     );
   }
-  const membersEnv = membersEnvName(resolved);
+  const membersEnv = resolved.membersEnv;
   checkNoInlinedSecrets(resolved.trainer.envs, resolved.trainer.secrets, 'trainer');
   checkNoInlinedSecrets(resolved.engines.envs, [], 'engines');
-  if (membersEnv in resolved.trainer.envs) {
+  if (membersEnv !== undefined && membersEnv in resolved.trainer.envs) {
     throw new ConfigError(
       `trainer.envs.${membersEnv} is derived from engines.count; remove it from the config (it would say ${JSON.stringify(resolved.trainer.envs[membersEnv])})`,
     );
@@ -138,10 +141,6 @@ export function resolveJobGroupConfig(
     );
   }
   return resolved;
-}
-
-function membersEnvName(config: ResolvedJobGroupConfig): string {
-  return config.membersEnv ?? `${config.engines.kind.toUpperCase()}_MEMBERS`;
 }
 
 /** The engine job names: `sglang`, `sglang2`, `sglang3`, ... */
@@ -287,7 +286,7 @@ export function jobGroupDocuments(config: JobGroupConfig | ResolvedJobGroupConfi
     ...(t.infra !== undefined ? { infra: t.infra } : {}),
     ...(t.image !== undefined ? { image: t.image } : {}),
     fileMounts: t.fileMounts,
-    envs: { [membersEnvName(c)]: names.join(' '), ...t.envs },
+    envs: { ...(c.membersEnv ? { [c.membersEnv]: names.join(' ') } : {}), ...t.envs },
     secrets: t.secrets,
     ...(t.setup !== undefined ? { setup: t.setup } : {}),
     run: t.run,

@@ -42,7 +42,15 @@ describe('slimeArgs', () => {
     expect(flagValue(args, '--tensor-model-parallel-size')).toBe('4');
     expect(flagValue(args, '--actor-num-gpus-per-node')).toBe('4');
     expect(flagValue(args, '--rollout-max-context-len')).toBe('32768');
-    expect(flagValue(args, '--custom-generate-function-path')).toBe('generate.generate');
+    // The bridge's module: the rollout, the infra-failure filter (with over-sampling to refill the batch),
+    // per-prompt reward normalisation and the rollout-metrics hook.
+    expect(flagValue(args, '--custom-generate-function-path')).toBe('vime_bridge.generate');
+    expect(flagValue(args, '--dynamic-sampling-filter-path')).toBe('vime_bridge.drop_infra_failed_groups');
+    expect(flagValue(args, '--over-sampling-batch-size')).toBe('29');
+    expect(flagValue(args, '--custom-reward-post-process-path')).toBe(
+      'vime_bridge.normalize_rewards_by_group',
+    );
+    expect(flagValue(args, '--custom-rollout-log-function-path')).toBe('vime_bridge.log_rollout_metrics');
     expect(flagValue(args, '--kl-loss-type')).toBe('low_var_kl');
     expect(flagValue(args, '--eps-clip-high')).toBe('0.28');
     expect(flagValue(args, '--wandb-group')).toBe('coding-agent-3eng');

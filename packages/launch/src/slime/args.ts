@@ -106,6 +106,10 @@ export const SlimeConfigSchema = z.strictObject({
     /** Python path of a custom `generate(args, sample, sampling_params)` (the agent loop). */
     customGenerateFunctionPath: z.string().optional(),
     customRolloutLogFunctionPath: z.string().optional(),
+    /** slime's `--dynamic-sampling-filter-path`: a group filter run before a group joins the batch. */
+    dynamicSamplingFilterPath: z.string().optional(),
+    /** slime's `--custom-reward-post-process-path`: replaces its group reshape and normalisation. */
+    customRewardPostProcessPath: z.string().optional(),
   }),
   algorithm: z
     .strictObject({
@@ -360,6 +364,8 @@ function buildArgs(c: ResolvedSlimeConfig): string[] {
   opt('rollout-function-path', r.functionPath);
   opt('custom-generate-function-path', r.customGenerateFunctionPath);
   opt('custom-rollout-log-function-path', r.customRolloutLogFunctionPath);
+  opt('dynamic-sampling-filter-path', r.dynamicSamplingFilterPath);
+  opt('custom-reward-post-process-path', r.customRewardPostProcessPath);
   const o = c.optimizer;
   opt('optimizer', o.name);
   opt('lr', o.lr);

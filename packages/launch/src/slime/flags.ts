@@ -48,6 +48,7 @@ const SLIME = [
   'rollout-seed',
   'over-sampling-batch-size',
   'dynamic-sampling-filter-path',
+  'custom-reward-post-process-path',
   'partial-rollout',
   'rollout-external-engine-addrs',
   'rollout-sample-hook-path',

@@ -5,14 +5,29 @@
  *   POST /rollout   body: msgpack { sample: <Sample.to_dict()>, sampling_params: {...} }
  *                   200: msgpack list of Sample dicts; 4xx/5xx: JSON { error: { code, message } }
  *   GET  /health    200 { status: "ok", inFlight, waiting, capacity }
+ *   GET  /config    200 { settings, attempts, concurrency, deadlineMs }: what this server runs with
  *
  * A semaphore caps concurrent rollouts (later requests wait their turn), each request has a deadline,
  * and a client that disconnects aborts its rollout.
+ *
+ * A rollout that throws is an infrastructure failure (the agent's own failures are graded, not thrown):
+ * it is tried again, up to `attempts` in all, and one that still fails is answered with a single
+ * failure row (`infraFailureSample`) that slime must never train on or score: status `aborted` (slime's
+ * `generate_and_rm` skips the reward model for it), reward `null`, `remove_sample`, and the cause in
+ * `metadata.vime_infra_failure`, which the bridge's dynamic-sampling filter drops the group for.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { decode } from '@msgpack/msgpack';
-import { encodeSamples, fromSlimeDict, type Sample, VimeError } from '@vime/core';
+import {
+  ConfigError,
+  createSample,
+  encodeSamples,
+  fromSlimeDict,
+  retry,
+  type Sample,
+  VimeError,
+} from '@vime/core';
 
 export interface RolloutRequest {
   sample: Sample;
@@ -32,12 +47,51 @@ export interface RolloutServerOptions {
   deadlineMs?: number;
   /** Largest request body accepted. Default 64 MiB. */
   maxBodyBytes?: number;
+  /** Tries of one rollout when it fails with an infrastructure error, the first included. Default 3. */
+  attempts?: number;
+  /** Delay before the first retry; it doubles per retry. Default 1 s. */
+  retryDelayMs?: number;
+  /** The settings the rollout runs with, served on GET /config so a deployment can be checked. */
+  settings?: Record<string, unknown>;
+}
+
+/** What `metadata.vime_infra_failure` of a failure row holds. */
+export interface InfraFailure {
+  code: string;
+  message: string;
+  attempts: number;
+}
+
+/** The row answered for a rollout that failed for infrastructure reasons on every attempt. */
+export function infraFailureSample(sample: Sample, failure: InfraFailure): Sample {
+  return createSample({
+    ...sample,
+    rollout_id: sample.rollout_id ?? sample.index,
+    status: 'aborted',
+    reward: null,
+    remove_sample: true,
+    metadata: { ...sample.metadata, vime_infra_failure: failure },
+  });
+}
+
+/** Input errors are the request's own: another attempt cannot fix them. */
+function worthRetrying(error: unknown): boolean {
+  return !ConfigError.isInstance(error) && (error as Error | null)?.name !== 'ZodError';
 }
 
 export interface RolloutServer {
   url: string;
   server: Server;
-  stats(): { inFlight: number; waiting: number; completed: number; aborted: number; failed: number };
+  stats(): {
+    inFlight: number;
+    waiting: number;
+    completed: number;
+    aborted: number;
+    /** Rollouts answered with a failure row after their last attempt. */
+    failed: number;
+    /** Attempts that failed and were tried again. */
+    retried: number;
+  };
   close(): Promise<void>;
 }
 
@@ -96,8 +150,18 @@ export async function startRolloutServer(options: RolloutServerOptions): Promise
   const capacity = options.concurrency ?? 64;
   const deadlineMs = options.deadlineMs ?? 30 * 60_000;
   const maxBody = options.maxBodyBytes ?? 64 << 20;
+  const attempts = options.attempts ?? 3;
+  if (!Number.isInteger(attempts) || attempts < 1) {
+    throw new ConfigError(`attempts must be a whole number >= 1 (got ${JSON.stringify(options.attempts)})`);
+  }
   const gate = new Semaphore(capacity);
-  const counts = { inFlight: 0, completed: 0, aborted: 0, failed: 0 };
+  const counts = { inFlight: 0, completed: 0, aborted: 0, failed: 0, retried: 0 };
+  const config = JSON.stringify({
+    settings: options.settings ?? {},
+    attempts,
+    concurrency: capacity,
+    deadlineMs,
+  });
 
   const handleRollout = async (req: IncomingMessage, res: ServerResponse) => {
     const disconnected = new AbortController();
@@ -126,7 +190,27 @@ export async function startRolloutServer(options: RolloutServerOptions): Promise
     try {
       release = await gate.acquire(signal);
       counts.inFlight++;
-      const rows = await options.rollout({ sample, samplingParams, signal });
+      let tries = 0;
+      const rows = await retry(
+        (attempt) => {
+          tries = attempt + 1;
+          return options.rollout({ sample, samplingParams, signal });
+        },
+        {
+          retries: attempts - 1,
+          signal,
+          initialDelayMs: options.retryDelayMs ?? 1000,
+          shouldRetry: worthRetrying,
+          onRetry: () => {
+            counts.retried++;
+          },
+        },
+      ).catch((error: unknown) => {
+        if (signal.aborted) throw error;
+        counts.failed++;
+        const code = VimeError.isInstance(error) ? error.code : 'rollout_error';
+        return [infraFailureSample(sample, { code, message: (error as Error).message, attempts: tries })];
+      });
       signal.throwIfAborted();
       const bytes = encodeSamples(rows);
       res.writeHead(200, { 'content-type': 'application/msgpack', 'content-length': bytes.length });
@@ -161,7 +245,10 @@ export async function startRolloutServer(options: RolloutServerOptions): Promise
 
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
-    if (req.method === 'GET' && path === '/health') {
+    if (req.method === 'GET' && path === '/config') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(config);
+    } else if (req.method === 'GET' && path === '/health') {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ status: 'ok', inFlight: counts.inFlight, waiting: gate.waiting, capacity }));
     } else if (req.method === 'POST' && path === '/rollout') {
@@ -171,7 +258,7 @@ export async function startRolloutServer(options: RolloutServerOptions): Promise
         res,
         404,
         'not_found',
-        `no route for ${req.method} ${path}; use POST /rollout or GET /health`,
+        `no route for ${req.method} ${path}; use POST /rollout, GET /health or GET /config`,
       );
   });
   server.keepAliveTimeout = 75_000;

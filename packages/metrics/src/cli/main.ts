@@ -23,7 +23,7 @@ import { type PrometheusScrape, type ScrapeSeries, scrapeEngines, scrapePromethe
 import { type EngineInput, runReport } from '../report.js';
 import type { SaturationPoint } from '../saturation.js';
 import { SglangDecodeLogParser } from '../sglang-log.js';
-import { parseSlimePerfLog, type SlimePerfLog } from '../slime-perf.js';
+import { agentResults, parseSlimePerfLog, type SlimePerfLog } from '../slime-perf.js';
 
 const HELP = `Usage: vime-metrics [options]
 
@@ -277,7 +277,11 @@ async function run(argv: string[], io: CliIo): Promise<number> {
     ...(values.name ? { name: values.name } : {}),
     ...(values.mode ? { mode: values.mode } : {}),
     engines,
-    ...(perf ? { perf } : {}),
+    // Decode-batch logs and scrapes are a served engine's own readings, not a stand-in's.
+    ...(engines.length
+      ? { engineKind: { kind: engineLogs.length ? 'sglang' : 'scraped /metrics', standIn: false } }
+      : {}),
+    ...(perf ? { perf, results: agentResults(perf) } : {}),
   });
   const texts = [`${JSON.stringify(record, null, 2)}\n`, renderHtmlReport(record)];
   await prepareOutputs();

@@ -5,6 +5,7 @@ import { preflight } from '../../preflight.js';
 import { slimeArgs } from '../../slime/args.js';
 import { type CliIo, type Command, EXIT, parseFlags } from '../command.js';
 import { PLAN_HELP, PLAN_OPTIONS, planFrom } from '../plan-options.js';
+import { printSimulation, SIMULATE_HELP, SIMULATE_OPTIONS, simulatePlan } from './simulate.js';
 
 function printPlan(plan: LaunchPlan, io: CliIo): void {
   const jg = plan.jobGroup;
@@ -47,15 +48,25 @@ Resolve the plan (Job Group, volume, slime command) and run preflight. Exits 3 w
 
   --json   print the resolved plan and report as JSON
 
+${SIMULATE_HELP}
+
 ${PLAN_HELP}`,
   async run(args, io) {
-    const { values } = parseFlags('plan', args, { ...PLAN_OPTIONS, json: { type: 'boolean' } });
+    const { values } = parseFlags('plan', args, {
+      ...PLAN_OPTIONS,
+      ...SIMULATE_OPTIONS,
+      json: { type: 'boolean' },
+    });
     const plan = await planFrom(values, io);
     const report = preflight(plan);
     const argv = slimeArgvOf(plan);
+    const extra = (['from', 'max-engines', 'target-step'] as const).find((f) => values[f] !== undefined);
+    if (extra && !values.simulate)
+      throw new ConfigError(`--${extra} needs --simulate; see \`vime plan --help\``);
+    const simulation = values.simulate ? await simulatePlan(plan, values, io) : undefined;
     if (values.json) {
       io.stdout(
-        `${JSON.stringify({ plan: { ...plan, env: undefined }, slime: argv ?? null, preflight: report }, null, 2)}\n`,
+        `${JSON.stringify({ plan: { ...plan, env: undefined }, slime: argv ?? null, preflight: report, ...(simulation ? { simulation } : {}) }, null, 2)}\n`,
       );
     } else {
       printPlan(plan, io);
@@ -67,6 +78,7 @@ ${PLAN_HELP}`,
       io.stdout(report.problems.length ? 'Preflight:\n' : 'Preflight: ok\n');
       for (const p of report.problems)
         io.stdout(`  ${p.severity === 'error' ? 'error' : 'warning'} ${p.path}: ${p.message}\n`);
+      if (simulation) printSimulation(simulation, plan, io);
     }
     return report.ok ? EXIT.ok : EXIT.checks;
   },

@@ -1,0 +1,8 @@
+export {
+  bundledTokenizerDir,
+  exampleDir,
+  type PolicyServerOptions,
+  pythonEnv,
+  type RunningPolicyServer,
+  startPolicyServer,
+} from './policy-server.js';

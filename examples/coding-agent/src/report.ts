@@ -1,0 +1,164 @@
+/**
+ * The run's report (`report.json` + `report.html`): every rollout by step, the engines' decode-batch
+ * readings, sandbox claims, tokens, and a capacity curve fitted on the run itself. The stand-in engine
+ * is labelled as such on the page and in the JSON.
+ */
+import { execFile } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import type { RolloutResult } from '@vime/core';
+import { capacityCurve, fitRun, observationFrom } from '@vime/launch';
+import {
+  type CapacityInput,
+  type EngineInput,
+  parseSglangDecodeLog,
+  type RolloutMetrics,
+  type RunRecord,
+  renderHtmlReport,
+  runReport,
+  scrapeEngines,
+} from '@vime/metrics';
+import type { Config } from './config.js';
+
+export interface ReportInput {
+  out: string;
+  runId: string;
+  startedAt: number;
+  config: Config;
+  standIn: boolean;
+  engineCount: number;
+  /** Decode-batch log lines per stand-in engine (none for engines given by URL). */
+  engineLogs: string[][];
+  /** Every engine's `/metrics`, read every 250 ms over the run (`sampleEngines`). */
+  engineSamples: EngineInput[];
+  steps: Array<{
+    step: number;
+    results: RolloutResult[];
+    rolloutSeconds: number;
+    handoffSeconds: number;
+    /** Handed off before a restart: not timed in this process. */
+    resumed: boolean;
+  }>;
+  claims: Array<{ warm: boolean; latencyMs: number }>;
+  outputTokens: number;
+  rolloutSeconds: number;
+  overall: RolloutMetrics;
+  extra: Record<string, unknown>;
+}
+
+const STAND_IN_LABEL = "stand-in engine: a scripted coding policy served over SGLang's wire, not a model";
+
+/** The code's version: the checkout's commit when there is one, else the package version. */
+async function codeVersion(): Promise<string> {
+  try {
+    const { stdout } = await promisify(execFile)('git', ['rev-parse', '--short=12', 'HEAD'], {
+      cwd: new URL('.', import.meta.url),
+      timeout: 5000,
+    });
+    return `git ${stdout.trim()}`;
+  } catch {
+    return 'coding-agent example (no git checkout)';
+  }
+}
+
+/**
+ * Read every engine's `/metrics` every 250 ms until `stop()`: the load is drawn as continuous lines,
+ * idle stretches included (an engine logs decode batches only while it decodes).
+ */
+export function sampleEngines(urls: readonly string[]): { stop(): Promise<EngineInput[]> } {
+  const controller = new AbortController();
+  const series = scrapeEngines(
+    urls.map((u) => `${u}/metrics`),
+    { intervalMs: 250, durationMs: 7 * 24 * 3600_000, signal: controller.signal, timeoutMs: 2000 },
+  );
+  return {
+    async stop() {
+      controller.abort();
+      return (await series).map((s, i) => ({
+        name: `eng${i}`,
+        points: s.scrapes
+          .filter((x) => x.snapshot.running !== null)
+          .map((x) => ({
+            t: x.t,
+            running: x.snapshot.running ?? 0,
+            queued: x.snapshot.queued ?? 0,
+            kvUsage: x.snapshot.kvUsage ?? 0,
+          })),
+        scrapes: s.scrapes,
+      }));
+    },
+  };
+}
+
+/** The planner's curve fitted on this run; `null` (with the reason) when the run cannot be fitted. */
+function capacityOf(record: RunRecord, mode: 'sync' | 'async'): CapacityInput | string {
+  try {
+    const fit = fitRun([observationFrom(record, 'this run')], { labels: [record.name] });
+    return capacityCurve(fit, { mode, maxEngines: 6, source: `fitted on this run (${record.name})` });
+  } catch (error) {
+    return `no capacity curve: ${(error as Error).message}`;
+  }
+}
+
+export async function writeRunReport(
+  input: ReportInput,
+): Promise<{ record: RunRecord; json: string; html: string }> {
+  const { config } = input;
+  // The 250 ms samples when the engines answered them, else the stand-ins' decode-batch logs.
+  const sampled = input.engineSamples.filter((e) => e.points.length > 1);
+  const engines: EngineInput[] = sampled.length
+    ? sampled
+    : input.engineLogs.map((lines, i) => ({
+        name: `eng${i}`,
+        points: parseSglangDecodeLog(lines.join('\n')).samples,
+      }));
+  const report = {
+    name: `${config.mode}_${Math.max(input.engineCount, 1)}eng`,
+    mode: config.mode,
+    run: {
+      id: input.runId,
+      startedAt: input.startedAt,
+      endedAt: Date.now(),
+      config,
+      codeVersion: await codeVersion(),
+    },
+    engineKind: input.standIn
+      ? { kind: 'sglang', standIn: true, label: STAND_IN_LABEL }
+      : { kind: config.engineKind, standIn: false },
+    engines,
+    results: input.steps.map((s) => ({ step: s.step, results: s.results })),
+    resumedSteps: input.steps.filter((s) => s.resumed).map((s) => s.step),
+    stepNotes: {
+      train:
+        'no trainer attached: "train" is the hand-off (GRPO advantages and the batch file written for the trainer)',
+      update_weights: 'not in this run: no trainer, so the engine keeps its weights',
+    },
+    claims: input.claims,
+    tokens: { output: input.outputTokens, seconds: input.rolloutSeconds },
+    perf: input.steps.map((s) => ({
+      rolloutId: s.step,
+      // In slime's terms the trainer waits for the rollouts, then trains on the handed-off batch.
+      stepTime: s.rolloutSeconds + s.handoffSeconds,
+      rolloutTime: s.rolloutSeconds,
+      trainWaitTime: s.rolloutSeconds,
+      trainTime: s.handoffSeconds,
+      metrics: {},
+    })),
+  } satisfies Parameters<typeof runReport>[0];
+  const first = runReport(report);
+  const capacity = capacityOf(first, config.mode);
+  const record = typeof capacity === 'string' ? first : runReport({ ...report, capacity });
+  if (typeof capacity === 'string') record.absent.capacity = capacity;
+  if (engines.length === 0)
+    record.absent.saturation =
+      "the engines' /metrics gave no load readings (SGLang needs --enable-metrics); run vime-metrics on their logs";
+  const json = join(input.out, 'report.json');
+  const html = join(input.out, 'report.html');
+  await writeFile(
+    json,
+    `${JSON.stringify({ ...record, rollout_metrics: input.overall, ...input.extra }, null, 2)}\n`,
+  );
+  await writeFile(html, renderHtmlReport(record, { title: 'Coding-agent RL run' }));
+  return { record, json, html };
+}

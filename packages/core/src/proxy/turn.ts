@@ -1,0 +1,184 @@
+/**
+ * One turn's generation through the router: the same prompt ids go to whichever engine serves the
+ * session, a failed request is retried on a healthy engine (no re-tokenisation: the ids were computed
+ * once), and a turn the engine cut short (SGLang aborts in-flight requests to update its weights) is
+ * continued from the tokens it already produced, or restarted. Every output token keeps the weight
+ * version that produced it.
+ */
+import type { EngineFinishReason, GenerateResult, Sampling } from '../engine/types.js';
+import { EngineError } from '../errors.js';
+import { backoffDelay, isRetryableError } from '../util/retry.js';
+import { sleep } from '../util/sleep.js';
+import type { EngineRouter } from './router.js';
+
+/** What a turn interrupted by a weight update does: resume from its tokens, or regenerate on the new weights. */
+export type WeightUpdatePolicy = 'continue' | 'restart';
+
+/** A run of consecutive output tokens produced by one weight version. */
+export interface VersionRun {
+  version: string | undefined;
+  tokens: number;
+}
+
+export interface GeneratedTurn {
+  outputIds: Int32Array;
+  logprobs: Float32Array;
+  finishReason: EngineFinishReason;
+  /** Versions over `outputIds`, in order; their `tokens` sum to its length. */
+  versionRuns: VersionRun[];
+  /** The engines that produced the kept output, in order. */
+  engines: string[];
+  /** Engine-side aborts absorbed (weight updates). */
+  interruptions: number;
+  /** Failed requests retried. */
+  failures: number;
+  cachedTokens: number | undefined;
+}
+
+export interface TurnHooks {
+  retry(event: { url: string; error: Error; failures: number }): void;
+  interrupted(event: { url: string; outputTokens: number; policy: WeightUpdatePolicy }): void;
+}
+
+export interface TurnRequest {
+  sessionId: string;
+  promptIds: Int32Array;
+  /** `maxTokens` must be set: the turn's budget, shared by every continuation. */
+  sampling: Sampling & { maxTokens: number };
+  rid: string;
+  signal: AbortSignal;
+  onWeightUpdate: WeightUpdatePolicy;
+  /** Engine-side aborts absorbed before the turn gives up (default 8). */
+  maxInterruptions?: number | undefined;
+  /** Failed requests retried before the turn gives up (default 6). */
+  maxFailures?: number | undefined;
+}
+
+export async function generateTurn(
+  router: EngineRouter,
+  request: TurnRequest,
+  hooks: TurnHooks,
+): Promise<GeneratedTurn> {
+  const { sessionId, promptIds, sampling, signal } = request;
+  const maxInterruptions = request.maxInterruptions ?? 8;
+  const maxFailures = request.maxFailures ?? 6;
+  const kept: Array<{ result: GenerateResult; url: string }> = [];
+  let produced = 0;
+  let interruptions = 0;
+  let failures = 0;
+  for (let attempt = 0; ; attempt++) {
+    const lease = await router.acquire(sessionId, { signal });
+    const { engine } = lease;
+    let result: GenerateResult;
+    try {
+      result = await engine.generate(
+        {
+          inputIds: produced === 0 ? promptIds : withOutput(promptIds, kept),
+          sampling: { ...sampling, maxTokens: sampling.maxTokens - produced },
+          rid: attempt === 0 ? request.rid : `${request.rid}.${attempt}`,
+          routingKey: sessionId,
+        },
+        { signal },
+      );
+    } catch (error) {
+      lease.release();
+      if (signal.aborted || !isRetryableError(error) || ++failures > maxFailures) throw error;
+      hooks.retry({ url: engine.url, error: error as Error, failures });
+      const stillHealthy = await router.reportFailure(engine, error);
+      // A healthy engine that failed (overloaded, a transient 5xx) gets a pause before the next try.
+      if (stillHealthy)
+        await sleep(backoffDelay(failures, { initialDelayMs: 100, maxDelayMs: 2_000 }), signal);
+      continue;
+    }
+    lease.release();
+    router.noteVersion(engine, result.weightVersion);
+    if (result.finishReason !== 'abort' || signal.aborted) {
+      kept.push({ result, url: engine.url });
+      return combine(kept, result.finishReason, interruptions, failures);
+    }
+    // The engine cut the turn short (a weight update's pause or abort_all): absorb it.
+    if (++interruptions > maxInterruptions) {
+      throw new EngineError(
+        `the engine aborted turn ${request.rid} ${interruptions} times (${engine.url}); retry the turn`,
+        { isRetryable: true, url: engine.url },
+      );
+    }
+    hooks.interrupted({
+      url: engine.url,
+      outputTokens: result.outputIds.length,
+      policy: request.onWeightUpdate,
+    });
+    if (request.onWeightUpdate === 'restart') {
+      kept.length = 0;
+      produced = 0;
+      continue;
+    }
+    kept.push({ result, url: engine.url });
+    produced += result.outputIds.length;
+    if (produced >= sampling.maxTokens) return combine(kept, 'length', interruptions, failures);
+  }
+}
+
+/** The prompt followed by every output kept so far: what a continuation is sent. */
+function withOutput(promptIds: Int32Array, kept: Array<{ result: GenerateResult }>): Int32Array {
+  let n = promptIds.length;
+  for (const k of kept) n += k.result.outputIds.length;
+  const ids = new Int32Array(n);
+  ids.set(promptIds);
+  let at = promptIds.length;
+  for (const k of kept) {
+    ids.set(k.result.outputIds, at);
+    at += k.result.outputIds.length;
+  }
+  return ids;
+}
+
+function combine(
+  kept: Array<{ result: GenerateResult; url: string }>,
+  finishReason: EngineFinishReason,
+  interruptions: number,
+  failures: number,
+): GeneratedTurn {
+  if (kept.length === 1) {
+    const { result, url } = kept[0]!;
+    return {
+      outputIds: result.outputIds,
+      logprobs: result.logprobs,
+      finishReason,
+      versionRuns:
+        result.outputIds.length > 0
+          ? [{ version: result.weightVersion, tokens: result.outputIds.length }]
+          : [],
+      engines: [url],
+      interruptions,
+      failures,
+      cachedTokens: result.cachedTokens,
+    };
+  }
+  let n = 0;
+  for (const k of kept) n += k.result.outputIds.length;
+  const outputIds = new Int32Array(n);
+  const logprobs = new Float32Array(n);
+  const versionRuns: VersionRun[] = [];
+  const engines: string[] = [];
+  let at = 0;
+  for (const { result, url } of kept) {
+    outputIds.set(result.outputIds, at);
+    logprobs.set(result.logprobs, at);
+    at += result.outputIds.length;
+    const last = versionRuns[versionRuns.length - 1];
+    if (last && last.version === result.weightVersion) last.tokens += result.outputIds.length;
+    else versionRuns.push({ version: result.weightVersion, tokens: result.outputIds.length });
+    if (engines[engines.length - 1] !== url) engines.push(url);
+  }
+  return {
+    outputIds,
+    logprobs,
+    finishReason,
+    versionRuns: versionRuns.filter((r) => r.tokens > 0),
+    engines,
+    interruptions,
+    failures,
+    cachedTokens: kept[0]!.result.cachedTokens,
+  };
+}
