@@ -1,22 +1,28 @@
 /**
- * `bubblewrap`: the embedded default. Every exec is one `bwrap` process with fresh namespaces (no network,
- * private /tmp and pid namespace), the host system (or a prepared rootfs) read-only, and only this
- * sandbox's work dir writable. Killing `bwrap` tears down its pid namespace, so a timeout kills every
- * process the command started, detached ones included.
+ * `bubblewrap`: the embedded default. Commands run with fresh namespaces (no network, private /tmp and
+ * pid namespace), the host system (or a prepared rootfs) read-only, and only this sandbox's work dir
+ * writable, under safe default limits (`DEFAULT_LIMITS`) enforced with cgroups where this host lets us
+ * create them and with rlimits otherwise (a `warning` event says what could not be enforced).
  */
-import { spawn } from 'node:child_process';
 import { existsSync, lstatSync, readlinkSync } from 'node:fs';
-import { chmod, chown, mkdir, stat } from 'node:fs/promises';
-import { isAbsolute, join, posix } from 'node:path';
+import { chmod, chown, mkdir } from 'node:fs/promises';
+import { release } from 'node:os';
+import { isAbsolute, join } from 'node:path';
 import { ConfigError, type Logger, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
-import { BwrapSession, SUPERVISOR } from './bwrap-session.js';
-import { createCgroups } from './cgroup.js';
-import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
+import { assertDir, type BwrapConfig, BwrapSandbox } from './bwrap-sandbox.js';
+import { type CgroupPlan, createCgroups, ExecCgroups, planCgroups } from './cgroup.js';
 import { defaultRootDir, HostState } from './host-state.js';
-import { forwardWarnings, newSandboxId, sandboxLabels, withTrackedCreate } from './lifecycle.js';
+import { forwardWarnings, newSandboxId, runOf, sandboxLabels, withTrackedCreate } from './lifecycle.js';
+import {
+  type EffectiveLimits,
+  hardOpenFiles,
+  type Rlimits,
+  resolveLimits,
+  resolveWorkdir,
+  rlimitsOf,
+} from './limits.js';
 import { tailOf } from './output.js';
-import { EXEC_MARKER_ENV, newExecId } from './proc.js';
 import { type RunResult, runProcess } from './process.js';
 import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
 
@@ -91,6 +97,12 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
     path: options.path ?? '/usr/local/bin:/usr/bin:/bin',
     systemArgs,
   };
+  const warned = new Set<string>();
+  const warn = (key: string, message: string, data: Record<string, unknown>) => {
+    if (warned.has(key)) return;
+    warned.add(key);
+    events.emit('warning', { message: `bubblewrap: ${message}`, code: 'limit_not_enforced', data });
+  };
 
   return withTrackedCreate(
     {
@@ -98,6 +110,10 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
       events,
       async create(spec: SandboxSpec, op: OpOptions = {}): Promise<Sandbox> {
         op.signal?.throwIfAborted();
+        const workdir = resolveWorkdir(spec?.workdir);
+        const requested = resolveLimits(spec.limits);
+        const rootfs = spec.image === undefined ? undefined : resolveImage(spec.image, options.images);
+        if (rootfs) await assertDir(rootfs, 'spec.image');
         probe ??= probeBwrap(bwrap, user);
         // A failed probe is not cached: the fix (installing bwrap) may happen while the process runs.
         await probe.catch((error) => {
@@ -105,11 +121,9 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
           throw error;
         });
         const started = performance.now();
-        const workdir = posix.resolve('/', spec.workdir);
-        const rootfs = spec.image === undefined ? undefined : resolveImage(spec.image, options.images);
-        if (rootfs) await assertDir(rootfs, 'spec.image');
-        const id = newSandboxId();
+        const id = newSandboxId(runOf(spec.labels));
         const labels = sandboxLabels(id, spec.labels);
+        // Metadata first (atomically), then every resource, each named in it before it exists.
         const state = await HostState.create(rootDir, {
           id,
           provider: 'bubblewrap',
@@ -124,9 +138,7 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
           await mkdir(hostWork, { mode: 0o755 });
           if (user) await chown(hostWork, user.uid, user.gid);
           let root: string | undefined;
-          if (rootfs) root = await prepareRoot(state, rootfs, workdir, user);
-          state.meta.cgroups = await createCgroups(`vime-${id}`, spec.limits);
-          await state.saveMeta();
+          if (rootfs) root = await prepareRoot(state, rootfs, workdir, user, op.signal);
           const python = options.execMode === 'per-exec' ? undefined : findPython(root);
           if (options.execMode === 'session' && !python) {
             throw new ConfigError(
@@ -134,6 +146,12 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
                 'install it there or use execMode "per-exec"',
             );
           }
+          const plan = planLimits(`vime-${id}`, requested, python !== undefined, warn);
+          state.meta.cgroups = plan.cgroups.dirs;
+          await state.saveMeta();
+          op.signal?.throwIfAborted();
+          createCgroups(plan.cgroups, requested, user);
+          const tracking = python ? plan.cgroups.tracking : undefined;
           const sandbox = new BwrapSandbox(
             {
               id,
@@ -145,7 +163,22 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
               capabilities: { persistentProcesses: python !== undefined, isolatedNetwork: true },
               handleSignals: options.handleSignals ?? true,
             },
-            { ...config, workdir, hostWork, root, python },
+            {
+              ...config,
+              workdir,
+              hostWork,
+              root,
+              python,
+              limits: plan.limits,
+              rlimits: plan.rlimits,
+              execCgroups: tracking
+                ? new ExecCgroups(
+                    tracking.dir,
+                    user,
+                    plan.cgroups.enforced.has('pids') ? plan.limits.pids : undefined,
+                  )
+                : undefined,
+            },
           );
           if (python) await sandbox.startSession(op.signal);
           events.emit('create', {
@@ -165,19 +198,85 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
   );
 }
 
+interface LimitPlan {
+  limits: EffectiveLimits;
+  cgroups: CgroupPlan;
+  rlimits: Rlimits;
+}
+
+/** Whether this kernel counts RLIMIT_NPROC per user namespace (Linux >= 5.15), i.e. per sandbox. */
+function nprocPerNamespace(): boolean {
+  const [major = 0, minor = 0] = release().split('.').map(Number);
+  return major > 5 || (major === 5 && minor >= 15);
+}
+
+/**
+ * How each limit is enforced on this host: cgroups where writable, otherwise rlimits (memory per process,
+ * processes per sandbox user namespace), and a warning (once per provider) for what falls short.
+ */
+function planLimits(
+  name: string,
+  requested: EffectiveLimits,
+  session: boolean,
+  warn: (key: string, message: string, data: Record<string, unknown>) => void,
+): LimitPlan {
+  const limits = { ...requested };
+  const cgroups = planCgroups(name, limits);
+  const fix = 'run as root (cgroup v1 or v2) or give this process a delegated, writable cgroup v2 subtree';
+  const memory = limits.memoryBytes !== undefined && !cgroups.enforced.has('memory');
+  const pids = limits.pids !== undefined && !cgroups.enforced.has('pids');
+  if (memory) {
+    warn(
+      'memoryBytes',
+      `memoryBytes=${limits.memoryBytes} is enforced per process (RLIMIT_DATA), not for the sandbox as a whole: no memory cgroup is writable here; ${fix}`,
+      { limit: 'memoryBytes', value: limits.memoryBytes, enforcedAs: 'RLIMIT_DATA per process' },
+    );
+  }
+  if (pids && !session) {
+    warn(
+      'pids-per-exec',
+      `pids=${limits.pids} is not enforced in execMode "per-exec" without a writable pids cgroup; ${fix}, or use the session mode`,
+      { limit: 'pids', value: limits.pids },
+    );
+  } else if (pids && !nprocPerNamespace()) {
+    warn(
+      'pids-kernel',
+      `pids=${limits.pids} is enforced as RLIMIT_NPROC, which this kernel (< 5.15) counts for every process of the sandbox uid, not per sandbox: no pids cgroup is writable here; ${fix}`,
+      { limit: 'pids', value: limits.pids },
+    );
+  }
+  if (limits.cpus !== undefined && !cgroups.enforced.has('cpu')) {
+    warn('cpus', `cpus=${limits.cpus} is not enforced: no cpu cgroup is writable here; ${fix}`, {
+      limit: 'cpus',
+      value: limits.cpus,
+    });
+  }
+  const hard = hardOpenFiles();
+  if (limits.openFiles !== undefined && hard !== undefined && limits.openFiles > hard) {
+    warn(
+      'openFiles',
+      `openFiles=${limits.openFiles} exceeds this process's hard limit ${hard} (raising it needs CAP_SYS_RESOURCE); using ${hard}`,
+      { limit: 'openFiles', value: limits.openFiles, enforced: hard },
+    );
+    limits.openFiles = hard;
+  }
+  if (session && !cgroups.tracking) {
+    warn(
+      'exec-tracking',
+      "no writable cgroup to kill the processes of one command: a command that times out or is aborted ends its sandbox's session (background processes and /tmp are lost; the next command starts a new session); " +
+        fix,
+      { limit: 'timeout' },
+    );
+  }
+  return { limits, cgroups, rlimits: rlimitsOf(limits, { memory, pids: pids && session }) };
+}
+
 /** The python3 a session supervisor runs with, as a path inside the sandbox, if the root has one. */
 function findPython(root: string | undefined): string | undefined {
   for (const candidate of ['/usr/bin/python3', '/usr/local/bin/python3']) {
     if (existsSync(join(root ?? '/', candidate))) return candidate;
   }
   return undefined;
-}
-
-interface BwrapConfig {
-  bwrap: string;
-  user: { uid: number; gid: number } | undefined;
-  path: string;
-  systemArgs: string[];
 }
 
 function resolveImage(image: string, images: Record<string, string> | undefined): string {
@@ -191,23 +290,16 @@ function resolveImage(image: string, images: Record<string, string> | undefined)
   );
 }
 
-async function assertDir(path: string, what: string): Promise<void> {
-  const st = await stat(path).catch(() => undefined);
-  if (!st?.isDirectory()) {
-    throw new ConfigError(
-      `${what}: ${JSON.stringify(path)} is not a folder; prepare a rootfs folder there first`,
-    );
-  }
-}
-
 /** The per-sandbox root over a read-only rootfs: an overlay (root) or a copy (unprivileged). */
 async function prepareRoot(
   state: HostState,
   rootfs: string,
   workdir: string,
   user: { uid: number; gid: number } | undefined,
+  signal: AbortSignal | undefined,
 ): Promise<string> {
   const root = join(state.dir, 'root');
+  const abortable = signal ? { signal } : {};
   if (isRoot()) {
     const upper = join(state.dir, 'upper');
     const work = join(state.dir, 'overlay-work');
@@ -217,7 +309,7 @@ async function prepareRoot(
     const result = await runProcess(
       'mount',
       ['-t', 'overlay', 'overlay', '-o', `lowerdir=${rootfs},upperdir=${upper},workdir=${work}`, root],
-      { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } },
+      { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' }, ...abortable },
     );
     if (result.exitCode !== 0) {
       throw new SandboxError(`overlay mount of rootfs ${rootfs} failed: ${result.output.trim()}`);
@@ -225,6 +317,7 @@ async function prepareRoot(
   } else {
     const result = await runProcess('cp', ['-a', '--reflink=auto', `${rootfs}/.`, root], {
       env: { PATH: '/usr/bin:/bin' },
+      ...abortable,
     });
     if (result.exitCode !== 0)
       throw new SandboxError(`copy of rootfs ${rootfs} failed: ${result.output.trim()}`);
@@ -264,257 +357,5 @@ async function probeBwrap(bwrap: string, user: { uid: number; gid: number } | un
         `${user ? ` as uid ${user.uid}` : ''}: ${tailOf(result.output.trim(), 500)}. ${fix}`,
       { code: 'sandbox_unavailable', data: { exitCode: result.exitCode, output: result.output } },
     );
-  }
-}
-
-interface BwrapSandboxConfig extends BwrapConfig {
-  workdir: string;
-  hostWork: string;
-  root: string | undefined;
-  /** Set in session mode: the supervisor's interpreter. */
-  python: string | undefined;
-}
-
-const WRITE_SCRIPT =
-  'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && if [ -n "$2" ]; then chmod "$2" "$1"; fi';
-const UNTAR_SCRIPT = 'mkdir -p -- "$1" && tar -xf - -C "$1" --no-same-owner';
-
-class BwrapSandbox extends HostSandbox {
-  readonly workdir: string;
-  private readonly config: BwrapSandboxConfig;
-
-  constructor(init: ConstructorParameters<typeof HostSandbox>[0], config: BwrapSandboxConfig) {
-    super(init);
-    this.config = config;
-    this.workdir = config.workdir;
-  }
-
-  private bwrapArgs(argv: readonly string[], options: RunExecOptions, session?: string): string[] {
-    const { config } = this;
-    const args = config.root ? ['--bind', config.root, '/'] : [...config.systemArgs];
-    args.push(
-      '--proc',
-      '/proc',
-      '--dev',
-      '/dev',
-      '--tmpfs',
-      '/tmp',
-      '--bind',
-      config.hostWork,
-      config.workdir,
-      // The root itself is bwrap's scratch tmpfs: make it read-only too, so the work dir and /tmp are the
-      // only writable places (over a rootfs, the root is the sandbox's own writable layer).
-      ...(config.root ? [] : ['--remount-ro', '/']),
-      '--chdir',
-      sandboxPath(config.workdir, options.cwd ?? config.workdir),
-      '--unshare-all',
-      '--die-with-parent',
-      '--new-session',
-      '--hostname',
-      'sandbox',
-      '--clearenv',
-    );
-    // A session's supervisor gets a bare environment; each command's own comes with its request.
-    const env = session ? { PATH: config.path, LANG: 'C.UTF-8' } : this.commandEnv(options);
-    for (const [k, v] of Object.entries(env)) args.push('--setenv', k, v);
-    args.push('--', ...(session ? [session, ...argv.slice(1)] : argv));
-    return args;
-  }
-
-  /** Per-command rlimits (CPU seconds, file size, address space). */
-  private rlimits(): Record<string, number> {
-    const limits = this.spec.limits;
-    const out: Record<string, number> = {};
-    if (limits?.cpuSeconds !== undefined) out.cpu = Math.ceil(limits.cpuSeconds);
-    if (limits?.fileSizeBytes !== undefined) out.fsize = limits.fileSizeBytes;
-    if (limits?.addressSpaceBytes !== undefined) out.as = limits.addressSpaceBytes;
-    return out;
-  }
-
-  /**
-   * The launch chain: [cgroup attach as root] → [drop to the sandbox uid] → [prlimit] → bwrap. A session
-   * applies rlimits per command inside instead, so the supervisor itself is not bounded by them.
-   */
-  private launch(
-    bwrapArgs: string[],
-    withRlimits: boolean,
-  ): { command: string; args: string[]; uid?: number; gid?: number } {
-    const { config } = this;
-    let chain = [config.bwrap, ...bwrapArgs];
-    const rl = withRlimits ? Object.entries(this.rlimits()).map(([k, v]) => `--${k}=${v}`) : [];
-    if (rl.length > 0) chain = ['prlimit', ...rl, '--', ...chain];
-    const cgroups = this.state.meta.cgroups;
-    if (cgroups.length === 0) {
-      return { command: chain[0]!, args: chain.slice(1), ...(config.user ?? {}) };
-    }
-    // Join the cgroups before anything forks, then drop privileges: a pid written after spawn would race
-    // with bwrap's own forks.
-    if (config.user) {
-      chain = [
-        'setpriv',
-        `--reuid=${config.user.uid}`,
-        `--regid=${config.user.gid}`,
-        '--clear-groups',
-        '--',
-        ...chain,
-      ];
-    }
-    const attach = 'for g in $VIME_CGROUPS; do echo $$ > "$g/cgroup.procs" || exit 125; done; exec "$@"';
-    return { command: '/bin/sh', args: ['-c', attach, 'sh', ...chain] };
-  }
-
-  private session: BwrapSession | undefined;
-
-  /** Start (or restart) the sandbox's session and wait for its supervisor to report ready. */
-  async startSession(signal?: AbortSignal): Promise<BwrapSession> {
-    const { config } = this;
-    const launch = this.launch(
-      this.bwrapArgs(['python3', '-c', SUPERVISOR, JSON.stringify(this.rlimits())], {}, config.python),
-      false,
-    );
-    const session = new BwrapSession({
-      ...launch,
-      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', VIME_CGROUPS: this.state.meta.cgroups.join(' ') },
-    });
-    this.session = session;
-    this.state.trackPid(session.pid, undefined);
-    const timeout = AbortSignal.timeout(30_000);
-    const abort = signal ? AbortSignal.any([signal, timeout]) : timeout;
-    try {
-      await Promise.race([
-        session.ready,
-        new Promise((_, reject) =>
-          abort.addEventListener('abort', () => reject(abort.reason), { once: true }),
-        ),
-      ]);
-    } catch (error) {
-      session.close();
-      throw SandboxError.isInstance(error)
-        ? error
-        : new SandboxError(`the bubblewrap session of sandbox ${this.id} did not start: ${String(error)}`, {
-            cause: error,
-          });
-    }
-    return session;
-  }
-
-  protected async run(
-    command: string | readonly string[],
-    options: RunExecOptions,
-    raw: boolean,
-  ): Promise<RunResult> {
-    const argv = typeof command === 'string' ? ['sh', '-c', command] : [...command];
-    if (argv.length === 0) throw new SandboxError('exec needs a command', { code: 'invalid_argument' });
-    if (this.config.python) {
-      // A session that died (e.g. its supervisor was OOM-killed) is replaced on the next command.
-      const session = this.session?.alive ? this.session : await this.startSession(options.signal);
-      const marker = newExecId();
-      return session.run({
-        argv,
-        env: { ...this.commandEnv(options), [EXEC_MARKER_ENV]: marker },
-        cwd: sandboxPath(this.config.workdir, options.cwd ?? this.config.workdir),
-        marker,
-        raw,
-        ...(options.stdin === undefined ? {} : { stdin: options.stdin }),
-        ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
-        ...(options.signal === undefined ? {} : { signal: options.signal }),
-        ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
-      });
-    }
-    return this.runPerExec(argv, options, raw);
-  }
-
-  private commandEnv(options: RunExecOptions): Record<string, string> {
-    return {
-      PATH: this.config.path,
-      HOME: this.config.workdir,
-      LANG: 'C.UTF-8',
-      ...this.spec.env,
-      ...options.env,
-    };
-  }
-
-  private runPerExec(argv: string[], options: RunExecOptions, raw: boolean): Promise<RunResult> {
-    const launch = this.launch(this.bwrapArgs(argv, options), true);
-    let pid: number | undefined;
-    return runProcess(launch.command, launch.args, {
-      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', VIME_CGROUPS: this.state.meta.cgroups.join(' ') },
-      ...(launch.uid === undefined ? {} : { uid: launch.uid, gid: launch.gid! }),
-      ...(options.stdin === undefined ? {} : { stdin: options.stdin }),
-      ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
-      ...(options.signal === undefined ? {} : { signal: options.signal }),
-      ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
-      rawStdout: raw,
-      track: (p) => {
-        this.state.trackPid(p, pid);
-        pid = p;
-      },
-    });
-  }
-
-  private async checked(
-    what: string,
-    argv: string[],
-    options: OpOptions & Pick<RunExecOptions, 'stdin'>,
-    raw = false,
-  ): Promise<RunResult> {
-    return this.track(options, async (signal) => {
-      const result = await this.run(
-        argv,
-        { signal, ...(options.stdin === undefined ? {} : { stdin: options.stdin }) },
-        raw,
-      );
-      if (result.exitCode !== 0) {
-        throw new SandboxError(`${what} failed in sandbox ${this.id}: ${tailOf(result.stderr.trim(), 500)}`, {
-          data: { exitCode: result.exitCode, stderr: result.stderr },
-        });
-      }
-      return result;
-    });
-  }
-
-  async writeFile(
-    path: string,
-    content: string | Uint8Array,
-    options: OpOptions & { mode?: number } = {},
-  ): Promise<void> {
-    const target = sandboxPath(this.workdir, path);
-    const mode = options.mode === undefined ? '' : options.mode.toString(8);
-    await this.checked(`writeFile ${target}`, ['sh', '-c', WRITE_SCRIPT, 'sh', target, mode], {
-      ...options,
-      stdin: content,
-    });
-  }
-
-  async readFile(path: string, options: OpOptions = {}): Promise<Uint8Array> {
-    const target = sandboxPath(this.workdir, path);
-    const result = await this.checked(`readFile ${target}`, ['cat', '--', target], options, true);
-    return new Uint8Array(result.raw!);
-  }
-
-  async copyIn(hostDir: string, path: string, options: OpOptions = {}): Promise<void> {
-    await assertDir(hostDir, 'copyIn hostDir');
-    const target = sandboxPath(this.workdir, path);
-    // The host side packs (it may read what the sandbox user cannot); the sandbox user unpacks, so
-    // nothing is written with host privileges and symlinks in the sandbox cannot redirect the write.
-    const tar = spawn('tar', ['-C', hostDir, '-cf', '-', '.'], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let tarErr = '';
-    tar.stderr.on('data', (d: Buffer) => {
-      tarErr += d.toString();
-    });
-    const tarExit = new Promise<number | null>((resolve) => tar.once('close', resolve));
-    try {
-      await this.checked(`copyIn ${hostDir} -> ${target}`, ['sh', '-c', UNTAR_SCRIPT, 'sh', target], {
-        ...options,
-        stdin: tar.stdout,
-      });
-    } catch (error) {
-      tar.kill('SIGKILL');
-      throw error;
-    }
-    // null: SIGPIPE after the unpacker stopped at the end-of-archive marker, which it reported as success.
-    const code = await tarExit;
-    if (code !== 0 && code !== null)
-      throw new SandboxError(`copyIn: packing ${hostDir} failed: ${tarErr.trim()}`);
   }
 }

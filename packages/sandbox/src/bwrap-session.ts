@@ -1,192 +1,61 @@
 /**
- * A long-lived bubblewrap session: one `bwrap` per sandbox runs a small supervisor (Python, from the
- * sandbox's own /usr) that forks each command inside the already-built namespaces. An exec then costs a
- * fork instead of building namespaces and mounts again, which is what makes bubblewrap as cheap as a plain
- * spawn. Frames on a socket at the supervisor's fd 3 carry requests, output and exit statuses:
- * `[op: u8][exec id: u32 BE][length: u32 BE][payload]`. Nothing a command can reach holds that socket:
- * bwrap's init gets only /dev/null and a diagnostics stderr, and the supervisor is not dumpable.
+ * A long-lived bubblewrap session: one `bwrap` per sandbox runs a small supervisor (bwrap-supervisor.ts)
+ * that forks each command inside the already-built namespaces. An exec then costs a fork instead of
+ * building namespaces and mounts again, which is what makes bubblewrap as cheap as a plain spawn.
+ *
+ * Timeouts and aborts are enforced from outside the sandbox, whatever a command does to its environment,
+ * process group or supervisor: each command runs in a cgroup of its own that the host kills whole; where
+ * no cgroup is writable, the whole session is killed (the next command starts a new one). A stopped
+ * supervisor is continued before every command and after a kill, and one that still does not answer is
+ * killed with its session, so no exec outlasts its timeout.
  */
 import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import type { Duplex, Readable } from 'node:stream';
-import { SandboxError } from '@vime/core';
+import { SandboxError, sleep } from '@vime/core';
+import { closeFd, type ExecCgroups } from './cgroup.js';
 import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, tailOf } from './output.js';
-import { killByExecMarker } from './proc.js';
 import type { RunResult } from './process.js';
 
-const OP = { run: 1, stdin: 2, eof: 3, kill: 4 } as const;
+const OP = { run: 1, stdin: 2, eof: 3, kill: 4, spare: 5 } as const;
 const OUT = { stdout: 1, stderr: 2, exit: 3, ready: 9 } as const;
-
-/** The supervisor. Kept dependency-free and small; it only forks, pipes and reaps. */
-export const SUPERVISOR = String.raw`
-import ctypes, json, os, queue, resource, selectors, signal, struct, sys, threading, time
-# The channel to the host is fd 3, which bwrap's init does not keep. Not dumpable, so commands (same
-# uid) cannot ptrace us or open our fds and forge frames; not inherited by the commands either.
-ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
-CH = 3
-os.set_inheritable(CH, False)
-LIMITS = json.loads(sys.argv[1])
-RL = {"cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE, "as": resource.RLIMIT_AS}
-wlock = threading.Lock()
-def send(op, xid, payload=b""):
-    data = memoryview(struct.pack(">BII", op, xid, len(payload)) + payload)
-    with wlock:
-        while data:
-            data = data[os.write(CH, data):]
-sel = selectors.DefaultSelector()
-execs, bypid = {}, {}
-def feeder(fd, q):
-    try:
-        while True:
-            chunk = q.get()
-            if chunk is None:
-                break
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view):]
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-def start(xid, req):
-    r_in, w_in = os.pipe(); r_out, w_out = os.pipe(); r_err, w_err = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setsid()
-            os.dup2(r_in, 0); os.dup2(w_out, 1); os.dup2(w_err, 2)
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-            for name, value in LIMITS.items():
-                resource.setrlimit(RL[name], (value, value))
-            os.chdir(req["cwd"])
-            os.execvpe(req["argv"][0], req["argv"], req["env"])
-        except FileNotFoundError as e:
-            msg = "%s: command not found\n" % req["argv"][0] if e.filename != req["cwd"] else "cd: %s: No such file or directory\n" % req["cwd"]
-            os.write(2, msg.encode()); os._exit(127 if e.filename != req["cwd"] else 126)
-        except BaseException as e:
-            os.write(2, ("%s: %s\n" % (req["argv"][0], e)).encode()); os._exit(126)
-    os.close(r_in); os.close(w_out); os.close(w_err)
-    q = queue.Queue()
-    threading.Thread(target=feeder, args=(w_in, q), daemon=True).start()
-    if not req.get("stdin"):
-        q.put(None)
-    execs[xid] = {"pid": pid, "open": 2, "status": None, "grace": None, "q": q, "fds": [r_out, r_err]}
-    bypid[pid] = xid
-    for fd, stream in ((r_out, 1), (r_err, 2)):
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ, (xid, stream))
-def finish(xid, force=False):
-    e = execs.get(xid)
-    if e is None or e["status"] is None or (e["open"] > 0 and not force):
-        return
-    for fd in e["fds"]:
-        try:
-            sel.unregister(fd); os.close(fd)
-        except (KeyError, ValueError, OSError):
-            pass
-    s = e["status"]
-    code = os.WEXITSTATUS(s) if os.WIFEXITED(s) else -os.WTERMSIG(s)
-    send(3, xid, struct.pack(">i", code))
-    del execs[xid]
-def kill(marker):
-    needle = ("VIME_EXEC_ID=%s\0" % marker).encode()
-    for _ in range(3):
-        for p in os.listdir("/proc"):
-            if not p.isdigit() or int(p) == os.getpid():
-                continue
-            try:
-                with open("/proc/%s/environ" % p, "rb") as f:
-                    if needle in f.read():
-                        os.kill(int(p), signal.SIGKILL)
-            except OSError:
-                pass
-def reap():
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        xid = bypid.pop(pid, None)
-        if xid is not None and xid in execs:
-            execs[xid]["status"] = status
-            execs[xid]["grace"] = time.monotonic() + 0.25
-            finish(xid)
-rsig, wsig = os.pipe()
-os.set_blocking(wsig, False)
-signal.set_wakeup_fd(wsig)
-signal.signal(signal.SIGCHLD, lambda *a: None)
-sel.register(rsig, selectors.EVENT_READ, "sig")
-sel.register(CH, selectors.EVENT_READ, "ctl")
-buf = b""
-send(9, 0)
-while True:
-    graces = [e["grace"] for e in execs.values() if e["grace"] is not None]
-    timeout = max(0, min(graces) - time.monotonic()) if graces else None
-    for key, _ in sel.select(timeout):
-        if key.data == "sig":
-            os.read(rsig, 4096)
-            reap()
-        elif key.data == "ctl":
-            data = os.read(CH, 1 << 16)
-            if not data:
-                sys.exit(0)
-            buf += data
-            while len(buf) >= 9:
-                op, xid, n = struct.unpack(">BII", buf[:9])
-                if len(buf) < 9 + n:
-                    break
-                payload, buf = buf[9:9 + n], buf[9 + n:]
-                if op == 1:
-                    start(xid, json.loads(payload))
-                elif op in (2, 3) and xid in execs:
-                    execs[xid]["q"].put(payload if op == 2 else None)
-                elif op == 4:
-                    if xid in execs:
-                        try:
-                            os.killpg(execs[xid]["pid"], signal.SIGKILL)
-                        except OSError:
-                            pass
-                    kill(payload.decode())
-        else:
-            xid, stream = key.data
-            try:
-                chunk = os.read(key.fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            if chunk:
-                send(stream, xid, chunk)
-            else:
-                sel.unregister(key.fd); os.close(key.fd)
-                e = execs[xid]
-                e["fds"].remove(key.fd)
-                e["open"] -= 1
-                finish(xid)
-    now = time.monotonic()
-    for xid in [x for x, e in execs.items() if e["grace"] is not None and now >= e["grace"]]:
-        finish(xid, force=True)
-`;
+/** The supervisor sends chunks of at most 64 KiB; anything larger is not a frame of ours. */
+const MAX_FRAME = 1 << 20;
+/** How long a killed exec's supervisor has to report the exit before the session is killed instead. */
+const EXIT_GRACE_MS = 2000;
+/** Exit status given to the execs of a session that ended under them. */
+const SESSION_GONE = Symbol('session gone');
 
 interface Pending {
   stdout: BoundedOutput;
   stderr: BoundedOutput;
   merged: BoundedOutput;
   raw: Buffer[] | undefined;
-  resolve: (code: number) => void;
-  reject: (error: unknown) => void;
+  rawBytes: number;
+  maxRawBytes: number;
+  onOverflow: () => void;
+  resolve: (code: number | typeof SESSION_GONE) => void;
 }
 
 export interface SessionRun {
   argv: string[];
   env: Record<string, string>;
   cwd: string;
-  marker: string;
   stdin?: string | Uint8Array | Readable;
   timeoutMs?: number;
   signal?: AbortSignal;
   maxOutputBytes?: number;
-  raw: boolean;
+  /** Keep stdout as raw bytes, at most this many (file reads): more fails with `file_too_large`. */
+  maxRawBytes?: number;
+}
+
+export interface SessionLaunch {
+  command: string;
+  args: string[];
+  uid?: number;
+  gid?: number;
+  env: Record<string, string>;
 }
 
 function frame(op: number, id: number, payload: Uint8Array = new Uint8Array()): Buffer {
@@ -197,6 +66,18 @@ function frame(op: number, id: number, payload: Uint8Array = new Uint8Array()): 
   return Buffer.concat([header, payload]);
 }
 
+function childrenOf(pid: number): number[] {
+  try {
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
+      .trim()
+      .split(/\s+/)
+      .filter(Boolean)
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
 export class BwrapSession {
   private readonly child: ChildProcess;
   private readonly channel: Duplex;
@@ -205,27 +86,38 @@ export class BwrapSession {
   private buffer: Buffer = Buffer.alloc(0);
   private stderrTail = '';
   private exited: Error | undefined;
+  /** bwrap, its init and the supervisor (host pids), found once the session is ready. */
+  private own: number[] = [];
+  /** The exec cgroup a spare child of the supervisor already waits in, for the next command. */
+  private spare: string | undefined;
+  private nextCgroup = 1;
   readonly ready: Promise<void>;
   readonly pid: number | undefined;
 
-  constructor(launch: {
-    command: string;
-    args: string[];
-    uid?: number;
-    gid?: number;
-    env: Record<string, string>;
-  }) {
-    this.child = spawn(launch.command, launch.args, {
-      env: launch.env,
-      stdio: ['ignore', 'ignore', 'pipe', 'pipe'],
-      detached: true,
-      ...(launch.uid === undefined ? {} : { uid: launch.uid, gid: launch.gid! }),
-    });
+  constructor(
+    launch: SessionLaunch,
+    private readonly cgroups: ExecCgroups | undefined,
+  ) {
+    const dirFd = cgroups?.openDir();
+    try {
+      this.child = spawn(launch.command, launch.args, {
+        env: launch.env,
+        stdio: ['ignore', 'ignore', 'pipe', 'pipe', ...(dirFd === undefined ? [] : [dirFd])],
+        detached: true,
+        ...(launch.uid === undefined ? {} : { uid: launch.uid, gid: launch.gid! }),
+      });
+    } finally {
+      if (dirFd !== undefined) closeFd(dirFd);
+    }
     this.pid = this.child.pid;
     let markReady: () => void = () => {};
     let failReady: (e: unknown) => void = () => {};
     this.ready = new Promise<void>((resolve, reject) => {
-      markReady = resolve;
+      markReady = () => {
+        this.own = this.findOwn();
+        this.refillSpare();
+        resolve();
+      };
       failReady = reject;
     });
     this.ready.catch(() => {});
@@ -242,7 +134,7 @@ export class BwrapSession {
         { code: 'sandbox_session_ended' },
       );
       failReady(this.exited);
-      for (const p of this.pending.values()) p.reject(this.exited);
+      for (const p of this.pending.values()) p.resolve(SESSION_GONE);
       this.pending.clear();
     };
     this.child.once('error', (e) => onGone(e.message));
@@ -253,12 +145,57 @@ export class BwrapSession {
     return this.exited === undefined;
   }
 
+  private endReason(): string {
+    return this.exited?.message ?? 'killed';
+  }
+
+  /** bwrap → its init → the supervisor, the process chain a command could stop. */
+  private findOwn(): number[] {
+    if (this.pid === undefined) return [];
+    const init = childrenOf(this.pid);
+    return [this.pid, ...init, ...init.flatMap(childrenOf)];
+  }
+
+  /** A new exec cgroup, created by the host (throws when it cannot be). */
+  private newCgroup(): string {
+    const name = `x${this.nextCgroup++}`;
+    this.cgroups!.create(name);
+    return name;
+  }
+
+  /** Have the supervisor fork the next command's child ahead of time, already in its cgroup. */
+  private refillSpare(): void {
+    if (!this.cgroups || this.spare || this.exited) return;
+    try {
+      this.spare = this.newCgroup();
+    } catch {
+      return; // the next command creates its cgroup itself
+    }
+    this.write(frame(OP.spare, 0, Buffer.from(this.spare)));
+  }
+
+  /** Continue the session's own processes (a command may have stopped its supervisor). */
+  private resume(): void {
+    for (const pid of this.own) {
+      try {
+        process.kill(pid, 'SIGCONT');
+      } catch {
+        // gone
+      }
+    }
+  }
+
   private onData(chunk: Buffer, markReady: () => void): void {
     this.buffer = this.buffer.length === 0 ? chunk : Buffer.concat([this.buffer, chunk]);
     while (this.buffer.length >= 9) {
       const op = this.buffer.readUInt8(0);
       const id = this.buffer.readUInt32BE(1);
       const n = this.buffer.readUInt32BE(5);
+      if (n > MAX_FRAME) {
+        this.stderrTail += `\nprotocol error: a frame of ${n} bytes`;
+        this.close();
+        return;
+      }
       if (this.buffer.length < 9 + n) break;
       const payload = this.buffer.subarray(9, 9 + n);
       this.buffer = this.buffer.subarray(9 + n);
@@ -269,8 +206,11 @@ export class BwrapSession {
       const p = this.pending.get(id);
       if (!p) continue;
       if (op === OUT.stdout) {
-        if (p.raw) p.raw.push(Buffer.from(payload));
-        else p.stdout.push(payload);
+        if (p.raw) {
+          p.rawBytes += payload.length;
+          if (p.rawBytes > p.maxRawBytes) p.onOverflow();
+          else p.raw.push(Buffer.from(payload));
+        } else p.stdout.push(payload);
         p.merged.push(payload);
       } else if (op === OUT.stderr) {
         p.stderr.push(payload);
@@ -290,46 +230,59 @@ export class BwrapSession {
     if (this.exited) throw this.exited;
     req.signal?.throwIfAborted();
     const id = this.nextId++;
+    let cg: string | undefined;
+    if (this.cgroups) {
+      try {
+        cg = this.spare ?? this.newCgroup();
+      } catch (error) {
+        throw new SandboxError(`cannot create the cgroup of a command: ${(error as Error).message}`, {
+          cause: error,
+        });
+      }
+      this.spare = undefined;
+    }
     const max = req.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     const started = performance.now();
-    let timedOut = false;
-    let aborted = false;
-    const kill = () => {
-      this.write(frame(OP.kill, id, Buffer.from(req.marker)));
-      // Also from the host, which sees the sandbox's processes too.
-      killByExecMarker(req.marker);
+    let why: 'timeout' | 'abort' | 'overflow' | undefined;
+    let resolveDone: (code: number | typeof SESSION_GONE) => void = () => {};
+    const done = new Promise<number | typeof SESSION_GONE>((resolve) => {
+      resolveDone = resolve;
+    });
+    let enforcing: Promise<void> | undefined;
+    // Kill every process of this exec from outside the sandbox, and make sure the exec ends.
+    const enforce = (reason: NonNullable<typeof why>) => {
+      why ??= reason;
+      enforcing ??= (async () => {
+        this.write(frame(OP.kill, id));
+        if (!cg) return this.close();
+        await this.cgroups!.kill(cg).catch(() => this.close());
+        this.resume();
+        const answered = await Promise.race([done.then(() => true), sleep(EXIT_GRACE_MS).then(() => false)]);
+        if (!answered) this.close();
+      })();
     };
     const pending: Pending = {
       stdout: new BoundedOutput(max),
       stderr: new BoundedOutput(max),
       merged: new BoundedOutput(max),
-      raw: req.raw ? [] : undefined,
-      resolve: () => {},
-      reject: () => {},
+      raw: req.maxRawBytes === undefined ? undefined : [],
+      rawBytes: 0,
+      maxRawBytes: req.maxRawBytes ?? 0,
+      onOverflow: () => enforce('overflow'),
+      resolve: resolveDone,
     };
-    const done = new Promise<number>((resolve, reject) => {
-      pending.resolve = resolve;
-      pending.reject = reject;
-    });
     this.pending.set(id, pending);
     const timer =
-      req.timeoutMs === undefined
-        ? undefined
-        : setTimeout(() => {
-            timedOut = true;
-            kill();
-          }, req.timeoutMs);
-    const onAbort = () => {
-      aborted = true;
-      kill();
-    };
+      req.timeoutMs === undefined ? undefined : setTimeout(() => enforce('timeout'), req.timeoutMs);
+    const onAbort = () => enforce('abort');
     req.signal?.addEventListener('abort', onAbort, { once: true });
+    this.resume();
     const hasStdin = req.stdin !== undefined;
     this.write(
       frame(
         OP.run,
         id,
-        Buffer.from(JSON.stringify({ argv: req.argv, env: req.env, cwd: req.cwd, stdin: hasStdin })),
+        Buffer.from(JSON.stringify({ argv: req.argv, env: req.env, cwd: req.cwd, stdin: hasStdin, cg })),
       ),
     );
     const input = req.stdin;
@@ -346,15 +299,40 @@ export class BwrapSession {
     }
     try {
       const code = await done;
-      if (aborted) throw req.signal?.reason;
+      if (timer) clearTimeout(timer);
+      req.signal?.removeEventListener('abort', onAbort);
+      await enforcing;
+      if (cg) {
+        // Whatever a killed exec left (it may have forked while being killed) goes too.
+        if (why) await this.cgroups!.kill(cg).catch(() => {});
+        this.cgroups!.release(cg);
+        // The next command's child is forked now, not while this one's output is being relayed.
+        this.refillSpare();
+      }
+      if (why === 'abort') throw req.signal?.reason;
+      if (why === 'overflow') {
+        throw new SandboxError(`output larger than ${req.maxRawBytes} bytes`, {
+          code: 'file_too_large',
+          data: { maxBytes: req.maxRawBytes },
+        });
+      }
+      let stderr = pending.stderr.text();
+      let output = pending.merged.text();
+      if (code === SESSION_GONE && !why) {
+        // Something in the sandbox ended its session (a command killed its supervisor, or the OOM killer
+        // did): the command is reported killed, as the kernel would report it.
+        const note = `\n[the sandbox's session ended during this command (${this.endReason()}); the next command starts a new one]\n`;
+        stderr += note;
+        output += note;
+      }
       const result: RunResult = {
         // Killed by a signal: report it the way a shell does (128 + signal), as docker does.
-        exitCode: timedOut ? null : code >= 0 ? code : 128 - code,
+        exitCode: why === 'timeout' ? null : code === SESSION_GONE ? 137 : code >= 0 ? code : 128 - code,
         signal: null,
         stdout: pending.stdout.text(),
-        stderr: pending.stderr.text(),
-        output: pending.merged.text(),
-        timedOut,
+        stderr,
+        output,
+        timedOut: why === 'timeout',
         truncated: pending.stdout.truncated || pending.stderr.truncated || pending.merged.truncated,
         durationMs: performance.now() - started,
       };

@@ -31,12 +31,18 @@ export interface RequestOptions {
   signal?: AbortSignal | undefined;
   /** Status codes that are not errors (default: 2xx). */
   ok?: readonly number[];
+  /** Largest response body read (default 64 MiB); a larger one fails with `response_too_large`. */
+  maxBytes?: number;
 }
 
 export interface EngineResponse {
   status: number;
+  headers: Record<string, string | string[] | undefined>;
   body: Buffer;
 }
+
+/** Default cap on a response body: engine answers are small, and a container's files are capped by the caller. */
+const MAX_RESPONSE_BYTES = 64 << 20;
 
 export class DockerEngine {
   readonly socketPath: string;
@@ -104,7 +110,21 @@ export class DockerEngine {
         { cause: error, code: 'sandbox_unavailable' },
       );
     }
-    const body = Buffer.from(await res.body.arrayBuffer());
+    const cap = options.maxBytes ?? MAX_RESPONSE_BYTES;
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of res.body) {
+      size += (chunk as Buffer).length;
+      if (size > cap) {
+        res.body.destroy();
+        throw new SandboxError(`Docker ${method} ${path}: the response is larger than ${cap} bytes`, {
+          code: 'response_too_large',
+          data: { method, path, maxBytes: cap },
+        });
+      }
+      chunks.push(chunk as Buffer);
+    }
+    const body = Buffer.concat(chunks);
     const ok = options.ok ?? [];
     if ((res.statusCode < 200 || res.statusCode >= 300) && !ok.includes(res.statusCode)) {
       let message = body.toString();
@@ -118,7 +138,7 @@ export class DockerEngine {
         code: res.statusCode === 404 ? 'not_found' : 'sandbox_error',
       });
     }
-    return { status: res.statusCode, body };
+    return { status: res.statusCode, headers: res.headers, body };
   }
 
   /** A versioned API call. */

@@ -13,6 +13,7 @@ import type {
   ExecOptions,
   ExecResult,
   OpOptions,
+  ReadOptions,
   Sandbox,
   SandboxCapabilities,
   SandboxEmitter,
@@ -116,10 +117,10 @@ export abstract class HostSandbox implements Sandbox {
     content: string | Uint8Array,
     options?: OpOptions & { mode?: number },
   ): Promise<void>;
-  abstract readFile(path: string, options?: OpOptions): Promise<Uint8Array>;
+  abstract readFile(path: string, options?: ReadOptions): Promise<Uint8Array>;
   abstract copyIn(hostDir: string, path: string, options?: OpOptions): Promise<void>;
 
-  async readTextFile(path: string, options: OpOptions = {}): Promise<string> {
+  async readTextFile(path: string, options: ReadOptions = {}): Promise<string> {
     return new TextDecoder('utf-8', { fatal: false }).decode(await this.readFile(path, options));
   }
 
@@ -141,7 +142,9 @@ export abstract class HostSandbox implements Sandbox {
     this.terminating ??= (async () => {
       const started = performance.now();
       for (const c of this.running)
-        c.abort(new SandboxError(`sandbox ${this.id} was terminated (${reason})`));
+        c.abort(
+          new SandboxError(`sandbox ${this.id} was terminated (${reason})`, { code: 'sandbox_terminated' }),
+        );
       try {
         await this.state.cleanup();
       } catch (error) {
@@ -159,9 +162,5 @@ export abstract class HostSandbox implements Sandbox {
       });
     })();
     return this.terminating;
-  }
-
-  terminateSync(): void {
-    this.state.cleanupSync();
   }
 }

@@ -1,15 +1,19 @@
 /**
  * On-disk state of a host-process sandbox (bubblewrap, local): `<rootDir>/<id>/` holds `meta.json`
- * (labels, cgroups, mounts), `pids/` (running process groups) and the work dir. A crashed run leaves this
- * behind, and it is exactly what `reapOrphans` needs to clean up.
+ * (labels, cgroups, mounts), `pids/` (running process groups) and the work dir. The metadata is written
+ * (atomically) before any resource exists and names each resource before it is made, so a crash at any
+ * step leaves exactly what `reapOrphans` can find; cleanup also finds mounts and cgroups by name, so even
+ * a sandbox with torn metadata is removed whole.
  */
 import { execFile, execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, rmdirSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
-import { chmod, mkdir, readdir, readFile, rm, rmdir, writeFile } from 'node:fs/promises';
+import { readdirSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chmod, mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { promisify } from 'node:util';
-import { processStartTicks } from './lifecycle.js';
+import { z } from 'zod';
+import { findCgroups, removeCgroupTree, removeCgroupTreeSync } from './cgroup.js';
+import { onProcessExit, processStartTicks } from './lifecycle.js';
 import { killByEnv, SANDBOX_MARKER_ENV } from './proc.js';
 
 const execFileAsync = promisify(execFile);
@@ -19,41 +23,51 @@ export function defaultRootDir(): string {
   return join(tmpdir(), 'vime-sandboxes');
 }
 
-export interface SandboxMeta {
-  id: string;
-  provider: string;
-  labels: Record<string, string>;
-  createdAt: number;
-  lifetimeMs?: number;
-  /** Cgroup directories created for the sandbox (removed after their processes are killed). */
-  cgroups: string[];
-  /** Mount points (overlay roots) to unmount before the folder is removed. */
-  mounts: string[];
-}
+const MetaSchema = z.object({
+  id: z.string(),
+  provider: z.string(),
+  labels: z.record(z.string(), z.string()),
+  createdAt: z.number(),
+  lifetimeMs: z.number().optional(),
+  cgroups: z.array(z.string()),
+  mounts: z.array(z.string()),
+});
+
+export type SandboxMeta = z.infer<typeof MetaSchema>;
+
+/** Metadata files are small; a larger one is not ours. */
+const MAX_META_BYTES = 1 << 20;
 
 export class HostState {
   readonly pidsDir: string;
+  private readonly dropExitHook: () => void;
   private constructor(
     readonly dir: string,
     readonly meta: SandboxMeta,
   ) {
     this.pidsDir = join(dir, 'pids');
+    this.dropExitHook = onProcessExit(() => this.cleanupSync());
   }
 
+  /** The sandbox folder with its metadata: nothing else of the sandbox exists before this returns. */
   static async create(rootDir: string, meta: SandboxMeta): Promise<HostState> {
     // 0711: sandbox uids must traverse to their own work dir, but may not list the others.
     await mkdir(rootDir, { recursive: true, mode: 0o711 });
     await chmod(rootDir, 0o711).catch(() => {});
     const dir = join(rootDir, meta.id);
-    await mkdir(join(dir, 'pids'), { recursive: true, mode: 0o711 });
-    await chmod(dir, 0o711);
+    await mkdir(dir, { mode: 0o711 });
     const state = new HostState(dir, meta);
+    await chmod(dir, 0o711);
     await state.saveMeta();
+    await mkdir(state.pidsDir, { mode: 0o711 });
     return state;
   }
 
-  saveMeta(): Promise<void> {
-    return writeFile(join(this.dir, 'meta.json'), JSON.stringify(this.meta));
+  /** Write-then-rename, so a reader (or a crash) never sees half a file. */
+  async saveMeta(): Promise<void> {
+    const tmp = join(this.dir, 'meta.json.tmp');
+    await writeFile(tmp, JSON.stringify(this.meta));
+    await rename(tmp, join(this.dir, 'meta.json'));
   }
 
   /** Record a running process group so a reaper can kill it after a crash. */
@@ -66,21 +80,24 @@ export class HostState {
     }
   }
 
-  cleanup(): Promise<void> {
-    return cleanupSandboxDir(this.dir, this.meta);
+  async cleanup(): Promise<void> {
+    await cleanupSandboxDir(this.dir, this.meta);
+    this.dropExitHook();
   }
 
   cleanupSync(): void {
     killTrackedSync(this.dir);
-    if (this.meta.provider === 'local') killByEnv(SANDBOX_MARKER_ENV, this.meta.id);
-    for (const cg of this.meta.cgroups) killCgroupSync(cg);
-    for (const m of this.meta.mounts) {
+    killByEnv(SANDBOX_MARKER_ENV, this.meta.id);
+    let complete = true;
+    for (const cg of this.meta.cgroups) complete = removeCgroupTreeSync(cg) && complete;
+    for (const m of mountsUnder(this.dir)) {
       try {
         execFileSync('umount', ['-l', m], { stdio: 'ignore' });
       } catch {
-        // not mounted
+        complete = false;
       }
     }
+    if (!complete) return;
     try {
       rmSync(this.dir, { recursive: true, force: true });
     } catch {
@@ -91,7 +108,15 @@ export class HostState {
 
 export async function readMeta(dir: string): Promise<SandboxMeta | undefined> {
   try {
-    return JSON.parse(await readFile(join(dir, 'meta.json'), 'utf8')) as SandboxMeta;
+    const file = await open(join(dir, 'meta.json'), 'r');
+    try {
+      const { size } = await file.stat();
+      if (size > MAX_META_BYTES) return undefined;
+      const parsed = MetaSchema.safeParse(JSON.parse((await file.readFile()).toString('utf8')));
+      return parsed.success ? parsed.data : undefined;
+    } finally {
+      await file.close();
+    }
   } catch {
     return undefined;
   }
@@ -124,55 +149,22 @@ function killTrackedSync(dir: string): void {
   }
 }
 
-function cgroupPids(cg: string): number[] {
+/** Mount points at or below `dir` (from this process's mountinfo), deepest first. */
+export function mountsUnder(dir: string): string[] {
+  let text = '';
   try {
-    return readFileSync(join(cg, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean).map(Number);
+    text = readFileSync('/proc/self/mountinfo', 'utf8');
   } catch {
     return [];
   }
-}
-
-const sleepSync = (ms: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
-
-function killCgroupSync(cg: string): void {
-  // Killed processes take a moment to leave the group; until then rmdir says EBUSY.
-  for (let attempt = 0; attempt < 50 && existsSync(cg); attempt++) {
-    for (const pid of cgroupPids(cg)) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // gone
-      }
-    }
-    try {
-      rmdirSync(cg);
-      return;
-    } catch {
-      sleepSync(20);
-    }
-  }
-}
-
-async function removeCgroup(cg: string): Promise<void> {
-  if (!existsSync(cg)) return;
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const pids = cgroupPids(cg);
-    for (const pid of pids) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // gone
-      }
-    }
-    try {
-      await rmdir(cg);
-      return;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  }
-  throw new Error(`cgroup ${cg} still has processes after 1 s`);
+  const points = text
+    .split('\n')
+    .map((line) => line.split(' ')[4])
+    .filter((p): p is string => p !== undefined)
+    // mountinfo escapes space, tab, newline and backslash as octal.
+    .map((p) => p.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(Number.parseInt(o, 8))))
+    .filter((p) => p === dir || p.startsWith(`${dir}/`));
+  return [...new Set(points)].sort((a, b) => b.length - a.length);
 }
 
 /** Remove a folder even where the sandbox left read-only directories in it. */
@@ -185,36 +177,51 @@ export async function removeTree(dir: string): Promise<void> {
   }
 }
 
-/** Kill what the sandbox left running, remove its cgroups, unmount its roots and delete its folder. */
-export async function cleanupSandboxDir(dir: string, meta: SandboxMeta | undefined): Promise<void> {
+/**
+ * Kill what the sandbox left running, remove its cgroups, unmount its roots and delete its folder, in that
+ * order. The folder (with the metadata) goes last and only when everything else went, so a failed cleanup
+ * can be retried. `scan`: also look for the sandbox's cgroups by name (its metadata may be torn).
+ */
+export async function cleanupSandboxDir(
+  dir: string,
+  meta: SandboxMeta | undefined,
+  options: { scan?: boolean } = {},
+): Promise<void> {
+  const id = basename(dir);
   killTrackedSync(dir);
-  // Local sandboxes' background and setsid-detached processes left their process groups; find them by marker.
-  if (meta?.provider === 'local') killByEnv(SANDBOX_MARKER_ENV, meta.id);
+  // Local sandboxes' background and setsid-detached processes left their process groups; a bubblewrap
+  // session's launcher carries the marker too.
+  killByEnv(SANDBOX_MARKER_ENV, id);
+  const cgroups = new Set(meta?.cgroups ?? []);
+  if (options.scan) for (const cg of findCgroups((name) => name === `vime-${id}`)) cgroups.add(cg.dir);
   const errors: unknown[] = [];
-  for (const cg of meta?.cgroups ?? []) await removeCgroup(cg).catch((e) => errors.push(e));
-  for (const m of meta?.mounts ?? []) {
-    if (!existsSync(m)) continue;
-    await execFileAsync('umount', [m]).catch(() => execFileAsync('umount', ['-l', m]).catch(() => {}));
+  for (const cg of cgroups) await removeCgroupTree(cg).catch((e) => errors.push(e));
+  for (const m of mountsUnder(dir)) {
+    await execFileAsync('umount', [m]).catch(() =>
+      execFileAsync('umount', ['-l', m]).catch((e) => errors.push(e)),
+    );
   }
-  await removeTree(dir).catch((e) => errors.push(e));
   if (errors.length > 0) throw new AggregateError(errors, `cleanup of ${dir} was incomplete`);
+  await removeTree(dir);
 }
 
-/** Sandbox folders under a root dir, with their metadata (folders without metadata are half-created). */
+/** Sandbox folders under a root dir, with their metadata (undefined where it is missing or torn). */
 export async function listSandboxDirs(
   rootDir: string,
-): Promise<Array<{ dir: string; meta: SandboxMeta | undefined }>> {
+): Promise<Array<{ dir: string; meta: SandboxMeta | undefined; mtimeMs: number }>> {
   let names: string[];
   try {
     names = await readdir(rootDir);
   } catch {
     return [];
   }
-  const out: Array<{ dir: string; meta: SandboxMeta | undefined }> = [];
+  const out: Array<{ dir: string; meta: SandboxMeta | undefined; mtimeMs: number }> = [];
   for (const name of names) {
     if (!name.startsWith('sbx-')) continue;
     const dir = join(rootDir, name);
-    out.push({ dir, meta: await readMeta(dir) });
+    const st = await stat(dir).catch(() => undefined);
+    if (!st?.isDirectory()) continue;
+    out.push({ dir, meta: await readMeta(dir), mtimeMs: st.mtimeMs });
   }
   return out;
 }

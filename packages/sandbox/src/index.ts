@@ -26,9 +26,17 @@ export {
   SANDBOX_LABEL,
   terminateAll,
 } from './lifecycle.js';
+export {
+  DEFAULT_LIMITS,
+  type EffectiveLimits,
+  LIMIT_NAMES,
+  type LimitName,
+  resolveLimits,
+  resolveWorkdir,
+} from './limits.js';
 export { type LocalProviderOptions, localProvider } from './local.js';
 export { MAX_POOL_NAME_LENGTH, poolName } from './names.js';
-export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from './output.js';
+export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_READ_BYTES, decodeUtf8 } from './output.js';
 export { POOL_LABEL, WarmPool, type WarmPoolOptions, type WarmPoolStats } from './pool.js';
 export { type ProviderKind, providerFor } from './provider-for.js';
 export { type ReapedSandbox, type ReapOptions, type ReapReport, reapOrphans } from './reap.js';
@@ -36,6 +44,7 @@ export type {
   ExecOptions,
   ExecResult,
   OpOptions,
+  ReadOptions,
   ResourceLimits,
   Sandbox,
   SandboxCapabilities,

@@ -2,10 +2,10 @@
  * Leak-proofing shared by every provider: run and owner labels, the registry of live sandboxes, process
  * exit/signal handlers that terminate them, and per-sandbox lifetime timers.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import type { Logger } from '@vime/core';
+import { type Logger, SandboxError } from '@vime/core';
 import type { SandboxEmitter, SandboxProvider, TerminateReason } from './types.js';
 
 /** Label naming the run that created a sandbox; `reapOrphans({ run })` matches it. */
@@ -25,8 +25,27 @@ export function defaultRunId(): string {
   return processRunId;
 }
 
-export function newSandboxId(): string {
-  return `sbx-${randomBytes(6).toString('hex')}`;
+/** A short hash of a run id: every sandbox id (and so its folder, cgroups and container) carries it. */
+export function runTag(run: string): string {
+  return createHash('sha256').update(run).digest('hex').slice(0, 8);
+}
+
+/**
+ * A new sandbox id, `sbx-<run tag>-<random>`: a reaper can tell a sandbox's run from its name alone,
+ * even where its metadata is torn or its folder is gone (an orphan cgroup).
+ */
+export function newSandboxId(run: string): string {
+  return `sbx-${runTag(run)}-${randomBytes(6).toString('hex')}`;
+}
+
+/** Whether a sandbox id (or a name containing one) belongs to `run`. */
+export function idOfRun(name: string, run: string): boolean {
+  return name.includes(`sbx-${runTag(run)}-`);
+}
+
+/** The run label a spec's labels give (or this process's default run id). */
+export function runOf(labels: Record<string, string> | undefined): string {
+  return labels?.[RUN_LABEL] ?? defaultRunId();
 }
 
 /** Start time of a process in clock ticks since boot (field 22 of /proc/<pid>/stat), or undefined. */
@@ -63,7 +82,7 @@ export function sandboxLabels(
 ): Record<string, string> {
   return {
     ...labels,
-    [RUN_LABEL]: labels?.[RUN_LABEL] ?? defaultRunId(),
+    [RUN_LABEL]: runOf(labels),
     [SANDBOX_LABEL]: id,
     [OWNER_LABEL]: ownerLabel(),
     [CREATED_LABEL]: String(Date.now()),
@@ -74,17 +93,28 @@ export function sandboxLabels(
 export interface Terminable {
   readonly id: string;
   terminateWith(reason: TerminateReason): Promise<void>;
-  /** Best-effort synchronous cleanup for `process.on('exit')`, where nothing async can run. */
-  terminateSync?(): void;
 }
 
 const live = new Set<Terminable>();
+/** Synchronous cleanups for `process.on('exit')`, where nothing async runs: one per resource owner. */
+const exitHooks = new Set<() => void>();
 let handlersInstalled = false;
 const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+/** Aborted by the first SIGINT/SIGTERM/SIGHUP: creates in flight stop, and new ones are refused. */
+const shutdown = new AbortController();
 
 /** Every sandbox still alive in this process. */
 export function liveSandboxCount(): number {
   return live.size;
+}
+
+/**
+ * Run `cleanup` synchronously if this process exits before the returned function is called. Register it
+ * before the first resource exists (a folder, a container name), so an exit at any step leaves nothing.
+ */
+export function onProcessExit(cleanup: () => void): () => void {
+  exitHooks.add(cleanup);
+  return () => exitHooks.delete(cleanup);
 }
 
 const creating = new Set<Promise<unknown>>();
@@ -116,18 +146,36 @@ export async function terminateAll(
   await Promise.all([...live].map((s) => s.terminateWith(reason)));
 }
 
+function runExitHooks(): void {
+  for (const hook of [...exitHooks]) {
+    try {
+      hook();
+    } catch {
+      // best effort at exit; the reaper catches what is left
+    }
+  }
+}
+
+/**
+ * A signal is handled like a crash: creates in flight are aborted (they clean up after themselves), live
+ * sandboxes are terminated, then the signal is re-raised with its default disposition so the process
+ * exits with the signal's status, unless the program has handlers of its own, which then decide.
+ */
 function onSignal(signal: NodeJS.Signals): void {
+  if (!shutdown.signal.aborted) {
+    shutdown.abort(
+      new SandboxError(`this process received ${signal}; no new sandboxes are created`, {
+        code: 'sandbox_shutting_down',
+      }),
+    );
+  }
   void terminateAll('signal').finally(() => {
-    // Re-raise with the default disposition when nobody else handles it, so the process still exits.
+    runExitHooks();
     if (process.listenerCount(signal) === 1) {
       process.removeListener(signal, onSignal);
       process.kill(process.pid, signal);
     }
   });
-}
-
-function onExit(): void {
-  for (const s of live) s.terminateSync?.();
 }
 
 export interface RegisterOptions {
@@ -136,14 +184,14 @@ export interface RegisterOptions {
   lifetimeMs?: number;
 }
 
-/** Track a sandbox until it terminates; returns the function that stops tracking it. */
 function installHandlers(): void {
   if (handlersInstalled) return;
   handlersInstalled = true;
   for (const sig of SIGNALS) process.on(sig, onSignal);
-  process.on('exit', onExit);
+  process.on('exit', runExitHooks);
 }
 
+/** Track a sandbox until it terminates; returns the function that stops tracking it. */
 export function register(sandbox: Terminable, options: RegisterOptions = {}): () => void {
   live.add(sandbox);
   if (options.handleSignals !== false) installHandlers();
@@ -164,8 +212,22 @@ export function forwardWarnings(events: SandboxEmitter, logger: Logger | undefin
   events.on('warning', (w) => logger.warn?.(w.message, { cause: w.cause }));
 }
 
-/** The provider with every `create` tracked while in flight (see `trackCreate`). */
+/**
+ * The provider with every `create` tracked while in flight (see `trackCreate`), given a signal that also
+ * aborts when this process is told to stop, and refused once it has been.
+ */
 export function withTrackedCreate(provider: SandboxProvider, handleSignals = true): SandboxProvider {
   const create = provider.create.bind(provider);
-  return { ...provider, create: (spec, options) => trackCreate(create(spec, options), handleSignals) };
+  return {
+    ...provider,
+    create: (spec, options = {}) => {
+      if (handleSignals && shutdown.signal.aborted) return Promise.reject(shutdown.signal.reason);
+      const signal = !handleSignals
+        ? options.signal
+        : options.signal
+          ? AbortSignal.any([options.signal, shutdown.signal])
+          : shutdown.signal;
+      return trackCreate(create(spec, { ...options, ...(signal ? { signal } : {}) }), handleSignals);
+    },
+  };
 }

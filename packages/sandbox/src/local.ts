@@ -2,16 +2,25 @@
  * `local`: plain child processes in a per-sandbox temp work dir. NO ISOLATION: the commands run as this
  * process's user with its network and file system. Only for trusted code, or platforms without bubblewrap.
  */
-import { cp, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { cp, mkdir, open, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, posix } from 'node:path';
 import { type Logger, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
 import { defaultRootDir, HostState } from './host-state.js';
-import { forwardWarnings, newSandboxId, sandboxLabels, withTrackedCreate } from './lifecycle.js';
+import { forwardWarnings, newSandboxId, runOf, sandboxLabels, withTrackedCreate } from './lifecycle.js';
+import { type EffectiveLimits, resolveLimits, resolveWorkdir, rlimitsOf } from './limits.js';
+import { DEFAULT_MAX_READ_BYTES, readCap, tooLarge } from './output.js';
 import { EXEC_MARKER_ENV, killByExecMarker, newExecId, SANDBOX_MARKER_ENV } from './proc.js';
 import { type RunResult, runProcess } from './process.js';
-import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
+import type {
+  OpOptions,
+  ReadOptions,
+  Sandbox,
+  SandboxEmitter,
+  SandboxProvider,
+  SandboxSpec,
+} from './types.js';
 
 export interface LocalProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */
@@ -48,8 +57,21 @@ export function localProvider(options: LocalProviderOptions = {}): SandboxProvid
             { code: 'invalid_argument' },
           );
         }
+        resolveWorkdir(spec?.workdir);
+        // Local sandboxes are for trusted code: only the limits a spec names apply (as rlimits).
+        const limits = resolveLimits(spec.limits, { defaults: false });
+        const unenforced = (['memoryBytes', 'pids', 'cpus', 'tmpBytes'] as const).filter(
+          (k) => limits[k] !== undefined,
+        );
+        if (unenforced.length > 0) {
+          events.emit('warning', {
+            message: `local: ${unenforced.join(', ')} cannot be enforced on a local sandbox (no isolation); use bubblewrapProvider() or dockerProvider()`,
+            code: 'limit_not_enforced',
+            data: { limits: unenforced },
+          });
+        }
         const started = performance.now();
-        const id = newSandboxId();
+        const id = newSandboxId(runOf(spec.labels));
         const labels = sandboxLabels(id, spec.labels);
         const state = await HostState.create(rootDir, {
           id,
@@ -72,7 +94,7 @@ export function localProvider(options: LocalProviderOptions = {}): SandboxProvid
           capabilities: { persistentProcesses: true, isolatedNetwork: false },
           handleSignals: options.handleSignals ?? true,
         });
-        sandbox.init(hostWork, options.path ?? process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin');
+        sandbox.init(hostWork, options.path ?? process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin', limits);
         events.emit('create', { id, provider: 'local', labels, durationMs: performance.now() - started });
         return sandbox;
       },
@@ -84,10 +106,12 @@ export function localProvider(options: LocalProviderOptions = {}): SandboxProvid
 class LocalSandbox extends HostSandbox {
   workdir = '';
   private path = '';
+  private rlimits: string[] = [];
 
-  init(hostWork: string, path: string): void {
+  init(hostWork: string, path: string, limits: EffectiveLimits): void {
     this.workdir = hostWork;
     this.path = path;
+    this.rlimits = Object.entries(rlimitsOf(limits)).map(([k, v]) => `--${k}=${v}`);
   }
 
   /** Map a sandbox path to the host: the spec's workdir prefix becomes the host work dir. */
@@ -117,12 +141,7 @@ class LocalSandbox extends HostSandbox {
     let argv = typeof command === 'string' ? ['/bin/sh', '-c', command] : [...command];
     if (argv.length === 0) throw new SandboxError('exec needs a command', { code: 'invalid_argument' });
     // rlimits work unprivileged; memory/pids/cpus need cgroups and are not applied here.
-    const limits = this.spec.limits;
-    const rl: string[] = [];
-    if (limits?.cpuSeconds !== undefined) rl.push(`--cpu=${Math.ceil(limits.cpuSeconds)}`);
-    if (limits?.fileSizeBytes !== undefined) rl.push(`--fsize=${limits.fileSizeBytes}`);
-    if (limits?.addressSpaceBytes !== undefined) rl.push(`--as=${limits.addressSpaceBytes}`);
-    if (rl.length > 0) argv = ['prlimit', ...rl, '--', ...argv];
+    if (this.rlimits.length > 0) argv = ['prlimit', ...this.rlimits, '--', ...argv];
     const execId = newExecId();
     let pid: number | undefined;
     try {
@@ -141,7 +160,7 @@ class LocalSandbox extends HostSandbox {
         ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
         ...(options.signal === undefined ? {} : { signal: options.signal }),
         ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
-        rawStdout: raw,
+        ...(raw ? { maxRawBytes: DEFAULT_MAX_READ_BYTES } : {}),
         track: (p) => {
           this.state.trackPid(p, pid);
           pid = p;
@@ -178,7 +197,8 @@ class LocalSandbox extends HostSandbox {
       try {
         return await fn(signal);
       } catch (error) {
-        if (signal.aborted) throw error;
+        if (signal.aborted || (SandboxError.isInstance(error) && error.code === 'file_too_large'))
+          throw error;
         throw new SandboxError(`${what} ${path} failed in sandbox ${this.id}: ${(error as Error).message}`, {
           cause: error,
           data: { path, code: (error as NodeJS.ErrnoException).code },
@@ -202,13 +222,30 @@ class LocalSandbox extends HostSandbox {
     });
   }
 
-  async readFile(path: string, options: OpOptions = {}): Promise<Uint8Array> {
-    return this.fsOp(
-      'readFile',
-      path,
-      options,
-      async (signal) => new Uint8Array(await readFile(this.hostPath(path), { signal })),
-    );
+  async readFile(path: string, options: ReadOptions = {}): Promise<Uint8Array> {
+    const cap = readCap(options.maxBytes);
+    return this.fsOp('readFile', path, options, async () => {
+      const target = this.hostPath(path);
+      const file = await open(target, 'r');
+      try {
+        const { size } = await file.stat();
+        if (size > cap) throw tooLarge(path, this.id, cap, size);
+        // Read one byte past the cap: a file that grew, a device or a FIFO is refused, not truncated.
+        const chunks: Buffer[] = [];
+        let n = 0;
+        for (;;) {
+          const chunk = Buffer.alloc(Math.min(1 << 20, cap + 1 - n));
+          const { bytesRead } = await file.read(chunk, 0, chunk.length, null);
+          if (bytesRead === 0) break;
+          chunks.push(chunk.subarray(0, bytesRead));
+          n += bytesRead;
+          if (n > cap) throw tooLarge(path, this.id, cap);
+        }
+        return new Uint8Array(Buffer.concat(chunks));
+      } finally {
+        await file.close();
+      }
+    });
   }
 
   async copyIn(hostDir: string, path: string, options: OpOptions = {}): Promise<void> {

@@ -36,3 +36,30 @@ export function killByEnv(name: string, value: string): void {
     }
   }
 }
+
+/**
+ * Kill every process whose environment carries `name=<value>` with `value` starting with `prefix` and
+ * `select(value)` true (Linux /proc scan): processes of a run, found by the run tag in their sandbox id.
+ */
+export function killByEnvPrefix(name: string, prefix: string, select: (value: string) => boolean): void {
+  const needle = Buffer.from(`${name}=${prefix}`);
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return;
+  }
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    try {
+      const env = readFileSync(`/proc/${entry}/environ`);
+      const at = env.indexOf(needle);
+      if (at < 0 || (at > 0 && env[at - 1] !== 0)) continue;
+      const end = env.indexOf(0, at);
+      const value = env.subarray(at + name.length + 1, end < 0 ? env.length : end).toString();
+      if (select(value)) process.kill(Number(entry), 'SIGKILL');
+    } catch {
+      // exited or not ours
+    }
+  }
+}

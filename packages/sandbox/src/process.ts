@@ -18,8 +18,8 @@ export interface RunOptions {
   timeoutMs?: number;
   signal?: AbortSignal;
   maxOutputBytes?: number;
-  /** Keep stdout as raw, uncapped bytes (file reads). */
-  rawStdout?: boolean;
+  /** Keep stdout as raw bytes, at most this many (file reads): more kills the process and fails with `file_too_large`. */
+  maxRawBytes?: number;
   /** Called with the pid once spawned and again with `undefined` when it has exited. */
   track?: (pid: number | undefined) => void;
   /** After a timeout or abort: kill what escaped the process group (e.g. `setsid` children). */
@@ -46,6 +46,8 @@ export function runProcess(
   const stderr = new BoundedOutput(max);
   const merged = new BoundedOutput(max);
   const raw: Buffer[] = [];
+  let rawBytes = 0;
+  let overflow = false;
   const started = performance.now();
 
   return new Promise<RunResult>((resolve, reject) => {
@@ -97,6 +99,14 @@ export function runProcess(
       child.stderr?.destroy();
       if (error !== undefined) return reject(error);
       if (aborted) return reject(signal?.reason);
+      if (overflow) {
+        return reject(
+          new SandboxError(`output larger than ${options.maxRawBytes} bytes`, {
+            code: 'file_too_large',
+            data: { maxBytes: options.maxRawBytes },
+          }),
+        );
+      }
       const out: RunResult = {
         exitCode: timedOut
           ? null
@@ -109,7 +119,7 @@ export function runProcess(
         truncated: stdout.truncated || stderr.truncated || merged.truncated,
         durationMs: performance.now() - started,
       };
-      if (options.rawStdout) out.raw = Buffer.concat(raw);
+      if (options.maxRawBytes !== undefined) out.raw = Buffer.concat(raw);
       resolve(out);
     };
 
@@ -123,8 +133,16 @@ export function runProcess(
     });
     if (child.pid !== undefined) options.track?.(child.pid);
     child.stdout.on('data', (chunk: Buffer) => {
-      if (options.rawStdout) raw.push(chunk);
-      else stdout.push(chunk);
+      if (options.maxRawBytes === undefined) {
+        stdout.push(chunk);
+      } else {
+        rawBytes += chunk.length;
+        if (rawBytes <= options.maxRawBytes) raw.push(chunk);
+        else if (!overflow) {
+          overflow = true;
+          killGroup();
+        }
+      }
       merged.push(chunk);
     });
     child.stderr.on('data', (chunk: Buffer) => {

@@ -93,6 +93,16 @@ describe.each(backends)('%s provider', (name, makeProvider, image) => {
     expect((await sbx.exec('cat notes/a.txt')).stdout).toBe('héllo\n');
   });
 
+  // In per-exec mode /tmp lives for one command only (each exec is a fresh bwrap).
+  if (name !== 'bubblewrap (per-exec)') {
+    it('moves files to and from the private /tmp both ways (a size-bounded tmpfs on every isolating backend)', async () => {
+      await sbx.writeFile('/tmp/agent.diff', 'from the host\n');
+      expect((await sbx.exec('cat /tmp/agent.diff')).stdout).toBe('from the host\n');
+      await sbx.exec('echo from the sandbox > /tmp/made.txt');
+      expect(await sbx.readTextFile('/tmp/made.txt')).toBe('from the sandbox\n');
+    });
+  }
+
   it('fails a read of a missing file with a SandboxError', async () => {
     await expect(sbx.readFile('missing.txt')).rejects.toSatisfy((e) => SandboxError.isInstance(e));
   });

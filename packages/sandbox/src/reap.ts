@@ -1,14 +1,25 @@
 /**
- * `reapOrphans`: remove what crashed runs left behind (host sandbox folders with their processes, cgroups
- * and mounts; Docker containers), selected by run label and/or age. Sandboxes whose creating process is
- * still alive are left alone unless `includeLive` is set.
+ * `reapOrphans`: remove what crashed runs left behind, selected by run and/or age: host sandbox folders
+ * with their processes, cgroups and mounts (also where the metadata is torn: a sandbox id carries its
+ * run's tag), cgroups and launcher processes whose folder is gone, and Docker containers. Sandboxes whose
+ * creating process is still alive are left alone unless `includeLive` is set.
  */
 import { existsSync } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { join } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
+import { cgroupHasProcesses, findCgroups, removeCgroupTree } from './cgroup.js';
 import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
 import { cleanupSandboxDir, defaultRootDir, listSandboxDirs } from './host-state.js';
-import { CREATED_LABEL, isOwnerAlive, OWNER_LABEL, RUN_LABEL, SANDBOX_LABEL } from './lifecycle.js';
+import {
+  CREATED_LABEL,
+  idOfRun,
+  isOwnerAlive,
+  OWNER_LABEL,
+  RUN_LABEL,
+  runTag,
+  SANDBOX_LABEL,
+} from './lifecycle.js';
+import { killByEnvPrefix, SANDBOX_MARKER_ENV } from './proc.js';
 import type { SandboxEmitter } from './types.js';
 
 export interface ReapOptions {
@@ -87,14 +98,15 @@ export async function reapOrphans(selector: string | number | ReapOptions): Prom
     options.events?.emit('leak-reaped', s);
   };
 
-  for (const { dir, meta } of await listSandboxDirs(options.rootDir ?? defaultRootDir())) {
+  const rootDir = options.rootDir ?? defaultRootDir();
+  for (const { dir, meta, mtimeMs } of await listSandboxDirs(rootDir)) {
     options.signal?.throwIfAborted();
     const id = dir.slice(dir.lastIndexOf('/') + 1);
-    const labels = meta?.labels ?? {};
-    // A folder without metadata was cut off mid-create: only its age can select it.
-    const createdAt = meta?.createdAt ?? (await stat(dir)).mtimeMs;
-    if (!meta && options.olderThanMs === undefined) continue;
-    const { match, reason } = matches(labels, createdAt, options);
+    // Torn or missing metadata (a crash mid-write, a damaged disk): the id still names the run.
+    const labels =
+      meta?.labels ??
+      (options.run !== undefined && idOfRun(id, options.run) ? { [RUN_LABEL]: options.run } : {});
+    const { match, reason } = matches(labels, meta?.createdAt ?? mtimeMs, options);
     if (!match) continue;
     if (!options.includeLive && meta && isOwnerAlive(labels[OWNER_LABEL])) {
       report.skippedLive++;
@@ -102,13 +114,56 @@ export async function reapOrphans(selector: string | number | ReapOptions): Prom
     }
     if (!options.dryRun) {
       try {
-        await cleanupSandboxDir(dir, meta);
+        await cleanupSandboxDir(dir, meta, { scan: true });
       } catch (error) {
         report.errors.push({ id, error });
         continue;
       }
     }
-    reaped({ id, provider: meta?.provider ?? 'unknown', labels, reason });
+    reaped({
+      id,
+      provider: meta?.provider ?? 'unknown',
+      labels,
+      reason: meta ? reason : `${reason}, torn metadata`,
+    });
+  }
+
+  // Cgroups and launcher processes whose folder is gone (a cleanup cut short, a removed state folder).
+  const selects = (id: string) => (options.run === undefined ? true : idOfRun(id, options.run));
+  const orphans = findCgroups(
+    (name) => /^vime-sbx-[0-9a-f]{8}-[0-9a-f]{12}$/.test(name) && selects(name.slice(5)),
+  );
+  const byId = new Map<string, Array<{ dir: string; createdAt: number }>>();
+  for (const cg of orphans) {
+    const id = cg.dir.slice(cg.dir.lastIndexOf('/') + 6);
+    if (existsSync(join(rootDir, id))) continue;
+    byId.set(id, [...(byId.get(id) ?? []), cg]);
+  }
+  for (const [id, cgs] of byId) {
+    const createdAt = Math.min(...cgs.map((c) => c.createdAt));
+    // Selected by age alone, a cgroup could belong to a live sandbox under another root folder: only
+    // empty ones go then.
+    if (options.run === undefined && cgs.some((c) => cgroupHasProcesses(c.dir))) continue;
+    const labels = options.run === undefined ? {} : { [RUN_LABEL]: options.run };
+    const { match, reason } = matches(labels, createdAt, options);
+    if (!match) continue;
+    if (!options.dryRun) {
+      try {
+        for (const cg of cgs) await removeCgroupTree(cg.dir);
+      } catch (error) {
+        report.errors.push({ id, error });
+        continue;
+      }
+    }
+    reaped({ id, provider: 'unknown', labels, reason: `${reason}, cgroup without a sandbox folder` });
+  }
+  if (options.run !== undefined && !options.dryRun) {
+    // Launchers and local processes of the run that outlived their folder (a live sandbox has one).
+    killByEnvPrefix(
+      SANDBOX_MARKER_ENV,
+      `sbx-${runTag(options.run)}-`,
+      (id) => !existsSync(join(rootDir, id)),
+    );
   }
 
   const engine =
@@ -122,41 +177,56 @@ export async function reapOrphans(selector: string | number | ReapOptions): Prom
             ? new DockerEngine()
             : undefined;
   if (engine) {
-    const filters = { label: [options.run === undefined ? RUN_LABEL : `${RUN_LABEL}=${options.run}`] };
-    const containers = await engine.json<
-      Array<{ Id: string; Created: number; Labels: Record<string, string> }>
-    >('GET', '/containers/json', {
-      query: { all: true, filters: JSON.stringify(filters) },
-      signal: options.signal,
-    });
-    for (const c of containers) {
-      const labels = c.Labels ?? {};
-      const createdAt = Number(labels[CREATED_LABEL] ?? c.Created * 1000);
-      const { match, reason } = matches(labels, createdAt, options);
-      if (!match) continue;
-      if (!options.includeLive && isOwnerAlive(labels[OWNER_LABEL])) {
-        report.skippedLive++;
-        continue;
-      }
-      const id = labels[SANDBOX_LABEL] ?? c.Id.slice(0, 12);
-      if (!options.dryRun) {
-        try {
-          await engine.request('DELETE', `/containers/${c.Id}`, {
-            query: { force: true, v: true },
-            ok: [404],
-            signal: options.signal,
-          });
-        } catch (error) {
-          report.errors.push({
-            id,
-            error: SandboxError.isInstance(error) ? error : new SandboxError(String(error)),
-          });
-          continue;
-        }
-      }
-      reaped({ id, provider: 'docker', labels, reason });
+    try {
+      await reapContainers(engine, options, report, reaped);
+    } catch (error) {
+      // The host's leftovers are reaped already; say why the containers could not be.
+      report.errors.push({ id: `docker engine ${engine.socketPath}`, error });
+    } finally {
+      if (!(options.docker instanceof DockerEngine)) await engine.close();
     }
-    if (!(options.docker instanceof DockerEngine)) await engine.close();
   }
   return report;
+}
+
+async function reapContainers(
+  engine: DockerEngine,
+  options: ReapOptions,
+  report: ReapReport,
+  reaped: (s: ReapedSandbox) => void,
+): Promise<void> {
+  const filters = { label: [options.run === undefined ? RUN_LABEL : `${RUN_LABEL}=${options.run}`] };
+  const containers = await engine.json<
+    Array<{ Id: string; Created: number; Labels: Record<string, string> }>
+  >('GET', '/containers/json', {
+    query: { all: true, filters: JSON.stringify(filters) },
+    signal: options.signal,
+  });
+  for (const c of containers) {
+    const labels = c.Labels ?? {};
+    const createdAt = Number(labels[CREATED_LABEL] ?? c.Created * 1000);
+    const { match, reason } = matches(labels, createdAt, options);
+    if (!match) continue;
+    if (!options.includeLive && isOwnerAlive(labels[OWNER_LABEL])) {
+      report.skippedLive++;
+      continue;
+    }
+    const id = labels[SANDBOX_LABEL] ?? c.Id.slice(0, 12);
+    if (!options.dryRun) {
+      try {
+        await engine.request('DELETE', `/containers/${c.Id}`, {
+          query: { force: true, v: true },
+          ok: [404],
+          signal: options.signal,
+        });
+      } catch (error) {
+        report.errors.push({
+          id,
+          error: SandboxError.isInstance(error) ? error : new SandboxError(String(error)),
+        });
+        continue;
+      }
+    }
+    reaped({ id, provider: 'docker', labels, reason });
+  }
 }

@@ -4,19 +4,27 @@ import type { EventEmitter } from 'eventemitter3';
  * The provider interface every sandbox backend implements. Every operation takes an `AbortSignal`.
  */
 
+/**
+ * Resource limits of a sandbox. Every field is optional: a missing one takes its default
+ * (`DEFAULT_LIMITS`), `null` lifts that one limit, and `limits: 'none'` on the spec lifts them all.
+ */
 export interface ResourceLimits {
-  /** CPU seconds (RLIMIT_CPU) for each exec. */
-  cpuSeconds?: number;
+  /** Memory of the whole sandbox, bytes (memory cgroup; where none is writable, RLIMIT_DATA per process). */
+  memoryBytes?: number | null;
+  /** Processes and threads of the whole sandbox (pids cgroup; else RLIMIT_NPROC in its user namespace). */
+  pids?: number | null;
+  /** CPU seconds of each process (RLIMIT_CPU). */
+  cpuSeconds?: number | null;
   /** Largest file a process may write, bytes (RLIMIT_FSIZE). */
-  fileSizeBytes?: number;
-  /** Address space, bytes (RLIMIT_AS; RLIMIT_DATA on docker, whose engine has no `as` ulimit). */
-  addressSpaceBytes?: number;
-  /** Memory limit, bytes (cgroup, where writable). */
-  memoryBytes?: number;
-  /** Process count limit (cgroup, where writable). */
-  pids?: number;
-  /** CPU share in cores (cgroup, where writable). */
-  cpus?: number;
+  fileSizeBytes?: number | null;
+  /** Open files of each process (RLIMIT_NOFILE). */
+  openFiles?: number | null;
+  /** Size of the private `/tmp` (and of `/dev/shm`), bytes. */
+  tmpBytes?: number | null;
+  /** Address space of each process, bytes (RLIMIT_AS; RLIMIT_DATA on docker, whose engine has no `as` ulimit). */
+  addressSpaceBytes?: number | null;
+  /** CPU share in cores (cpu cgroup, or the engine's NanoCpus). */
+  cpus?: number | null;
 }
 
 export interface SandboxSpec {
@@ -25,7 +33,8 @@ export interface SandboxSpec {
   /** Working directory inside the sandbox (e.g. `/testbed`). */
   workdir: string;
   env?: Record<string, string>;
-  limits?: ResourceLimits;
+  /** Resource limits (default `DEFAULT_LIMITS`); `'none'` opts out of every limit explicitly. */
+  limits?: ResourceLimits | 'none';
   /** Labels stamped on everything created (the run label makes `reapOrphans` possible). */
   labels?: Record<string, string>;
   /** Maximum lifetime in milliseconds: terminated when it ends (and `reapOrphans({ olderThanMs })` finds leftovers). */
@@ -67,6 +76,14 @@ export interface OpOptions {
   signal?: AbortSignal;
 }
 
+export interface ReadOptions extends OpOptions {
+  /**
+   * Largest file read back to the host, bytes (default `DEFAULT_MAX_READ_BYTES`, 64 MiB); a larger one
+   * fails with a `SandboxError` (`code: 'file_too_large'`) instead of filling this process's memory.
+   */
+  maxBytes?: number;
+}
+
 export interface Sandbox {
   readonly id: string;
   readonly provider: string;
@@ -80,8 +97,8 @@ export interface Sandbox {
     content: string | Uint8Array,
     options?: OpOptions & { mode?: number },
   ): Promise<void>;
-  readFile(path: string, options?: OpOptions): Promise<Uint8Array>;
-  readTextFile(path: string, options?: OpOptions): Promise<string>;
+  readFile(path: string, options?: ReadOptions): Promise<Uint8Array>;
+  readTextFile(path: string, options?: ReadOptions): Promise<string>;
   /**
    * Copy a host directory's contents into the sandbox at `path` (created if missing), owned by the sandbox
    * user: the fast way to put a repository at the work dir.
@@ -125,8 +142,16 @@ export interface SandboxEvents {
     labels: Record<string, string>;
     reason: string;
   }) => void;
-  /** Something failed in the background (a pool refill, a cleanup step); nothing was lost. */
-  warning: (event: { message: string; cause?: unknown }) => void;
+  /**
+   * Something failed in the background (a pool refill, a cleanup step; nothing was lost), or a limit cannot
+   * be enforced (fully) on this host (`code: 'limit_not_enforced'`, once per provider and limit).
+   */
+  warning: (event: {
+    message: string;
+    cause?: unknown;
+    code?: string;
+    data?: Record<string, unknown>;
+  }) => void;
 }
 
 export type SandboxEmitter = EventEmitter<SandboxEvents>;

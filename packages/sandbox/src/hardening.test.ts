@@ -1,0 +1,617 @@
+/**
+ * The hardening suite, written as an attacker would: with no limits given, fork bombs, process floods,
+ * memory hogs (python and shell), a full /tmp or /dev/shm, fd exhaustion and huge files stay inside the
+ * sandbox; and commands that scrub their environment, detach, double-fork, stop or kill their supervisor
+ * never outlive their timeout or abort. Bubblewrap runs as root and as an unprivileged user (a fixture run
+ * as another uid); Docker gets the limit cases.
+ */
+import { randomInt } from 'node:crypto';
+import { rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type AttackCase, type CaseResult, runCase } from './fixtures/attacks.js';
+import { DEFAULT_LIMITS } from './limits.js';
+import {
+  assertReadableByOthers,
+  dockerAvailable,
+  isRoot,
+  OTHER_UID,
+  runFixture,
+  userDir,
+} from './test-support.js';
+
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+/**
+ * Run cases in this process (root in CI), or all in one fixture process as an unprivileged user (one
+ * process start for the lot); returns the results by case name.
+ */
+async function attacks(cases: AttackCase[], asOther: boolean): Promise<Map<string, CaseResult>> {
+  const dir = userDir('vime-hardening-', asOther);
+  dirs.push(dir);
+  let results: CaseResult[] = [];
+  if (asOther) {
+    assertReadableByOthers();
+    const file = join(dir, 'cases.json');
+    writeFileSync(file, JSON.stringify(cases));
+    results = await runFixture<CaseResult[]>('attacks', [join(dir, 'root'), file], {
+      asOther: true,
+      home: dir,
+    });
+  } else {
+    for (const c of cases) results.push(await runCase(join(dir, 'root'), c));
+  }
+  return new Map(results.map((r) => [r.name, r]));
+}
+
+const users: Array<[string, boolean]> = isRoot
+  ? [
+      ['root', false],
+      [`uid ${OTHER_UID}`, true],
+    ]
+  : [['this user', false]];
+const withDocker = isRoot || dockerAvailable();
+const MiB = 1 << 20;
+const py = (code: string) => ['python3', '-c', code];
+/** Started before a bomb: records in /testbed/max the most processes a listing of /proc showed. */
+const MONITOR =
+  'python3 -c \'import os, time\nm = 0\nend = time.time() + 5\nwhile time.time() < end:\n    m = max(m, sum(1 for p in os.listdir("/proc") if p.isdigit()))\n    open("/testbed/max", "w").write(str(m))\n    time.sleep(0.05)\' & sleep 0.3;';
+let nextTag = 810_000 + randomInt(80_000);
+const tag = () => nextTag++;
+
+/** A bomb ran into its timeout, filled the sandbox to about its pids limit and no further; usable after. */
+function bombContained(r: CaseResult): void {
+  expect(r.steps[0]!.timedOut).toBe(true);
+  const [ok, max] = r.steps[1]!.stdout.trim().split('\n');
+  expect(ok).toBe('ok');
+  // The most processes a listing of the sandbox's /proc showed while the bomb ran (a listing taken while
+  // processes come and go may over-count a little); unbounded, it grows to the host's pid_max.
+  expect(Number(max)).toBeGreaterThan(DEFAULT_LIMITS.pids! / 2);
+  expect(Number(max)).toBeLessThan(2 * DEFAULT_LIMITS.pids!);
+}
+
+/** Limit cases: each runs on a sandbox created with no limits at all (the defaults). */
+const limitCases: Array<{
+  name: string;
+  /** Also run against docker (the engine enforces these with the same kernel mechanisms as above). */
+  docker?: boolean;
+  steps: (t: number) => AttackCase['steps'];
+  check: (r: CaseResult, who: { nonRoot: boolean; docker: boolean }) => void;
+}> = [
+  {
+    name: 'a process flood (1,000 sleeps from python) stops at the pids limit',
+    docker: true,
+    steps: (t) => [
+      {
+        cmd: py(
+          `import os, time\nn = 0\ntry:\n    for i in range(1000):\n        if os.fork() == 0:\n            os.execvp("sleep", ["sleep", "${t}"])\n        n += 1\nexcept OSError:\n    pass\nprint(n, flush=True)\ntime.sleep(60)`,
+        ),
+        // Room for ~500 forks on a loaded machine (about 9 s at a load of 40 on 2 cores).
+        timeoutMs: 20_000,
+      },
+      { cmd: 'echo ok', timeoutMs: 20_000 },
+    ],
+    check: (r) => {
+      // The flood was stopped (it printed how far it got), short of 1,000.
+      expect(r.steps[0]!.stdout.trim()).toMatch(/^\d+$/);
+      expect(Number(r.steps[0]!.stdout.trim())).toBeLessThan(DEFAULT_LIMITS.pids!);
+      expect(r.steps[0]!.timedOut).toBe(true);
+      expect(r.steps[0]!.survivors).toBe(0);
+      expect(r.steps[1]!.stdout).toBe('ok\n');
+    },
+  },
+  {
+    name: 'a shell flood of 3,000 background sleeps cannot pass the pids limit',
+    steps: (t) => [
+      {
+        cmd: `i=0; while [ $i -lt 3000 ]; do sleep ${t} & i=$((i+1)); done; echo started $i; sleep 60`,
+        timeoutMs: 20_000,
+      },
+      { cmd: 'echo ok', timeoutMs: 20_000 },
+    ],
+    check: (r) => {
+      // The flood ends at "Cannot fork"; had it not been limited, it would report 3000.
+      expect(r.steps[0]!.stdout).not.toContain('started 3000');
+      expect(`${r.steps[0]!.stderr}`).toMatch(/fork|Resource temporarily unavailable/i);
+      expect(r.steps[1]!.stdout).toBe('ok\n');
+    },
+  },
+  {
+    name: 'a fork bomb whose processes stay (sh function) stops at the pids limit; the sandbox stays usable',
+    docker: true,
+    steps: () => [
+      // Every bomb process waits, so the bomb fills the sandbox until its timeout ends it.
+      { cmd: `${MONITOR} bomb() { bomb | bomb & sleep 20; }; bomb`, timeoutMs: 6000 },
+      { cmd: 'echo ok; cat /testbed/max', timeoutMs: 30_000 },
+    ],
+    check: (r) => bombContained(r),
+  },
+  {
+    name: 'a bash fork bomb (:(){ :|:& sleep 20; };:) stops at the pids limit',
+    steps: () => [
+      { cmd: ['bash', '-c', `${MONITOR} :(){ :|:& sleep 20; };:`], timeoutMs: 6000 },
+      { cmd: 'echo ok; cat /testbed/max', timeoutMs: 30_000 },
+    ],
+    check: (r) => bombContained(r),
+  },
+  {
+    name: 'a thread bomb stops at the pids limit',
+    docker: true,
+    steps: () => [
+      {
+        cmd: py(
+          'import threading, time\nn = 0\ntry:\n    for i in range(3000):\n        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n        n += 1\nexcept RuntimeError:\n    pass\nprint(n, flush=True)',
+        ),
+        timeoutMs: 20_000,
+      },
+    ],
+    check: (r) => {
+      expect(r.steps[0]!.stdout.trim()).toMatch(/^\d+$/);
+      expect(Number(r.steps[0]!.stdout.trim())).toBeLessThan(DEFAULT_LIMITS.pids!);
+    },
+  },
+  {
+    name: 'a 3 GiB read into memory in python fails',
+    docker: true,
+    steps: () => [
+      { cmd: py('x = open("/dev/zero", "rb").read(3 << 30)\nprint("allocated", len(x))'), timeoutMs: 60_000 },
+    ],
+    check: (r) => {
+      expect(r.steps[0]!.stdout).not.toContain('allocated');
+      expect(r.steps[0]!.exitCode).not.toBe(0);
+    },
+  },
+  {
+    name: 'a shell memory hog (dd with a 3 GiB buffer) fails',
+    docker: true,
+    steps: () => [{ cmd: 'dd if=/dev/zero of=/dev/null bs=3G count=1 2>&1; echo rc=$?', timeoutMs: 60_000 }],
+    check: (r) => {
+      expect(r.steps[0]!.stdout).not.toMatch(/rc=0|copied/);
+    },
+  },
+  {
+    name: 'three processes of 800 MiB each exceed the sandbox memory together',
+    steps: () => [
+      {
+        cmd: 'for i in 1 2 3; do (python3 -c "x = open(\\"/dev/zero\\", \\"rb\\").read(800 << 20); import time; time.sleep(3)"; echo rc=$?) & done; wait',
+        timeoutMs: 60_000,
+      },
+    ],
+    check: (r, who) => {
+      const codes = r.steps[0]!.stdout.trim().split('\n');
+      expect(codes).toHaveLength(3);
+      // Without a memory cgroup, memory is bounded per process (RLIMIT_DATA) and the provider says so.
+      if (who.nonRoot) expect(r.warnings.join('\n')).toMatch(/memoryBytes=\d+ is enforced per process/);
+      else expect(codes.filter((c) => c !== 'rc=0').length).toBeGreaterThan(0);
+    },
+  },
+  {
+    name: 'filling /tmp stops at its size',
+    docker: true,
+    steps: () => [
+      {
+        cmd: 'head -c 1073741824 /dev/zero > /tmp/fill; echo rc=$?; stat -c %s /tmp/fill',
+        timeoutMs: 60_000,
+      },
+    ],
+    check: (r) => {
+      expect(r.steps[0]!.stdout).not.toContain('rc=0');
+      expect(Number(r.steps[0]!.stdout.trim().split('\n').at(-1))).toBeLessThanOrEqual(
+        DEFAULT_LIMITS.tmpBytes!,
+      );
+    },
+  },
+  {
+    name: 'filling /dev/shm, or /dev itself, fails',
+    docker: true,
+    steps: () => [
+      {
+        cmd: 'head -c 1073741824 /dev/zero > /dev/shm/fill; echo rc=$?; stat -c %s /dev/shm/fill',
+        timeoutMs: 60_000,
+      },
+      { cmd: 'head -c 1048576 /dev/zero > /dev/fill && echo WROTE-DEV; echo done', timeoutMs: 20_000 },
+    ],
+    check: (r) => {
+      expect(r.steps[0]!.stdout).not.toContain('rc=0');
+      expect(Number(r.steps[0]!.stdout.trim().split('\n').at(-1))).toBeLessThanOrEqual(
+        DEFAULT_LIMITS.tmpBytes!,
+      );
+      expect(r.steps[1]!.stdout).not.toContain('WROTE-DEV');
+    },
+  },
+  {
+    name: 'python writing /tmp until it fails writes at most its size',
+    steps: () => [
+      {
+        cmd: py(
+          'n = 0\ntry:\n    with open("/tmp/big", "wb") as f:\n        for i in range(1024):\n            f.write(b"x" * (1 << 20)); f.flush(); n += 1\nexcept OSError as e:\n    pass\nprint(n)',
+        ),
+        timeoutMs: 60_000,
+      },
+    ],
+    check: (r) => {
+      expect(Number(r.steps[0]!.stdout.trim())).toBeLessThanOrEqual(DEFAULT_LIMITS.tmpBytes! / MiB);
+    },
+  },
+  {
+    name: 'opening files until it fails stops at the open-files limit, in every process',
+    docker: true,
+    steps: () => [
+      {
+        cmd: 'for i in 1 2 3 4; do python3 -c "\nfs = []\ntry:\n    while True: fs.append(open(\\"/dev/null\\"))\nexcept OSError:\n    print(len(fs))" & done; wait',
+        timeoutMs: 60_000,
+      },
+    ],
+    check: (r) => {
+      const counts = r.steps[0]!.stdout.trim().split('\n').map(Number);
+      expect(counts).toHaveLength(4);
+      for (const n of counts) expect(n).toBeLessThan(DEFAULT_LIMITS.openFiles!);
+    },
+  },
+  {
+    name: 'a file larger than the file-size limit cannot be made (truncate, dd seek)',
+    docker: true,
+    steps: () => [
+      { cmd: 'truncate -s 2G big 2>&1; echo rc=$?', timeoutMs: 20_000 },
+      { cmd: 'dd if=/dev/zero of=big2 bs=1M seek=1500 count=1 2>&1; echo rc=$?', timeoutMs: 20_000 },
+    ],
+    check: (r) => {
+      expect(r.steps[0]!.stdout).not.toMatch(/rc=0$/m);
+      expect(r.steps[1]!.stdout).not.toMatch(/rc=0$/m);
+    },
+  },
+  {
+    name: 'every process gets the CPU-time limit',
+    docker: true,
+    steps: () => [{ cmd: 'ulimit -t', timeoutMs: 20_000 }],
+    check: (r) => {
+      expect(r.steps[0]!.stdout.trim()).toBe(String(DEFAULT_LIMITS.cpuSeconds));
+    },
+  },
+];
+
+const limitTags = new Map(limitCases.map((c) => [c.name, tag()]));
+const LIMITS_SEEN = 'ulimit -t; ulimit -n; df -k /tmp | tail -1';
+const noneCase: AttackCase = {
+  name: "limits: 'none'",
+  limits: 'none',
+  steps: [{ cmd: LIMITS_SEEN, timeoutMs: 20_000 }],
+};
+const defaultCase: AttackCase = { name: 'no limits given', steps: [{ cmd: LIMITS_SEEN, timeoutMs: 20_000 }] };
+
+describe.each(users)('default limits on bubblewrap, as %s', (_who, asOther) => {
+  let results: Map<string, CaseResult>;
+  beforeAll(async () => {
+    const cases = limitCases.map((c) => {
+      const t = limitTags.get(c.name)!;
+      return { name: c.name, steps: c.steps(t), tags: [t] };
+    });
+    results = await attacks([...cases, noneCase, defaultCase], asOther);
+  }, 600_000);
+
+  it.each(limitCases)('$name', ({ name, check }) => {
+    const r = results.get(name)!;
+    check(r, { nonRoot: asOther || !isRoot, docker: false });
+    expect(r.survivorsAfterTerminate).toBe(0);
+    // As root every default limit is enforced in full: nothing to warn about.
+    if (isRoot && !asOther) expect(r.warnings, JSON.stringify(r)).toEqual([]);
+  });
+
+  it("limits: 'none' opts out explicitly, where no limits given means the defaults", () => {
+    const seen = (c: AttackCase) => {
+      const [cpu, nofile, df] = results.get(c.name)!.steps[0]!.stdout.trim().split('\n');
+      return { cpu, nofile: Number(nofile), tmp: Number(df!.trim().split(/\s+/)[1]) * 1024 };
+    };
+    expect(seen(defaultCase)).toEqual({
+      cpu: String(DEFAULT_LIMITS.cpuSeconds),
+      nofile: DEFAULT_LIMITS.openFiles,
+      tmp: DEFAULT_LIMITS.tmpBytes,
+    });
+    const none = seen(noneCase);
+    expect(none.cpu).toBe('unlimited');
+    expect(none.nofile).toBeGreaterThan(DEFAULT_LIMITS.openFiles!);
+    expect(none.tmp).toBeGreaterThan(DEFAULT_LIMITS.tmpBytes!);
+  });
+});
+
+describe.runIf(withDocker)('default limits on docker', () => {
+  it.each(limitCases.filter((c) => c.docker))('$name', async ({ name, steps, check }) => {
+    const t = tag();
+    const r = (await attacks([{ name, backend: 'docker', steps: steps(t), tags: [t] }], false)).get(name)!;
+    check(r, { nonRoot: false, docker: true });
+    expect(r.survivorsAfterTerminate).toBe(0);
+  });
+});
+
+/** Forks until the sandbox refuses, keeps every process, and says how many it got. */
+const FORK_AND_HOLD = py(
+  'import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(60)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n, flush=True)\ntime.sleep(60)',
+);
+const SESSION_ENDED = /session ended/;
+const STARVE_PIDS = 64;
+/**
+ * No step hung or failed to run. Where cgroups track each exec, the session also outlived the bombs: each
+ * ran into its timeout and no step saw its session end. (Without them a timeout ends the session by
+ * design, and RLIMIT_NPROC stops a shell bomb at once.)
+ */
+function sessionSurvived(r: CaseResult, bombs: number[], who: { cgroups: boolean }): void {
+  for (const s of r.steps) {
+    expect(s.hung).toBe(false);
+    expect(s.error).toBeUndefined();
+  }
+  if (!who.cgroups) return;
+  for (const i of bombs) expect(r.steps[i]!.timedOut, JSON.stringify(r.steps[i])).toBe(true);
+  for (const s of r.steps) expect(s.stderr).not.toMatch(SESSION_ENDED);
+}
+
+/**
+ * A command that fills the pids limit must not stop the sandbox from starting the next command: its
+ * session's supervisor forks every command, and a supervisor that died of a failed fork took the session
+ * (and every exec in flight) with it.
+ */
+const starveCases: Array<{
+  name: string;
+  steps: AttackCase['steps'];
+  check: (r: CaseResult, who: { cgroups: boolean }) => void;
+}> = [
+  {
+    name: 'python forks until refused and keeps every process; a command started meanwhile runs',
+    steps: [
+      { cmd: FORK_AND_HOLD, timeoutMs: 8000, background: true },
+      { cmd: 'echo ok', timeoutMs: 10_000, delayMs: 2500 },
+      { cmd: 'echo after', timeoutMs: 10_000, delayMs: 6500 },
+    ],
+    check: (r, who) => {
+      sessionSurvived(r, [0], who);
+      // It did fill its share: more than a third of the limit, and not past it.
+      expect(Number(r.steps[0]!.stdout.trim())).toBeGreaterThan(STARVE_PIDS / 3);
+      expect(Number(r.steps[0]!.stdout.trim())).toBeLessThan(STARVE_PIDS);
+      expect(r.steps[1]!.stdout).toBe('ok\n');
+      expect(r.steps[2]!.stdout).toBe('after\n');
+    },
+  },
+  {
+    name: 'a shell fork bomb whose processes stay; a command started meanwhile runs',
+    steps: [
+      { cmd: 'bomb() { bomb | bomb & sleep 30; }; bomb', timeoutMs: 8000, background: true },
+      { cmd: 'echo ok', timeoutMs: 10_000, delayMs: 2500 },
+      { cmd: 'echo after', timeoutMs: 10_000, delayMs: 6500 },
+    ],
+    check: (r, who) => {
+      // The first shell exits when its own fork is refused; the bomb's processes stay.
+      sessionSurvived(r, [], who);
+      expect(r.steps[1]!.stdout).toBe('ok\n');
+      expect(r.steps[2]!.stdout).toBe('after\n');
+    },
+  },
+  {
+    name: 'a thread bomb that keeps its threads; a command started meanwhile runs',
+    steps: [
+      {
+        cmd: py(
+          'import threading, time\nn = 0\ntry:\n    while True:\n        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n        n += 1\nexcept RuntimeError:\n    pass\nprint(n, flush=True)\ntime.sleep(60)',
+        ),
+        timeoutMs: 8000,
+        background: true,
+      },
+      { cmd: 'echo ok', timeoutMs: 10_000, delayMs: 2500 },
+      { cmd: 'echo after', timeoutMs: 10_000, delayMs: 6500 },
+    ],
+    check: (r, who) => {
+      sessionSurvived(r, [0], who);
+      expect(r.steps[1]!.stdout).toBe('ok\n');
+      expect(r.steps[2]!.stdout).toBe('after\n');
+    },
+  },
+  {
+    name: 'a bomb left running in the background by a command that returned; later commands run',
+    steps: [
+      {
+        cmd: [
+          'sh',
+          '-c',
+          `setsid ${FORK_AND_HOLD.map((a) => `'${a}'`).join(' ')} >/dev/null 2>&1 & sleep 2; echo left`,
+        ],
+        timeoutMs: 10_000,
+      },
+      { cmd: 'echo ok', timeoutMs: 10_000 },
+      { cmd: 'echo again', timeoutMs: 10_000 },
+    ],
+    check: (r, who) => {
+      sessionSurvived(r, [], who);
+      expect(r.steps[0]!.stdout).toBe('left\n');
+      expect(r.steps[1]!.stdout).toBe('ok\n');
+      expect(r.steps[2]!.stdout).toBe('again\n');
+    },
+  },
+  {
+    name: 'two bombs at once fill the whole sandbox: the next command waits for a process, then fails clearly',
+    steps: [
+      { cmd: FORK_AND_HOLD, timeoutMs: 9000, background: true },
+      { cmd: FORK_AND_HOLD, timeoutMs: 9000, background: true, delayMs: 300 },
+      { cmd: 'echo ok', timeoutMs: 10_000, delayMs: 2500 },
+      { cmd: 'echo after', timeoutMs: 10_000, delayMs: 7000 },
+    ],
+    check: (r, who) => {
+      sessionSurvived(r, [0, 1], who);
+      const blocked = r.steps[2]!;
+      // Where cgroups count the sandbox's processes, the supervisor's own fork is refused too; elsewhere
+      // (RLIMIT_NPROC, which binds only the commands) the command runs.
+      if (who.cgroups) {
+        expect(blocked.exitCode).toBe(126);
+        expect(blocked.stderr).toMatch(/cannot start sh: .*pids limit.*retried/);
+        expect(blocked.durationMs).toBeGreaterThan(1500);
+      } else if (blocked.exitCode !== 0) {
+        expect(blocked.exitCode).toBe(126);
+        expect(blocked.stderr).toMatch(/pids limit/);
+      }
+      expect(r.steps[3]!.stdout).toBe('after\n');
+    },
+  },
+];
+describe.each(users)("a command's fork bomb cannot starve its session, as %s", (_who, asOther) => {
+  let results: Map<string, CaseResult>;
+  beforeAll(async () => {
+    results = await attacks(
+      starveCases.map((c) => ({ name: c.name, limits: { pids: STARVE_PIDS }, steps: c.steps })),
+      asOther,
+    );
+  }, 600_000);
+
+  it.each(starveCases)('$name', ({ name, check }) => {
+    const r = results.get(name)!;
+    check(r, { cgroups: isRoot && !asOther });
+  });
+});
+
+/** Commands that try to outlive their exec: each must be dead when its exec returns. */
+const survivorCases: Array<{
+  name: string;
+  steps: (t: number[]) => AttackCase['steps'];
+  check?: (r: CaseResult) => void;
+}> = [
+  {
+    name: 'drops the exec marker (env -u) and detaches with setsid',
+    steps: (t) => [{ cmd: `env -u VIME_EXEC_ID setsid sleep ${t[0]} & sleep ${t[1]}`, timeoutMs: 1000 }],
+  },
+  {
+    name: 'clears its environment (env -i) in a double-forked subshell',
+    steps: (t) => [
+      {
+        cmd: `(env -i sleep ${t[0]} &); (env -i /bin/sh -c 'sleep ${t[1]}' &) ; sleep ${t[2]}`,
+        timeoutMs: 1000,
+      },
+    ],
+  },
+  {
+    name: 'setsid -f with a scrubbed environment, and nohup',
+    steps: (t) => [
+      {
+        cmd: `setsid -f env -i sleep ${t[0]}; nohup env -i sh -c 'sleep ${t[1]}' >/dev/null 2>&1 & sleep ${t[2]}`,
+        timeoutMs: 1000,
+      },
+    ],
+  },
+  {
+    name: 'a python daemon: double fork, setsid, empty environment',
+    steps: (t) => [
+      {
+        cmd: py(
+          `import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.execve("/bin/sleep", ["sleep", "${t[0]}"], {})\n    os._exit(0)\ntime.sleep(60)`,
+        ),
+        timeoutMs: 1000,
+      },
+    ],
+  },
+  {
+    name: 'stops its supervisor (kill -STOP $PPID)',
+    steps: (t) => [
+      { cmd: `env -i setsid sleep ${t[0]} & kill -STOP $PPID; sleep ${t[1]}`, timeoutMs: 1000 },
+      { cmd: 'echo ok', timeoutMs: 5000 },
+    ],
+    check: (r) => {
+      expect(r.steps[1]!.stdout).toBe('ok\n');
+      expect(r.steps[1]!.durationMs).toBeLessThan(5000);
+    },
+  },
+  {
+    name: 'stops its supervisor and exits at once; later commands still run',
+    steps: () => [
+      { cmd: 'kill -STOP $PPID', timeoutMs: 1500 },
+      { cmd: 'echo ok', timeoutMs: 5000 },
+      { cmd: 'echo again', timeoutMs: 5000 },
+    ],
+    check: (r) => {
+      expect(r.steps[1]!.stdout).toBe('ok\n');
+      expect(r.steps[2]!.stdout).toBe('again\n');
+    },
+  },
+  {
+    name: 'keeps stopping its supervisor from a detached loop',
+    steps: (t) => [
+      {
+        cmd: `p=$PPID; env -i setsid sh -c "while :; do kill -STOP $p; sleep 0.05; done" & sleep ${t[0]}`,
+        timeoutMs: 1000,
+      },
+      { cmd: 'echo ok', timeoutMs: 5000 },
+    ],
+    check: (r) => expect(r.steps[1]!.stdout).toBe('ok\n'),
+  },
+  {
+    name: 'kills its supervisor (kill -9 $PPID)',
+    steps: (t) => [
+      { cmd: `env -i setsid sleep ${t[0]} & kill -9 $PPID; sleep ${t[1]}`, timeoutMs: 5000 },
+      { cmd: 'echo ok', timeoutMs: 10_000 },
+    ],
+    check: (r) => {
+      // Reported as killed, like any command whose process died by SIGKILL: never an infrastructure error.
+      expect(r.steps[0]!.error).toBeUndefined();
+      expect(r.steps[0]!.exitCode).toBe(137);
+      expect(r.steps[0]!.durationMs).toBeLessThan(4000);
+      expect(r.steps[1]!.stdout).toBe('ok\n');
+    },
+  },
+  {
+    name: 'is aborted after detaching with a scrubbed environment',
+    steps: (t) => [
+      { cmd: `env -i setsid sleep ${t[0]} & (env -i sleep ${t[1]} &); sleep ${t[2]}`, abortMs: 800 },
+    ],
+    check: (r) => {
+      expect(r.steps[0]!.error?.message).toContain('aborted by the test');
+    },
+  },
+  {
+    name: 'is aborted after stopping its supervisor',
+    steps: (t) => [
+      { cmd: `env -i setsid sleep ${t[0]} & kill -STOP $PPID; sleep ${t[1]}`, abortMs: 800 },
+      { cmd: 'echo ok', timeoutMs: 5000 },
+    ],
+    check: (r) => {
+      expect(r.steps[0]!.error?.message).toContain('aborted by the test');
+      expect(r.steps[1]!.stdout).toBe('ok\n');
+    },
+  },
+];
+
+const backends: Array<[string, AttackCase['backend']]> = [
+  ['session', 'bubblewrap'],
+  ['per-exec', 'bubblewrap-per-exec'],
+];
+
+describe.each(users)('timeouts and aborts kill everything an exec started, as %s', (_who, asOther) => {
+  // Per-exec mode is the same mechanism for every user (bwrap's pid namespace dies with it): once is enough.
+  describe.each(asOther ? backends.slice(0, 1) : backends)('bubblewrap %s', (mode, backend) => {
+    const tags = new Map(survivorCases.map((c) => [c.name, [tag(), tag(), tag()]]));
+    let results: Map<string, CaseResult>;
+    beforeAll(async () => {
+      results = await attacks(
+        survivorCases.map((c) => ({
+          name: c.name,
+          backend,
+          steps: c.steps(tags.get(c.name)!),
+          tags: tags.get(c.name)!,
+        })),
+        asOther,
+      );
+    }, 600_000);
+
+    it.each(survivorCases)('$name', ({ name, steps, check }) => {
+      const r = results.get(name)!;
+      const first = r.steps[0]!;
+      const limit = steps([0, 0, 0])[0]!;
+      expect(first.hung).toBe(false);
+      // Ended by its timeout or abort (plus the kill), whatever the command did.
+      expect(first.durationMs).toBeLessThan((limit.timeoutMs ?? limit.abortMs!) + 3000);
+      const endsByItself = mode === 'per-exec' && /exits at once/.test(name);
+      if (first.error === undefined && first.exitCode !== 137 && !endsByItself)
+        expect(first.timedOut).toBe(true);
+      for (const s of r.steps) expect(s.survivors).toBe(0);
+      // Per-exec mode has no supervisor: $PPID is bwrap's init, which ignores the command's signals.
+      if (mode === 'session' || !/kills its supervisor/.test(name)) check?.(r);
+      expect(r.survivorsAfterTerminate).toBe(0);
+    });
+  });
+});
