@@ -9,8 +9,7 @@ import { randomInt } from 'node:crypto';
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type AttackCase, type CaseResult, runCase } from './fixtures/attacks.js';
-import { DEFAULT_LIMITS } from './limits.js';
+import { type AttackCase, type CaseResult, runCase } from './__fixtures__/attacks.js';
 import {
   assertReadableByOthers,
   dockerAvailable,
@@ -18,7 +17,8 @@ import {
   OTHER_UID,
   runFixture,
   userDir,
-} from './test-support.js';
+} from './__fixtures__/support.js';
+import { DEFAULT_LIMITS } from './limits.js';
 
 const dirs: string[] = [];
 afterAll(() => {

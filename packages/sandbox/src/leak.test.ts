@@ -20,7 +20,7 @@ import { dockerAvailable, testImage } from './testing.js';
 import type { SandboxEvents } from './types.js';
 
 const withDocker = process.getuid?.() === 0 || dockerAvailable();
-const fixture = fileURLToPath(new URL('./fixtures/leaky-run.ts', import.meta.url));
+const fixture = fileURLToPath(new URL('./__fixtures__/leaky-run.ts', import.meta.url));
 const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));
 const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
 const nodeArgs = ['--import', 'tsx', '--conditions=@vime/source'];

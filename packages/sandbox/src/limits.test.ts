@@ -7,11 +7,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError } from '@vime/core';
 import { afterAll, describe, expect, it } from 'vitest';
+import { dockerAvailable, isRoot, testImage } from './__fixtures__/support.js';
 import { bubblewrapProvider } from './bubblewrap.js';
 import { dockerProvider } from './docker.js';
 import { DEFAULT_LIMITS, resolveLimits } from './limits.js';
 import { localProvider } from './local.js';
-import { dockerAvailable, isRoot, testImage } from './test-support.js';
 import type { SandboxProvider, SandboxSpec } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-limits-test-'));

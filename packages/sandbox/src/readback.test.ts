@@ -8,11 +8,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dockerAvailable, isRoot, testImage } from './__fixtures__/support.js';
 import { bubblewrapProvider } from './bubblewrap.js';
 import { dockerProvider } from './docker.js';
 import { localProvider } from './local.js';
 import { DEFAULT_MAX_READ_BYTES } from './output.js';
-import { dockerAvailable, isRoot, testImage } from './test-support.js';
 import type { Sandbox, SandboxProvider } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-readback-test-'));

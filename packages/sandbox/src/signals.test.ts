@@ -20,7 +20,6 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
-import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
 import {
   assertReadableByOthers,
   dockerAvailable,
@@ -35,7 +34,8 @@ import {
   repoRoot,
   startFixture,
   userDir,
-} from './test-support.js';
+} from './__fixtures__/support.js';
+import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
 
 const withDocker = isRoot || dockerAvailable();
 const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));

@@ -161,6 +161,8 @@ async function runMain(): Promise<void> {
     const again = await queue.submit(a, { reward, samples: [sample] });
     if (again.seq !== receipt.seq || !again.duplicate) throw new Error(`receipt changed for ${receipt.id}`);
     await appendFile(events, `receipt ${a.group}/${a.slot} ${a.attempt}\n`);
+    // Progress for the test, which kills after a random number of these (wall time varies with load).
+    process.stdout.write('submitted\n');
   };
   let finished = false;
   const worker = async (w: number) => {

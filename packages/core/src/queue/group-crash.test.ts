@@ -76,8 +76,14 @@ describe('GroupQueue under SIGKILL of the whole process tree', () => {
       for (let kill = 0; kill < 20; kill++) {
         const run = start(args);
         await Promise.race([run.ready, run.exit]);
-        // Anywhere in the work: leases, engine calls, partials, grades, submits, hand-offs, GC.
-        await new Promise((r) => setTimeout(r, random() * 1000));
+        // Anywhere in the work (leases, engine calls, partials, grades, submits, hand-offs, GC): after a
+        // random number of submits, then a random few milliseconds, so the kill lands in the work however
+        // fast the machine is.
+        const submits = 1 + Math.floor(random() * 12);
+        const submitted = () => run.output().split('submitted\n').length - 1;
+        while (submitted() < submits && run.child.exitCode === null)
+          await new Promise((r) => setTimeout(r, 2));
+        await new Promise((r) => setTimeout(r, random() * 30));
         killTree(run.child.pid!);
         const code = await run.exit;
         trees.delete(run.child.pid!);

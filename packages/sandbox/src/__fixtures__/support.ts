@@ -16,13 +16,13 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
-import { dockerAvailable } from './testing.js';
+import { DockerEngine, defaultDockerSocket } from '../docker-engine.js';
+import { dockerAvailable } from '../testing.js';
 
-export { dockerAvailable, testImage } from './testing.js';
+export { dockerAvailable, testImage } from '../testing.js';
 
 export const isRoot = process.getuid?.() === 0;
-export const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
+export const repoRoot = fileURLToPath(new URL('../../../../', import.meta.url));
 export const nodeArgs = ['--import', 'tsx', '--conditions=@vime/source'];
 
 /** The uid the non-root variants run as when the suite runs as root (no passwd entry needed). */
@@ -58,7 +58,7 @@ export function assertReadableByOthers(): void {
 }
 
 /**
- * Start a fixture (`src/fixtures/<name>.ts`) with node + tsx, as `OTHER_UID` when `asOther`; `home` is
+ * Start a fixture (`src/__fixtures__/<name>.ts`) with node + tsx, as `OTHER_UID` when `asOther`; `home` is
  * its HOME and TMPDIR.
  */
 export function startFixture(
@@ -66,7 +66,7 @@ export function startFixture(
   args: string[],
   options: { asOther?: boolean; home?: string } = {},
 ): ChildProcess {
-  const script = fileURLToPath(new URL(`./fixtures/${name}.ts`, import.meta.url));
+  const script = fileURLToPath(new URL(`./${name}.ts`, import.meta.url));
   const env = { ...process.env, ...(options.home ? { HOME: options.home, TMPDIR: options.home } : {}) };
   return spawn(process.execPath, [...nodeArgs, script, ...args], {
     cwd: repoRoot,
