@@ -7,7 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { SampleQueue } from './queue.js';
 
 const repoRoot = fileURLToPath(new URL('../../../../', import.meta.url));
-const fixture = fileURLToPath(new URL('./crash.fixture.ts', import.meta.url));
+const fixture = fileURLToPath(new URL('../__fixtures__/queue-crash.ts', import.meta.url));
 const children = new Set<ChildProcess>();
 afterAll(() => {
   for (const child of children) child.kill('SIGKILL');

@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 
 const repoRoot = fileURLToPath(new URL('../../../../', import.meta.url));
-const fixture = fileURLToPath(new URL('./group-crash.fixture.ts', import.meta.url));
+const fixture = fileURLToPath(new URL('../__fixtures__/queue-group-crash.ts', import.meta.url));
 const trees = new Set<number>();
 afterAll(() => {
   for (const pid of trees) killTree(pid);

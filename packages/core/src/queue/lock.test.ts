@@ -9,7 +9,7 @@ import { acquireLock } from './lock.js';
 import { SampleQueue } from './queue.js';
 
 const repoRoot = fileURLToPath(new URL('../../../../', import.meta.url));
-const fixture = fileURLToPath(new URL('./lock.fixture.ts', import.meta.url));
+const fixture = fileURLToPath(new URL('../__fixtures__/queue-lock.ts', import.meta.url));
 const children = new Set<ChildProcess>();
 afterAll(() => {
   for (const child of children) child.kill('SIGKILL');

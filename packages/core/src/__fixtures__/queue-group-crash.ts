@@ -24,12 +24,12 @@ import { appendFile, mkdir, open, readFile, rename, writeFile } from 'node:fs/pr
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { qwen3 } from '../__fixtures__/tokenizer.js';
+import { qwen3 } from './tokenizer.js';
 import { sglangEngine } from '../engine/sglang.js';
 import { createSample, type Sample } from '../sample.js';
 import { startStandInEngine } from '../standin/engine.js';
-import type { SiblingAttempt } from './group-types.js';
-import { GroupQueue } from './groups.js';
+import type { SiblingAttempt } from '../queue/group-types.js';
+import { GroupQueue } from '../queue/groups.js';
 
 const [mode, ...args] = process.argv.slice(2);
 process.on('exit', (code) => process.stderr.write(`${mode} exits with ${code}\n`));

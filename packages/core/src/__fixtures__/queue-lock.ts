@@ -3,16 +3,16 @@
  * stdin (so all racers start together), then tries to open the queue as its producer once:
  *   `locked <code>` when it may not, else `open`, then `ack <key>` for each of `<count>` appends as it
  *   resolves, then holds the queue `<holdMs>` and prints `closed` after closing it.
- * Usage: lock.fixture.ts <dir> <name> <count> <holdMs>
+ * Usage: queue-lock.ts <dir> <name> <count> <holdMs>
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createSample } from '../sample.js';
-import { QueueError } from './format.js';
-import { SampleQueue } from './queue.js';
+import { QueueError } from '../queue/format.js';
+import { SampleQueue } from '../queue/queue.js';
 
 const [dir, name, count, holdMs] = process.argv.slice(2);
 if (!dir || !name) {
-  process.stderr.write('usage: lock.fixture.ts <dir> <name> <count> <holdMs>\n');
+  process.stderr.write('usage: queue-lock.ts <dir> <name> <count> <holdMs>\n');
   process.exit(2);
 }
 const say = (line: string) => process.stdout.write(`${line}\n`);

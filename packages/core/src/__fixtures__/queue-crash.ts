@@ -13,7 +13,7 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { type FileHandle, open, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createSample, type Sample } from '../sample.js';
-import { SampleQueue } from './queue.js';
+import { SampleQueue } from '../queue/queue.js';
 
 export function crashSample(i: number): Sample {
   const responseLength = 3000 + (i % 7) * 100;
@@ -94,6 +94,6 @@ if (role === 'producer' && dir) {
   }
   await queue.close();
 } else {
-  process.stderr.write('usage: crash.fixture.ts producer <dir> <n> [tornAt] | consumer <dir> <n> <out>\n');
+  process.stderr.write('usage: queue-crash.ts producer <dir> <n> [tornAt] | consumer <dir> <n> <out>\n');
   process.exit(2);
 }
