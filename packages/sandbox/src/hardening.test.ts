@@ -1,77 +1,20 @@
-/**
- * The hardening suite, written as an attacker would: with no limits given, fork bombs, process floods,
- * memory hogs (python and shell), a full /tmp or /dev/shm, fd exhaustion and huge files stay inside the
- * sandbox; and commands that scrub their environment, detach, double-fork, stop or kill their supervisor
- * never outlive their timeout or abort. Bubblewrap runs as root and as an unprivileged user (a fixture run
- * as another uid); Docker gets the limit cases.
- */
-import { randomInt } from 'node:crypto';
-import { rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type AttackCase, type CaseResult, runCase } from './__fixtures__/attacks.js';
+import type { AttackCase, CaseResult } from './__fixtures__/attacks.js';
 import {
-  assertReadableByOthers,
-  dockerAvailable,
-  isRoot,
-  OTHER_UID,
-  runFixture,
-  userDir,
-} from './__fixtures__/support.js';
+  attacks,
+  bombContained,
+  MiB,
+  MONITOR,
+  py,
+  removeDirs,
+  tag,
+  users,
+  withDocker,
+} from './__fixtures__/hardening.js';
+import { isRoot } from './__fixtures__/support.js';
 import { DEFAULT_LIMITS } from './limits.js';
 
-const dirs: string[] = [];
-afterAll(() => {
-  for (const d of dirs) rmSync(d, { recursive: true, force: true });
-});
-
-/**
- * Run cases in this process (root in CI), or all in one fixture process as an unprivileged user (one
- * process start for the lot); returns the results by case name.
- */
-async function attacks(cases: AttackCase[], asOther: boolean): Promise<Map<string, CaseResult>> {
-  const dir = userDir('vime-hardening-', asOther);
-  dirs.push(dir);
-  let results: CaseResult[] = [];
-  if (asOther) {
-    assertReadableByOthers();
-    const file = join(dir, 'cases.json');
-    writeFileSync(file, JSON.stringify(cases));
-    results = await runFixture<CaseResult[]>('attacks', [join(dir, 'root'), file], {
-      asOther: true,
-      home: dir,
-    });
-  } else {
-    for (const c of cases) results.push(await runCase(join(dir, 'root'), c));
-  }
-  return new Map(results.map((r) => [r.name, r]));
-}
-
-const users: Array<[string, boolean]> = isRoot
-  ? [
-      ['root', false],
-      [`uid ${OTHER_UID}`, true],
-    ]
-  : [['this user', false]];
-const withDocker = isRoot || dockerAvailable();
-const MiB = 1 << 20;
-const py = (code: string) => ['python3', '-c', code];
-/** Started before a bomb: records in /testbed/max the most processes a listing of /proc showed. */
-const MONITOR =
-  'python3 -c \'import os, time\nm = 0\nend = time.time() + 5\nwhile time.time() < end:\n    m = max(m, sum(1 for p in os.listdir("/proc") if p.isdigit()))\n    open("/testbed/max", "w").write(str(m))\n    time.sleep(0.05)\' & sleep 0.3;';
-let nextTag = 810_000 + randomInt(80_000);
-const tag = () => nextTag++;
-
-/** A bomb ran into its timeout, filled the sandbox to about its pids limit and no further; usable after. */
-function bombContained(r: CaseResult): void {
-  expect(r.steps[0]!.timedOut).toBe(true);
-  const [ok, max] = r.steps[1]!.stdout.trim().split('\n');
-  expect(ok).toBe('ok');
-  // The most processes a listing of the sandbox's /proc showed while the bomb ran (a listing taken while
-  // processes come and go may over-count a little); unbounded, it grows to the host's pid_max.
-  expect(Number(max)).toBeGreaterThan(DEFAULT_LIMITS.pids! / 2);
-  expect(Number(max)).toBeLessThan(2 * DEFAULT_LIMITS.pids!);
-}
+afterAll(removeDirs);
 
 /** Limit cases: each runs on a sandbox created with no limits at all (the defaults). */
 const limitCases: Array<{
@@ -327,147 +270,6 @@ describe.runIf(withDocker)('default limits on docker', () => {
 });
 
 /** Forks until the sandbox refuses, keeps every process, and says how many it got. */
-const FORK_AND_HOLD = py(
-  'import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(60)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nprint(n, flush=True)\ntime.sleep(60)',
-);
-const SESSION_ENDED = /session ended/;
-const STARVE_PIDS = 64;
-/**
- * No step hung or failed to run. Where cgroups track each exec, the session also outlived the bombs: each
- * ran into its timeout and no step saw its session end. (Without them a timeout ends the session by
- * design, and RLIMIT_NPROC stops a shell bomb at once.)
- */
-function sessionSurvived(r: CaseResult, bombs: number[], who: { cgroups: boolean }): void {
-  for (const s of r.steps) {
-    expect(s.hung).toBe(false);
-    expect(s.error).toBeUndefined();
-  }
-  if (!who.cgroups) return;
-  for (const i of bombs) expect(r.steps[i]!.timedOut, JSON.stringify(r.steps[i])).toBe(true);
-  for (const s of r.steps) expect(s.stderr).not.toMatch(SESSION_ENDED);
-}
-
-/**
- * A command that fills the pids limit must not stop the sandbox from starting the next command: its
- * session's supervisor forks every command, and a supervisor that died of a failed fork took the session
- * (and every exec in flight) with it.
- */
-const starveCases: Array<{
-  name: string;
-  steps: AttackCase['steps'];
-  check: (r: CaseResult, who: { cgroups: boolean }) => void;
-}> = [
-  {
-    name: 'python forks until refused and keeps every process; a command started meanwhile runs',
-    steps: [
-      { cmd: FORK_AND_HOLD, timeoutMs: 8000, background: true },
-      { cmd: 'echo ok', timeoutMs: 10_000, delayMs: 2500 },
-      { cmd: 'echo after', timeoutMs: 10_000, delayMs: 6500 },
-    ],
-    check: (r, who) => {
-      sessionSurvived(r, [0], who);
-      // It did fill its share: more than a third of the limit, and not past it.
-      expect(Number(r.steps[0]!.stdout.trim())).toBeGreaterThan(STARVE_PIDS / 3);
-      expect(Number(r.steps[0]!.stdout.trim())).toBeLessThan(STARVE_PIDS);
-      expect(r.steps[1]!.stdout).toBe('ok\n');
-      expect(r.steps[2]!.stdout).toBe('after\n');
-    },
-  },
-  {
-    name: 'a shell fork bomb whose processes stay; a command started meanwhile runs',
-    steps: [
-      { cmd: 'bomb() { bomb | bomb & sleep 30; }; bomb', timeoutMs: 8000, background: true },
-      { cmd: 'echo ok', timeoutMs: 10_000, delayMs: 2500 },
-      { cmd: 'echo after', timeoutMs: 10_000, delayMs: 6500 },
-    ],
-    check: (r, who) => {
-      // The first shell exits when its own fork is refused; the bomb's processes stay.
-      sessionSurvived(r, [], who);
-      expect(r.steps[1]!.stdout).toBe('ok\n');
-      expect(r.steps[2]!.stdout).toBe('after\n');
-    },
-  },
-  {
-    name: 'a thread bomb that keeps its threads; a command started meanwhile runs',
-    steps: [
-      {
-        cmd: py(
-          'import threading, time\nn = 0\ntry:\n    while True:\n        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n        n += 1\nexcept RuntimeError:\n    pass\nprint(n, flush=True)\ntime.sleep(60)',
-        ),
-        timeoutMs: 8000,
-        background: true,
-      },
-      { cmd: 'echo ok', timeoutMs: 10_000, delayMs: 2500 },
-      { cmd: 'echo after', timeoutMs: 10_000, delayMs: 6500 },
-    ],
-    check: (r, who) => {
-      sessionSurvived(r, [0], who);
-      expect(r.steps[1]!.stdout).toBe('ok\n');
-      expect(r.steps[2]!.stdout).toBe('after\n');
-    },
-  },
-  {
-    name: 'a bomb left running in the background by a command that returned; later commands run',
-    steps: [
-      {
-        cmd: [
-          'sh',
-          '-c',
-          `setsid ${FORK_AND_HOLD.map((a) => `'${a}'`).join(' ')} >/dev/null 2>&1 & sleep 2; echo left`,
-        ],
-        timeoutMs: 10_000,
-      },
-      { cmd: 'echo ok', timeoutMs: 10_000 },
-      { cmd: 'echo again', timeoutMs: 10_000 },
-    ],
-    check: (r, who) => {
-      sessionSurvived(r, [], who);
-      expect(r.steps[0]!.stdout).toBe('left\n');
-      expect(r.steps[1]!.stdout).toBe('ok\n');
-      expect(r.steps[2]!.stdout).toBe('again\n');
-    },
-  },
-  {
-    name: 'two bombs at once fill the whole sandbox: the next command waits for a process, then fails clearly',
-    steps: [
-      { cmd: FORK_AND_HOLD, timeoutMs: 9000, background: true },
-      { cmd: FORK_AND_HOLD, timeoutMs: 9000, background: true, delayMs: 300 },
-      { cmd: 'echo ok', timeoutMs: 10_000, delayMs: 2500 },
-      { cmd: 'echo after', timeoutMs: 10_000, delayMs: 7000 },
-    ],
-    check: (r, who) => {
-      sessionSurvived(r, [0, 1], who);
-      const blocked = r.steps[2]!;
-      // Where cgroups count the sandbox's processes, the supervisor's own fork is refused too; elsewhere
-      // (RLIMIT_NPROC, which binds only the commands) the command runs.
-      if (who.cgroups) {
-        expect(blocked.exitCode).toBe(126);
-        expect(blocked.stderr).toMatch(/cannot start sh: .*pids limit.*retried/);
-        expect(blocked.durationMs).toBeGreaterThan(1500);
-      } else if (blocked.exitCode !== 0) {
-        expect(blocked.exitCode).toBe(126);
-        expect(blocked.stderr).toMatch(/pids limit/);
-      }
-      expect(r.steps[3]!.stdout).toBe('after\n');
-    },
-  },
-];
-describe.each(users)("a command's fork bomb cannot starve its session, as %s", (_who, asOther) => {
-  let results: Map<string, CaseResult>;
-  beforeAll(async () => {
-    results = await attacks(
-      starveCases.map((c) => ({ name: c.name, limits: { pids: STARVE_PIDS }, steps: c.steps })),
-      asOther,
-    );
-  }, 600_000);
-
-  it.each(starveCases)('$name', ({ name, check }) => {
-    const r = results.get(name)!;
-    check(r, { cgroups: isRoot && !asOther });
-  });
-});
-
-/** Commands that try to outlive their exec: each must be dead when its exec returns. */
 const survivorCases: Array<{
   name: string;
   steps: (t: number[]) => AttackCase['steps'];
