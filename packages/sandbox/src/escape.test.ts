@@ -3,11 +3,12 @@
  * backend (bubblewrap always; docker, which scripts/docker-up.sh starts and CI always has as root).
  */
 import { randomInt } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { hostSleepers } from './__fixtures__/support.js';
 import { bubblewrapProvider } from './bubblewrap.js';
 import { dockerProvider } from './docker.js';
 import { dockerAvailable, testImage } from './testing.js';
@@ -21,21 +22,6 @@ const backends: Array<[string, () => SandboxProvider, Partial<SandboxSpec>]> = [
   ['bubblewrap (per-exec)', () => bubblewrapProvider({ rootDir, execMode: 'per-exec' }), {}],
 ];
 if (isRoot || dockerAvailable()) backends.push(['docker', () => dockerProvider(), { image: testImage }]);
-
-/** Host processes whose command line is `sleep <tag>`. */
-function hostSleepers(tags: number[]): number[] {
-  const found: number[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
-      if (argv[0]?.endsWith('sleep') && tags.includes(Number(argv[1]))) found.push(Number(entry));
-    } catch {
-      // exited
-    }
-  }
-  return found;
-}
 
 async function eventually(check: () => boolean, ms = 5000): Promise<boolean> {
   const end = Date.now() + ms;

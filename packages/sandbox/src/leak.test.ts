@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
+import { hostSleepers } from './__fixtures__/support.js';
 import { bubblewrapProvider } from './bubblewrap.js';
 import { dockerProvider } from './docker.js';
 import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
@@ -56,20 +57,6 @@ const exited = (child: ChildProcess) =>
     if (child.exitCode !== null || child.signalCode !== null) resolve(child.signalCode ?? child.exitCode);
     else child.once('exit', (code, signal) => resolve(signal ?? code));
   });
-
-function sleepers(tags: number[]): number[] {
-  const found: number[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
-      if (argv[0]?.endsWith('sleep') && tags.includes(Number(argv[1]))) found.push(Number(entry));
-    } catch {
-      // exited
-    }
-  }
-  return found;
-}
 
 async function containersOf(run: string): Promise<string[]> {
   if (!withDocker) return [];
@@ -124,7 +111,7 @@ describe('leak-proofing', () => {
     // What a crash leaves: the folders, the cgroups, the local run's processes, the container.
     expect(sandboxDirs(rootDir)).toHaveLength(2);
     expect(cgroups.every((cg) => existsSync(cg))).toBe(true);
-    expect(sleepers([base + 2, base + 3]).length).toBe(2);
+    expect(hostSleepers([base + 2, base + 3]).length).toBe(2);
     if (withDocker) expect(await containersOf(run)).toHaveLength(1);
 
     const reaped: Parameters<SandboxEvents['leak-reaped']>[0][] = [];
@@ -140,7 +127,7 @@ describe('leak-proofing', () => {
 
     expect(sandboxDirs(rootDir)).toEqual([]);
     expect(cgroups.some((cg) => existsSync(cg))).toBe(false);
-    expect(await eventually(() => sleepers(tags).length === 0)).toBe(true);
+    expect(await eventually(() => hostSleepers(tags).length === 0)).toBe(true);
     expect(await containersOf(run)).toEqual([]);
     // A second sweep finds nothing.
     expect((await reapOrphans({ run, rootDir })).removed).toEqual([]);
@@ -170,7 +157,7 @@ describe('leak-proofing', () => {
     );
     expect(stdout).toContain(`removed ${withDocker ? 3 : 2}, kept 0 of live runs, 0 errors`);
     expect(sandboxDirs(rootDir)).toEqual([]);
-    expect(await eventually(() => sleepers([base + 1, base + 2, base + 3, base + 4]).length === 0)).toBe(
+    expect(await eventually(() => hostSleepers([base + 1, base + 2, base + 3, base + 4]).length === 0)).toBe(
       true,
     );
     expect(await containersOf(run)).toEqual([]);
@@ -191,7 +178,7 @@ describe('leak-proofing', () => {
     const status = await exited(child);
     expect(status).toBe(how === 'SIGTERM' ? 'SIGTERM' : 0);
     expect(await eventually(() => sandboxDirs(rootDir).length === 0)).toBe(true);
-    expect(await eventually(() => sleepers([base + 1, base + 2, base + 3, base + 4]).length === 0)).toBe(
+    expect(await eventually(() => hostSleepers([base + 1, base + 2, base + 3, base + 4]).length === 0)).toBe(
       true,
     );
     expect(await containersOf(run)).toEqual([]);
@@ -259,7 +246,7 @@ describe('leak-proofing', () => {
       }
     }
     expect(sandboxDirs(rootDir)).toEqual([]);
-    expect(await eventually(() => sleepers([tag]).length === 0)).toBe(true);
+    expect(await eventually(() => hostSleepers([tag]).length === 0)).toBe(true);
     expect(await containersOf(run)).toEqual([]);
     const mine = execFileSync('find', [
       '/sys/fs/cgroup',
