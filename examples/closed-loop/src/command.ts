@@ -28,6 +28,7 @@ Flags:
   --steps N              RL steps (default 10)
   --prompts N            tasks per step, P (default 8)
   --samples N            samples per task, S: the GRPO group size (default 8)
+  --dataset FILE         SWE-smith JSONL to split (default: the offline task set)
   --train-tasks N        training tasks (default 8: every step trains on the same tasks)
   --heldout-tasks N      held-out tasks, never trained on nor imitated (default 16)
   --eval-samples N       samples per task of an eval pass (default 8)
@@ -60,6 +61,7 @@ const FLAGS = {
   steps: { type: 'string' },
   prompts: { type: 'string' },
   samples: { type: 'string' },
+  dataset: { type: 'string' },
   'train-tasks': { type: 'string' },
   'heldout-tasks': { type: 'string' },
   'eval-samples': { type: 'string' },
@@ -137,6 +139,7 @@ export function parseCli(
     throw new ConfigError(`--lr: ${JSON.stringify(v.lr)} is not a positive number`);
   const options: ClosedLoopOptions = {
     out: resolve(v.out ?? join('runs', 'closed-loop')),
+    dataset: v.dataset,
     tokenizer: v.tokenizer,
     python: v.python ?? process.env.VIME_PYTHON,
     device: v.device ?? 'auto',

@@ -27,7 +27,7 @@ export {
 } from './run.js';
 export { type PassAt1, type PassDelta, passAt1, passDelta } from './stats.js';
 export { renderSummary, type Summary, writeSummary } from './summary.js';
-export { splitOfflineTasks, type TaskSplit } from './tasks.js';
+export { type SplitOptions, splitTasks, type TaskSplit } from './tasks.js';
 export {
   type RunningTrainer,
   startTrainer,

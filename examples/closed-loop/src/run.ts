@@ -23,12 +23,14 @@ import { type RunSummary, runCodingAgent, type TrainResult } from '@vime/example
 import { checkStep, type StepChecks } from './checks.js';
 import { bundledTokenizerDir, exampleDir, pythonEnv, startPolicyServer } from './policy-server.js';
 import { type PassAt1, passAt1 } from './stats.js';
-import { hasSplit, splitOfflineTasks, type TaskSplit } from './tasks.js';
+import { hasSplit, splitTasks, type TaskSplit } from './tasks.js';
 import { startTrainer, trainResultOf } from './trainer.js';
 
 export interface ClosedLoopOptions {
   /** The run folder: every phase writes under it. */
   out: string;
+  /** SWE-smith JSONL to split into training and held-out tasks; default: the offline task set. */
+  dataset?: string | undefined;
   /** Tokenizer folder (tokenizer.json + tokenizer_config.json); default: the bundled Qwen3 tokenizer. */
   tokenizer?: string | undefined;
   python?: string | undefined;
@@ -101,8 +103,9 @@ export async function taskSplit(options: ClosedLoopOptions): Promise<TaskSplit> 
       );
     return split;
   }
-  return splitOfflineTasks({
+  return splitTasks({
     dir: p.split,
+    dataset: options.dataset,
     cacheDir: p.cache,
     trainTasks: options.trainTasks,
     heldoutTasks: options.heldoutTasks,
@@ -270,7 +273,8 @@ export async function scoreRow(url: string, row: Sample, signal?: AbortSignal): 
       input_ids: Array.from(row.tokens),
       sampling_params: { max_new_tokens: 1, temperature: 1 },
       return_logprob: true,
-      logprob_start_len: 0,
+      // From the last prompt token: only the response is scored (its last entries are the response's).
+      logprob_start_len: Math.max(0, row.tokens.length - row.response_length - 1),
     }),
     ...(signal ? { signal } : {}),
   });

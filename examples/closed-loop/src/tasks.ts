@@ -1,12 +1,12 @@
 /**
- * The closed loop's task split of the offline task set: training tasks (the loop's batches and the
+ * The closed loop's task split of a SWE-smith dataset (default: the offline task set): training tasks (the loop's batches and the
  * training-set evaluation), held-out tasks (evaluated, never trained on, left out of the warm start)
  * and the rest (warm start only). Each split is a SWE-smith JSONL file with its own `environments.json`,
  * so the coding-agent loop reads it exactly like a user's `--dataset`.
  */
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { dirname, isAbsolute, join } from 'node:path';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { ConfigError, seededRandom } from '@vime/core';
 import { buildOfflineTaskSet, ENVIRONMENTS_FILE } from '@vime/swe';
 
@@ -23,6 +23,8 @@ export interface TaskSplit {
 export interface SplitOptions {
   /** Folder for the split files. */
   dir: string;
+  /** A SWE-smith JSONL (with its `environments.json` beside it, if any); default: the offline task set. */
+  dataset?: string | undefined;
   /** Where the offline task set is built once (its cache). */
   cacheDir: string;
   trainTasks: number;
@@ -32,16 +34,28 @@ export interface SplitOptions {
   signal?: AbortSignal | undefined;
 }
 
-export async function splitOfflineTasks(options: SplitOptions): Promise<TaskSplit> {
+async function source(options: SplitOptions): Promise<{ jsonl: string; environments: string | null }> {
+  if (options.dataset) {
+    const jsonl = resolve(options.dataset);
+    if (!existsSync(jsonl) || !jsonl.endsWith('.jsonl'))
+      throw new ConfigError(`--dataset: ${options.dataset} is not a .jsonl file; give a SWE-smith JSONL`);
+    const environments = join(dirname(jsonl), ENVIRONMENTS_FILE);
+    return { jsonl, environments: existsSync(environments) ? environments : null };
+  }
   const set = await buildOfflineTaskSet({
     dir: join(options.cacheDir, 'offline-tasks'),
     ...(options.signal ? { signal: options.signal } : {}),
   });
-  const lines = (await readFile(set.jsonlPath, 'utf8')).split('\n').filter((l) => l.trim());
+  return { jsonl: set.jsonlPath, environments: set.environmentsPath };
+}
+
+export async function splitTasks(options: SplitOptions): Promise<TaskSplit> {
+  const set = await source(options);
+  const lines = (await readFile(set.jsonl, 'utf8')).split('\n').filter((l) => l.trim());
   const { trainTasks, heldoutTasks } = options;
   if (trainTasks < 1 || heldoutTasks < 0 || trainTasks + heldoutTasks > lines.length) {
     throw new ConfigError(
-      `--train-tasks ${trainTasks} + --heldout-tasks ${heldoutTasks}: the offline task set has ${lines.length} tasks; ask for at most that many in all (at least 1 training task)`,
+      `--train-tasks ${trainTasks} + --heldout-tasks ${heldoutTasks}: ${set.jsonl} has ${lines.length} tasks; ask for at most that many in all (at least 1 training task)`,
     );
   }
   // A seeded shuffle mixes the bug kinds (the set lists them kind by kind).
@@ -58,18 +72,20 @@ export async function splitOfflineTasks(options: SplitOptions): Promise<TaskSpli
   const idOf = (line: string) => (JSON.parse(line) as { instance_id: string }).instance_id;
   await mkdir(options.dir, { recursive: true });
   // The environments file with absolute paths: the splits live apart from the set they came from.
-  const env = JSON.parse(await readFile(set.environmentsPath, 'utf8')) as {
-    version: 1;
-    environments: Record<string, Record<string, string | undefined>>;
-  };
-  const base = dirname(set.environmentsPath);
-  for (const entry of Object.values(env.environments)) {
-    for (const key of ['template', 'rootfs']) {
-      const p = entry[key];
-      if (p !== undefined && !isAbsolute(p)) entry[key] = join(base, p);
+  if (set.environments) {
+    const env = JSON.parse(await readFile(set.environments, 'utf8')) as {
+      version: 1;
+      environments: Record<string, Record<string, string | undefined>>;
+    };
+    const base = dirname(set.environments);
+    for (const entry of Object.values(env.environments)) {
+      for (const key of ['template', 'rootfs']) {
+        const p = entry[key];
+        if (p !== undefined && !isAbsolute(p)) entry[key] = join(base, p);
+      }
     }
+    await writeFile(join(options.dir, ENVIRONMENTS_FILE), `${JSON.stringify(env, null, 2)}\n`);
   }
-  await writeFile(join(options.dir, ENVIRONMENTS_FILE), `${JSON.stringify(env, null, 2)}\n`);
   const write = async (name: string, rows: string[]) => {
     const path = join(options.dir, name);
     await writeFile(path, rows.length ? `${rows.join('\n')}\n` : '');
