@@ -3,8 +3,9 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ConfigError } from '@vime/core';
-import { type ClosedLoopOptions, evaluate, paths, train, warmstart } from './run.js';
+import { type ClosedLoopOptions, evaluate, paths, warmstart } from './run.js';
 import { renderSummary, writeSummary } from './summary.js';
+import { train } from './train.js';
 
 export const usage = `Usage: vime-closed-loop <phase> [flags]
 
@@ -133,7 +134,9 @@ export function parseCli(
     throw new ConfigError(
       `give one phase: ${PHASES.join(', ')} (got ${positionals.length ? positionals.join(' ') : 'none'})`,
     );
-  const phase = choice('phase', positionals[0], PHASES, 'all');
+  const phase = positionals[0] as Phase;
+  if (!PHASES.includes(phase))
+    throw new ConfigError(`unknown phase ${JSON.stringify(phase)}: give one of ${PHASES.join(', ')}`);
   const lr = v.lr === undefined ? 1e-5 : Number(v.lr);
   if (!Number.isFinite(lr) || lr <= 0)
     throw new ConfigError(`--lr: ${JSON.stringify(v.lr)} is not a positive number`);

@@ -19,15 +19,13 @@ export {
   type EvalResult,
   evaluate,
   paths,
-  type StepRecord,
   scoreRow,
-  type TrainRunResult,
-  train,
   warmstart,
 } from './run.js';
 export { type PassAt1, type PassDelta, passAt1, passDelta } from './stats.js';
 export { renderSummary, type Summary, writeSummary } from './summary.js';
 export { type SplitOptions, splitTasks, type TaskSplit } from './tasks.js';
+export { type StepRecord, type TrainRunResult, train } from './train.js';
 export {
   type RunningTrainer,
   startTrainer,

@@ -5,9 +5,9 @@
  *              then supervised training of the model on those transcripts (`vime_policy.sft`)
  *   eval       a policy server on a checkpoint; the coding-agent loop on the training tasks and on the
  *              held-out tasks, several samples each, no training: pass@1 with its bootstrap interval
- *   train      a policy server (weight version 0), the trainer process, and the coding-agent loop with
- *              the trainer hook: each step's batch is trained on, the new weights are loaded by the
- *              server under the next version, and the next step samples from them
+ *   train      (train.ts) a policy server, the trainer process, and the coding-agent loop with the
+ *              trainer hook: each step's batch is trained on, the new weights are loaded by the server
+ *              under the next version, and the next step samples from them
  *   summary    the evidence: per-step metrics and checks, pass@1 before and after, the environment
  *
  * Everything the agent runs is sandboxed (bubblewrap by default) and graded in a fresh sandbox, as in
@@ -17,14 +17,12 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { ConfigError, decodeSamples, type RolloutResult, type Sample } from '@vime/core';
+import { ConfigError, type RolloutResult, type Sample } from '@vime/core';
 import { checkConfig } from '@vime/example-coding-agent/config';
-import { type RunSummary, runCodingAgent, type TrainResult } from '@vime/example-coding-agent/loop';
-import { checkStep, type StepChecks } from './checks.js';
+import { runCodingAgent } from '@vime/example-coding-agent/loop';
 import { bundledTokenizerDir, exampleDir, pythonEnv, startPolicyServer } from './policy-server.js';
 import { type PassAt1, passAt1 } from './stats.js';
 import { hasSplit, splitTasks, type TaskSplit } from './tasks.js';
-import { startTrainer, trainResultOf } from './trainer.js';
 
 export interface ClosedLoopOptions {
   /** The run folder: every phase writes under it. */
@@ -86,7 +84,7 @@ export const paths = (out: string) => ({
   summary: join(out, 'summary.json'),
 });
 
-function tokenizerOf(options: ClosedLoopOptions): string {
+export function tokenizerOf(options: ClosedLoopOptions): string {
   if (options.tokenizer) return resolve(options.tokenizer);
   // A bundle carries the tokenizer next to the example; a checkout resolves it from the npm package.
   const carried = join(exampleDir, 'tokenizer');
@@ -114,7 +112,7 @@ export async function taskSplit(options: ClosedLoopOptions): Promise<TaskSplit> 
 }
 
 /** The coding-agent loop's config for one phase of the closed loop. */
-function loopConfig(options: ClosedLoopOptions, fields: Record<string, unknown>) {
+export function loopConfig(options: ClosedLoopOptions, fields: Record<string, unknown>) {
   return checkConfig({
     sandbox: options.sandbox,
     validate: options.validate,
@@ -284,156 +282,4 @@ export async function scoreRow(url: string, row: Sample, signal?: AbortSignal): 
   };
   const all = answer.meta_info.input_token_logprobs.map((e) => e[0] ?? 0);
   return Float32Array.from(all.slice(all.length - row.response_length));
-}
-
-/** Mean and max |a − b| over the trained tokens (loss mask 1) of a row. */
-function gap(row: Sample, a: ArrayLike<number>, b: ArrayLike<number>): { mean: number; max: number } {
-  let sum = 0;
-  let max = 0;
-  let n = 0;
-  for (let i = 0; i < row.response_length; i++) {
-    if (row.loss_mask && row.loss_mask[i] !== 1) continue;
-    const d = Math.abs(a[i]! - b[i]!);
-    sum += d;
-    max = Math.max(max, d);
-    n++;
-  }
-  return { mean: n ? sum / n : 0, max };
-}
-
-export interface StepRecord {
-  step: number;
-  rollouts: number;
-  meanReward: number | null;
-  passAt1: number | null;
-  /** The version the engine served while the step rolled out, and the one it serves after training. */
-  servedVersion: string | undefined;
-  nextVersion: string;
-  logprobAbsDiffMean: number | null;
-  train: TrainResult;
-  /**
-   * The step's first trained row scored under the served weights before and after the update:
-   * `replay` = |served − rollout log-probs| (≈ 0: the row came from those weights),
-   * `change` = |after − before| (> 0: the update moved the policy on this very sequence).
-   */
-  probe: {
-    rolloutId: number | null;
-    replay: { mean: number; max: number };
-    change: { mean: number; max: number };
-  } | null;
-  checks: StepChecks;
-}
-
-export interface TrainRunResult {
-  model: string;
-  trainer: { backend: string; label?: string | undefined; ready: Record<string, unknown> };
-  steps: StepRecord[];
-  summary: RunSummary;
-}
-
-/** The RL run: policy server + trainer + the coding-agent loop with the trainer hook, then the checks. */
-export async function train(options: ClosedLoopOptions, model: string): Promise<TrainRunResult> {
-  const split = await taskSplit(options);
-  const p = paths(options.out);
-  await mkdir(p.trainer, { recursive: true });
-  const server = await startPolicyServer({
-    modelPath: resolve(model),
-    tokenizerPath: tokenizerOf(options),
-    python: options.python,
-    device: options.device,
-    args: ['--weight-version', '0', ...options.serverArgs],
-    signal: options.signal,
-  });
-  const probes = new Map<number, StepRecord['probe']>();
-  const served = new Map<number, string>();
-  let trainer: Awaited<ReturnType<typeof startTrainer>> | undefined;
-  try {
-    trainer = await startTrainer({
-      modelPath: resolve(model),
-      out: p.trainer,
-      engineUrls: [server.url],
-      backend: options.backend,
-      device: options.device,
-      python: options.python,
-      entry: options.trainerEntry,
-      pythonPath: options.trainerPythonPath,
-      args: ['--lr', String(options.lr), ...options.trainerArgs],
-      onLog: (line) => options.log(`trainer: ${line}`),
-      signal: options.signal,
-    });
-    options.log(
-      `trainer ready: ${trainer.ready.backend}${trainer.ready.label ? ` (${trainer.ready.label})` : ''}, weight version ${trainer.ready.weight_version}`,
-    );
-    const running = trainer;
-    const config = loopConfig(options, {
-      out: p.train,
-      dataset: split.train,
-      engineUrls: [server.url],
-      steps: options.steps,
-      promptsPerStep: options.prompts,
-      samplesPerPrompt: options.samples,
-      mode: options.mode,
-    });
-    const summary = await runCodingAgent(config, {
-      log: options.log,
-      ...(options.signal ? { signal: options.signal } : {}),
-      trainer: async ({ step, batchPath }, signal) => {
-        const version = await servedVersion(server.url);
-        served.set(step, version);
-        const rows = decodeSamples(await readFile(batchPath));
-        const row = rows.find((r) => r.loss_mask?.some((m) => m === 1) && r.rollout_log_probs);
-        const before = row ? await scoreRow(server.url, row, signal) : undefined;
-        const event = await running.train(step, batchPath, signal);
-        if (row && before) {
-          const after = await scoreRow(server.url, row, signal);
-          probes.set(step, {
-            rolloutId: row.rollout_id,
-            replay: gap(row, before, row.rollout_log_probs!),
-            change: gap(row, after, before),
-          });
-        } else probes.set(step, null);
-        return trainResultOf(event);
-      },
-    });
-    const steps: StepRecord[] = [];
-    for (const s of summary.steps) {
-      const event = trainer.steps.find((e) => e.step === s.step);
-      const checks = await checkStep({
-        step: s.step,
-        batchPath: s.batchPath,
-        trainerOut: p.trainer,
-        expectedVersion: options.mode === 'sync' ? served.get(s.step) : undefined,
-      });
-      const diff = event?.metrics.logprob_abs_diff_mean;
-      steps.push({
-        step: s.step,
-        rollouts: s.rollouts,
-        meanReward: s.metrics.reward.mean,
-        passAt1: s.metrics.passAtK.find((k) => k.k === 1)?.value ?? null,
-        servedVersion: served.get(s.step),
-        nextVersion: s.train?.weightVersion ?? '',
-        logprobAbsDiffMean: typeof diff === 'number' ? diff : null,
-        train: s.train!,
-        probe: probes.get(s.step) ?? null,
-        checks,
-      });
-    }
-    const result: TrainRunResult = {
-      model: resolve(model),
-      trainer: { backend: trainer.ready.backend, label: trainer.ready.label, ready: trainer.ready },
-      steps,
-      summary,
-    };
-    await writeFile(join(p.train, 'closed-loop.json'), `${JSON.stringify(result, null, 2)}\n`);
-    return result;
-  } finally {
-    await trainer?.close();
-    await server.close();
-  }
-}
-
-async function servedVersion(url: string): Promise<string> {
-  const res = await fetch(`${url}/get_weight_version`);
-  const body = (await res.json()) as { weight_version: string };
-  return body.weight_version;
 }

@@ -10,9 +10,10 @@ import { writeFile } from 'node:fs/promises';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { exampleDir } from './policy-server.js';
-import type { EvalResult, StepRecord, TrainRunResult } from './run.js';
+import type { EvalResult } from './run.js';
 import { paths } from './run.js';
 import { type PassDelta, passDelta } from './stats.js';
+import type { StepRecord, TrainRunResult } from './train.js';
 
 const readJson = <T>(path: string): T | null =>
   existsSync(path) ? (JSON.parse(readFileSync(path, 'utf8')) as T) : null;
