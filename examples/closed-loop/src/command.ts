@@ -38,8 +38,8 @@ Flags:
   --max-turns N          model calls per rollout (default 4)
   --max-tokens N         tokens per model call (default 512)
   --max-context N        context tokens per rollout (default 8192)
-  --backend B            megatron | torch (default megatron; torch is a plain torch step)
-  --lr X                 trainer learning rate (default 1e-5)
+  --backend B            torch | megatron (default torch: a plain torch step, labelled as such)
+  --lr X                 trainer learning rate (default 5e-5)
   --trainer-arg A        one more trainer flag (repeatable)
   --server-arg A         one more policy-server flag (repeatable)
   --device D             auto | cpu | cuda | cuda:N (default auto)
@@ -137,7 +137,7 @@ export function parseCli(
   const phase = positionals[0] as Phase;
   if (!PHASES.includes(phase))
     throw new ConfigError(`unknown phase ${JSON.stringify(phase)}: give one of ${PHASES.join(', ')}`);
-  const lr = v.lr === undefined ? 1e-5 : Number(v.lr);
+  const lr = v.lr === undefined ? 5e-5 : Number(v.lr);
   if (!Number.isFinite(lr) || lr <= 0)
     throw new ConfigError(`--lr: ${JSON.stringify(v.lr)} is not a positive number`);
   const options: ClosedLoopOptions = {
@@ -159,7 +159,7 @@ export function parseCli(
     maxTokensPerTurn: count('max-tokens', v['max-tokens'], 512),
     maxContextTokens: count('max-context', v['max-context'], 8192),
     evalSamples: count('eval-samples', v['eval-samples'], 8),
-    backend: choice('backend', v.backend, ['megatron', 'torch'] as const, 'megatron'),
+    backend: choice('backend', v.backend, ['torch', 'megatron'] as const, 'torch'),
     lr,
     trainerArgs: v['trainer-arg'] ?? [],
     serverArgs: v['server-arg'] ?? [],

@@ -76,6 +76,7 @@ describe('the closed loop in miniature on CPU (tiny model, 2 GRPO steps, plain t
   const ckpt = join(tmp, 'ckpt');
   let result: TrainRunResult;
   let summary: Summary;
+  let first: { code: number | null; output: string };
   let cli: { code: number | null; output: string };
   afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
@@ -98,22 +99,28 @@ describe('the closed loop in miniature on CPU (tiny model, 2 GRPO steps, plain t
       { cwd: exampleDir, env: pythonEnv(), encoding: 'utf8' },
     );
     expect(init.status, init.stderr).toBe(0);
-    cli = await run(
-      process.execPath,
-      [
-        '--import',
-        'tsx',
-        '--conditions=@vime/source',
-        'src/cli.ts',
-        'train',
-        ...['--out', out, '--model', ckpt, '--dataset', dataset, '--python', python],
-        ...['--train-tasks', '2', '--heldout-tasks', '0', '--steps', '2', '--prompts', '2', '--samples', '6'],
-        ...['--concurrency', '6', '--max-turns', '1', '--max-tokens', '12', '--max-context', '4096'],
-        ...['--backend', 'torch', '--device', 'cpu', '--lr', '0.01', '--no-validate', '--quiet'],
-      ],
-      exampleDir,
-      240_000,
-    );
+    const train = (steps: number) =>
+      run(
+        process.execPath,
+        [
+          '--import',
+          'tsx',
+          '--conditions=@vime/source',
+          'src/cli.ts',
+          'train',
+          ...['--out', out, '--model', ckpt, '--dataset', dataset, '--python', python],
+          ...['--train-tasks', '2', '--heldout-tasks', '0', '--steps', String(steps), '--prompts', '2'],
+          ...['--samples', '6', '--concurrency', '6', '--max-turns', '1', '--max-tokens', '12'],
+          ...['--max-context', '4096', '--backend', 'torch', '--device', 'cpu', '--lr', '0.01'],
+          ...['--no-validate', '--quiet'],
+        ],
+        exampleDir,
+        150_000,
+      );
+    // Step 1, then the same command for 2 steps: it continues after step 1 (as after a stop).
+    first = await train(1);
+    expect(first.code, first.output.slice(-4000)).toBe(0);
+    cli = await train(2);
     expect(cli.code, cli.output.slice(-4000)).toBe(0);
     result = JSON.parse(readFileSync(join(out, 'train', 'closed-loop.json'), 'utf8'));
     summary = JSON.parse(readFileSync(join(out, 'summary.json'), 'utf8'));
@@ -125,6 +132,12 @@ describe('the closed loop in miniature on CPU (tiny model, 2 GRPO steps, plain t
     expect(result.trainer.backend).toBe('torch');
     expect(result.trainer.label).toMatch(/plain torch/);
     expect(cli.output).toMatch(/trainer ready: torch \(plain torch/);
+  });
+
+  it('continued a stopped run from its last trained step: same weights, next version', () => {
+    expect(first.output).toMatch(/step 1: 12 rollouts/);
+    expect(cli.output).toMatch(/continuing after step 1 from .*weights\/step-1 \(weight version 1\)/);
+    expect(cli.output).not.toMatch(/step 1: 12 rollouts/);
   });
 
   it('served weight version 0, then 1: every row carries the version that sampled it', () => {
@@ -145,8 +158,8 @@ describe('the closed loop in miniature on CPU (tiny model, 2 GRPO steps, plain t
   });
 
   it('had a learning signal at step 1 (mixed coin-test rewards, non-zero advantages)', () => {
-    const first = result.summary.steps[0]!;
-    expect(first.advantages.nonZero, 'every group got one reward: rerun (p ≈ 0.001)').toBeGreaterThan(0);
+    const step1 = result.summary.steps[0]!;
+    expect(step1.advantages.nonZero, 'every group got one reward: rerun (p ≈ 0.001)').toBeGreaterThan(0);
     expect(result.steps[0]!.train.metrics.grad_norm).toBeGreaterThan(0);
   });
 
@@ -198,8 +211,11 @@ describe('the closed loop in miniature on CPU (tiny model, 2 GRPO steps, plain t
       .split('\n')
       .filter(Boolean)
       .map((l) => JSON.parse(l));
+    // The loop's metrics.jsonl is the last invocation's (step 2); the trainer's own log keeps both.
     const steps = lines.filter((l) => l.kind === 'step');
-    expect(steps.length).toBe(2);
+    expect(steps.map((s) => s.step)).toEqual([2]);
+    const trainerLines = readFileSync(join(out, 'train', 'trainer', 'metrics.jsonl'), 'utf8').split('\n');
+    expect(trainerLines.filter(Boolean).map((l) => JSON.parse(l).step)).toEqual([1, 2]);
     for (const s of steps) {
       expect(s.scalars['perf/train_time']).toBeGreaterThan(0);
       expect(s.scalars['perf/update_weights_time']).toBeGreaterThan(0);
@@ -207,11 +223,10 @@ describe('the closed loop in miniature on CPU (tiny model, 2 GRPO steps, plain t
       expect(s.scalars['train/logprob_abs_diff_mean']).toBeLessThan(1e-4);
     }
     const report = JSON.parse(readFileSync(join(out, 'train', 'report.json'), 'utf8'));
+    // Step 1 was handed off by the first invocation (not timed by this one); step 2 by this one.
     expect(Object.keys(report.steps)).toEqual(['1', '2']);
-    for (const s of Object.values(report.steps) as Array<Record<string, number>>) {
-      expect(s.train_time_sec).toBeGreaterThan(0);
-      expect(s.update_weights_time_sec).toBeGreaterThan(0);
-    }
+    expect(report.steps['2'].train_time_sec).toBeGreaterThan(0);
+    expect(report.steps['2'].update_weights_time_sec).toBeGreaterThan(0);
     expect(report.step_notes.update_weights).toBeUndefined();
   });
 });
