@@ -20,6 +20,7 @@ import { join, resolve } from 'node:path';
 import { ConfigError, type RolloutResult, type Sample } from '@vime/core';
 import { checkConfig } from '@vime/example-coding-agent/config';
 import { runCodingAgent } from '@vime/example-coding-agent/loop';
+import { findTorchPython } from '@vime/example-megatron-trainer/python';
 import { bundledTokenizerDir, exampleDir, pythonEnv, startPolicyServer } from './policy-server.js';
 import { type PassAt1, passAt1 } from './stats.js';
 import { hasSplit, splitTasks, type TaskSplit } from './tasks.js';
@@ -127,8 +128,14 @@ export function loopConfig(options: ClosedLoopOptions, fields: Record<string, un
   });
 }
 
+function torchPython(): string {
+  const found = findTorchPython();
+  if ('missing' in found) throw new ConfigError(`--python: no Python with torch found (${found.missing})`);
+  return found.python;
+}
+
 function runPython(options: ClosedLoopOptions, args: string[]): Promise<void> {
-  const python = options.python ?? 'python3';
+  const python = options.python ?? torchPython();
   return new Promise((resolvePromise, reject) => {
     const child = spawn(python, args, {
       cwd: exampleDir,
@@ -146,7 +153,12 @@ function runPython(options: ClosedLoopOptions, args: string[]): Promise<void> {
     child.on('close', (code) => {
       options.signal?.removeEventListener('abort', onAbort);
       if (code === 0) resolvePromise();
-      else reject(new ConfigError(`${python} ${args.slice(0, 2).join(' ')} exited with code ${code}`));
+      else
+        reject(
+          new ConfigError(
+            `${python} ${args.slice(0, 2).join(' ')} exited with code ${code} (its output is above)`,
+          ),
+        );
     });
   });
 }

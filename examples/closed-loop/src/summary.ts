@@ -6,9 +6,9 @@
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { cpus, totalmem } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { exampleDir } from './policy-server.js';
 import type { EvalResult } from './run.js';
 import { paths } from './run.js';
@@ -120,7 +120,35 @@ export async function writeSummary(out: string, command: string[]): Promise<Summ
     report: run?.summary.reportHtml ?? null,
   };
   await writeFile(p.summary, `${JSON.stringify(summary, null, 2)}\n`);
+  await collectEvidence(out);
   return summary;
+}
+
+/** The run's small files, gathered in `<out>/evidence/` to be kept (checkpoints and dumps stay behind). */
+const EVIDENCE = [
+  'summary.json',
+  'tasks/split.json',
+  'warmstart/ckpt/sft_log.json',
+  'warmstart/data/report.json',
+  'eval-initial/eval.json',
+  'eval-final/eval.json',
+  'train/config.json',
+  'train/report.json',
+  'train/report.html',
+  'train/metrics.jsonl',
+  'train/closed-loop.json',
+  'train/closed-loop-steps.jsonl',
+  'train/trainer/metrics.jsonl',
+];
+
+async function collectEvidence(out: string): Promise<void> {
+  for (const rel of EVIDENCE) {
+    const from = join(out, rel);
+    if (!existsSync(from)) continue;
+    const to = join(out, 'evidence', rel.replaceAll('/', '__'));
+    await mkdir(dirname(to), { recursive: true });
+    await copyFile(from, to);
+  }
 }
 
 const pct = (v: number | null | undefined) =>
