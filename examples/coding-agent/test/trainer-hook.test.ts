@@ -28,13 +28,13 @@ interface Call {
   endedAt: number;
 }
 
-/** A recording trainer: takes `ms` per step and reports version = step. */
+/** A recording trainer: takes `ms` per step and reports version = step (times on the rollouts' clock, performance.now). */
 function recordingTrainer(calls: Call[], ms: number): TrainerHook {
   return async ({ step, batchPath }) => {
-    const startedAt = Date.now();
+    const startedAt = performance.now();
     const batchWritten = existsSync(batchPath);
     await new Promise((r) => setTimeout(r, ms));
-    calls.push({ step, batchWritten, startedAt, endedAt: Date.now() });
+    calls.push({ step, batchWritten, startedAt, endedAt: performance.now() });
     return {
       weightVersion: String(step),
       trainSeconds: ms / 1000,
