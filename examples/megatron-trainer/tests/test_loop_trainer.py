@@ -4,6 +4,7 @@ checkpoint, the weight update and the protocol's error paths."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 from conftest import EXAMPLE, PYTHONPATH
+from vime_megatron import loop_trainer
 from vime_megatron.batch import normalize_rewards
 from vime_megatron.dry_run import main as dry_run
 from vime_megatron.torch_backend import response_log_probs
@@ -98,8 +100,9 @@ def server(tiny: Path):
     proc.close()
 
 
-def rollout_batch(server: str) -> list[dict]:
-    """2 prompts x 4 samples sampled by the server, in slime's `Sample.to_dict()` layout."""
+@pytest.fixture(scope="module")
+def rollouts(server: str) -> list[dict]:
+    """2 prompts x 4 samples sampled by the server (weight version 0), in slime's `Sample.to_dict()` layout."""
     samples = []
     for g, prompt in enumerate(PROMPTS):
         for k in range(4):
@@ -145,8 +148,8 @@ def scored(model, samples: list[dict]) -> list[torch.Tensor]:
         return [response_log_probs(model, s["tokens"], s["response_length"]) for s in samples]
 
 
-def test_a_step_trains_on_server_rollouts_writes_weights_and_updates_the_server(tiny, server, tmp_path):
-    samples = rollout_batch(server)
+def test_a_step_trains_on_server_rollouts_writes_weights_and_updates_the_server(tiny, server, rollouts, tmp_path):
+    samples = rollouts
     assert {v for s in samples for v in s["weight_versions"]} == {"0"}
     batch = write(tmp_path / "1.msgpack", samples)
     out = tmp_path / "run"
@@ -229,8 +232,8 @@ def test_a_step_trains_on_server_rollouts_writes_weights_and_updates_the_server(
                 assert ours[key] == value, key
 
 
-def test_a_failed_weight_update_is_reported_and_ends_the_process(tiny, server, tmp_path):
-    batch = write(tmp_path / "1.msgpack", rollout_batch(server))
+def test_a_failed_weight_update_is_reported_and_ends_the_process(tiny, rollouts, tmp_path):
+    batch = write(tmp_path / "1.msgpack", rollouts)
     # A port nothing listens on: bind one, then close it.
     import socket
 
@@ -245,9 +248,28 @@ def test_a_failed_weight_update_is_reported_and_ends_the_process(tiny, server, t
     assert t.close() == 1
 
 
-def test_a_bad_model_folder_is_a_user_error(tmp_path):
-    t = Proc([sys.executable, "-m", "vime_megatron.loop_trainer", "--backend", "torch", "--model-path", str(tmp_path), "--out", str(tmp_path / "run")])
-    err = t.event(180)
-    assert err["event"] == "error" and err["code"] == "bad_model" and "config.json" in err["message"]
-    assert t.close() == 2
-    assert "Traceback" not in "".join(s for s in t.stderr if s)
+def run_main(argv: list[str]) -> tuple[int, list[dict]]:
+    """The entry point's main() in this process (the error paths need no second torch import)."""
+    out = io.StringIO()
+    code = loop_trainer.main(argv, stdin=io.StringIO(""), protocol=out)
+    return code, [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_a_bad_model_folder_is_a_user_error(tmp_path, capsys):
+    code, events = run_main(["--backend", "torch", "--model-path", str(tmp_path), "--out", str(tmp_path / "run")])
+    assert code == 2 and len(events) == 1
+    assert events[0]["event"] == "error" and events[0]["code"] == "bad_model" and "no config.json" in events[0]["message"]
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_the_megatron_backend_without_a_gpu_says_so(tiny, tmp_path, capsys):
+    code, events = run_main(["--backend", "megatron", "--model-path", str(tiny), "--out", str(tmp_path / "run")])
+    assert code == 2 and events[0]["code"] == "setup" and "CUDA GPU" in events[0]["message"], events
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--lr", "0"), ("--lr", "nan"), ("--eps-clip", "-1"), ("--max-tokens-per-gpu", "0"), ("--n-samples-per-prompt", "0")])
+def test_bad_flags_exit_2_naming_the_flag(flag, value, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        loop_trainer.parse_args(["--model-path", str(tmp_path), "--out", str(tmp_path), flag, value])
+    assert e.value.code == 2 and flag in capsys.readouterr().err

@@ -214,6 +214,7 @@ def serve(args: argparse.Namespace, events: Events, stdin: IO[str]) -> int:
             continue
         except UpdateError as e:  # the engines serve other weights than the trainer holds: stop
             events.emit({"event": "error", "step": step, "code": "update_failed", "message": str(e)})
+            backend.close()
             return 1
         last_step = step
         if not event["metrics"]["updated"]:
@@ -224,28 +225,39 @@ def serve(args: argparse.Namespace, events: Events, stdin: IO[str]) -> int:
         )
         events.emit(event)
     log("stdin closed; exiting")
+    backend.close()
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, stdin: IO[str] | None = None, protocol: IO[str] | None = None) -> int:
     args = parse_args(argv)
-    # The protocol owns the real stdout; anything a library prints goes to stderr with the logs.
-    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    if protocol is None:
+        # The protocol owns the real stdout; anything a library prints goes to stderr with the logs.
+        protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     events = Events(protocol, Path(args.out) / "metrics.jsonl")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     try:
-        return serve(args, events, sys.stdin)
+        return serve(args, events, stdin or sys.stdin)
     except ValueError as e:  # vime_policy's CheckpointError (a ValueError): the model folder is at fault
         if type(e).__name__ != "CheckpointError":
             raise
-        events.emit({"event": "error", "step": None, "code": "bad_model", "message": str(e)})
-        log(f"error: {e}")
-        return 2
-    except Exception as e:  # a setup or internal failure: say it on the protocol too, then fail
+        return user_error(events, "bad_model", str(e))
+    except ImportError as e:  # a missing module (megatron.core, vime_policy): the message says where it goes
+        return user_error(events, "setup", str(e))
+    except SystemExit as e:  # megatron's setup refuses this machine (no CUDA GPU, several ranks)
+        if not isinstance(e.code, str):
+            raise
+        return user_error(events, "setup", e.code)
+    except Exception as e:  # an internal failure: say it on the protocol too, then fail with the traceback
         events.emit({"event": "error", "step": None, "code": "fatal", "message": f"{type(e).__name__}: {e}"})
         raise
 
+
+def user_error(events: Events, code: str, message: str) -> int:
+    events.emit({"event": "error", "step": None, "code": code, "message": message})
+    log(f"error: {message}")
+    return 2
 
 if __name__ == "__main__":
     sys.exit(main())
