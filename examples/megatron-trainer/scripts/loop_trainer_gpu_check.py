@@ -25,10 +25,12 @@ import argparse
 import json
 import os
 import platform
+import queue
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -87,21 +89,45 @@ def http(url: str, body=None):
         return json.loads(res.read())
 
 
+def reader(stream, timeout: float = 180.0):
+    """`next_line()` for a child's stdout that fails after `timeout` s instead of hanging the check."""
+    lines: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=pump, daemon=True).start()
+
+    def next_line() -> str:
+        try:
+            line = lines.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no output in {timeout:.0f} s") from None
+        if not line:
+            raise EOFError("the process closed its stdout")
+        return line
+
+    return next_line
+
+
 def loop_trainer_check(ckpt: Path, batch: Path, out: Path) -> dict:
     """The trainer process with --backend megatron against a policy server on this GPU, two steps."""
     env = {**os.environ, "PYTHONPATH": f"{EXAMPLE}:{POLICY}", "PYTHONUNBUFFERED": "1", "MASTER_PORT": "29547"}
     server = subprocess.Popen([sys.executable, "-m", "vime_policy.server", "--model-path", str(ckpt), "--port", "0", "--device", "cuda", "--weight-version", "0", "--decode-log-interval", "0"], env=env, stdout=subprocess.PIPE, stderr=open(out / "server.log", "w"), text=True)
     trainer = None
     try:
-        url = re.search(r"(http://\S+)", server.stdout.readline()).group(1)
+        url = re.search(r"(http://\S+)", reader(server.stdout)()).group(1)
         cmd = [sys.executable, "-m", "vime_megatron.loop_trainer", "--backend", "megatron", "--model-path", str(ckpt), "--out", str(out / "run"), "--engine-url", url, "--lr", "1e-4"]
         trainer = subprocess.Popen(cmd, env=env, cwd=EXAMPLE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(out / "loop_trainer.log", "w"), text=True)
-        events = [json.loads(trainer.stdout.readline())]
+        next_event = reader(trainer.stdout)
+        events = [json.loads(next_event())]
         versions = []
         for step in (1, 2):
             trainer.stdin.write(json.dumps({"step": step, "batch": str(batch)}) + "\n")
             trainer.stdin.flush()
-            events.append(json.loads(trainer.stdout.readline()))
+            events.append(json.loads(next_event()))
             versions.append(http(f"{url}/get_weight_version")["weight_version"])
         trainer.stdin.close()
         code = trainer.wait(120)
