@@ -114,7 +114,11 @@ def write_checkpoint(backend, weights_dir: Path, step: int) -> Path:
     final = weights_dir / f"step-{step}"
     tmp = weights_dir / f".step-{step}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    backend.save(tmp)
+    try:
+        backend.save(tmp)
+    except BaseException:  # a full disk, say: leave no half-written folder behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -135,9 +139,12 @@ def logprob_gap(batch: StepBatch, log_probs: dict[int, torch.Tensor]) -> float |
 
 def train_step(args: argparse.Namespace, backend, out: Path, step: int, batch_path: str) -> dict[str, Any]:
     started = time.monotonic()
-    batch = load_step_batch(
-        batch_path, backend.vocab_size, args.n_samples_per_prompt, std_normalization=not args.disable_grpo_std_normalization
-    )
+    try:
+        batch = load_step_batch(
+            batch_path, backend.vocab_size, args.n_samples_per_prompt, std_normalization=not args.disable_grpo_std_normalization
+        )
+    except OSError as e:  # only reading the batch maps to bad_batch; a failure after the step is fatal
+        raise BatchError(f"cannot read the batch ({e.strerror or e}); pass the path of the step's .msgpack file") from None
     result = backend.step(batch, args.eps_clip, args.eps_clip_high)
     trained = time.monotonic()
     dump.save(dump.rollout_payload(step, batch.raw), str(out / "rollout_data" / f"{step}.pt"))
@@ -209,7 +216,7 @@ def serve(args: argparse.Namespace, events: Events, stdin: IO[str]) -> int:
             continue
         try:
             event = train_step(args, backend, out, step, batch_path)
-        except (BatchError, FileNotFoundError, IsADirectoryError, PermissionError) as e:
+        except BatchError as e:
             events.emit({"event": "error", "step": step, "code": "bad_batch", "message": f"{batch_path}: {e}"})
             continue
         except UpdateError as e:  # the engines serve other weights than the trainer holds: stop
