@@ -13,8 +13,9 @@ far from uniform) and checks that. The checks:
    scores: finite gradient, weights change, trainer-vs-rollout log-prob gap on trained tokens.
 5. `export_after_step`: the exported checkpoint loads in vime_policy, scores like megatron does now, and
    differently from before the step.
-6. `loop_trainer`: `python -m vime_megatron.loop_trainer --backend megatron` end to end against a
-   vime_policy server on the same GPU: ready, two steps, the server serves weight versions 1 then 2.
+6. `loop_trainer_megatron`: `python -m vime_megatron.loop_trainer --backend megatron` end to end against
+   a vime_policy server on the same GPU: ready, two steps, the server serves weight versions 1 then 2.
+   `loop_trainer_torch`: the same with `--backend torch --device cuda` (the plain torch fallback), one step.
 
 Exit 0 when every check passes; the verdict is printed on stdout and written to DIR/verdict.json.
 """
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import urllib.request
 from pathlib import Path
 
@@ -43,6 +45,7 @@ import msgpack  # noqa: E402
 import torch  # noqa: E402
 
 from vime_megatron.megatron_backend import MegatronBackend, build_qwen3_gpt, ensure_megatron_core, export_hf, load_hf_into  # noqa: E402
+from vime_megatron.packing import build_row  # noqa: E402
 from vime_megatron.step_batch import load_step_batch  # noqa: E402
 from vime_megatron.torch_backend import response_log_probs  # noqa: E402
 from vime_policy.model import Qwen3Config, load_pretrained, new_model, read_state, save_pretrained  # noqa: E402
@@ -112,34 +115,41 @@ def reader(stream, timeout: float = 180.0):
     return next_line
 
 
-def loop_trainer_check(ckpt: Path, batch: Path, out: Path) -> dict:
-    """The trainer process with --backend megatron against a policy server on this GPU, two steps."""
-    env = {**os.environ, "PYTHONPATH": f"{EXAMPLE}:{POLICY}", "PYTHONUNBUFFERED": "1", "MASTER_PORT": "29547"}
-    server = subprocess.Popen([sys.executable, "-m", "vime_policy.server", "--model-path", str(ckpt), "--port", "0", "--device", "cuda", "--weight-version", "0", "--decode-log-interval", "0"], env=env, stdout=subprocess.PIPE, stderr=open(out / "server.log", "w"), text=True)
-    trainer = None
+ENV = {**os.environ, "PYTHONPATH": f"{EXAMPLE}:{POLICY}", "PYTHONUNBUFFERED": "1", "MASTER_PORT": "29547"}
+
+
+def start_server(ckpt: Path, out: Path) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "vime_policy.server", "--model-path", str(ckpt), "--port", "0", "--device", "cuda", "--weight-version", "0", "--decode-log-interval", "0"]
+    server = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=open(out / "server.log", "w"), text=True)
+    return server, re.search(r"(http://\S+)", reader(server.stdout)()).group(1)
+
+
+def loop_trainer_check(backend: str, ckpt: Path, batch: Path, out: Path, url: str, steps: int) -> dict:
+    """The trainer process with `--backend` against the policy server on this GPU, `steps` steps."""
+    cmd = [sys.executable, "-m", "vime_megatron.loop_trainer", "--backend", backend, "--device", "cuda", "--model-path", str(ckpt), "--out", str(out / f"run-{backend}"), "--engine-url", url, "--lr", "1e-4"]
+    log = out / f"loop_trainer-{backend}.log"
+    trainer = subprocess.Popen(cmd, env=ENV, cwd=EXAMPLE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
     try:
-        url = re.search(r"(http://\S+)", reader(server.stdout)()).group(1)
-        cmd = [sys.executable, "-m", "vime_megatron.loop_trainer", "--backend", "megatron", "--model-path", str(ckpt), "--out", str(out / "run"), "--engine-url", url, "--lr", "1e-4"]
-        trainer = subprocess.Popen(cmd, env=env, cwd=EXAMPLE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(out / "loop_trainer.log", "w"), text=True)
         next_event = reader(trainer.stdout)
         events = [json.loads(next_event())]
         versions = []
-        for step in (1, 2):
+        for step in range(1, steps + 1):
             trainer.stdin.write(json.dumps({"step": step, "batch": str(batch)}) + "\n")
             trainer.stdin.flush()
             events.append(json.loads(next_event()))
             versions.append(http(f"{url}/get_weight_version")["weight_version"])
         trainer.stdin.close()
         code = trainer.wait(120)
-        steps = [e for e in events[1:] if e.get("event") == "step"]
-        gap = steps[0]["metrics"]["logprob_abs_diff_mean"] if steps else None
-        ok = events[0].get("event") == "ready" and len(steps) == 2 and versions == ["1", "2"] and code == 0 and gap is not None and gap < TOL["step_gap"]
+        done = [e for e in events[1:] if e.get("event") == "step"]
+        gap = done[0]["metrics"]["logprob_abs_diff_mean"] if done else None
+        ok = events[0].get("event") == "ready" and len(done) == steps and versions == [str(i) for i in range(1, steps + 1)] and code == 0 and gap is not None and gap < TOL["step_gap"]
         return {"ok": ok, "command": " ".join(cmd[1:]), "events": events, "served_versions": versions, "exit_code": code}
+    except Exception as e:  # a crashed or silent child: the verdict says so, with its log's tail
+        return {"ok": False, "command": " ".join(cmd[1:]), "error": f"{type(e).__name__}: {e}", "log_tail": log.read_text()[-3000:]}
     finally:
-        for p in (trainer, server):
-            if p is not None and p.poll() is None:
-                p.terminate()
-                p.wait(30)
+        if trainer.poll() is None:
+            trainer.terminate()
+            trainer.wait(30)
 
 
 def main() -> int:
@@ -159,12 +169,44 @@ def main() -> int:
     ref16 = load_pretrained(ckpt, device="cuda", dtype=torch.bfloat16)
     batch_path = out / "batch.msgpack"
     samples = make_batch(ref16, batch_path, ref32.config.vocab_size)
-    try:
-        checks["loop_trainer"] = loop_trainer_check(ckpt, batch_path, out)
-    except Exception as e:  # a crashed child: the verdict says so, with its log's tail
-        tail = (out / "loop_trainer.log").read_text()[-3000:] if (out / "loop_trainer.log").is_file() else ""
-        checks["loop_trainer"] = {"ok": False, "error": f"{type(e).__name__}: {e}", "log_tail": tail}
+    server, url = start_server(ckpt, out)
+    try:  # the plain torch backend first (the fallback), then megatron; the server's version follows each
+        checks["loop_trainer_torch"] = loop_trainer_check("torch", ckpt, batch_path, out, url, 1)
+        checks["loop_trainer_megatron"] = loop_trainer_check("megatron", ckpt, batch_path, out, url, 2)
+    finally:
+        server.terminate()
+        server.wait(30)
 
+    try:
+        in_process(ckpt, samples, batch_path, out, ref32, ref16, checks)
+    except Exception:  # an API mismatch, say: the verdict carries the traceback
+        checks["megatron_in_process"] = {"ok": False, "error": traceback.format_exc()[-4000:]}
+    verdict = {
+        "ok": all(c["ok"] for c in checks.values()),
+        "checks": checks,
+        "tolerances": TOL,
+        "model": {"path": str(ckpt), "hidden": ref32.config.hidden_size, "layers": ref32.config.num_hidden_layers, "heads": ref32.config.num_attention_heads, "kv_heads": ref32.config.num_key_value_heads, "head_dim": ref32.config.head_dim, "tied": ref32.config.tie_word_embeddings, "parameters": sum(q.numel() for q in ref32.parameters())},
+        "environment": {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda, "megatron_core": megatron_version(), "device": torch.cuda.get_device_name()},
+        "seconds": time.monotonic() - started,
+    }
+    text = json.dumps(verdict, indent=1)
+    (out / "verdict.json").write_text(text + "\n")
+    print(text, flush=True)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    return 0 if verdict["ok"] else 1
+
+
+def megatron_version() -> str | None:
+    try:
+        ensure_megatron_core()
+        import megatron.core
+    except ImportError:
+        return None
+    return megatron.core.__version__
+
+
+def in_process(ckpt: Path, samples: list[dict], batch_path: Path, out: Path, ref32, ref16, checks: dict) -> None:
     ensure_megatron_core()
     backend = MegatronBackend(str(ckpt), lr=1e-4, max_tokens_per_gpu=1024)
     cfg = backend.cfg
@@ -172,8 +214,6 @@ def main() -> int:
     # 1. float32 conversion parity (no training wrappers: the bare GPTModel).
     _, gpt32 = build_qwen3_gpt(cfg, torch.float32)
     load_hf_into(gpt32, cfg, read_state(ckpt), str(ckpt))
-    from vime_megatron.packing import build_row
-
     row = build_row([0], [probe])
     with torch.no_grad():
         mg32 = gpt32.eval()(row.tokens.cuda(), row.position_ids.cuda(), row.attention_mask.cuda())[0, : len(probe)].float()
@@ -215,22 +255,6 @@ def main() -> int:
     moved = float((after_policy - ours16).abs().mean())
     agree = float((after_policy - after_mg).abs().mean())
     checks["export_after_step"] = {"ok": agree < TOL["bf16_mean_abs_logp"] and moved > TOL["moved_mean_abs_logp"], "policy_vs_megatron_mean_abs_logp": agree, "moved_mean_abs_logp": moved}
-
-    import megatron.core
-
-    verdict = {
-        "ok": all(c["ok"] for c in checks.values()),
-        "checks": checks,
-        "tolerances": TOL,
-        "model": {"path": str(ckpt), "parameters": backend.parameters, "hidden": cfg.hidden_size, "layers": cfg.num_hidden_layers, "heads": cfg.num_attention_heads, "kv_heads": cfg.num_key_value_heads, "head_dim": cfg.head_dim, "tied": cfg.tie_word_embeddings},
-        "environment": {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda, "megatron_core": megatron.core.__version__, "device": torch.cuda.get_device_name()},
-        "seconds": time.monotonic() - started,
-    }
-    text = json.dumps(verdict, indent=1)
-    (out / "verdict.json").write_text(text + "\n")
-    print(text, flush=True)
-    torch.distributed.destroy_process_group()
-    return 0 if verdict["ok"] else 1
 
 
 if __name__ == "__main__":
