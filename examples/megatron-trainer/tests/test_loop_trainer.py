@@ -153,7 +153,7 @@ def test_a_step_trains_on_server_rollouts_writes_weights_and_updates_the_server(
     assert {v for s in samples for v in s["weight_versions"]} == {"0"}
     batch = write(tmp_path / "1.msgpack", samples)
     out = tmp_path / "run"
-    t = trainer(tiny, out, server)
+    t = trainer(tiny, out, server, extra=("--keep-checkpoints", "1"))
     ready = t.event(180)
     assert ready["event"] == "ready" and ready["backend"] == "torch" and ready["label"] == "plain torch"
     assert ready["weight_version"] == "0" and ready["parameters"] > 2_000_000
@@ -205,6 +205,7 @@ def test_a_step_trains_on_server_rollouts_writes_weights_and_updates_the_server(
     ev2 = t.event()
     assert ev2["event"] == "step" and ev2["weight_version"] == "2" and ev2["metrics"]["logprob_abs_diff_mean"] > 1e-3
     assert http(f"{server}/get_weight_version")["weight_version"] == "2"
+    assert sorted(p.name for p in (out / "weights").iterdir()) == ["step-2"]  # --keep-checkpoints 1
     assert t.close() == 0, "".join(s for s in t.stderr if s)
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [e["event"] for e in logged] == ["step", *["error"] * 7, "step"]
@@ -270,7 +271,7 @@ def test_the_megatron_backend_without_a_gpu_says_so(tiny, tmp_path, capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--lr", "0"), ("--lr", "nan"), ("--eps-clip", "-1"), ("--max-tokens-per-gpu", "0"), ("--n-samples-per-prompt", "0")])
+@pytest.mark.parametrize(("flag", "value"), [("--lr", "0"), ("--lr", "nan"), ("--eps-clip", "-1"), ("--max-tokens-per-gpu", "0"), ("--n-samples-per-prompt", "0"), ("--keep-checkpoints", "-1")])
 def test_bad_flags_exit_2_naming_the_flag(flag, value, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         loop_trainer.parse_args(["--model-path", str(tmp_path), "--out", str(tmp_path), flag, value])

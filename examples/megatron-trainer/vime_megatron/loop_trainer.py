@@ -68,6 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-tokens-per-gpu", type=int, default=8192, help="megatron: token budget of one packed micro-batch")
     p.add_argument("--temperature", type=float, default=1.0, help="the rollouts' sampling temperature (log probs of logits / T)")
     p.add_argument("--update-timeout", type=float, default=1800.0, help="seconds to wait for an engine to take new weights")
+    p.add_argument("--keep-checkpoints", type=int, default=0, help="keep only the newest K weights/step-N folders (0: all)")
     p.add_argument("--seed", type=int, default=1234)
     args = p.parse_args(argv)
     for name in ("lr", "eps_clip", "eps_clip_high", "temperature", "update_timeout"):
@@ -76,6 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be a positive number, got {value}")
     if args.max_tokens_per_gpu < 1:
         p.error(f"--max-tokens-per-gpu must be at least 1, got {args.max_tokens_per_gpu}")
+    if args.keep_checkpoints < 0:
+        p.error(f"--keep-checkpoints must be 0 (keep all) or more, got {args.keep_checkpoints}")
     if args.n_samples_per_prompt is not None and args.n_samples_per_prompt < 1:
         p.error(f"--n-samples-per-prompt must be at least 1, got {args.n_samples_per_prompt}")
     return args
@@ -125,6 +128,15 @@ def write_checkpoint(backend, weights_dir: Path, step: int) -> Path:
     return final
 
 
+def prune_checkpoints(weights_dir: Path, keep: int) -> None:
+    """Delete all but the newest `keep` step folders (the engines serve the newest; a real Qwen3 is GBs each)."""
+    if keep <= 0:
+        return
+    steps = sorted((int(p.name[5:]), p) for p in weights_dir.glob("step-*") if p.name[5:].isdigit())
+    for _, path in steps[:-keep]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def logprob_gap(batch: StepBatch, log_probs: dict[int, torch.Tensor]) -> float | None:
     """Mean |trainer log p - rollout log p| over trained tokens (loss mask 1), before the update."""
     total, count = 0.0, 0
@@ -156,6 +168,7 @@ def train_step(args: argparse.Namespace, backend, out: Path, step: int, batch_pa
     saved = time.monotonic()
     for url in args.engine_url:
         update_weights(url, str(checkpoint), str(step), timeout=args.update_timeout)
+    prune_checkpoints(out / "weights", args.keep_checkpoints)  # only once every engine serves the new one
     done = time.monotonic()
     rewards = [float(s.raw_reward) for s in batch.samples]
     versions = sorted({str(v) for s in batch.raw for v in (s.get("weight_versions") or [])})
