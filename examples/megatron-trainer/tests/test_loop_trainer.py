@@ -4,6 +4,7 @@ checkpoint, the weight update and the protocol's error paths."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 from conftest import EXAMPLE, PYTHONPATH
+from vime_megatron import loop_trainer
 from vime_megatron.batch import normalize_rewards
 from vime_megatron.dry_run import main as dry_run
 from vime_megatron.torch_backend import response_log_probs
@@ -98,8 +100,9 @@ def server(tiny: Path):
     proc.close()
 
 
-def rollout_batch(server: str) -> list[dict]:
-    """2 prompts x 4 samples sampled by the server, in slime's `Sample.to_dict()` layout."""
+@pytest.fixture(scope="module")
+def rollouts(server: str) -> list[dict]:
+    """2 prompts x 4 samples sampled by the server (weight version 0), in slime's `Sample.to_dict()` layout."""
     samples = []
     for g, prompt in enumerate(PROMPTS):
         for k in range(4):
@@ -145,12 +148,12 @@ def scored(model, samples: list[dict]) -> list[torch.Tensor]:
         return [response_log_probs(model, s["tokens"], s["response_length"]) for s in samples]
 
 
-def test_a_step_trains_on_server_rollouts_writes_weights_and_updates_the_server(tiny, server, tmp_path):
-    samples = rollout_batch(server)
+def test_a_step_trains_on_server_rollouts_writes_weights_and_updates_the_server(tiny, server, rollouts, tmp_path):
+    samples = rollouts
     assert {v for s in samples for v in s["weight_versions"]} == {"0"}
     batch = write(tmp_path / "1.msgpack", samples)
     out = tmp_path / "run"
-    t = trainer(tiny, out, server)
+    t = trainer(tiny, out, server, extra=("--keep-checkpoints", "1"))
     ready = t.event(180)
     assert ready["event"] == "ready" and ready["backend"] == "torch" and ready["label"] == "plain torch"
     assert ready["weight_version"] == "0" and ready["parameters"] > 2_000_000
@@ -187,8 +190,10 @@ def test_a_step_trains_on_server_rollouts_writes_weights_and_updates_the_server(
     err = t.event()
     assert err["event"] == "error" and err["code"] == "bad_batch" and err["step"] == 2
     assert "sample [1].reward: missing (status 'failed')" in err["message"]
-    t.send({"step": 2, "batch": str(tmp_path / "missing.msgpack")})
-    assert t.event()["code"] == "bad_batch"
+    for path in (tmp_path / "missing.msgpack", tmp_path):  # no such file; a folder
+        t.send({"step": 2, "batch": str(path)})
+        err = t.event()
+        assert err["code"] == "bad_batch" and "cannot read the batch" in err["message"], err
     for line, field in (("not json", "not JSON"), ('{"step": 1, "batch": "x"}', "not after the last trained step 1"), ('{"step": "2", "batch": "x"}', "step: expected a positive integer"), ('{"step": 3}', "batch: expected")):
         t.send(line)
         err = t.event()
@@ -200,9 +205,10 @@ def test_a_step_trains_on_server_rollouts_writes_weights_and_updates_the_server(
     ev2 = t.event()
     assert ev2["event"] == "step" and ev2["weight_version"] == "2" and ev2["metrics"]["logprob_abs_diff_mean"] > 1e-3
     assert http(f"{server}/get_weight_version")["weight_version"] == "2"
+    assert sorted(p.name for p in (out / "weights").iterdir()) == ["step-2"]  # --keep-checkpoints 1
     assert t.close() == 0, "".join(s for s in t.stderr if s)
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [e["event"] for e in logged] == ["step", "error", "error", "error", "error", "error", "error", "step"]
+    assert [e["event"] for e in logged] == ["step", *["error"] * 7, "step"]
 
     # The dumps: slime's GRPO advantages from the raw rewards, the trainer's log probs, slime's layout.
     train = torch.load(out / "train_data" / "1.pt")
@@ -229,8 +235,8 @@ def test_a_step_trains_on_server_rollouts_writes_weights_and_updates_the_server(
                 assert ours[key] == value, key
 
 
-def test_a_failed_weight_update_is_reported_and_ends_the_process(tiny, server, tmp_path):
-    batch = write(tmp_path / "1.msgpack", rollout_batch(server))
+def test_a_failed_weight_update_is_reported_and_ends_the_process(tiny, rollouts, tmp_path):
+    batch = write(tmp_path / "1.msgpack", rollouts)
     # A port nothing listens on: bind one, then close it.
     import socket
 
@@ -245,9 +251,28 @@ def test_a_failed_weight_update_is_reported_and_ends_the_process(tiny, server, t
     assert t.close() == 1
 
 
-def test_a_bad_model_folder_is_a_user_error(tmp_path):
-    t = Proc([sys.executable, "-m", "vime_megatron.loop_trainer", "--backend", "torch", "--model-path", str(tmp_path), "--out", str(tmp_path / "run")])
-    err = t.event(180)
-    assert err["event"] == "error" and err["code"] == "bad_model" and "config.json" in err["message"]
-    assert t.close() == 2
-    assert "Traceback" not in "".join(s for s in t.stderr if s)
+def run_main(argv: list[str]) -> tuple[int, list[dict]]:
+    """The entry point's main() in this process (the error paths need no second torch import)."""
+    out = io.StringIO()
+    code = loop_trainer.main(argv, stdin=io.StringIO(""), protocol=out)
+    return code, [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_a_bad_model_folder_is_a_user_error(tmp_path, capsys):
+    code, events = run_main(["--backend", "torch", "--model-path", str(tmp_path), "--out", str(tmp_path / "run")])
+    assert code == 2 and len(events) == 1
+    assert events[0]["event"] == "error" and events[0]["code"] == "bad_model" and "no config.json" in events[0]["message"]
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_the_megatron_backend_without_a_gpu_says_so(tiny, tmp_path, capsys):
+    code, events = run_main(["--backend", "megatron", "--model-path", str(tiny), "--out", str(tmp_path / "run")])
+    assert code == 2 and events[0]["code"] == "setup" and "CUDA GPU" in events[0]["message"], events
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--lr", "0"), ("--lr", "nan"), ("--eps-clip", "-1"), ("--max-tokens-per-gpu", "0"), ("--n-samples-per-prompt", "0"), ("--keep-checkpoints", "-1")])
+def test_bad_flags_exit_2_naming_the_flag(flag, value, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        loop_trainer.parse_args(["--model-path", str(tmp_path), "--out", str(tmp_path), flag, value])
+    assert e.value.code == 2 and flag in capsys.readouterr().err

@@ -68,6 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-tokens-per-gpu", type=int, default=8192, help="megatron: token budget of one packed micro-batch")
     p.add_argument("--temperature", type=float, default=1.0, help="the rollouts' sampling temperature (log probs of logits / T)")
     p.add_argument("--update-timeout", type=float, default=1800.0, help="seconds to wait for an engine to take new weights")
+    p.add_argument("--keep-checkpoints", type=int, default=0, help="keep only the newest K weights/step-N folders (0: all)")
     p.add_argument("--seed", type=int, default=1234)
     args = p.parse_args(argv)
     for name in ("lr", "eps_clip", "eps_clip_high", "temperature", "update_timeout"):
@@ -76,6 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be a positive number, got {value}")
     if args.max_tokens_per_gpu < 1:
         p.error(f"--max-tokens-per-gpu must be at least 1, got {args.max_tokens_per_gpu}")
+    if args.keep_checkpoints < 0:
+        p.error(f"--keep-checkpoints must be 0 (keep all) or more, got {args.keep_checkpoints}")
     if args.n_samples_per_prompt is not None and args.n_samples_per_prompt < 1:
         p.error(f"--n-samples-per-prompt must be at least 1, got {args.n_samples_per_prompt}")
     return args
@@ -114,11 +117,24 @@ def write_checkpoint(backend, weights_dir: Path, step: int) -> Path:
     final = weights_dir / f"step-{step}"
     tmp = weights_dir / f".step-{step}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    backend.save(tmp)
+    try:
+        backend.save(tmp)
+    except BaseException:  # a full disk, say: leave no half-written folder behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     return final
+
+
+def prune_checkpoints(weights_dir: Path, keep: int) -> None:
+    """Delete all but the newest `keep` step folders (the engines serve the newest; a real Qwen3 is GBs each)."""
+    if keep <= 0:
+        return
+    steps = sorted((int(p.name[5:]), p) for p in weights_dir.glob("step-*") if p.name[5:].isdigit())
+    for _, path in steps[:-keep]:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def logprob_gap(batch: StepBatch, log_probs: dict[int, torch.Tensor]) -> float | None:
@@ -135,9 +151,12 @@ def logprob_gap(batch: StepBatch, log_probs: dict[int, torch.Tensor]) -> float |
 
 def train_step(args: argparse.Namespace, backend, out: Path, step: int, batch_path: str) -> dict[str, Any]:
     started = time.monotonic()
-    batch = load_step_batch(
-        batch_path, backend.vocab_size, args.n_samples_per_prompt, std_normalization=not args.disable_grpo_std_normalization
-    )
+    try:
+        batch = load_step_batch(
+            batch_path, backend.vocab_size, args.n_samples_per_prompt, std_normalization=not args.disable_grpo_std_normalization
+        )
+    except OSError as e:  # only reading the batch maps to bad_batch; a failure after the step is fatal
+        raise BatchError(f"cannot read the batch ({e.strerror or e}); pass the path of the step's .msgpack file") from None
     result = backend.step(batch, args.eps_clip, args.eps_clip_high)
     trained = time.monotonic()
     dump.save(dump.rollout_payload(step, batch.raw), str(out / "rollout_data" / f"{step}.pt"))
@@ -149,6 +168,7 @@ def train_step(args: argparse.Namespace, backend, out: Path, step: int, batch_pa
     saved = time.monotonic()
     for url in args.engine_url:
         update_weights(url, str(checkpoint), str(step), timeout=args.update_timeout)
+    prune_checkpoints(out / "weights", args.keep_checkpoints)  # only once every engine serves the new one
     done = time.monotonic()
     rewards = [float(s.raw_reward) for s in batch.samples]
     versions = sorted({str(v) for s in batch.raw for v in (s.get("weight_versions") or [])})
@@ -209,11 +229,12 @@ def serve(args: argparse.Namespace, events: Events, stdin: IO[str]) -> int:
             continue
         try:
             event = train_step(args, backend, out, step, batch_path)
-        except (BatchError, FileNotFoundError, IsADirectoryError, PermissionError) as e:
+        except BatchError as e:
             events.emit({"event": "error", "step": step, "code": "bad_batch", "message": f"{batch_path}: {e}"})
             continue
         except UpdateError as e:  # the engines serve other weights than the trainer holds: stop
             events.emit({"event": "error", "step": step, "code": "update_failed", "message": str(e)})
+            backend.close()
             return 1
         last_step = step
         if not event["metrics"]["updated"]:
@@ -224,28 +245,39 @@ def serve(args: argparse.Namespace, events: Events, stdin: IO[str]) -> int:
         )
         events.emit(event)
     log("stdin closed; exiting")
+    backend.close()
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, stdin: IO[str] | None = None, protocol: IO[str] | None = None) -> int:
     args = parse_args(argv)
-    # The protocol owns the real stdout; anything a library prints goes to stderr with the logs.
-    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    if protocol is None:
+        # The protocol owns the real stdout; anything a library prints goes to stderr with the logs.
+        protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     events = Events(protocol, Path(args.out) / "metrics.jsonl")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     try:
-        return serve(args, events, sys.stdin)
+        return serve(args, events, stdin or sys.stdin)
     except ValueError as e:  # vime_policy's CheckpointError (a ValueError): the model folder is at fault
         if type(e).__name__ != "CheckpointError":
             raise
-        events.emit({"event": "error", "step": None, "code": "bad_model", "message": str(e)})
-        log(f"error: {e}")
-        return 2
-    except Exception as e:  # a setup or internal failure: say it on the protocol too, then fail
+        return user_error(events, "bad_model", str(e))
+    except ImportError as e:  # a missing module (megatron.core, vime_policy): the message says where it goes
+        return user_error(events, "setup", str(e))
+    except SystemExit as e:  # megatron's setup refuses this machine (no CUDA GPU, several ranks)
+        if not isinstance(e.code, str):
+            raise
+        return user_error(events, "setup", e.code)
+    except Exception as e:  # an internal failure: say it on the protocol too, then fail with the traceback
         events.emit({"event": "error", "step": None, "code": "fatal", "message": f"{type(e).__name__}: {e}"})
         raise
 
+
+def user_error(events: Events, code: str, message: str) -> int:
+    events.emit({"event": "error", "step": None, "code": code, "message": message})
+    log(f"error: {message}")
+    return 2
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -118,3 +118,6 @@ class TorchBackend:
     def save(self, path: Path) -> None:
         """The current weights as a Hugging Face checkpoint folder (config.json + model.safetensors)."""
         save_pretrained(self.model, path, dtype=self.save_dtype)
+
+    def close(self) -> None:
+        pass
