@@ -38,7 +38,8 @@ Flags:
   --max-turns N          model calls per rollout (default 4)
   --max-tokens N         tokens per model call (default 512)
   --max-context N        context tokens per rollout (default 8192)
-  --backend B            torch | megatron (default torch: a plain torch step, labelled as such)
+  --backend B            megatron | torch (default megatron: megatron.core on CUDA; with --device
+                         cpu, torch: a plain torch step, labelled as such)
   --lr X                 trainer learning rate (default 5e-5)
   --trainer-arg A        one more trainer flag (repeatable)
   --server-arg A         one more policy-server flag (repeatable)
@@ -159,7 +160,12 @@ export function parseCli(
     maxTokensPerTurn: count('max-tokens', v['max-tokens'], 512),
     maxContextTokens: count('max-context', v['max-context'], 8192),
     evalSamples: count('eval-samples', v['eval-samples'], 8),
-    backend: choice('backend', v.backend, ['torch', 'megatron'] as const, 'torch'),
+    backend: choice(
+      'backend',
+      v.backend,
+      ['megatron', 'torch'] as const,
+      v.device === 'cpu' ? 'torch' : 'megatron',
+    ),
     lr,
     trainerArgs: v['trainer-arg'] ?? [],
     serverArgs: v['server-arg'] ?? [],
