@@ -102,22 +102,32 @@ export async function checkStep(options: {
   const versions = checkWeightVersions(rows, options.expectedVersion);
   const bytes = async (dir: string) =>
     new Uint8Array(await readFile(join(options.trainerOut, dir, `${step}.pt`)));
-  let grpoCheck: StepChecks['grpoCheck'];
-  let tokenAudit: TokenAudit;
+  let trainDump: TrainDump;
   try {
-    const trainDump = readTrainDump(await bytes('train_data'));
+    trainDump = readTrainDump(await bytes('train_data'));
+  } catch (error) {
+    const note = (error as Error).message;
+    return {
+      step,
+      grpoCheck: { verdict: 'unreadable', bitExactTokens: 0, tokens: 0, note },
+      tokenAudit: { ok: false, samples: 0, tokens: 0, problems: [note] },
+      versions,
+    };
+  }
+  const tokenAudit = auditTrainerTokens(rows, trainDump);
+  let grpoCheck: StepChecks['grpoCheck'];
+  try {
     const rolloutDump = readRolloutDump(await bytes('rollout_data'));
-    const report = checkAgainstTrainer({ rolloutDump, trainDump }, { preset: 'slime' });
+    // The trainer normalises one reward per rollout (a rollout the proxy recorded as several rows
+    // counts once in its group); with one row per rollout this is slime's rule exactly.
+    const report = checkAgainstTrainer({ rolloutDump, trainDump }, { preset: 'slime', perRollout: true });
     grpoCheck = {
       verdict: report.verdict,
       bitExactTokens: report.summary.bitExactTokens,
       tokens: report.summary.tokens,
     };
-    tokenAudit = auditTrainerTokens(rows, trainDump);
   } catch (error) {
-    const note = (error as Error).message;
-    grpoCheck = { verdict: 'unreadable', bitExactTokens: 0, tokens: 0, note };
-    tokenAudit = { ok: false, samples: 0, tokens: 0, problems: [note] };
+    grpoCheck = { verdict: 'unreadable', bitExactTokens: 0, tokens: 0, note: (error as Error).message };
   }
   return { step, grpoCheck, tokenAudit, versions };
 }

@@ -9,6 +9,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { cpus, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
+import { checkStep } from './checks.js';
 import { exampleDir } from './policy-server.js';
 import type { EvalResult } from './run.js';
 import { paths } from './run.js';
@@ -78,7 +79,24 @@ export async function writeSummary(out: string, command: string[]): Promise<Summ
   const run = readJson<TrainRunResult>(join(p.train, 'closed-loop.json'));
   const initial = readJson<EvalResult>(join(p.eval('initial'), 'eval.json'));
   const final = readJson<EvalResult>(join(p.eval('final'), 'eval.json'));
-  const steps = (run?.steps ?? []).map(({ train, checks, ...s }) => ({
+  // The checks run again on the files each step left (its batch and the trainer's dumps), so a summary
+  // made later with a fixed checker says what the files show; a step whose files are gone keeps its record.
+  const mode = readJson<{ mode?: string }>(join(p.train, 'config.json'))?.mode;
+  const rechecked = await Promise.all(
+    (run?.steps ?? []).map(async (s) => {
+      const batchPath = join(p.train, 'steps', `${s.step}.msgpack`);
+      const dumps = ['rollout_data', 'train_data'].map((d) => join(p.trainer, d, `${s.step}.pt`));
+      if (!existsSync(batchPath) || !dumps.every((d) => existsSync(d))) return s;
+      const checks = await checkStep({
+        step: s.step,
+        batchPath,
+        trainerOut: p.trainer,
+        expectedVersion: mode === 'async' ? undefined : s.servedVersion,
+      });
+      return { ...s, checks };
+    }),
+  );
+  const steps = rechecked.map(({ train, checks, ...s }) => ({
     ...s,
     trainSeconds: train.trainSeconds,
     weightUpdateSeconds: train.weightUpdateSeconds,

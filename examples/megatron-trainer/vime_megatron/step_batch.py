@@ -42,6 +42,10 @@ def load_step_batch(
     """Read and validate `path`; every error is a `BatchError` naming the sample and the field."""
     raw = read_batch(path)
     samples = to_train_samples(raw, vocab_size=vocab_size)
+    if n_samples_per_prompt is None:
+        fanned = per_rollout_advantages(raw, samples, std_normalization)
+        if fanned is not None:
+            return StepBatch(raw, samples, fanned[0], rollout_mask_sums(samples), fanned[1])
     n = n_samples_per_prompt or infer_group_size(raw)
     if len(samples) % n:
         raise BatchError(
@@ -50,6 +54,32 @@ def load_step_batch(
         )
     advantages = normalize_rewards([s.raw_reward for s in samples], n, len(samples) // n, std_normalization)
     return StepBatch(raw, samples, advantages, rollout_mask_sums(samples), n)
+
+
+def per_rollout_advantages(
+    raw: list[dict[str, Any]], samples: list, std_normalization: bool
+) -> tuple[list[float], int] | None:
+    """A batch with fan-out rows (a rollout recorded as several samples, sharing its rollout id): slime's
+    normalisation over each group's rollouts, one reward per rollout, its advantage on each of its rows.
+    None when no rollout has more than one row (slime's own per-row rule applies)."""
+    ids = [s.rollout_id for s in samples]
+    if len(set(ids)) == len(ids):
+        return None
+    groups: dict[Any, list[int]] = {}
+    reward: dict[int, float] = {}
+    for row, s in zip(raw, samples):
+        members = groups.setdefault(row.get("group_index"), [])
+        if s.rollout_id not in reward:
+            reward[s.rollout_id] = s.raw_reward
+            members.append(s.rollout_id)
+    sizes = {len(m) for m in groups.values()}
+    if None in groups or len(sizes) != 1:
+        raise BatchError(f"rollouts per group differ ({sorted(sizes)}); every prompt needs the same number of rollouts")
+    n = sizes.pop()
+    order = [rid for members in groups.values() for rid in members]
+    values = normalize_rewards([reward[r] for r in order], n, len(order) // n, std_normalization)
+    by_rollout = dict(zip(order, values))
+    return [by_rollout[s.rollout_id] for s in samples], n
 
 
 @dataclass

@@ -46,6 +46,12 @@ export interface CheckOptions extends Omit<ConventionOptions, 'preset'> {
   /** Positional groups of this size when the samples carry no `group_index` (`--n-samples-per-prompt`). */
   groupSize?: number;
   allowUnevenGroups?: boolean;
+  /**
+   * One reward per rollout: rows that share a rollout id (a rollout recorded as several samples) are one
+   * member of their group, normalised once, its value on each of its rows (the bridge's and the closed
+   * loop's normalisation). Off by default: slime itself normalises each row as a sample.
+   */
+  perRollout?: boolean;
   /** Key of the scalar in dict rewards (`--reward-key`). */
   rewardKey?: string;
   /** `--disable-rewards-normalization` when false. */

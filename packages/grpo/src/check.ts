@@ -115,7 +115,44 @@ function fromDumps(input: { rolloutDump?: RolloutDump; trainDump: TrainDump }, o
       ...(s.kl ? { kl: s.kl } : {}),
     };
   });
-  return { rolloutId: trainDump.rollout_id, rawRewards, groupKeys, rows };
+  const batch = { rolloutId: trainDump.rollout_id, rawRewards, groupKeys, rows };
+  return options.perRollout ? perRolloutBatch(batch, rolloutDump, trainDump) : batch;
+}
+
+/** The batch with one position per rollout id: its first row's reward and group, every row moved onto it. */
+function perRolloutBatch(batch: Batch, rolloutDump: RolloutDump | undefined, trainDump: TrainDump): Batch {
+  const ids: number[] = rolloutDump
+    ? rolloutDump.samples.map((s, i) => s.rollout_id ?? -1 - i)
+    : (() => {
+        const out = batch.rawRewards.map((_, i) => -1 - i);
+        for (const s of trainDump.samples)
+          if (s.rollout_ids !== undefined) out[s.rollout_position] = s.rollout_ids;
+        return out;
+      })();
+  const collapsed = new Map<number, number>();
+  const rawRewards: number[] = [];
+  const groupKeys: Array<number | string> | null = batch.groupKeys ? [] : null;
+  const positionOf = ids.map((id, i) => {
+    let at = collapsed.get(id);
+    if (at === undefined) {
+      at = rawRewards.length;
+      collapsed.set(id, at);
+      rawRewards.push(batch.rawRewards[i]!);
+      groupKeys?.push(batch.groupKeys![i]!);
+    } else if (batch.rawRewards[i] !== rawRewards[at]) {
+      throw new ValidationError(
+        `rolloutDump.samples[${i}].reward`,
+        `is ${batch.rawRewards[i]} but an earlier row of rollout ${id} has ${rawRewards[at]}: one rollout has one reward`,
+      );
+    }
+    return at;
+  });
+  return {
+    ...batch,
+    rawRewards,
+    groupKeys,
+    rows: batch.rows.map((r) => ({ ...r, position: positionOf[r.position]! })),
+  };
 }
 
 function fromSamples(

@@ -36,6 +36,8 @@ options:
   --opd-kl-coef X          slime --use-opd with --opd-kl-coef X
   --normalize-advantages   slime --normalize-advantages (default: on for reinforce_plus_plus*)
   --no-normalize-advantages
+  --per-rollout            rows that share a rollout id count once in their group (a rollout recorded as
+                           several samples), as the slime bridge and the closed-loop trainer normalise
   --atol A --rtol R        tolerance |a - e| <= A + R*|e| (default 1e-6, 1e-5)
   --json                   print the report as JSON
 
@@ -104,6 +106,7 @@ function parse(argv: string[]) {
       'normalize-advantages': { type: 'boolean' },
       'no-normalize-advantages': { type: 'boolean' },
       'no-std-normalization': { type: 'boolean' },
+      'per-rollout': { type: 'boolean' },
       scale: { type: 'string' },
       atol: { type: 'string' },
       rtol: { type: 'string' },
@@ -147,6 +150,7 @@ function parse(argv: string[]) {
   if (preset) options.preset = preset;
   if (estimator) options.estimator = estimator;
   if (values['no-std-normalization']) options.stdNormalization = false;
+  if (values['per-rollout']) options.perRollout = true;
   if (scale) options.scale = scale;
   const groupSize = number('group-size', values['group-size']);
   if (groupSize !== undefined) options.groupSize = groupSize;

@@ -4,7 +4,7 @@
  * writable, under safe default limits (`DEFAULT_LIMITS`) enforced with cgroups where this host lets us
  * create them and with rlimits otherwise (a `warning` event says what could not be enforced).
  */
-import { existsSync, lstatSync, readlinkSync } from 'node:fs';
+import { accessSync, constants, existsSync, lstatSync, readlinkSync } from 'node:fs';
 import { chmod, chown, mkdir } from 'node:fs/promises';
 import { release } from 'node:os';
 import { isAbsolute, join } from 'node:path';
@@ -81,7 +81,8 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
   const events = options.events ?? (new EventEmitter() as SandboxEmitter);
   forwardWarnings(events, options.logger);
   const rootDir = options.rootDir ?? defaultRootDir();
-  const bwrap = options.bwrapPath ?? 'bwrap';
+  // Resolved here: the launcher runs it with a fixed system PATH, which misses a bwrap found elsewhere.
+  const bwrap = onPath(options.bwrapPath ?? 'bwrap');
   const user = isRoot() ? { uid: options.uid ?? 65533, gid: options.gid ?? options.uid ?? 65533 } : undefined;
   if (user && (user.uid === 0 || user.gid === 0)) {
     throw new ConfigError(
@@ -202,6 +203,22 @@ interface LimitPlan {
   limits: EffectiveLimits;
   cgroups: CgroupPlan;
   rlimits: Rlimits;
+}
+
+/** A command name as the absolute path `PATH` gives it (unchanged when it has a slash or is not found). */
+function onPath(name: string): string {
+  if (name.includes('/')) return name;
+  for (const dir of (process.env.PATH ?? '').split(':')) {
+    if (!isAbsolute(dir)) continue;
+    const path = join(dir, name);
+    try {
+      accessSync(path, constants.X_OK);
+      return path;
+    } catch {
+      // not here
+    }
+  }
+  return name;
 }
 
 /** Whether this kernel counts RLIMIT_NPROC per user namespace (Linux >= 5.15), i.e. per sandbox. */

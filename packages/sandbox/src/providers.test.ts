@@ -3,7 +3,7 @@
  * docker when a daemon answers (scripts/docker-up.sh starts one; CI runs as root and always has it).
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdir, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -280,6 +280,34 @@ describe('bubblewrap specifics', () => {
       await session.gone;
     } finally {
       await sbx.terminate();
+    }
+  });
+
+  it('runs the bwrap that PATH names, also outside the system folders (a bundled bwrap)', async () => {
+    // The launcher runs with a fixed system PATH; a bwrap found only on the caller's PATH must still be used.
+    const bin = mkdtempSync(join(tmpdir(), 'vime-bwrap-bin-'));
+    chmodSync(bin, 0o755); // the probe runs it as the sandbox user
+    const real = execFileSync('sh', ['-c', 'command -v bwrap'], { encoding: 'utf8' }).trim();
+    const log = join(bin, 'calls');
+    writeFileSync(log, '');
+    chmodSync(log, 0o666); // written by the launcher after it drops to the sandbox user
+    writeFileSync(join(bin, 'bwrap'), `#!/bin/sh\necho called >> ${log}\nexec ${real} "$@"\n`, {
+      mode: 0o755,
+    });
+    const path = process.env.PATH;
+    process.env.PATH = `${bin}:${path}`;
+    try {
+      const sbx = await bubblewrapProvider({ rootDir }).create({ workdir: '/work' });
+      try {
+        expect((await sbx.exec('echo ok')).stdout).toBe('ok\n');
+      } finally {
+        await sbx.terminate();
+      }
+      // The probe runs it once; the sandbox's own launch must run it too.
+      expect(readFileSync(log, 'utf8').split('\n').filter(Boolean).length).toBeGreaterThan(1);
+    } finally {
+      process.env.PATH = path;
+      rmSync(bin, { recursive: true, force: true });
     }
   });
 
