@@ -92,6 +92,17 @@ describe('views, dtypes and nesting written by torch.save', () => {
     expect(v.empty.shape).toEqual([0]);
   });
 
+  it('reads a Node Buffer as given (readFileSync), whose slice() is a view', () => {
+    const path = new URL('../__fixtures__/views.pt', import.meta.url);
+    const fromBuffer = loadTorchFile(readFileSync(path)).value as Record<string, TorchTensor>;
+    const fromCopy = loadTorchFile(new Uint8Array(readFileSync(path))).value as Record<string, TorchTensor>;
+    for (const key of Object.keys(fromCopy))
+      if (isTensor(fromCopy[key]))
+        expect(Array.from(fromBuffer[key]!.data as Float32Array), key).toEqual(
+          Array.from(fromCopy[key]!.data as Float32Array),
+        );
+  });
+
   it('reads every dtype', () => {
     expect(v.bf16.dtype).toBe('bfloat16');
     expect(Array.from(v.bf16.data as Float32Array)).toEqual([1.5, -2.25, 0.0030059814453125, 65536]);

@@ -200,7 +200,8 @@ function rebuildTensor_v2(args: PyValue[], what: string, offset: number): TorchT
 function gather(storage: Storage, index: Int32Array): TensorData {
   const { bytes, dtype } = storage;
   // Copy the storage to an aligned buffer once, then read elements natively (little-endian host).
-  storage.aligned ??= bytes.slice().buffer;
+  // Uint8Array's slice, not the argument's own: a Node Buffer's slice() is a view, not a copy.
+  storage.aligned ??= Uint8Array.prototype.slice.call(bytes).buffer;
   const aligned = new Uint8Array(storage.aligned);
   const n = index.length;
   const pick = <T extends { [i: number]: number | bigint; length: number }>(src: T, out: T): T => {
