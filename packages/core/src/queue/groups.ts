@@ -234,14 +234,20 @@ export class GroupQueue extends EventEmitter<GroupQueueEvents> {
     const { attempts, restart, continued } = planLease(state, group, max, this.options);
     const deadline = Date.now() + deadlineMs;
     const lease = state.nextLease;
-    this.journal.append({
-      type: 'lease',
-      lease,
-      worker,
-      deadline,
-      attempts,
-      ...(restart.length > 0 ? { restart } : {}),
-    });
+    // Not waited for: a lease lost with a crash is an attempt that never started (nothing it did is
+    // recorded without a later record, which comes after the lease in the journal).
+    this.journal.append(
+      {
+        type: 'lease',
+        lease,
+        worker,
+        deadline,
+        attempts,
+        ...(restart.length > 0 ? { restart } : {}),
+      },
+      undefined,
+      { defer: true },
+    );
     const out: SiblingAttempt[] = [];
     for (const [g, slot, attempt] of attempts) {
       const controller = new AbortController();
