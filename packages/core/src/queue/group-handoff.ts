@@ -21,9 +21,10 @@ export async function takeBatch(
   const { journal } = queue;
   const state = journal.state;
   const want = options?.groups;
-  if (!Number.isInteger(want) || want < 1) {
+  // 0: a step whose groups were all dropped is still a step (recorded, committed, replayed).
+  if (!Number.isInteger(want) || want < 0) {
     throw new ConfigError(
-      `GroupQueue.take options.groups: expected an integer ≥ 1, found ${describeValue(want)}`,
+      `GroupQueue.take options.groups: expected an integer ≥ 0, found ${describeValue(want)}`,
     );
   }
   if (step !== state.trainer.step + 1) {
