@@ -450,12 +450,11 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     outputTokens,
     rolloutSeconds: steps.reduce((t, s) => t + s.rolloutSeconds, 0),
     overall,
+    workUnits: units && workUnitCounts(units),
     extra: {
       dataset,
       excluded,
       weight_staleness: staleness,
-      // The work units: groups created, handed off and dropped (by reason), attempts, failures.
-      work_units: units,
       router: {
         log: routerLog,
         engines: proxy.router.status(),
@@ -499,6 +498,13 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     turnInterruptions,
     staleness,
   };
+}
+
+/** The queue's counters as the report's work-unit table: groups by fate (drops by reason), attempts. */
+function workUnitCounts(stats: GroupQueue['stats']): Record<string, number> {
+  const { dropped, open: _open, ready: _ready, inFlight: _inFlight, ...counts } = stats;
+  const drops = Object.fromEntries(Object.entries(dropped).map(([why, n]) => [`dropped: ${why}`, n]));
+  return { ...counts, ...drops };
 }
 
 /** The configuration a run in `dir` was started with (for `--resume`). */

@@ -54,7 +54,8 @@ export async function runSampleUnit(
     const done = await queue.result(id, 0);
     if (done) return { rows: done.samples, replayed: tries === 0 };
     const group = queue.group(id);
-    if (!group) throw new VimeError('unit_collected', `${key} was answered long ago and its rows collected`);
+    // Collected: dropped, or answered more than `retainSteps` answers ago. Either way not run again.
+    if (!group) throw new UnitDropped(`${key} was dropped or answered long ago, and collected`, tries);
     if (group.status === 'dropped') throw new UnitDropped(`${key} was dropped (${group.reason})`, tries);
     // Not free: another request for the same sample runs it now; its result is answered to both.
     const lease = await queue
