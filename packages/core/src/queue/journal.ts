@@ -234,7 +234,7 @@ export class Journal {
    * The payloads of recent records that hold samples, by seq: the trainer reads a result soon after it
    * was written, and decoding it from memory saves two reads per sibling (bounded: `CACHE_BYTES`).
    */
-  readonly #recent = new Map<number, Buffer>();
+  readonly #recent = new Map<number, { header: Buffer; body: Uint8Array }>();
   #recentBytes = 0;
 
   private constructor(dir: string, state: UnitState, log: SegmentAppender | undefined, hooks: JournalHooks) {
@@ -388,15 +388,15 @@ export class Journal {
     }
   }
 
-  #remember(seq: number, header: Uint8Array, body: Uint8Array): void {
-    const payload = Buffer.concat([header, body]);
-    this.#recent.set(seq, payload);
-    this.#recentBytes += payload.length;
+  #remember(seq: number, header: Buffer, body: Uint8Array): void {
+    // The very buffers that were written (nothing copies them after this).
+    this.#recent.set(seq, { header, body });
+    this.#recentBytes += header.length + body.length;
     // Oldest first (a Map iterates in insertion order).
-    for (const [old, bytes] of this.#recent) {
+    for (const [old, parts] of this.#recent) {
       if (this.#recentBytes <= CACHE_BYTES) break;
       this.#recent.delete(old);
-      this.#recentBytes -= bytes.length;
+      this.#recentBytes -= parts.header.length + parts.body.length;
     }
   }
 
@@ -407,7 +407,7 @@ export class Journal {
     const path = join(this.dir, segmentName(segment));
     const cached = this.#recent.get(seq);
     // Decoded like a record read from disk: the caller gets its own objects either way.
-    if (cached) return decodeRecord(cached, seq, path, offset);
+    if (cached) return decodeParts(cached.header, cached.body, seq, path, offset);
     const handle = await this.#handle(segment);
     try {
       const head = Buffer.alloc(FRAME_HEADER_BYTES);
@@ -492,6 +492,25 @@ function decodeRecord(payload: Buffer, seq: number, path: string, offset: number
   const { header, bodyStart } = readRecordHeader(payload, where);
   if (header.seq !== seq) throw corrupt(path, offset, `record has seq ${header.seq}, expected ${seq}`);
   const samples = decodeRecordSamples(payload, bodyStart, header, where);
+  return { type: header.key, meta: header.meta ?? {}, samples };
+}
+
+function decodeParts(
+  headerBytes: Buffer,
+  body: Uint8Array,
+  seq: number,
+  path: string,
+  offset: number,
+): StoredRecord {
+  const where = `${path}@${offset}`;
+  const { header } = readRecordHeader(headerBytes, where);
+  if (header.seq !== seq) throw corrupt(path, offset, `record has seq ${header.seq}, expected ${seq}`);
+  const samples = decodeRecordSamples(
+    Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+    0,
+    header,
+    where,
+  );
   return { type: header.key, meta: header.meta ?? {}, samples };
 }
 
