@@ -99,6 +99,7 @@ await runEntry('serve', async () => {
         engines.standIns.length > 0 ? 'stand-in engine (scripted policy), not a model' : config.engineKind,
     },
     (line) => console.error(line),
+    { wandbProject: config.wandbProject },
   );
   const record = (step: number, result: RolloutResult) => void sinks.rollout(rolloutRecordOf(step, result));
   // Every sample a durable unit: a request sent again (a lost reply, a restarted server on the same
