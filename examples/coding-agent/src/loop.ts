@@ -390,8 +390,11 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     // Trained before the step is recorded as handed off: a run killed mid-training trains it again.
     const train = io.trainer ? await io.trainer({ step, batchPath }, io.signal) : undefined;
     await writeFile(stepResultsPath(out, step), `${JSON.stringify(results.map(summarize))}\n`);
-    // This loop publishes no weights: the trainer's version stays what it was.
-    await queue.commit(step, { version: queue.trainerVersion });
+    // The version the engines serve after this step (the trainer's, when it numbers it); staleness of
+    // later samples is measured against it.
+    const published =
+      train && /^\d{1,15}$/.test(train.weightVersion) ? Number(train.weightVersion) : queue.trainerVersion;
+    await queue.commit(step, { version: published });
     allResults.push(...results);
     resultsByStep.set(step, results);
     const metrics = rolloutMetrics(results, { correct, groupSize: config.samplesPerPrompt });
