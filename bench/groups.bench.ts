@@ -2,20 +2,34 @@
  * Durable work units against the record hand-off: the same sibling results through `GroupQueue`
  * (create, lease, submit with receipts, take, commit with GC) and through `RolloutQueue` (append,
  * endStep, takeStep, commitStep), fdatasync on, all siblings of a step submitted concurrently.
+ *
+ * Only the steps are timed (opening a fresh queue is a handful of directory syncs whose latency on a
+ * shared disk swings by 10×, which would drown the hand-off). The two paths alternate, first one then
+ * the other, and each keeps its best run.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GroupQueue, RolloutQueue, type Sample, type ScoredRollout } from '@vime/core';
 import { type Bench, fmt, type Table } from './harness.js';
-import { type Cost, interleaved, lcg, sampleOf } from './runner.bench.js';
+import { type Cost, lcg, sampleOf } from './runner.bench.js';
+
+/** Time `work` (wall and this process's CPU). */
+async function timed(work: () => Promise<void>): Promise<Cost> {
+  const c0 = process.cpuUsage();
+  const t0 = performance.now();
+  await work();
+  const wall = performance.now() - t0;
+  const c = process.cpuUsage(c0);
+  return { wall, cpu: (c.user + c.system) / 1000 };
+}
 
 async function groupsTable(): Promise<Table> {
   const root = await mkdtemp(join(tmpdir(), 'vime-bench-groups-'));
   let dirs = 0;
   const fresh = () => join(root, `q${dirs++}`);
   try {
-    const steps = 8;
+    const steps = 16;
     const groupsPerStep = 8;
     const n = 8;
     const r = lcg(7);
@@ -28,56 +42,89 @@ async function groupsTable(): Promise<Table> {
         }),
       ),
     );
-    const viaGroups = async () => {
-      const q = await GroupQueue.open(fresh());
-      for (let step = 1; step <= steps; step++) {
-        const mine = samples[step - 1]!;
-        await Promise.all(mine.map((_, g) => q.create({ n, key: `s${step}/g${g}` })));
-        const leases = [];
-        for (let g = 0; g < groupsPerStep; g++) leases.push((await q.lease({ wait: false }))!);
-        await Promise.all(
-          leases.flatMap((lease, g) =>
-            lease.attempts.map((a) => q.submit(a, { reward: a.slot % 2, samples: [mine[g]![a.slot]!] })),
-          ),
-        );
-        const batch = await q.take(step, { groups: groupsPerStep });
-        if (batch.groups.length !== groupsPerStep) throw new Error('short step');
-        await q.commit(step);
-      }
+    const viaGroups = async (): Promise<Cost> => {
+      const dir = fresh();
+      const q = await GroupQueue.open(dir);
+      const cost = await timed(async () => {
+        for (let step = 1; step <= steps; step++) {
+          const mine = samples[step - 1]!;
+          await Promise.all(mine.map((_, g) => q.create({ n, key: `s${step}/g${g}` })));
+          const leases = [];
+          for (let g = 0; g < groupsPerStep; g++) leases.push((await q.lease({ wait: false }))!);
+          await Promise.all(
+            leases.flatMap((lease, g) =>
+              lease.attempts.map((a) => q.submit(a, { reward: a.slot % 2, samples: [mine[g]![a.slot]!] })),
+            ),
+          );
+          const batch = await q.take(step, { groups: groupsPerStep });
+          if (batch.groups.length !== groupsPerStep) throw new Error('short step');
+          await q.commit(step);
+        }
+      });
       await q.close();
+      await rm(dir, { recursive: true, force: true });
+      return cost;
     };
-    const viaRecords = async () => {
-      const q = await RolloutQueue.open(fresh());
-      for (let step = 1; step <= steps; step++) {
-        const mine = samples[step - 1]!;
-        await Promise.all(
-          mine.flatMap((group, g) =>
-            group.map((sample, s) => {
-              const groupIndex = (step - 1) * groupsPerStep + g;
-              const rollout: ScoredRollout = {
-                taskId: `task-${groupIndex}`,
-                groupIndex,
-                sampleIndex: s,
-                rolloutId: groupIndex * n + s,
-                status: 'completed',
-                reward: s % 2,
-                samples: [sample],
-                turns: 1,
-                timings: {},
-                metadata: {},
-              };
-              return q.append(step, rollout);
-            }),
-          ),
-        );
-        await q.endStep(step);
-        const batch = await q.takeStep(step);
-        if (batch.rollouts.length !== groupsPerStep * n) throw new Error('short step');
-        await q.commitStep(step);
-      }
+    const viaRecords = async (): Promise<Cost> => {
+      const dir = fresh();
+      const q = await RolloutQueue.open(dir);
+      const cost = await timed(async () => {
+        for (let step = 1; step <= steps; step++) {
+          const mine = samples[step - 1]!;
+          await Promise.all(
+            mine.flatMap((group, g) =>
+              group.map((sample, s) => {
+                const groupIndex = (step - 1) * groupsPerStep + g;
+                const rollout: ScoredRollout = {
+                  taskId: `task-${groupIndex}`,
+                  groupIndex,
+                  sampleIndex: s,
+                  rolloutId: groupIndex * n + s,
+                  status: 'completed',
+                  reward: s % 2,
+                  samples: [sample],
+                  turns: 1,
+                  timings: {},
+                  metadata: {},
+                };
+                return q.append(step, rollout);
+              }),
+            ),
+          );
+          await q.endStep(step);
+          const batch = await q.takeStep(step);
+          if (batch.rollouts.length !== groupsPerStep * n) throw new Error('short step');
+          await q.commitStep(step);
+        }
+      });
       await q.close();
+      await rm(dir, { recursive: true, force: true });
+      return cost;
     };
-    const [gq, rq] = await interleaved([viaGroups, viaRecords], 5);
+    const variants = [viaGroups, viaRecords];
+    const best: Cost[] = variants.map(() => ({
+      wall: Number.POSITIVE_INFINITY,
+      cpu: Number.POSITIVE_INFINITY,
+    }));
+    // The load of a shared machine drifts: each round runs both paths back to back (alternating which
+    // goes first) and the check takes the median of the rounds' ratios; the rates are each path's best.
+    const ratios: number[] = [];
+    for (let round = -1; round < 9; round++) {
+      const costs: Cost[] = [];
+      for (let k = 0; k < variants.length; k++) {
+        const i = (k + Math.max(round, 0)) % variants.length;
+        costs[i] = await variants[i]!();
+      }
+      if (round < 0) continue; // warm-up
+      costs.forEach((c, i) => {
+        best[i]!.wall = Math.min(best[i]!.wall, c.wall);
+        best[i]!.cpu = Math.min(best[i]!.cpu, c.cpu);
+      });
+      ratios.push(costs[1]!.wall / costs[0]!.wall);
+    }
+    ratios.sort((a, b) => a - b);
+    const median = ratios[Math.floor(ratios.length / 2)]!;
+    const [gq, rq] = best;
     const total = steps * groupsPerStep * n;
     const row = (name: string, c: Cost) => [
       name,
@@ -96,12 +143,13 @@ async function groupsTable(): Promise<Table> {
       checks: [
         {
           target: 'groups as durable units keep ≥ 0.8× the throughput of the record hand-off',
-          measured: fmt.ratio(rq!.wall / gq!.wall),
-          ok: rq!.wall / gq!.wall >= 0.8,
+          measured: `${fmt.ratio(median)} (median of ${ratios.length} paired rounds; range ${fmt.ratio(ratios[0]!)}–${fmt.ratio(ratios.at(-1)!)})`,
+          ok: median >= 0.8,
         },
       ],
       notes: [
-        'GroupQueue also writes a lease per group, a receipt per sibling (the record itself), and a state snapshot at every commit (GC).',
+        'Timed: the steps, not opening or closing the queues. Rates and CPU: best of 9 rounds each.',
+        'GroupQueue also writes a create and a lease per group (leases go to disk with the next awaited record: no flush of their own), a take record per step, and a state snapshot when GC frees a segment.',
       ],
     };
   } finally {

@@ -60,6 +60,11 @@ export const ConfigSchema = z.object({
   gradeTimeoutMs: z.number().int().positive().default(900_000),
   /** Whole-rollout deadline: agent, capture and grading together. */
   rolloutGuardMs: z.number().int().positive().default(1_200_000),
+  /**
+   * Attempts per sibling that fails for infrastructure reasons (the first included) before its prompt
+   * group is dropped (counted by reason). Default 1: the first such failure drops the group.
+   */
+  siblingAttempts: z.number().int().min(1).max(100).default(1),
   /** What a detected hack does: reward 0 (`zero`), or keep the verdict and only count it (`flag`). */
   onSuspicious: z.enum(['zero', 'flag']).default('zero'),
   maxContextTokens: z.number().int().positive().default(32_768),
@@ -121,6 +126,8 @@ Flags (environment variable in brackets; a flag wins over its variable):
   --on-weight-update continue|restart  a turn cut short by a weight update resumes from its tokens
                            (default) or is regenerated on the new weights
   --resume DIR             continue a killed run from its queue without redoing completed rollouts
+  --sibling-attempts N     tries of a sibling that fails for infrastructure reasons (the first
+                           included) before its prompt group is dropped, counted (default 1)
   --mode sync|async        sync: roll out a step, then hand off; async: keep rolling out while the
                            consumer drains the queue (default sync)
   --seed N                 seed of the stand-in policy (default 7)
@@ -156,6 +163,7 @@ const FLAGS = {
   'max-turns': { type: 'string' },
   'eval-timeout': { type: 'string' },
   'rollout-deadline': { type: 'string' },
+  'sibling-attempts': { type: 'string' },
   hacks: { type: 'string' },
   resume: { type: 'string' },
   mode: { type: 'string' },
@@ -185,6 +193,7 @@ const NAMES: Record<string, string> = {
   maxTurns: '--max-turns / AGENT_MAX_TURNS',
   gradeTimeoutMs: '--eval-timeout / AGENT_EVAL_TIMEOUT_SEC',
   rolloutGuardMs: '--rollout-deadline',
+  siblingAttempts: '--sibling-attempts',
   onSuspicious: '--hacks',
   mode: '--mode',
   seed: '--seed',
@@ -272,6 +281,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     maxTurns: whole(values['max-turns'], '--max-turns'),
     gradeTimeoutMs: ms(values['eval-timeout'], '--eval-timeout'),
     rolloutGuardMs: ms(values['rollout-deadline'], '--rollout-deadline'),
+    siblingAttempts: whole(values['sibling-attempts'], '--sibling-attempts'),
     onSuspicious: values.hacks,
     resume: values.resume,
     mode: values.mode,

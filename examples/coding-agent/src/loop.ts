@@ -1,10 +1,11 @@
 /**
- * The coding-agent RL loop. Per step: pick tasks, run `samplesPerPrompt` rollouts of each (rollout.ts),
- * append every scored rollout to the durable `RolloutQueue` as it finishes and end the step, then hand
- * it off: the consumer takes the step's rollouts back from the queue, computes GRPO advantages (slime
- * preset), writes `steps/<step>.msgpack` and commits the step. Sync mode hands off after each step;
- * async mode keeps rolling out the next step while the consumer takes the last one. Metrics and the
- * report cover every step.
+ * The coding-agent RL loop. Per step: pick tasks, make each a prompt group of `samplesPerPrompt`
+ * siblings in the durable `GroupQueue` (groups.ts), run the siblings (rollout.ts; each graded one is
+ * recorded with a receipt as it finishes, an infra failure gets a replacement or drops its group), then
+ * hand the step off: the consumer takes the step's complete groups from the queue, computes GRPO
+ * advantages (slime preset), writes `steps/<step>.msgpack` and commits the step. Sync mode hands off
+ * after each step; async mode keeps rolling out the next step while the consumer takes the last one.
+ * Metrics and the report cover every step.
  */
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
@@ -13,17 +14,14 @@ import {
   ConfigError,
   decodeSamples,
   encodeSamples,
+  GroupQueue,
   isScored,
   loadTokenizer,
-  RolloutQueue,
   type RolloutResult,
   rolloutProgressBar,
-  runRollouts,
   type Sample,
   type ScoredRollout,
   startCaptureProxy,
-  type TaskSpec,
-  type UnscoredRollout,
 } from '@vime/core';
 import { grpoAdvantages } from '@vime/grpo';
 import {
@@ -39,6 +37,7 @@ import { reapOrphans } from '@vime/sandbox';
 import type { RowVerdict } from '@vime/swe';
 import { type Config, ConfigSchema } from './config.js';
 import { startEngines } from './engines.js';
+import { createStepGroups, doneSiblings, rollOutGroups, type StepGroups, scoredOf } from './groups.js';
 import { sampleEngines, writeRunReport } from './report.js';
 import { codingAgentRollout } from './rollout.js';
 import { openRunSinks } from './sinks.js';
@@ -281,11 +280,14 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   proxy.router.events.on('session:moved', () => sessionMoves++);
   proxy.events.on('turn:retry', () => turnRetries++);
   proxy.events.on('turn:interrupted', () => turnInterruptions++);
-  let rollouts: RolloutQueue;
+  let queue: GroupQueue;
   try {
     await mkdir(join(out, 'steps'), { recursive: true });
     await writeFile(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
-    rollouts = await RolloutQueue.open(join(out, 'queue'));
+    queue = await GroupQueue.open(join(out, 'queue'), {
+      maxAttempts: config.siblingAttempts,
+      deadlineMs: config.rolloutGuardMs + 60_000,
+    });
   } catch (error) {
     await Promise.all([proxy.close(), pools.close(), engines.close()]);
     if (fresh) await rm(out, { recursive: true, force: true });
@@ -332,51 +334,67 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     outputTokens += e.outputTokens;
   });
 
-  // The producer: runs a step's rollouts (skipping those a killed run already queued), queues each
-  // scored one as it finishes, and ends the step with its failures. An interrupted step is not ended.
-  const rollOut = async (step: number, stepTasks: TaskSpec[], firstGroupIndex: number) => {
-    const run = runRollouts(stepTasks, rollout, {
+  // The producer: makes a step's prompt groups (found again after a restart), runs their open siblings
+  // (each graded one is recorded with a receipt as it finishes) until every group is complete or dropped.
+  const stepGroups = new Map<number, StepGroups>();
+  const rollOut = async (step: number, first: number) => {
+    const ids = await createStepGroups(
+      queue,
+      step,
+      first,
+      config.promptsPerStep,
+      tasks.length,
+      config.samplesPerPrompt,
+    );
+    resumedRollouts += doneSiblings(queue, ids);
+    let bar: { stop(): void } | undefined;
+    const groups = await rollOutGroups(queue, ids, tasks, rollout, {
       samplesPerPrompt: config.samplesPerPrompt,
       concurrency: config.concurrency,
       guardMs: config.rolloutGuardMs,
-      firstGroupIndex,
-      skip: (ref) => rollouts.has(step, ref),
-      ...(io.signal ? { signal: io.signal } : {}),
+      signal: io.signal,
+      // Off a terminal (a cluster log) the bar prints a line every few seconds, so the log shows life.
+      onRun: (run) => {
+        if (!config.quiet)
+          bar = rolloutProgressBar(run, {
+            label: `step ${step}`,
+            noTTYOutput: true,
+            notTTYSchedule: config.progressEverySeconds * 1000,
+          });
+      },
+      onResult: (result) => {
+        rolloutsFinished++;
+        void sinks.rollout(rolloutRecordOf(step, result));
+      },
     });
-    // Off a terminal (a cluster log) the bar prints a line every few seconds, so the log shows life.
-    const bar = config.quiet
-      ? undefined
-      : rolloutProgressBar(run, {
-          label: `step ${step}`,
-          noTTYOutput: true,
-          notTTYSchedule: config.progressEverySeconds * 1000,
-        });
-    const failed: UnscoredRollout[] = [];
-    for await (const result of run) {
-      rolloutsFinished++;
-      if (isScored(result)) await rollouts.append(step, result);
-      else failed.push(result);
-      void sinks.rollout(rolloutRecordOf(step, result));
-    }
     bar?.stop();
-    resumedRollouts += run.stats.skipped;
-    io.signal?.throwIfAborted();
-    await rollouts.endStep(step, { failed });
+    stepGroups.set(step, groups);
   };
 
   // The consumer: hands a step's rows to training (here: the step's batch file), then commits the step.
   const handOff = async (step: number): Promise<StepSummary> => {
     const t0 = performance.now();
-    const batch = await rollouts.takeStep(step, { signal: io.signal });
-    const results: RolloutResult[] = [...batch.rollouts, ...batch.failed];
-    const { rows, nonZero } = stampAdvantages(batch.rollouts);
+    const { complete, unhanded } = stepGroups.get(step)!;
+    const batch = await queue.take(step, { groups: complete, signal: io.signal });
+    const handed = scoredOf(batch);
+    const scored = handed.map((h) => h.rollout);
+    const results: RolloutResult[] = [...scored, ...unhanded];
+    const { rows, nonZero } = stampAdvantages(scored);
+    // Every row says which weight versions its tokens came from and how stale it was when trained on.
+    handed.forEach((h) => {
+      for (const row of h.rollout.samples) row.metadata = { ...row.metadata, staleness: h.staleness };
+    });
     trainedRows.push(...rows);
     const batchPath = join(out, 'steps', `${step}.msgpack`);
     await writeFile(batchPath, encodeSamples(rows));
     // Trained before the step is recorded as handed off: a run killed mid-training trains it again.
     const train = io.trainer ? await io.trainer({ step, batchPath }, io.signal) : undefined;
     await writeFile(stepResultsPath(out, step), `${JSON.stringify(results.map(summarize))}\n`);
-    await rollouts.commitStep(step);
+    // The version the engines serve after this step (the trainer's, when it numbers it); staleness of
+    // later samples is measured against it.
+    const published =
+      train && /^\d{1,15}$/.test(train.weightVersion) ? Number(train.weightVersion) : queue.trainerVersion;
+    await queue.commit(step, { version: published });
     allResults.push(...results);
     resultsByStep.set(step, results);
     const metrics = rolloutMetrics(results, { correct, groupSize: config.samplesPerPrompt });
@@ -398,14 +416,15 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   const handoffs: Array<Promise<StepSummary>> = [];
   const trainedRows: Sample[] = [];
   let engineSamples: EngineInput[] = [];
+  let units: GroupQueue['stats'] | undefined;
   try {
     for (let step = 1; step <= config.steps; step++) {
       io.signal?.throwIfAborted();
       const done = await finishedStep(out, step, config);
       if (done) {
         // Handed off before a restart: its rows are in its batch file; only its results are needed.
-        // Committing it again is a no-op, or completes a commit the restart cut off.
-        await rollouts.commitStep(step);
+        // Completes a commit the restart cut off.
+        if (queue.trainerStep < step) await queue.commit(step, { version: queue.trainerVersion });
         allResults.push(...done.results);
         trainedRows.push(...decodeSamples(await readFile(done.summary.batchPath)));
         resultsByStep.set(step, done.results);
@@ -414,15 +433,11 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
         continue;
       }
       const first = (step - 1) * config.promptsPerStep;
-      const stepTasks = Array.from(
-        { length: config.promptsPerStep },
-        (_, i) => tasks[(first + i) % tasks.length]!,
-      );
       const stepStart = performance.now();
-      // A step ended before a restart is complete in the queue: hand it off as it is.
-      const endedBefore = rollouts.ended(step);
-      if (endedBefore) resumedRollouts += rollouts.count(step);
-      else await rollOut(step, stepTasks, first);
+      const before = resumedRollouts;
+      await rollOut(step, first);
+      // Every sibling of the step was in the queue before this start: nothing ran now.
+      const endedBefore = resumedRollouts - before === config.promptsPerStep * config.samplesPerPrompt;
       const rolloutSeconds = (performance.now() - stepStart) / 1000;
       const handoff = consumer
         .then(() => handOff(step))
@@ -453,7 +468,8 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     await sinks.close();
     await pools.close();
     await proxy.close();
-    await rollouts.close();
+    units = queue.stats;
+    await queue.close();
     await engines.close();
   }
 
@@ -480,6 +496,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     outputTokens,
     rolloutSeconds: steps.reduce((t, s) => t + s.rolloutSeconds, 0),
     overall,
+    workUnits: units && workUnitCounts(units),
     extra: {
       dataset,
       excluded,
@@ -527,6 +544,13 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     turnInterruptions,
     staleness,
   };
+}
+
+/** The queue's counters as the report's work-unit table: groups by fate (drops by reason), attempts. */
+function workUnitCounts(stats: GroupQueue['stats']): Record<string, number> {
+  const { dropped, open: _open, ready: _ready, inFlight: _inFlight, ...counts } = stats;
+  const drops = Object.fromEntries(Object.entries(dropped).map(([why, n]) => [`dropped: ${why}`, n]));
+  return { ...counts, ...drops };
 }
 
 /** The configuration a run in `dir` was started with (for `--resume`). */

@@ -46,6 +46,8 @@ export interface ReportInput {
   outputTokens: number;
   rolloutSeconds: number;
   overall: RolloutMetrics;
+  /** The queue's work-unit counters (groups created, handed off, dropped by reason, attempts, …). */
+  workUnits?: Record<string, number> | undefined;
   extra: Record<string, unknown>;
 }
 
@@ -142,6 +144,7 @@ export async function writeRunReport(
           update_weights: 'not in this run: no trainer, so the engine keeps its weights',
         },
     claims: input.claims,
+    ...(input.workUnits ? { workUnits: input.workUnits } : {}),
     tokens: { output: input.outputTokens, seconds: input.rolloutSeconds },
     perf: input.steps.map((s) => ({
       rolloutId: s.step,

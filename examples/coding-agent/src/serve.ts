@@ -13,6 +13,7 @@ import { join, resolve } from 'node:path';
 import {
   ConfigError,
   createSample,
+  GroupQueue,
   loadTokenizer,
   type RolloutOutcome,
   type RolloutResult,
@@ -38,7 +39,9 @@ const SERVER_USAGE = `Usage: serve.ts [--host H] [--port N] [--attempts N] [loop
 Serves coding-agent rollouts to slime's custom generate function (POST /rollout; GET /config shows the
 settings in effect). --host (default 0.0.0.0) and --port (default 8600) place the server; --attempts
 (default 3) is how often a rollout that fails for infrastructure reasons is tried, each time in a fresh
-sandbox, before it is answered as failed. Every other flag and env var is the loop's:
+sandbox, before it is answered as failed. Each sample is a durable unit in <out>/queue: a request sent
+again (a lost reply, a restart on the same --out) gets the recorded rows, with no second rollout or
+grade. Every other flag and env var is the loop's:
 
 ${usage
   .split('\n')
@@ -99,6 +102,14 @@ await runEntry('serve', async () => {
     { wandbProject: config.wandbProject },
   );
   const record = (step: number, result: RolloutResult) => void sinks.rollout(rolloutRecordOf(step, result));
+  // Every sample a durable unit: a request sent again (a lost reply, a restarted server on the same
+  // --out) is answered with the recorded rows, never rolled out or graded twice.
+  const attempts = server.attempts ?? 3;
+  const queue = await GroupQueue.open(join(out, 'queue'), {
+    maxAttempts: attempts,
+    deadlineMs: config.rolloutGuardMs + 60_000,
+    retainSteps: 4096,
+  });
 
   // A row of the dataset is graded as it is there; one slime sends that the dataset lacks is mapped as given.
   const taskOf = (metadata: Record<string, unknown>): TaskSpec => {
@@ -113,7 +124,8 @@ await runEntry('serve', async () => {
     port,
     concurrency: config.concurrency,
     deadlineMs: config.rolloutGuardMs,
-    ...(server.attempts ? { attempts: server.attempts } : {}),
+    attempts,
+    queue,
     settings: effectiveSettings(config, dataset, engines.urls),
     // Infrastructure failures throw (the server retries them, then answers a failure row); the agent's own
     // failures are graded rows.
@@ -201,6 +213,7 @@ await runEntry('serve', async () => {
   await new Promise<void>((resolve) => {
     const stop = async () => {
       await rolloutServer.close();
+      await queue.close();
       await sinks.close();
       await pools.close();
       await proxy.close();

@@ -324,21 +324,24 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
       stdio: 'ignore',
       detached: true,
     });
-    // Bytes in the queue's segment files: they grow by one record per completed rollout.
-    const queueBytes = async () => {
-      const dir = join(out, 'queue');
-      const names = (await readdir(dir).catch(() => [] as string[])).filter((n) => n.endsWith('.seg'));
-      const sizes = await Promise.all(names.map(async (n) => (await stat(join(dir, n))).size));
-      return sizes.reduce((a, b) => a + b, 0);
-    };
+    // A graded rollout of step 2: its metrics line is written once the queue recorded it (receipted).
+    const gradedInStep2 = async () =>
+      (await readFile(join(out, 'metrics.jsonl'), 'utf8').catch(() => ''))
+        .split('\n')
+        .filter(Boolean)
+        .some((line) => {
+          const r = JSON.parse(line) as { kind: string; step?: number; status?: string };
+          return (
+            r.kind === 'rollout' && r.step === 2 && (r.status === 'completed' || r.status === 'truncated')
+          );
+        });
     const deadline = Date.now() + 240_000;
     // Wait until step 1 was handed off and at least one rollout of step 2 is in the queue, then SIGKILL.
     while (!existsSync(join(out, 'steps', '1.results.json'))) {
       if (Date.now() > deadline) throw new Error('step 1 never finished');
       await new Promise((r) => setTimeout(r, 100));
     }
-    const afterStep1 = await queueBytes();
-    while ((await queueBytes()) <= afterStep1) {
+    while (!(await gradedInStep2())) {
       if (Date.now() > deadline) throw new Error('no rollout of step 2 finished');
       await new Promise((r) => setTimeout(r, 50));
     }

@@ -39,6 +39,11 @@ export interface AppendEntry {
   encode(seq: number, time: number): Uint8Array[];
   /** Rough payload size, to decide when to start a new segment. */
   estimate: number;
+  /**
+   * Nobody waits for this record: write it with the next one that is waited for (or within
+   * `DEFER_MS`), so it costs no flush of its own.
+   */
+  defer?: boolean | undefined;
   /** Called in order, synchronously, once the record is written (and flushed with `sync`). */
   written(position: RecordPosition): void;
   rejected(error: unknown): void;
@@ -69,6 +74,8 @@ export interface RecoverOptions {
   onRecord?: ((header: RecordHeader, payload: Buffer, position: RecordPosition) => void) | undefined;
 }
 
+// A deferred record waits at most this long for a record someone waits for.
+const DEFER_MS = 20;
 // Frames go out in writes of about 1 MiB: one huge write is slower to flush than several.
 const WRITE_CHUNK = 1 << 20;
 
@@ -81,6 +88,7 @@ export class SegmentAppender {
   #active: ActiveSegment | undefined;
   #nextSeq = 1;
   #flushing: Promise<void> | undefined;
+  #deferred: NodeJS.Timeout | undefined;
   #broken: QueueError | undefined;
   #sealed = false;
   /** A torn tail cut off while opening. */
@@ -133,11 +141,19 @@ export class SegmentAppender {
   append(entry: AppendEntry): void {
     if (this.#broken) throw this.#broken;
     this.#pending.push(entry);
-    this.#flushing ??= this.#flush();
+    if (!entry.defer) this.#flushing ??= this.#flush();
+    else if (!this.#flushing && !this.#deferred) {
+      this.#deferred = setTimeout(() => {
+        this.#deferred = undefined;
+        if (this.#pending.length > 0) this.#flushing ??= this.#flush();
+      }, DEFER_MS);
+      this.#deferred.unref();
+    }
   }
 
   /** Wait for the appends queued so far. */
   async drain(): Promise<void> {
+    if (this.#pending.length > 0) this.#flushing ??= this.#flush();
     while (this.#flushing) await this.#flushing;
   }
 
@@ -153,6 +169,8 @@ export class SegmentAppender {
   }
 
   async #flush(): Promise<void> {
+    clearTimeout(this.#deferred);
+    this.#deferred = undefined;
     // Appends issued while a write is in progress are collected and written together next round.
     await Promise.resolve();
     try {
@@ -335,6 +353,7 @@ export class SegmentAppender {
   /** Wait for pending appends, then close the active segment. */
   async close(): Promise<void> {
     await this.drain();
+    clearTimeout(this.#deferred);
     await this.#active?.handle.close();
     this.#active = undefined;
   }

@@ -21,9 +21,10 @@ export async function takeBatch(
   const { journal } = queue;
   const state = journal.state;
   const want = options?.groups;
-  if (!Number.isInteger(want) || want < 1) {
+  // 0: a step whose groups were all dropped is still a step (recorded, committed, replayed).
+  if (!Number.isInteger(want) || want < 0) {
     throw new ConfigError(
-      `GroupQueue.take options.groups: expected an integer ≥ 1, found ${describeValue(want)}`,
+      `GroupQueue.take options.groups: expected an integer ≥ 0, found ${describeValue(want)}`,
     );
   }
   if (step !== state.trainer.step + 1) {
@@ -50,8 +51,9 @@ export async function takeBatch(
     if (chosen.length === want) {
       const { written } = journal.append({ type: 'take', step, version, groups: chosen, stale });
       queue.emit('take', { step, groups: chosen, stale: stale.length });
-      await written;
-      return buildBatch(journal, step, false);
+      // The batch is decoded while its record is flushed; it is returned only once the choice is durable.
+      const [batch] = await Promise.all([buildBatch(journal, step, false), written]);
+      return batch;
     }
     await queue.changed(options.signal);
   }
@@ -78,22 +80,24 @@ export async function buildBatch(journal: Journal, step: number, replay: boolean
         code: 'queue_corrupt',
       });
     }
-    const siblings: HandedSibling[] = [];
-    for (const [slot, s] of group.slots.entries()) {
-      const done = s.done!;
-      const stored = await journal.read(done.ref);
-      siblings.push({
-        slot,
-        attempt: done.attempt,
-        status: done.status,
-        reward: done.reward,
-        samples: stored.samples,
-        versions: (stored.meta.versions ?? []) as SampleVersions[],
-        span: span(done.lo, done.hi),
-        lag: done.lo === null ? null : record.version - done.lo,
-        meta: (stored.meta.meta ?? {}) as Record<string, unknown>,
-      });
-    }
+    // Read concurrently: a step's siblings are many small records.
+    const siblings: HandedSibling[] = await Promise.all(
+      group.slots.map(async (s, slot) => {
+        const done = s.done!;
+        const stored = await journal.read(done.ref);
+        return {
+          slot,
+          attempt: done.attempt,
+          status: done.status,
+          reward: done.reward,
+          samples: stored.samples,
+          versions: (stored.meta.versions ?? []) as SampleVersions[],
+          span: span(done.lo, done.hi),
+          lag: done.lo === null ? null : record.version - done.lo,
+          meta: (stored.meta.meta ?? {}) as Record<string, unknown>,
+        };
+      }),
+    );
     const lo = oldestVersion(group);
     let hi: number | null = null;
     for (const s of group.slots) if (s.done?.hi != null) hi = Math.max(hi ?? 0, s.done.hi);

@@ -39,10 +39,11 @@ export class GroupIndex {
         for (let a = 0; a < s.next; a++) {
           const key = attemptId(id, slot, a);
           const live = this.live.get(key);
-          if (live && s.live?.attempt !== a) {
+          if (!live || s.live?.attempt === a) continue;
+          this.live.delete(key);
+          // A delivered attempt is done, not stale: nothing to abort (and no error to build per sibling).
+          if (s.done?.attempt !== a)
             live.controller.abort(new QueueError(`attempt ${key} ended`, { code: 'attempt_stale' }));
-            this.live.delete(key);
-          }
         }
       });
       if (!group || group.status === 'handed') this.#status.delete(id);

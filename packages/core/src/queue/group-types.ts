@@ -37,6 +37,8 @@ export interface LeaseOptions {
   worker?: string | undefined;
   /** At most this many free siblings of the group. Default all. */
   slots?: number | undefined;
+  /** Lease only this group's free siblings (e.g. a request for one group's sample). Default any group. */
+  group?: number | undefined;
   /** Deadline of these attempts, ms from now. Default the queue's `deadlineMs`. */
   deadlineMs?: number | undefined;
   /** Wait for work (default), or return undefined when there is none. */

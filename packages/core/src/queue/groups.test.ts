@@ -54,6 +54,27 @@ async function leaseAll(q: GroupQueue, options: { deadlineMs?: number } = {}) {
 }
 
 describe('GroupQueue: groups as units', () => {
+  it('leases one named group only, and records a step of 0 groups (all of its groups dropped)', async () => {
+    const q = await openQueue();
+    const [g0, g1] = [await q.create({ n: 2 }), await q.create({ n: 1 })];
+    // Named: g1's sibling, although g0 is older; then nothing free of g1.
+    const lease = await q.lease({ group: g1, wait: false });
+    expect(lease).toMatchObject({ group: g1, attempts: [{ slot: 0 }] });
+    expect(await q.lease({ group: g1, wait: false })).toBeUndefined();
+    const one = await q.lease({ group: g0, slots: 1, wait: false });
+    expect(one!.attempts.map((a) => a.slot)).toEqual([0]);
+    // Leases are not flushed on their own, but a reopen finds them (and counts them lost).
+    const again = await reopen(q);
+    expect(again.stats.lost).toBe(2);
+    await again.drop(g0);
+    await again.drop(g1);
+    const empty = await again.take(1, { groups: 0 });
+    expect(empty).toMatchObject({ step: 1, replay: false, groups: [] });
+    await again.commit(1);
+    expect(again.trainerStep).toBe(1);
+    await expect(again.take(2, { groups: -1 })).rejects.toThrow(/integer ≥ 0/);
+  });
+
   it('hands a group off only when every sibling is in, with receipts that make a repeat free', async () => {
     const q = await openQueue();
     const g = await q.create({ n: 3, payload: { prompt: 'p0' }, key: 'task-0' });

@@ -207,6 +207,7 @@ export class GroupQueue extends EventEmitter<GroupQueueEvents> {
       slots = Number.POSITIVE_INFINITY,
       deadlineMs = this.options.deadlineMs,
       wait = true,
+      group: only,
       signal,
     } = options;
     checkLease(slots, deadlineMs);
@@ -214,16 +215,18 @@ export class GroupQueue extends EventEmitter<GroupQueueEvents> {
       signal?.throwIfAborted();
       this.#check('lease');
       this.#sweep();
-      const group = this.#pick();
+      const group = this.#pick(only);
       if (group) return this.#leaseGroup(group, worker, slots, deadlineMs);
       if (!wait) return undefined;
       await this.changed(signal);
     }
   }
 
-  #pick(): GroupState | undefined {
+  #pick(only?: number): GroupState | undefined {
     const state = this.journal.state;
-    const { group, stale } = pickGroup(state, this.#index.startedFree, this.#index.freshFree, this.options);
+    const among = (free: Set<number>) => (only === undefined ? free : free.has(only) ? [only] : []);
+    const { startedFree, freshFree } = this.#index;
+    const { group, stale } = pickGroup(state, among(startedFree), among(freshFree), this.options);
     // Their recorded tokens are already too old to be handed off: stop spending work on them.
     for (const id of stale) this.journal.append({ type: 'drop', group: id, reason: 'stale' });
     return group;
@@ -234,14 +237,10 @@ export class GroupQueue extends EventEmitter<GroupQueueEvents> {
     const { attempts, restart, continued } = planLease(state, group, max, this.options);
     const deadline = Date.now() + deadlineMs;
     const lease = state.nextLease;
-    this.journal.append({
-      type: 'lease',
-      lease,
-      worker,
-      deadline,
-      attempts,
-      ...(restart.length > 0 ? { restart } : {}),
-    });
+    // Deferred: a lease lost with a crash is an attempt that never started (whatever it records later
+    // comes after the lease in the journal).
+    const event = { type: 'lease', lease, worker, deadline, attempts } as const;
+    this.journal.append(restart.length > 0 ? { ...event, restart } : event, undefined, { defer: true });
     const out: SiblingAttempt[] = [];
     for (const [g, slot, attempt] of attempts) {
       const controller = new AbortController();

@@ -47,6 +47,8 @@ const decoder = new Decoder();
 export const STATE_MAGIC = Buffer.from('VIMEUST1', 'latin1');
 export const STATE_FILE = 'state.snap';
 const STATE_VERSION = 1;
+/** Bytes of recent record payloads kept in memory for reads (see `Journal.read`). */
+const CACHE_BYTES = 64 << 20;
 
 // --- State snapshots ------------------------------------------------------------------------------
 
@@ -228,6 +230,12 @@ export class Journal {
   #broken: QueueError | undefined;
   readonly #waiters: Array<{ seq: number; wake: () => void }> = [];
   readonly #handles = new Map<number, Promise<FileHandle>>();
+  /**
+   * The payloads of recent records that hold samples, by seq: the trainer reads a result soon after it
+   * was written, and decoding it from memory saves two reads per sibling (bounded: `CACHE_BYTES`).
+   */
+  readonly #recent = new Map<number, { header: Buffer; body: Uint8Array }>();
+  #recentBytes = 0;
 
   private constructor(dir: string, state: UnitState, log: SegmentAppender | undefined, hooks: JournalHooks) {
     this.dir = dir;
@@ -317,8 +325,11 @@ export class Journal {
     if (this.#broken) throw this.#broken;
   }
 
-  /** Apply `event` now and queue it (with `samples` as the record body) for writing. */
-  append(event: UnitEvent, samples?: ReadonlyArray<Sample>): Appended {
+  /**
+   * Apply `event` now and queue it (with `samples` as the record body) for writing. `defer`: nobody
+   * waits for it, so it goes to disk with the next record someone does wait for (see `AppendEntry`).
+   */
+  append(event: UnitEvent, samples?: ReadonlyArray<Sample>, options: { defer?: boolean } = {}): Appended {
     this.check();
     const log = this.#writer();
     const { type, ...meta } = event;
@@ -330,6 +341,7 @@ export class Journal {
     const header = encodeRecordHeader({ seq, key: type, time, n, meta });
     const written = new Promise<void>((resolve, reject) => {
       log.append({
+        defer: options.defer,
         estimate: body.length + header.length,
         encode: (at) => {
           if (at !== seq) throw new QueueError(`journal record numbered ${at}, expected ${seq}`);
@@ -338,6 +350,7 @@ export class Journal {
         written: (position) => {
           ref[0] = position.segment;
           ref[1] = position.offset;
+          if (n > 0) this.#remember(seq, header, body);
           this.#durable = seq;
           this.#wake();
           resolve();
@@ -375,11 +388,26 @@ export class Journal {
     }
   }
 
+  #remember(seq: number, header: Buffer, body: Uint8Array): void {
+    // The very buffers that were written (nothing copies them after this).
+    this.#recent.set(seq, { header, body });
+    this.#recentBytes += header.length + body.length;
+    // Oldest first (a Map iterates in insertion order).
+    for (const [old, parts] of this.#recent) {
+      if (this.#recentBytes <= CACHE_BYTES) break;
+      this.#recent.delete(old);
+      this.#recentBytes -= parts.header.length + parts.body.length;
+    }
+  }
+
   /** Read the record at `ref`: its event type, meta and samples. */
   async read(ref: DataRef): Promise<StoredRecord> {
     await this.writtenThrough(ref[2]);
     const [segment, offset, seq] = ref;
     const path = join(this.dir, segmentName(segment));
+    const cached = this.#recent.get(seq);
+    // Decoded like a record read from disk: the caller gets its own objects either way.
+    if (cached) return decodeParts(cached.header, cached.body, seq, path, offset);
     const handle = await this.#handle(segment);
     try {
       const head = Buffer.alloc(FRAME_HEADER_BYTES);
@@ -389,12 +417,7 @@ export class Journal {
       const { bytesRead } = await handle.read(buf, 0, buf.length, offset);
       let out: StoredRecord | undefined;
       scanFrames(buf.subarray(0, bytesRead), 0, (payload) => {
-        const where = `${path}@${offset}`;
-        const { header, bodyStart } = readRecordHeader(payload, where);
-        if (header.seq !== seq) throw corrupt(path, offset, `record has seq ${header.seq}, expected ${seq}`);
-        const samples = decodeRecordSamples(payload, bodyStart, header, where);
-        const meta = header.meta ?? {};
-        out = { type: header.key, meta, samples };
+        out = decodeRecord(payload, seq, path, offset);
         return false;
       });
       if (!out) throw corrupt(path, offset, `no intact record ${seq} where the state points`);
@@ -439,6 +462,7 @@ export class Journal {
 
   /** Delete segment files (GC). */
   async deleteSegments(bases: number[]): Promise<void> {
+    if (bases.length > 0) this.#forgetRecent();
     for (const base of bases) {
       const h = this.#handles.get(base);
       this.#handles.delete(base);
@@ -450,11 +474,44 @@ export class Journal {
     if (bases.length > 0) await syncDir(this.dir);
   }
 
+  #forgetRecent(): void {
+    this.#recent.clear();
+    this.#recentBytes = 0;
+  }
+
   async close(): Promise<void> {
+    this.#forgetRecent();
     await this.#log?.close();
     for (const h of this.#handles.values()) await h.then((x) => x.close()).catch(() => {});
     this.#handles.clear();
   }
+}
+
+function decodeRecord(payload: Buffer, seq: number, path: string, offset: number): StoredRecord {
+  const where = `${path}@${offset}`;
+  const { header, bodyStart } = readRecordHeader(payload, where);
+  if (header.seq !== seq) throw corrupt(path, offset, `record has seq ${header.seq}, expected ${seq}`);
+  const samples = decodeRecordSamples(payload, bodyStart, header, where);
+  return { type: header.key, meta: header.meta ?? {}, samples };
+}
+
+function decodeParts(
+  headerBytes: Buffer,
+  body: Uint8Array,
+  seq: number,
+  path: string,
+  offset: number,
+): StoredRecord {
+  const where = `${path}@${offset}`;
+  const { header } = readRecordHeader(headerBytes, where);
+  if (header.seq !== seq) throw corrupt(path, offset, `record has seq ${header.seq}, expected ${seq}`);
+  const samples = decodeRecordSamples(
+    Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+    0,
+    header,
+    where,
+  );
+  return { type: header.key, meta: header.meta ?? {}, samples };
 }
 
 /** Apply record `header` (found at `position`) to `state` if it follows the state's last record. */

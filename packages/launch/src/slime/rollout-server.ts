@@ -24,10 +24,12 @@ import {
   createSample,
   encodeSamples,
   fromSlimeDict,
+  type GroupQueue,
   retry,
   type Sample,
   VimeError,
 } from '@vime/core';
+import { handOffAnswered, runSampleUnit, UnitDropped, unitKey } from './sample-units.js';
 
 export interface RolloutRequest {
   sample: Sample;
@@ -53,6 +55,12 @@ export interface RolloutServerOptions {
   retryDelayMs?: number;
   /** The settings the rollout runs with, served on GET /config so a deployment can be checked. */
   settings?: Record<string, unknown>;
+  /**
+   * Durable work units (see `sample-units.ts`): each sample's result is recorded with a receipt before
+   * it is answered, so a request sent again is answered from the queue (no second rollout or grade),
+   * across restarts. Open it with `maxAttempts` = `attempts`; the server does not close it.
+   */
+  queue?: GroupQueue | undefined;
 }
 
 /** What `metadata.vime_infra_failure` of a failure row holds. */
@@ -91,6 +99,8 @@ export interface RolloutServer {
     failed: number;
     /** Attempts that failed and were tried again. */
     retried: number;
+    /** Requests answered with rows recorded by an earlier request (no rollout ran). */
+    replayed: number;
   };
   close(): Promise<void>;
 }
@@ -155,7 +165,14 @@ export async function startRolloutServer(options: RolloutServerOptions): Promise
     throw new ConfigError(`attempts must be a whole number >= 1 (got ${JSON.stringify(options.attempts)})`);
   }
   const gate = new Semaphore(capacity);
-  const counts = { inFlight: 0, completed: 0, aborted: 0, failed: 0, retried: 0 };
+  const counts = { inFlight: 0, completed: 0, aborted: 0, failed: 0, retried: 0, replayed: 0 };
+  const queue = options.queue;
+  if (queue && queue.options.maxAttempts !== attempts) {
+    throw new ConfigError(
+      `startRolloutServer queue: opened with maxAttempts ${queue.options.maxAttempts}, but attempts is ${attempts}; open it with maxAttempts: ${attempts}`,
+    );
+  }
+  let handing = Promise.resolve();
   const config = JSON.stringify({
     settings: options.settings ?? {},
     attempts,
@@ -190,27 +207,59 @@ export async function startRolloutServer(options: RolloutServerOptions): Promise
     try {
       release = await gate.acquire(signal);
       counts.inFlight++;
-      let tries = 0;
-      const rows = await retry(
-        (attempt) => {
-          tries = attempt + 1;
-          return options.rollout({ sample, samplingParams, signal });
-        },
-        {
-          retries: attempts - 1,
-          signal,
-          initialDelayMs: options.retryDelayMs ?? 1000,
-          shouldRetry: worthRetrying,
-          onRetry: () => {
-            counts.retried++;
+      const key = queue && unitKey(sample);
+      let rows: Sample[];
+      if (queue && key) {
+        rows = await runSampleUnit(
+          queue,
+          key,
+          (attemptSignal) => options.rollout({ sample, samplingParams, signal: attemptSignal }),
+          {
+            signal,
+            deadlineMs,
+            retryDelayMs: options.retryDelayMs ?? 1000,
+            shouldRetry: worthRetrying,
+            onRetry: () => {
+              counts.retried++;
+            },
           },
-        },
-      ).catch((error: unknown) => {
-        if (signal.aborted) throw error;
-        counts.failed++;
-        const code = VimeError.isInstance(error) ? error.code : 'rollout_error';
-        return [infraFailureSample(sample, { code, message: (error as Error).message, attempts: tries })];
-      });
+        ).then(
+          (run) => {
+            if (run.replayed) counts.replayed++;
+            return run.rows;
+          },
+          (error: unknown) => {
+            if (signal.aborted || !(error instanceof UnitDropped)) throw error;
+            counts.failed++;
+            const code = VimeError.isInstance(error.cause) ? error.cause.code : 'rollout_error';
+            return [infraFailureSample(sample, { code, message: error.message, attempts: error.attempts })];
+          },
+        );
+        // Answered units go to the queue's hand-off (one at a time), so GC keeps it small.
+        handing = handing.then(() => handOffAnswered(queue)).catch(() => {});
+      } else {
+        let tries = 0;
+        rows = await retry(
+          (attempt) => {
+            tries = attempt + 1;
+            return options.rollout({ sample, samplingParams, signal });
+          },
+          {
+            retries: attempts - 1,
+            signal,
+            initialDelayMs: options.retryDelayMs ?? 1000,
+            shouldRetry: worthRetrying,
+            onRetry: () => {
+              counts.retried++;
+            },
+          },
+        ).catch((error: unknown) => {
+          if (signal.aborted) throw error;
+          counts.failed++;
+          const code = VimeError.isInstance(error) ? error.code : 'rollout_error';
+          return [infraFailureSample(sample, { code, message: (error as Error).message, attempts: tries })];
+        });
+      }
       signal.throwIfAborted();
       const bytes = encodeSamples(rows);
       res.writeHead(200, { 'content-type': 'application/msgpack', 'content-length': bytes.length });
@@ -272,10 +321,12 @@ export async function startRolloutServer(options: RolloutServerOptions): Promise
     url: `http://${host}:${port}`,
     server,
     stats: () => ({ ...counts, waiting: gate.waiting }),
-    close: () =>
-      new Promise<void>((resolve) => {
+    close: async () => {
+      await new Promise<void>((resolve) => {
         server.closeAllConnections();
         server.close(() => resolve());
-      }),
+      });
+      await handing;
+    },
   };
 }
