@@ -6,7 +6,8 @@ import { request } from 'node:http';
 import { connect, type Socket } from 'node:net';
 
 export type AttackCommand =
-  | { op: 'stream'; url: string; bytes: number; headers: Record<string, string> }
+  /** POST `{"messages": [{"role": "user", "content": "<bytes of fill>"}], "max_tokens": 16}`, 1 MiB at a time. */
+  | { op: 'stream'; url: string; bytes: number; headers: Record<string, string>; fill?: string }
   | {
       op: 'sockets';
       url: string;
@@ -25,10 +26,10 @@ export type AttackResult<C extends AttackCommand> = C extends { op: 'stream' }
   : Array<{ closed: boolean; received: string }>;
 
 /** Stream a JSON-looking body of `bytes` bytes; resolves with the answer, or the socket error. */
-function stream(url: string, bytes: number, headers: Record<string, string>): Promise<AttackResult<{ op: 'stream' } & AttackCommand>> {
+function stream(url: string, bytes: number, headers: Record<string, string>, fill = 'a'): Promise<AttackResult<{ op: 'stream' } & AttackCommand>> {
   return new Promise((resolve) => {
     const req = request(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers } });
-    const chunk = Buffer.alloc(1 << 20, 0x61);
+    const chunk = Buffer.alloc(1 << 20, fill);
     let sent = 0;
     let done = false;
     req.on('response', (res) => {
@@ -54,7 +55,7 @@ function stream(url: string, bytes: number, headers: Record<string, string>): Pr
           return;
         }
       }
-      if (!req.destroyed && !done) req.end('"}]}');
+      if (!req.destroyed && !done) req.end('"}], "max_tokens": 16}');
     };
     pump();
   });
@@ -100,7 +101,7 @@ async function openSocket(
 process.on('message', async ({ id, command }: { id: number; command: AttackCommand }) => {
   const result =
     command.op === 'stream'
-      ? await stream(command.url, command.bytes, command.headers)
+      ? await stream(command.url, command.bytes, command.headers, command.fill)
       : await Promise.all(command.scripts.map((s) => openSocket(command.url, s, command.everyMs, command.waitMs)));
   process.send?.({ id, result });
 });

@@ -22,7 +22,14 @@ import {
   type TurnReply,
 } from './dialects.js';
 import { EngineRouter, type EngineRouterOptions } from './router.js';
-import { checkDepth, readBody, resolveLimits, type ServerLimits, startProxyServer } from './server.js';
+import {
+  checkDepth,
+  readBody,
+  resolveLimits,
+  type ServerLimits,
+  startProxyServer,
+  yieldToLoop,
+} from './server.js';
 import { generateTurn, type WeightUpdatePolicy } from './turn.js';
 
 export interface SessionOptions {
@@ -166,6 +173,7 @@ const KNOB_FIELDS: Record<string, keyof Sampling> = {
 };
 
 const JSON_TYPE = 'application/json';
+const LARGE_BODY_CHARS = 1 << 20;
 const SSE_TYPE = 'text/event-stream';
 
 /**
@@ -272,7 +280,12 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       state.templateKwargs || req.templateKwargs
         ? { ...req.templateKwargs, ...state.templateKwargs }
         : undefined;
-    const promptIds = tokenizer.encodeChat(req.messages, { tools: req.tools, templateKwargs });
+    // Long uncached input is tokenized on a worker thread; the turn's signal stops it on a disconnect.
+    const promptIds = await tokenizer.encodeChatAsync(req.messages, {
+      tools: req.tools,
+      templateKwargs,
+      signal,
+    });
     const { sampling, overridden } = resolveSampling(state, req, promptIds.length);
     if (Object.keys(overridden).length > 0)
       events.emit('sampling:override', { sessionId: state.id, fields: overridden });
@@ -420,6 +433,9 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
     try {
       const text = await readBody();
+      // A large body's long steps each let other sessions' work run in between.
+      const large = text.length > LARGE_BODY_CHARS;
+      if (large) await yieldToLoop();
       let body: unknown;
       try {
         body = JSON.parse(text);
@@ -427,14 +443,16 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         throw new RequestError(400, 'request body is not valid JSON');
       }
       checkDepth(body, limits.maxJsonDepth);
+      if (large) await yieldToLoop();
       const req =
         dialect === 'anthropic'
           ? parseAnthropicRequest(body, state.toolArgs, { countOnly })
           : parseOpenAIRequest(body, state.toolArgs);
       if (countOnly) {
-        const ids = tokenizer.encodeChat(req.messages, {
+        const ids = await tokenizer.encodeChatAsync(req.messages, {
           tools: req.tools,
           templateKwargs: state.templateKwargs,
+          signal,
         });
         return json(200, { input_tokens: ids.length });
       }

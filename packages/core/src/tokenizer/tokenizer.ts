@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { ConfigError } from '../errors.js';
+import { EncodePool } from './encode-pool.js';
 import {
   hermesToolParser,
   type ParsedResponse,
@@ -24,10 +25,21 @@ export interface LoadTokenizerOptions {
    * no Jinja interpreter on the hot path), else Jinja. `jinja`: always interpret the template.
    */
   renderer?: 'auto' | 'jinja' | ChatRenderer;
+  /** Worker threads for `encodeAsync` on long inputs (default 1; started on first use). */
+  encodeWorkers?: number;
+  /** The text of `tokenizer.json` when at hand (what the workers are sent; else it is re-serialised). */
+  tokenizerJsonText?: string;
   signal?: AbortSignal;
 }
 
 const SEGMENT_CACHE_LIMIT = 20_000;
+/** Cached text in characters, all segments together (a few huge tool outputs must not pin memory). */
+const SEGMENT_CACHE_CHARS = 32 * 1024 * 1024;
+/**
+ * Uncached text up to this many characters is encoded inline by `encodeAsync` (a few milliseconds of
+ * BPE at most; a worker hop would cost more than it saves); longer text goes to a worker thread.
+ */
+export const INLINE_ENCODE_CHARS = 16 * 1024;
 
 /**
  * A model's tokenizer and chat template, loaded from its `tokenizer.json` + `tokenizer_config.json`.
@@ -47,6 +59,11 @@ export class ChatTokenizer {
   readonly #addedSplit: RegExp | undefined;
   readonly #addedIds = new Map<string, number>();
   readonly #segments = new Map<string, Int32Array>();
+  #segmentChars = 0;
+  readonly #tokenizerJson: Record<string, unknown>;
+  readonly #encodeWorkers: number;
+  readonly #tokenizerJsonText: string | undefined;
+  #pool: EncodePool | undefined;
   /** Byte-level BPE: each id's bytes (or, for added tokens, its text), filled lazily; see `decode`. */
   readonly #byteLevel: boolean;
   readonly #pieces: Array<Uint8Array | string | undefined> = [];
@@ -60,6 +77,9 @@ export class ChatTokenizer {
     options: Omit<LoadTokenizerOptions, 'signal'> = {},
   ) {
     this.#tokenizer = new Tokenizer(tokenizerJson, config);
+    this.#tokenizerJson = tokenizerJson;
+    this.#encodeWorkers = options.encodeWorkers ?? 1;
+    this.#tokenizerJsonText = options.tokenizerJsonText;
     this.#config = config;
     const template = options.chatTemplate ?? pickTemplate(config.chat_template);
     if (template === undefined) {
@@ -104,34 +124,102 @@ export class ChatTokenizer {
 
   /** Token ids of `text` (no special tokens added; special-token text maps to its id). */
   encode(text: string): Int32Array {
-    if (!this.#addedSplit)
-      return Int32Array.from(this.#tokenizer.encode(text, { add_special_tokens: false }).ids);
-    const pieces = text.split(this.#addedSplit);
-    const parts: Int32Array[] = [];
-    let total = 0;
+    if (!this.#addedSplit) return this.#bpe(text);
+    const { pieces, parts } = this.#split(text);
+    for (let i = 0; i < parts.length; i++) parts[i] ??= this.#cachedBpe(pieces[i]!);
+    return concat(parts as Int32Array[]);
+  }
+
+  /**
+   * `encode` for inputs of any size without holding the event loop: uncached text longer than
+   * `INLINE_ENCODE_CHARS` is encoded on a worker thread (`encodeWorkers`); short input stays inline. An
+   * abort stops the work at once.
+   */
+  async encodeAsync(text: string, options: { signal?: AbortSignal | undefined } = {}): Promise<Int32Array> {
+    const { pieces, parts } = this.#addedSplit
+      ? this.#split(text)
+      : { pieces: [text], parts: [undefined] as Array<Int32Array | undefined> };
+    const todo: number[] = [];
+    let chars = 0;
+    for (let i = 0; i < parts.length; i++) {
+      if (parts[i] === undefined) {
+        todo.push(i);
+        chars += pieces[i]!.length;
+      }
+    }
+    if (chars <= INLINE_ENCODE_CHARS) {
+      for (const i of todo) parts[i] = this.#addedSplit ? this.#cachedBpe(pieces[i]!) : this.#bpe(pieces[i]!);
+      return concat(parts as Int32Array[]);
+    }
+    // The split alone of a long text takes a while: let other work run before the worker hop.
+    await new Promise((resolve) => setImmediate(resolve));
+    if (options.signal?.aborted) throw options.signal.reason;
+    this.#pool ??= new EncodePool(
+      () => ({
+        tokenizerJson: this.#tokenizerJsonText ?? JSON.stringify(this.#tokenizerJson),
+        config: this.#config,
+      }),
+      this.#encodeWorkers,
+    );
+    const ids = await this.#pool.encode(
+      todo.map((i) => pieces[i]!),
+      options.signal,
+    );
+    todo.forEach((at, k) => {
+      parts[at] = ids[k]!;
+      if (this.#addedSplit) this.#remember(pieces[at]!, ids[k]!);
+    });
+    return concat(parts as Int32Array[]);
+  }
+
+  /** Render and tokenize with `encodeAsync`. */
+  encodeChatAsync(
+    messages: readonly TemplateMessage[],
+    options: RenderOptions & { signal?: AbortSignal | undefined } = {},
+  ): Promise<Int32Array> {
+    return this.encodeAsync(this.render(messages, options), { signal: options.signal });
+  }
+
+  /** Stop the encode workers (they never keep the process alive; this frees them early). */
+  async close(): Promise<void> {
+    await this.#pool?.close();
+    this.#pool = undefined;
+  }
+
+  /** Text split at added tokens: added tokens and cached pieces resolved, the rest left undefined. */
+  #split(text: string): { pieces: string[]; parts: Array<Int32Array | undefined> } {
+    const pieces = text.split(this.#addedSplit!);
+    const parts: Array<Int32Array | undefined> = new Array(pieces.length);
     for (let i = 0; i < pieces.length; i++) {
       const piece = pieces[i]!;
-      if (piece === '') continue;
-      let ids: Int32Array | undefined;
-      if (i % 2 === 1) ids = Int32Array.of(this.#addedIds.get(piece)!);
-      else {
-        ids = this.#segments.get(piece);
-        if (!ids) {
-          ids = Int32Array.from(this.#tokenizer.encode(piece, { add_special_tokens: false }).ids);
-          if (this.#segments.size >= SEGMENT_CACHE_LIMIT) this.#segments.clear();
-          this.#segments.set(piece, ids);
-        }
-      }
-      parts.push(ids);
-      total += ids.length;
+      if (piece === '') parts[i] = EMPTY;
+      else if (i % 2 === 1) parts[i] = Int32Array.of(this.#addedIds.get(piece)!);
+      else parts[i] = this.#segments.get(piece);
     }
-    const out = new Int32Array(total);
-    let at = 0;
-    for (const p of parts) {
-      out.set(p, at);
-      at += p.length;
+    return { pieces, parts };
+  }
+
+  #bpe(text: string): Int32Array {
+    return Int32Array.from(this.#tokenizer.encode(text, { add_special_tokens: false }).ids);
+  }
+
+  #cachedBpe(piece: string): Int32Array {
+    const ids = this.#bpe(piece);
+    this.#remember(piece, ids);
+    return ids;
+  }
+
+  #remember(piece: string, ids: Int32Array): void {
+    if (piece.length > SEGMENT_CACHE_CHARS / 4) return;
+    if (
+      this.#segments.size >= SEGMENT_CACHE_LIMIT ||
+      this.#segmentChars + piece.length > SEGMENT_CACHE_CHARS
+    ) {
+      this.#segments.clear();
+      this.#segmentChars = 0;
     }
-    return out;
+    this.#segments.set(piece, ids);
+    this.#segmentChars += piece.length;
   }
 
   /** Text of `ids` (special tokens kept unless `skipSpecialTokens`). */
@@ -226,6 +314,21 @@ export class ChatTokenizer {
   }
 }
 
+const EMPTY = new Int32Array(0);
+
+function concat(parts: readonly Int32Array[]): Int32Array {
+  if (parts.length === 1) return parts[0]!.slice(); // never hand out a cached array
+  let total = 0;
+  for (const p of parts) total += p.length;
+  const out = new Int32Array(total);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
 /** GPT-2's byte-to-unicode table, reversed: the character a byte-level BPE vocabulary uses for each byte. */
 const UNICODE_TO_BYTE: Map<string, number> = (() => {
   const map = new Map<string, number>();
@@ -253,7 +356,10 @@ function pickTemplate(value: unknown): string | undefined {
   return undefined;
 }
 
-async function readJson(path: string, signal: AbortSignal | undefined): Promise<Record<string, unknown>> {
+async function readJson(
+  path: string,
+  signal: AbortSignal | undefined,
+): Promise<{ json: Record<string, unknown>; text: string }> {
   let text: string;
   try {
     text = await readFile(path, { encoding: 'utf8', ...(signal ? { signal } : {}) });
@@ -263,7 +369,7 @@ async function readJson(path: string, signal: AbortSignal | undefined): Promise<
     });
   }
   try {
-    return JSON.parse(text) as Record<string, unknown>;
+    return { json: JSON.parse(text) as Record<string, unknown>, text };
   } catch (cause) {
     throw new ConfigError(`${path} is not valid JSON: ${(cause as Error).message}`, { cause });
   }
@@ -284,7 +390,8 @@ export async function loadTokenizer(dir: string, options: LoadTokenizerOptions =
   if (chatTemplate === undefined) {
     chatTemplate = await readFile(join(dir, 'chat_template.jinja'), 'utf8').catch(() => undefined);
   }
-  return new ChatTokenizer(json, config, {
+  return new ChatTokenizer(json.json, config.json, {
+    tokenizerJsonText: json.text,
     ...rest,
     ...(chatTemplate !== undefined ? { chatTemplate } : {}),
   });
