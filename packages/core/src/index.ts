@@ -40,6 +40,7 @@ export {
   type SessionOptions,
   startCaptureProxy,
 } from './proxy/proxy.js';
+export { DEFAULT_PROXY_LIMITS, type ProxyLimits } from './proxy/server.js';
 export {
   type CheckTrigger,
   type EngineLease,

@@ -11,7 +11,7 @@ import {
   startAttacker,
 } from '../__fixtures__/proxy-attack.js';
 import { closeAll, closers, setup } from '../__fixtures__/proxy-harness.js';
-import type { ServerLimits } from './server.js';
+import type { ProxyLimits } from './server.js';
 
 afterEach(closeAll);
 let attacker: Attacker;
@@ -20,7 +20,7 @@ beforeAll(async () => {
 });
 afterAll(() => attacker.close());
 
-async function attacked(limits: ServerLimits = {}) {
+async function attacked(limits: ProxyLimits = {}) {
   const { proxy } = await setup(() => 'pong', { proxy: { limits } });
   proxy.openSession('victim');
   proxy.openSession('attacker');
@@ -251,7 +251,7 @@ describe('capture proxy hardening: slow and idle clients, connection floods', ()
       [{ headersTimeoutMs: 5_000, requestTimeoutMs: 1_000 }, /must not exceed limits\.requestTimeoutMs/],
       [{ maxConnection: 10 }, /limits\.maxConnection: unknown limit/],
     ] as const) {
-      await expect(setup(() => 'x', { proxy: { limits: limits as ServerLimits } })).rejects.toThrow(message);
+      await expect(setup(() => 'x', { proxy: { limits: limits as ProxyLimits } })).rejects.toThrow(message);
     }
   });
 });

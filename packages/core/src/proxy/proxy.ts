@@ -26,7 +26,7 @@ import {
   checkDepth,
   readBody,
   resolveLimits,
-  type ServerLimits,
+  type ProxyLimits,
   startProxyServer,
   yieldToLoop,
 } from './server.js';
@@ -88,7 +88,7 @@ export interface CaptureProxyOptions {
   /** Open unknown session ids on first use instead of answering 401 (default false). */
   autoOpenSessions?: boolean;
   /** Caps and timeouts against hostile or broken clients (body and header size, slow clients, socket count). */
-  limits?: ServerLimits | undefined;
+  limits?: ProxyLimits | undefined;
 }
 
 export interface ProxyTurnEvent {

@@ -10,7 +10,7 @@ import { StringDecoder } from 'node:string_decoder';
 import { ConfigError } from '../errors.js';
 import { RequestError } from './dialects.js';
 
-export interface ServerLimits {
+export interface ProxyLimits {
   /** Largest request body in bytes (default 32 MiB). A larger one is answered 413 and never buffered whole. */
   maxBodyBytes?: number | undefined;
   /** Largest request head (request line + headers) in bytes (default 64 KiB); past it: 431. */
@@ -27,9 +27,9 @@ export interface ServerLimits {
   maxJsonDepth?: number | undefined;
 }
 
-export type ResolvedLimits = { [K in keyof ServerLimits]-?: number };
+export type ResolvedLimits = { [K in keyof ProxyLimits]-?: number };
 
-export const DEFAULT_LIMITS: ResolvedLimits = {
+export const DEFAULT_PROXY_LIMITS: ResolvedLimits = {
   maxBodyBytes: 32 * 1024 * 1024,
   maxHeaderBytes: 64 * 1024,
   headersTimeoutMs: 10_000,
@@ -40,17 +40,19 @@ export const DEFAULT_LIMITS: ResolvedLimits = {
 };
 
 /** The limits with defaults filled in; a bad value is a `ConfigError` naming the field. */
-export function resolveLimits(limits: ServerLimits = {}): ResolvedLimits {
-  const out = { ...DEFAULT_LIMITS };
-  for (const key of Object.keys(limits) as Array<keyof ServerLimits>) {
+export function resolveLimits(limits: ProxyLimits = {}): ResolvedLimits {
+  const out = { ...DEFAULT_PROXY_LIMITS };
+  for (const key of Object.keys(limits) as Array<keyof ProxyLimits>) {
     const value = limits[key];
     if (value === undefined) continue;
-    if (!(key in DEFAULT_LIMITS)) {
-      throw new ConfigError(`limits.${key}: unknown limit; known: ${Object.keys(DEFAULT_LIMITS).join(', ')}`);
+    if (!(key in DEFAULT_PROXY_LIMITS)) {
+      throw new ConfigError(
+        `limits.${key}: unknown limit; known: ${Object.keys(DEFAULT_PROXY_LIMITS).join(', ')}`,
+      );
     }
     if (!Number.isInteger(value) || value <= 0) {
       throw new ConfigError(
-        `limits.${key}: expected a positive integer, found ${JSON.stringify(value)}; omit it for the default ${DEFAULT_LIMITS[key]}`,
+        `limits.${key}: expected a positive integer, found ${JSON.stringify(value)}; omit it for the default ${DEFAULT_PROXY_LIMITS[key]}`,
       );
     }
     out[key] = value;

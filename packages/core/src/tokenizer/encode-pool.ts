@@ -88,7 +88,8 @@ export class EncodePool {
       if (slot.task || this.#queue.length === 0) continue;
       const task = this.#queue.shift()!;
       slot.task = task;
-      const worker = (slot.worker ??= this.#spawn(slot));
+      slot.worker ??= this.#spawn(slot);
+      const worker = slot.worker;
       worker.ref();
       worker.postMessage({ id: this.#nextId++, pieces: task.pieces });
     }
