@@ -156,7 +156,14 @@ export type {
   TemplateToolCall,
   ToolDefinition,
 } from './tokenizer/template.js';
-export { ChatTokenizer, type LoadTokenizerOptions, loadTokenizer } from './tokenizer/tokenizer.js';
+export {
+  ChatTokenizer,
+  type EncodeChatOptions,
+  INLINE_ENCODE_CHARS,
+  type LoadTokenizerOptions,
+  loadTokenizer,
+  type SpecialTokenText,
+} from './tokenizer/tokenizer.js';
 export {
   type DriftReport,
   type FinishOptions,

@@ -5,7 +5,7 @@ import type { Engine, Sampling } from '../engine/types.js';
 import { ConfigError, EngineError, VimeError } from '../errors.js';
 import type { Turn } from '../rollout.js';
 import type { Sample } from '../sample.js';
-import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
+import type { ChatTokenizer, SpecialTokenText } from '../tokenizer/tokenizer.js';
 import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
 import { adminRoute } from './admin.js';
 import {
@@ -87,6 +87,12 @@ export interface CaptureProxyOptions {
   modelName?: string;
   /** Open unknown session ids on first use instead of answering 401 (default false). */
   autoOpenSessions?: boolean;
+  /**
+   * What special-token text (`<|im_start|>`, …) in user, system and tool content becomes: `special` (the
+   * default: what SGLang and vLLM do when they tokenize a rendered chat, so captures match the engine's own
+   * chat endpoints token for token) or `text` (encoded as plain text: content cannot inject markup).
+   */
+  specialTokenText?: SpecialTokenText | undefined;
   /** Caps and timeouts against hostile or broken clients (body and header size, slow clients, socket count). */
   limits?: ProxyLimits | undefined;
 }
@@ -197,6 +203,12 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     );
   }
   const limits = resolveLimits(options.limits);
+  const specialTokenText = options.specialTokenText ?? 'special';
+  if (specialTokenText !== 'special' && specialTokenText !== 'text') {
+    throw new ConfigError(
+      `specialTokenText: expected 'special' or 'text', found ${JSON.stringify(specialTokenText)}`,
+    );
+  }
   const router = new EngineRouter(engines, options.router);
   let url = '';
 
@@ -284,6 +296,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     const promptIds = await tokenizer.encodeChatAsync(req.messages, {
       tools: req.tools,
       templateKwargs,
+      specialTokenText,
       signal,
     });
     const { sampling, overridden } = resolveSampling(state, req, promptIds.length);
@@ -452,6 +465,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         const ids = await tokenizer.encodeChatAsync(req.messages, {
           tools: req.tools,
           templateKwargs: state.templateKwargs,
+          specialTokenText,
           signal,
         });
         return json(200, { input_tokens: ids.length });

@@ -10,10 +10,13 @@ export interface EncodeSource {
   /** `tokenizer.json` as text (sent to each worker; a string copies faster than an object graph). */
   tokenizerJson: string;
   config: Record<string, unknown>;
+  /** Added tokens a plain-text piece is encoded without (see `special-text.ts`). */
+  specials: string[];
 }
 
 interface Task {
   pieces: string[];
+  plain: boolean[];
   signal: AbortSignal | undefined;
   resolve: (ids: Int32Array[]) => void;
   reject: (error: unknown) => void;
@@ -51,12 +54,15 @@ export class EncodePool {
     }));
   }
 
-  /** Encode each piece (no added-token splitting happens here: the caller split already). */
-  encode(pieces: string[], signal?: AbortSignal): Promise<Int32Array[]> {
+  /**
+   * Encode each piece (split at added tokens by the caller already); a `plain` piece is encoded by a
+   * tokenizer without the special tokens.
+   */
+  encode(pieces: string[], plain: boolean[], signal?: AbortSignal): Promise<Int32Array[]> {
     if (this.#closed) return Promise.reject(new Error('the tokenizer worker pool is closed'));
     if (signal?.aborted) return Promise.reject(signal.reason);
     return new Promise((resolve, reject) => {
-      const task: Task = { pieces, signal, resolve, reject };
+      const task: Task = { pieces, plain, signal, resolve, reject };
       signal?.addEventListener('abort', () => this.#abort(task), { once: true });
       this.#queue.push(task);
       this.#pump();
@@ -91,7 +97,7 @@ export class EncodePool {
       slot.worker ??= this.#spawn(slot);
       const worker = slot.worker;
       worker.ref();
-      worker.postMessage({ id: this.#nextId++, pieces: task.pieces });
+      worker.postMessage({ id: this.#nextId++, pieces: task.pieces, plain: task.plain });
     }
   }
 

@@ -4,10 +4,22 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { Tokenizer } from '@huggingface/tokenizers';
 
-const tokenizer = new Tokenizer(JSON.parse(workerData.tokenizerJson), workerData.config);
+const json = JSON.parse(workerData.tokenizerJson);
+const tokenizer = new Tokenizer(json, workerData.config);
+let plainTokenizer;
+/** Without the special added tokens: their text in a `plain` piece encodes as plain text. */
+const plain = () => {
+  plainTokenizer ??= new Tokenizer(
+    { ...json, added_tokens: json.added_tokens.filter((t) => !workerData.specials.includes(t.content)) },
+    workerData.config,
+  );
+  return plainTokenizer;
+};
 
-parentPort.on('message', ({ id, pieces }) => {
-  const ids = pieces.map((p) => Int32Array.from(tokenizer.encode(p, { add_special_tokens: false }).ids));
+parentPort.on('message', ({ id, pieces, plain: plainPieces }) => {
+  const ids = pieces.map((p, i) =>
+    Int32Array.from((plainPieces[i] ? plain() : tokenizer).encode(p, { add_special_tokens: false }).ids),
+  );
   parentPort.postMessage(
     { id, ids },
     ids.map((a) => a.buffer),

@@ -4,6 +4,7 @@ import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { ConfigError } from '../errors.js';
 import { EncodePool } from './encode-pool.js';
+import { SpecialTextEscaper, withoutAddedTokens } from './special-text.js';
 import {
   hermesToolParser,
   type ParsedResponse,
@@ -30,6 +31,17 @@ export interface LoadTokenizerOptions {
   /** The text of `tokenizer.json` when at hand (what the workers are sent; else it is re-serialised). */
   tokenizerJsonText?: string;
   signal?: AbortSignal;
+}
+
+/**
+ * What special-token text (`<|im_start|>`, …) inside harness content becomes: `special` (the default, as
+ * SGLang and vLLM tokenize a rendered chat) the special token itself; `text` plain text, so content cannot
+ * inject markup. The template's own markup is special either way, and assistant messages are kept as is.
+ */
+export type SpecialTokenText = 'special' | 'text';
+
+export interface EncodeChatOptions extends RenderOptions {
+  specialTokenText?: SpecialTokenText | undefined;
 }
 
 const SEGMENT_CACHE_LIMIT = 20_000;
@@ -59,6 +71,11 @@ export class ChatTokenizer {
   readonly #addedSplit: RegExp | undefined;
   readonly #addedIds = new Map<string, number>();
   readonly #segments = new Map<string, Int32Array>();
+  /** Pieces of chats rendered with `specialTokenText: 'text'` (escaped; never mixed with the above). */
+  readonly #escapedSegments = new Map<string, Int32Array>();
+  readonly #specialTexts: string[] = [];
+  readonly #escaper: SpecialTextEscaper;
+  #plain: Tokenizer | undefined;
   #segmentChars = 0;
   readonly #tokenizerJson: Record<string, unknown>;
   readonly #encodeWorkers: number;
@@ -111,8 +128,12 @@ export class ChatTokenizer {
     for (const t of added) {
       this.#addedIds.set(String(t.content), Number(t.id));
       this.#addedById.set(Number(t.id), String(t.content));
-      if (t.special || extraSpecial.has(String(t.content))) this.#specialIds.add(Number(t.id));
+      if (t.special || extraSpecial.has(String(t.content))) {
+        this.#specialIds.add(Number(t.id));
+        this.#specialTexts.push(String(t.content));
+      }
     }
+    this.#escaper = new SpecialTextEscaper(this.#specialTexts);
     this.#byteLevel = (tokenizerJson.decoder as { type?: string } | undefined)?.type === 'ByteLevel';
     if (cacheable && added.length > 0) {
       const alternatives = [...this.#addedIds.keys()]
@@ -124,10 +145,7 @@ export class ChatTokenizer {
 
   /** Token ids of `text` (no special tokens added; special-token text maps to its id). */
   encode(text: string): Int32Array {
-    if (!this.#addedSplit) return this.#bpe(text);
-    const { pieces, parts } = this.#split(text);
-    for (let i = 0; i < parts.length; i++) parts[i] ??= this.#cachedBpe(pieces[i]!);
-    return concat(parts as Int32Array[]);
+    return this.#encodeSync(text, false);
   }
 
   /**
@@ -135,10 +153,43 @@ export class ChatTokenizer {
    * `INLINE_ENCODE_CHARS` is encoded on a worker thread (`encodeWorkers`); short input stays inline. An
    * abort stops the work at once.
    */
-  async encodeAsync(text: string, options: { signal?: AbortSignal | undefined } = {}): Promise<Int32Array> {
-    const { pieces, parts } = this.#addedSplit
-      ? this.#split(text)
-      : { pieces: [text], parts: [undefined] as Array<Int32Array | undefined> };
+  encodeAsync(text: string, options: { signal?: AbortSignal | undefined } = {}): Promise<Int32Array> {
+    return this.#encodeAsync(text, false, options.signal);
+  }
+
+  /** Render and tokenize: the exact prompt ids an engine is sent. */
+  encodeChat(messages: readonly TemplateMessage[], options: EncodeChatOptions = {}): Int32Array {
+    const escaped = options.specialTokenText === 'text';
+    return this.#encodeSync(
+      this.render(escaped ? this.#escaper.escapeMessages(messages) : messages, options),
+      escaped,
+    );
+  }
+
+  /** `encodeChat` with `encodeAsync`'s off-the-loop tokenization of long inputs. */
+  encodeChatAsync(
+    messages: readonly TemplateMessage[],
+    options: EncodeChatOptions & { signal?: AbortSignal | undefined } = {},
+  ): Promise<Int32Array> {
+    const escaped = options.specialTokenText === 'text';
+    const text = this.render(escaped ? this.#escaper.escapeMessages(messages) : messages, options);
+    return this.#encodeAsync(text, escaped, options.signal);
+  }
+
+  /** Stop the encode workers (they never keep the process alive; this frees them early). */
+  async close(): Promise<void> {
+    await this.#pool?.close();
+    this.#pool = undefined;
+  }
+
+  #encodeSync(text: string, escaped: boolean): Int32Array {
+    const { pieces, parts } = this.#split(text, escaped);
+    for (let i = 0; i < parts.length; i++) parts[i] ??= this.#encodePiece(pieces[i]!, escaped);
+    return concat(parts as Int32Array[]);
+  }
+
+  async #encodeAsync(text: string, escaped: boolean, signal: AbortSignal | undefined): Promise<Int32Array> {
+    const { pieces, parts } = this.#split(text, escaped);
     const todo: number[] = [];
     let chars = 0;
     for (let i = 0; i < parts.length; i++) {
@@ -148,77 +199,72 @@ export class ChatTokenizer {
       }
     }
     if (chars <= INLINE_ENCODE_CHARS) {
-      for (const i of todo) parts[i] = this.#addedSplit ? this.#cachedBpe(pieces[i]!) : this.#bpe(pieces[i]!);
+      for (const i of todo) parts[i] = this.#encodePiece(pieces[i]!, escaped);
       return concat(parts as Int32Array[]);
     }
     // The split alone of a long text takes a while: let other work run before the worker hop.
     await new Promise((resolve) => setImmediate(resolve));
-    if (options.signal?.aborted) throw options.signal.reason;
+    if (signal?.aborted) throw signal.reason;
     this.#pool ??= new EncodePool(
       () => ({
         tokenizerJson: this.#tokenizerJsonText ?? JSON.stringify(this.#tokenizerJson),
         config: this.#config,
+        specials: this.#specialTexts,
       }),
       this.#encodeWorkers,
     );
-    const ids = await this.#pool.encode(
-      todo.map((i) => pieces[i]!),
-      options.signal,
-    );
+    const plain = todo.map((i) => escaped && SpecialTextEscaper.holdsEscapes(pieces[i]!));
+    const texts = todo.map((i, k) => (plain[k] ? this.#escaper.unescape(pieces[i]!) : pieces[i]!));
+    const ids = await this.#pool.encode(texts, plain, signal);
     todo.forEach((at, k) => {
       parts[at] = ids[k]!;
-      if (this.#addedSplit) this.#remember(pieces[at]!, ids[k]!);
+      if (this.#addedSplit) this.#remember(pieces[at]!, ids[k]!, escaped);
     });
     return concat(parts as Int32Array[]);
   }
 
-  /** Render and tokenize with `encodeAsync`. */
-  encodeChatAsync(
-    messages: readonly TemplateMessage[],
-    options: RenderOptions & { signal?: AbortSignal | undefined } = {},
-  ): Promise<Int32Array> {
-    return this.encodeAsync(this.render(messages, options), { signal: options.signal });
-  }
-
-  /** Stop the encode workers (they never keep the process alive; this frees them early). */
-  async close(): Promise<void> {
-    await this.#pool?.close();
-    this.#pool = undefined;
-  }
-
   /** Text split at added tokens: added tokens and cached pieces resolved, the rest left undefined. */
-  #split(text: string): { pieces: string[]; parts: Array<Int32Array | undefined> } {
-    const pieces = text.split(this.#addedSplit!);
+  #split(text: string, escaped: boolean): { pieces: string[]; parts: Array<Int32Array | undefined> } {
+    if (!this.#addedSplit) return { pieces: [text], parts: [undefined] };
+    const cache = escaped ? this.#escapedSegments : this.#segments;
+    const pieces = text.split(this.#addedSplit);
     const parts: Array<Int32Array | undefined> = new Array(pieces.length);
     for (let i = 0; i < pieces.length; i++) {
       const piece = pieces[i]!;
       if (piece === '') parts[i] = EMPTY;
       else if (i % 2 === 1) parts[i] = Int32Array.of(this.#addedIds.get(piece)!);
-      else parts[i] = this.#segments.get(piece);
+      else parts[i] = cache.get(piece);
     }
     return { pieces, parts };
   }
 
-  #bpe(text: string): Int32Array {
-    return Int32Array.from(this.#tokenizer.encode(text, { add_special_tokens: false }).ids);
-  }
-
-  #cachedBpe(piece: string): Int32Array {
-    const ids = this.#bpe(piece);
-    this.#remember(piece, ids);
+  /** One piece's ids; in escaped text a piece holding escapes is restored and encoded as plain text. */
+  #encodePiece(piece: string, escaped: boolean): Int32Array {
+    const plain = escaped && SpecialTextEscaper.holdsEscapes(piece);
+    const tokenizer = plain ? this.#plainTokenizer() : this.#tokenizer;
+    const ids = Int32Array.from(
+      tokenizer.encode(plain ? this.#escaper.unescape(piece) : piece, { add_special_tokens: false }).ids,
+    );
+    if (this.#addedSplit) this.#remember(piece, ids, escaped);
     return ids;
   }
 
-  #remember(piece: string, ids: Int32Array): void {
+  #plainTokenizer(): Tokenizer {
+    this.#plain ??= new Tokenizer(withoutAddedTokens(this.#tokenizerJson, this.#specialTexts), this.#config);
+    return this.#plain;
+  }
+
+  #remember(piece: string, ids: Int32Array, escaped: boolean): void {
     if (piece.length > SEGMENT_CACHE_CHARS / 4) return;
     if (
-      this.#segments.size >= SEGMENT_CACHE_LIMIT ||
+      this.#segments.size + this.#escapedSegments.size >= SEGMENT_CACHE_LIMIT ||
       this.#segmentChars + piece.length > SEGMENT_CACHE_CHARS
     ) {
       this.#segments.clear();
+      this.#escapedSegments.clear();
       this.#segmentChars = 0;
     }
-    this.#segments.set(piece, ids);
+    (escaped ? this.#escapedSegments : this.#segments).set(piece, ids);
     this.#segmentChars += piece.length;
   }
 
@@ -301,11 +347,6 @@ export class ChatTokenizer {
     };
     if (options.tools && options.tools.length > 0) vars.tools = options.tools;
     return this.#template.render(vars);
-  }
-
-  /** Render and tokenize: the exact prompt ids an engine is sent. */
-  encodeChat(messages: readonly TemplateMessage[], options: RenderOptions = {}): Int32Array {
-    return this.encode(this.render(messages, options));
   }
 
   /** Split raw output text into reasoning, content and tool calls with this model's parsers. */
