@@ -22,6 +22,7 @@ import {
   type TurnReply,
 } from './dialects.js';
 import { EngineRouter, type EngineRouterOptions } from './router.js';
+import { resolveSampling } from './sampling.js';
 import {
   checkDepth,
   readBody,
@@ -164,20 +165,6 @@ interface Reply {
   body: string;
 }
 
-/** Sampling knob wire names → the `Sampling` field that replaces them. */
-const KNOB_FIELDS: Record<string, keyof Sampling> = {
-  temperature: 'temperature',
-  top_p: 'topP',
-  top_k: 'topK',
-  min_p: 'minP',
-  presence_penalty: 'presencePenalty',
-  frequency_penalty: 'frequencyPenalty',
-  repetition_penalty: 'repetitionPenalty',
-  seed: 'seed',
-  stop: 'stop',
-  stop_sequences: 'stop',
-};
-
 const JSON_TYPE = 'application/json';
 const LARGE_BODY_CHARS = 1 << 20;
 const SSE_TYPE = 'text/event-stream';
@@ -259,28 +246,6 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     return trajectories.finish(id, { ...finish, ...(status ? { status } : {}) });
   }
 
-  function resolveSampling(state: SessionState, req: ChatRequest, promptTokens: number) {
-    const sampling: Sampling = { ...state.sampling };
-    const overridden: Record<string, { sent: unknown; used: unknown }> = {};
-    for (const [knob, sent] of Object.entries(req.sampling)) {
-      const field = KNOB_FIELDS[knob];
-      if (!field) continue;
-      const used = sampling[field];
-      if (JSON.stringify(used) !== JSON.stringify(sent)) overridden[knob] = { sent, used };
-    }
-    let maxTokens = Math.min(
-      sampling.maxTokens ?? options.defaultMaxTokens ?? 4096,
-      req.maxTokens ?? Number.POSITIVE_INFINITY,
-    );
-    if (state.maxContextTokens !== undefined)
-      maxTokens = Math.min(maxTokens, state.maxContextTokens - promptTokens);
-    if (req.maxTokens !== undefined && req.maxTokens !== maxTokens) {
-      overridden.max_tokens = { sent: req.maxTokens, used: maxTokens };
-    }
-    sampling.maxTokens = maxTokens;
-    return { sampling, overridden };
-  }
-
   async function runTurn(
     state: SessionState,
     dialect: Dialect,
@@ -299,7 +264,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       specialTokenText,
       signal,
     });
-    const { sampling, overridden } = resolveSampling(state, req, promptIds.length);
+    const { sampling, overridden } = resolveSampling(state, req, promptIds.length, options.defaultMaxTokens);
     if (Object.keys(overridden).length > 0)
       events.emit('sampling:override', { sessionId: state.id, fields: overridden });
     const rid = newRequestId('turn');
