@@ -183,6 +183,8 @@ export async function startProxyServer(
   };
 }
 
+const INCREMENTAL_DECODE_BYTES = 1 << 20;
+
 /**
  * The request body as text, refused with a 413 `RequestError` as soon as it is known to pass `maxBytes`
  * (a `Content-Length` over it, or the bytes read so far): nothing past the cap is buffered.
@@ -196,9 +198,11 @@ export function readBody(req: IncomingMessage, maxBytes: number): Promise<string
   const declared = req.headers['content-length'];
   if (declared !== undefined && Number(declared) > maxBytes) return Promise.reject(tooLarge(declared));
   return new Promise((resolve, reject) => {
-    // Decoded as it arrives: a 30 MB body then costs no single long decode once it is complete.
-    const decoder = new StringDecoder('utf8');
-    const chunks: string[] = [];
+    // Small bodies are decoded once at the end; past 1 MiB a body is decoded as it arrives, so a 30 MB
+    // one costs no single long decode when it is complete.
+    let buffers: Buffer[] = [];
+    const strings: string[] = [];
+    let decoder: StringDecoder | undefined;
     let size = 0;
     const fail = (error: Error) => {
       req.off('data', onData);
@@ -207,18 +211,33 @@ export function readBody(req: IncomingMessage, maxBytes: number): Promise<string
     const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > maxBytes) {
-        chunks.length = 0;
+        buffers = [];
+        strings.length = 0;
         // Stop reading: the reply is sent with `Connection: close` and the socket closed after it.
         req.pause();
         fail(tooLarge(`more than ${maxBytes}`));
         return;
       }
-      chunks.push(decoder.write(chunk));
+      if (decoder) strings.push(decoder.write(chunk));
+      else {
+        buffers.push(chunk);
+        if (size > INCREMENTAL_DECODE_BYTES) {
+          decoder = new StringDecoder('utf8');
+          strings.push(decoder.write(Buffer.concat(buffers)));
+          buffers = [];
+        }
+      }
     };
     req.on('data', onData);
     req.once('end', () => {
-      chunks.push(decoder.end());
-      resolve(chunks.length === 1 ? chunks[0]! : chunks.join(''));
+      if (!decoder)
+        resolve(
+          buffers.length === 1 ? buffers[0]!.toString('utf8') : Buffer.concat(buffers).toString('utf8'),
+        );
+      else {
+        strings.push(decoder.end());
+        resolve(strings.join(''));
+      }
     });
     req.once('error', fail);
     req.once('close', () => {
