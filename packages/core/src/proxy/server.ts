@@ -19,7 +19,10 @@ export interface ProxyLimits {
   headersTimeoutMs?: number | undefined;
   /** Time a client has to send its whole request, body included (default 60 s); past it: 408. */
   requestTimeoutMs?: number | undefined;
-  /** How long an idle keep-alive connection stays open (default 5 s). */
+  /**
+   * How long an idle keep-alive connection stays open (default 65 s: longer than clients keep idle
+   * sockets, so a client never reuses one the proxy is closing; idle floods meet `maxConnections`).
+   */
   keepAliveTimeoutMs?: number | undefined;
   /** Most open client sockets (default 4096); a socket past the cap gets a 503 with `Retry-After: 1`. */
   maxConnections?: number | undefined;
@@ -34,7 +37,7 @@ export const DEFAULT_PROXY_LIMITS: ResolvedLimits = {
   maxHeaderBytes: 64 * 1024,
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 60_000,
-  keepAliveTimeoutMs: 5_000,
+  keepAliveTimeoutMs: 65_000,
   maxConnections: 4096,
   maxJsonDepth: 64,
 };
