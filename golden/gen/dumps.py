@@ -58,6 +58,38 @@ def verl_case(fn, **kwargs):
     return unpad(adv, LENGTHS), unpad(ret, LENGTHS), one[:, 0].tolist()
 
 
+# ReMax's greedy-rollout reward per prompt (one per group, as verl's trainer computes it per prompt).
+BASELINES = [0.4, 0.0, 2e-4, 11.5]
+# Critic values per token (GAE).
+VALUES = [[round(0.1 * ((i + t) % 5) - 0.2, 2) for t in range(n)] for i, n in enumerate(LENGTHS)]
+
+
+def verl_reinforce_plus_plus():
+    mask = padded(MASKS, T, 0, torch.int64)
+    config = V.AlgoConfig(gamma=1.0)
+    adv, ret = C.compute_reinforce_plus_plus_outcome_advantage(token_rewards(), mask, config=config)
+    one, _ = C.compute_reinforce_plus_plus_outcome_advantage(torch.tensor(REWARDS).unsqueeze(-1),
+                                                             torch.ones(B, 1, dtype=torch.int64), config=config)
+    return unpad(adv, LENGTHS), unpad(ret, LENGTHS), one[:, 0].tolist()
+
+
+def verl_remax():
+    mask = padded(MASKS, T, 0, torch.int64)
+    rb = torch.tensor([BASELINES[g] for g in INDEX], dtype=torch.float32)
+    adv, ret = C.compute_remax_outcome_advantage(token_rewards(), rb, mask)
+    one, _ = C.compute_remax_outcome_advantage(torch.tensor(REWARDS).unsqueeze(-1), rb, torch.ones(B, 1, dtype=torch.int64))
+    return unpad(adv, LENGTHS), unpad(ret, LENGTHS), one[:, 0].tolist()
+
+
+def verl_gae():
+    mask = padded(MASKS, T, 0, torch.int64)
+    values = padded(VALUES, T, 0.0)
+    adv, ret = C.compute_gae_advantage_return(token_rewards(), values, mask, 1.0, 1.0)
+    one, _ = C.compute_gae_advantage_return(torch.tensor(REWARDS).unsqueeze(-1), torch.tensor([[v[0]] for v in VALUES]),
+                                            torch.ones(B, 1, dtype=torch.int64), 1.0, 1.0)
+    return unpad(adv, LENGTHS), unpad(ret, LENGTHS), one[:, 0].tolist()
+
+
 def trl_case(scale):
     adv = trl.trl_advantages(torch.tensor(REWARDS).unsqueeze(1), N, [1.0], scale, "sum_then_normalize")
     rows = [[a] * n for a, n in zip(adv.tolist(), LENGTHS)]
@@ -65,8 +97,9 @@ def trl_case(scale):
 
 
 def openrlhf_case(estimator):
-    adv, ret = orlhf.run(estimator, N, REWARDS, LENGTHS, MASKS)
-    one, _ = orlhf.run(estimator, N, REWARDS, [1] * B, [[1]] * B)
+    values = VALUES if estimator == "gae" else None
+    adv, ret = orlhf.run(estimator, N, REWARDS, LENGTHS, MASKS, values=values)
+    one, _ = orlhf.run(estimator, N, REWARDS, [1] * B, [[1]] * B, values=[[v[0]] for v in values] if values else None)
     return adv, ret, [a[0] for a in one]
 
 
@@ -90,6 +123,11 @@ CASES = {
     "verl_reinforce_plus_plus_baseline": ("volcengine/verl", "verl/trainer/ppo/core_algos.py",
                                           "compute_reinforce_plus_plus_baseline_outcome_advantage",
                                           lambda: verl_case("compute_reinforce_plus_plus_baseline_outcome_advantage")),
+    "verl_reinforce_plus_plus": ("volcengine/verl", "verl/trainer/ppo/core_algos.py",
+                                 "compute_reinforce_plus_plus_outcome_advantage",
+                                 verl_reinforce_plus_plus),
+    "verl_remax": ("volcengine/verl", "verl/trainer/ppo/core_algos.py", "compute_remax_outcome_advantage", verl_remax),
+    "verl_gae": ("volcengine/verl", "verl/trainer/ppo/core_algos.py", "compute_gae_advantage_return", verl_gae),
     "trl_group": ("huggingface/trl", "trl/trainer/grpo_trainer.py", "GRPOTrainer._generate_and_score_completions",
                   lambda: trl_case("group")),
     "trl_batch": ("huggingface/trl", "trl/trainer/grpo_trainer.py", "GRPOTrainer._generate_and_score_completions",
@@ -105,10 +143,16 @@ CASES = {
     "openrlhf_reinforce_baseline": ("OpenRLHF/OpenRLHF", "openrlhf/trainer/ppo_utils/experience_maker.py",
                                     "RemoteExperienceMaker.compute_advantages_and_returns",
                                     lambda: openrlhf_case("reinforce_baseline")),
+    "openrlhf_reinforce": ("OpenRLHF/OpenRLHF", "openrlhf/trainer/ppo_utils/experience_maker.py",
+                           "RemoteExperienceMaker.compute_advantages_and_returns", lambda: openrlhf_case("reinforce")),
+    "openrlhf_gae": ("OpenRLHF/OpenRLHF", "openrlhf/trainer/ppo_utils/experience_maker.py",
+                     "RemoteExperienceMaker.compute_advantages_and_returns", lambda: openrlhf_case("gae")),
 }
+# The dumps of a critic-based estimator carry the critic's values, as a PPO trainer's dump does.
+WITH_VALUES = {"verl_gae", "openrlhf_gae"}
 
 
-def write_dumps(name, advantages, returns, scalars):
+def write_dumps(name, advantages, returns, scalars, values=None):
     root = os.path.join(GOLDEN, "convention-dumps", name)
     os.makedirs(os.path.join(root, "rollout_data"), exist_ok=True)
     os.makedirs(os.path.join(root, "train_data"), exist_ok=True)
@@ -120,7 +164,8 @@ def write_dumps(name, advantages, returns, scalars):
     train = {"format_version": 2, "rollout_id": ROLLOUT_ID, "rank": 0, "samples": [
         {"data_parallel_rank": 0, "sample_index": i, "rollout_position": i, "tokens": torch.tensor(tokens[i]),
          "response_lengths": n, "rewards": float(np.float32(scalars[i])), "loss_masks": torch.tensor(MASKS[i], dtype=torch.int32),
-         "advantages": torch.tensor(advantages[i], dtype=torch.float32), "returns": torch.tensor(returns[i], dtype=torch.float32)}
+         "advantages": torch.tensor(advantages[i], dtype=torch.float32), "returns": torch.tensor(returns[i], dtype=torch.float32),
+         **({"values": torch.tensor(values[i], dtype=torch.float32)} if values else {})}
         for i, n in enumerate(LENGTHS)], "raw_reward": REWARDS}
     torch.save(rollout, os.path.join(root, "rollout_data", f"{ROLLOUT_ID}.pt"))
     torch.save(train, os.path.join(root, "train_data", f"{ROLLOUT_ID}.pt"))
@@ -129,10 +174,11 @@ def write_dumps(name, advantages, returns, scalars):
 manifest = {}
 for name, (repo, rel, fn, make) in CASES.items():
     adv, ret, scalars = make()
-    write_dumps(name, adv, ret, scalars)
+    write_dumps(name, adv, ret, scalars, VALUES if name in WITH_VALUES else None)
     manifest[name] = {"source": upstream.source_ref(repo, rel, fn), "rollout_id": ROLLOUT_ID}
 with open(os.path.join(GOLDEN, "convention-dumps", "manifest.json"), "w") as f:
     json.dump({"rewards": REWARDS, "response_lengths": LENGTHS, "loss_masks": MASKS, "n_samples_per_prompt": N,
+               "remax_reward_baselines": BASELINES, "gae_values": VALUES, "gamma": 1.0, "lam": 1.0,
                "cases": manifest}, f, indent=1)
     f.write("\n")
 print(f"dumps: {len(CASES)} conventions")

@@ -502,12 +502,16 @@ def save_pretrained(model: Qwen3ForCausalLM, path: str | os.PathLike, dtype: tor
     Each file is written to a temporary name and renamed, the weights last, so a reader that waits for
     `model.safetensors` sees a complete checkpoint.
     """
+    dtype = dtype or next(model.parameters()).dtype
+    save_state(model.config, {name: p.detach() for name, p in model.named_parameters()}, path, dtype)
+
+
+def save_state(cfg: Qwen3Config, state: dict[str, torch.Tensor], path: str | os.PathLike, dtype: torch.dtype) -> None:
+    """`save_pretrained` for a state dict in transformers' names (a trainer's weights, not a model object)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    cfg = model.config
-    dtype = dtype or next(model.parameters()).dtype
     cfg.torch_dtype = dtype_name(dtype)
-    state = {name: p.detach().to(dtype) for name, p in model.named_parameters()}
+    state = {name: t.detach().to(device="cpu", dtype=dtype) for name, t in state.items()}
     _write_json(path / "config.json", cfg.to_dict())
     eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id, QWEN3_ENDOFTEXT]
     gen = {"bos_token_id": cfg.bos_token_id, "eos_token_id": [i for i in dict.fromkeys(eos) if i is not None]}
@@ -561,5 +565,6 @@ __all__ = [
     "read_config",
     "read_state",
     "save_pretrained",
+    "save_state",
     "stop_token_ids",
 ]

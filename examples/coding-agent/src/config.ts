@@ -72,6 +72,8 @@ export const ConfigSchema = z.object({
     .default({ gold: 0.5, wrong: 0.35, malformed: 0.15 }),
   seed: z.number().int().default(7),
   quiet: z.boolean().default(false),
+  /** Also write a Weights & Biases offline run (`<out>/wandb/offline-run-…`) for this project. */
+  wandbProject: z.string().min(1).optional(),
   /** Seconds between progress lines when output is not a terminal. */
   progressEverySeconds: z.number().positive().default(10),
 });
@@ -123,6 +125,8 @@ Flags (environment variable in brackets; a flag wins over its variable):
                            consumer drains the queue (default sync)
   --seed N                 seed of the stand-in policy (default 7)
   --quiet                  no progress bars or progress lines
+  --wandb-project NAME     also write a Weights & Biases offline run under <out>/wandb for project NAME
+                           (upload it with \`wandb sync <out>/wandb/offline-run-*\`) [WANDB_PROJECT]
   -h, --help               this text
 `;
 
@@ -157,6 +161,7 @@ const FLAGS = {
   mode: { type: 'string' },
   seed: { type: 'string' },
   quiet: { type: 'boolean' },
+  'wandb-project': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -183,6 +188,7 @@ const NAMES: Record<string, string> = {
   onSuspicious: '--hacks',
   mode: '--mode',
   seed: '--seed',
+  wandbProject: '--wandb-project',
 };
 
 const whole = (value: string | undefined, name: string): number | undefined => {
@@ -213,6 +219,7 @@ export function configFromEnv(env: Record<string, string | undefined>): Record<s
     dataset: env.SWESMITH_DATASET || undefined,
     repoFilter: env.SWESMITH_REPOS?.split(/\s+/).filter(Boolean),
     sandbox: env.VIME_SANDBOX || undefined,
+    wandbProject: env.WANDB_PROJECT || undefined,
   };
   return Object.fromEntries(Object.entries(raw).filter(([, v]) => v !== undefined));
 }
@@ -270,6 +277,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     mode: values.mode,
     seed: whole(values.seed, '--seed'),
     quiet: values.quiet,
+    wandbProject: values['wandb-project'],
   };
   const defined = Object.fromEntries(Object.entries(flags).filter(([, v]) => v !== undefined));
   return checkConfig({ ...configFromEnv(env), ...defined });

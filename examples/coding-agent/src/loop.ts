@@ -288,6 +288,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
         engines.standIns.length > 0 ? 'stand-in engine (scripted policy), not a model' : config.engineKind,
     },
     io.log,
+    { wandbProject: config.wandbProject },
   );
   let outputTokens = 0;
   proxy.events.on('turn', (e) => {

@@ -96,6 +96,7 @@ await runEntry('serve', async () => {
         engines.standIns.length > 0 ? 'stand-in engine (scripted policy), not a model' : config.engineKind,
     },
     (line) => console.error(line),
+    { wandbProject: config.wandbProject },
   );
   const record = (step: number, result: RolloutResult) => void sinks.rollout(rolloutRecordOf(step, result));
 

@@ -1,19 +1,30 @@
 /**
- * The run's metric sinks: `metrics.jsonl` (one line per rollout and per step) and TensorBoard event
- * files under `tensorboard/`. A sink that fails (a full disk) is reported once and then left alone:
+ * The run's metric sinks: `metrics.jsonl` (one line per rollout and per step), TensorBoard event
+ * files under `tensorboard/`, and with `--wandb-project` a Weights & Biases offline run under `wandb/`. A sink that fails (a full disk) is reported once and then left alone:
  * metrics never cost a rollout.
  */
 import { join } from 'node:path';
-import { fanOut, jsonlSink, type MetricSink, type RunMetadata, tensorboardSink } from '@vime/metrics';
+import {
+  fanOut,
+  jsonlSink,
+  type MetricSink,
+  type RunMetadata,
+  tensorboardSink,
+  wandbOfflineSink,
+} from '@vime/metrics';
 
 export async function openRunSinks(
   out: string,
   run: RunMetadata,
   log: (line: string) => void,
+  options: { wandbProject?: string | undefined } = {},
 ): Promise<MetricSink> {
   const sink = fanOut([
     await jsonlSink(join(out, 'metrics.jsonl'), run),
     await tensorboardSink(join(out, 'tensorboard'), run),
+    ...(options.wandbProject
+      ? [await wandbOfflineSink(join(out, 'wandb'), run, { project: options.wandbProject })]
+      : []),
   ]);
   let reported = false;
   const guard = (p: Promise<void>) =>

@@ -15,6 +15,7 @@ const NODE_ARGS = ['--import', 'tsx', '--conditions=@vime/source'];
 const CLI = 'examples/coding-agent/src/main.ts';
 // Debian's interpreter, where python3-msgpack is installed.
 const PYTHON = '/usr/bin/python3';
+const WANDB_READER = join(root, 'packages/metrics/scripts/read_wandb.py');
 
 interface CliRun {
   code: number | null;
@@ -59,7 +60,7 @@ describe('coding-agent main job', () => {
   }, async () => {
     const out = join(tmp, 'main');
     const started = performance.now();
-    const run = await runCli(['--out', out]);
+    const run = await runCli(['--out', out, '--wandb-project', 'vime-main-job']);
     expect(run.code, run.stderr.slice(-3000)).toBe(0);
     expect((performance.now() - started) / 1000).toBeLessThan(300);
     expect(run.stdout).toMatch(/stand-in engine\(s\) — a scripted policy/);
@@ -97,6 +98,18 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
     const decoded = JSON.parse(py.stdout);
     expect(decoded.keys).toEqual([...SLIME_SAMPLE_FIELDS]);
     expect(decoded.ok).toBe(true);
+
+    // The Weights & Biases offline run, read by protobuf's own runtime: one history row per step.
+    const wandbDir = join(out, 'wandb', (await readdir(join(out, 'wandb')))[0]!);
+    const wandbFile = join(wandbDir, (await readdir(wandbDir)).find((f) => f.endsWith('.wandb'))!);
+    const wandb = (await promisify(execFile)(PYTHON, [WANDB_READER, wandbFile])).stdout
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(wandb[1].run).toMatchObject({ project: 'vime-main-job', display_name: report.run.id });
+    const history = wandb.filter((r) => r.history).map((r) => r.history.step.num);
+    expect(history).toEqual(['1', '2']);
+    expect(wandb.at(-1)).toHaveProperty('final');
 
     // The report's record: the stand-in is labelled, and the terminal's figures are the JSON's.
     expect(report.engine).toMatchObject({ kind: 'sglang', stand_in: true });

@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { delimiter, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { decodeSamples, encodeSamples } from '@vime/core';
 import {
@@ -51,13 +51,19 @@ function vimeGrpo(args: string[]) {
 const scratch = mkdtempSync(join(tmpdir(), 'vime-megatron-'));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
-function runPython(python: string, args: string[]) {
+// The loop trainer imports the policy's model code (examples/closed-loop), as documented in the README.
+const pythonPath = [example, join(example, '..', 'closed-loop'), process.env.PYTHONPATH]
+  .filter(Boolean)
+  .join(delimiter);
+
+function runPython(python: string, args: string[], input?: string) {
   const result = spawnSync(python, args, {
     cwd: example,
     encoding: 'utf8',
-    env: { ...process.env, PYTHONDONTWRITEBYTECODE: '1' },
+    input,
+    env: { ...process.env, PYTHONDONTWRITEBYTECODE: '1', PYTHONPATH: pythonPath },
   });
-  return { status: result.status, output: `${result.stdout}${result.stderr}` };
+  return { status: result.status, stdout: result.stdout, output: `${result.stdout}${result.stderr}` };
 }
 
 describe('the trainer’s Python side on CPU (batch reader, group normalisation, packing, loss, dumps)', () => {
@@ -78,11 +84,13 @@ describe('the trainer’s Python side on CPU (batch reader, group normalisation,
   }
   const { python } = found;
 
-  it('passes its pytest suite against slime’s golden vectors and dumps', () => {
+  it('passes its pytest suite: slime’s goldens and dumps, the Qwen3 layout, the loop trainer', {
+    timeout: 600_000,
+  }, () => {
     const { status, output } = runPython(python, ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests']);
     expect(status, output).toBe(0);
     const passed = Number(/(\d+) passed/.exec(output)?.[1] ?? 0);
-    expect(passed, output).toBeGreaterThanOrEqual(20);
+    expect(passed, output).toBeGreaterThanOrEqual(40);
     expect(output).not.toMatch(/skipped|xfail/);
   });
 
@@ -117,6 +125,56 @@ describe('the trainer’s Python side on CPU (batch reader, group normalisation,
     expect(bad.status).toBe(2);
     expect(bad.output).not.toContain('Traceback');
     expect(bad.output).toContain("sample [5].reward: missing (status 'failed')");
+  });
+  it('runs the loop trainer (plain torch) on an encodeSamples batch; its dumps pass vime-grpo check', {
+    timeout: 300_000,
+  }, () => {
+    const tiny = join(scratch, 'tiny');
+    const init = runPython(python, ['-m', 'vime_policy.init', '--preset', 'tiny', '--out', tiny]);
+    expect(init.status, init.output).toBe(0);
+    const batch = join(scratch, 'loop-1.msgpack');
+    writeFileSync(batch, encodeSamples(makeDemoBatch({ seed: 3 })));
+    const out = join(scratch, 'loop');
+    const run = runPython(
+      python,
+      [
+        '-m',
+        'vime_megatron.loop_trainer',
+        '--backend',
+        'torch',
+        '--device',
+        'cpu',
+        '--model-path',
+        tiny,
+        '--out',
+        out,
+      ],
+      `${JSON.stringify({ step: 1, batch })}\n`,
+    );
+    expect(run.status, run.output).toBe(0);
+    const events = run.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line));
+    expect(events.map((e) => e.event)).toEqual(['ready', 'step']);
+    expect(events[0]).toMatchObject({ backend: 'torch', label: 'plain torch', weight_version: '0' });
+    expect(events[1]).toMatchObject({
+      step: 1,
+      weight_version: '1',
+      checkpoint: join(out, 'weights', 'step-1'),
+    });
+    const dumps = { rolloutDump: rolloutDump(out, 1), trainDump: trainDump(out, 1) };
+    const report = checkAgainstTrainer(dumps, { preset: 'slime' });
+    expect(report.verdict).toBe('match');
+    expect(report.summary.bitExactTokens).toBe(report.summary.tokens);
+    const cli = vimeGrpo([
+      'check',
+      join(out, 'rollout_data', '1.pt'),
+      join(out, 'train_data', '1.pt'),
+      '--preset',
+      'slime',
+    ]);
+    expect(cli.status, cli.output).toBe(0);
   });
 });
 

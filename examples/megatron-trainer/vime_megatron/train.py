@@ -74,12 +74,8 @@ def init_megatron(seed: int) -> None:
 
 def build_model(args: argparse.Namespace, max_length: int):
     """GPTModel (local spec, RMSNorm, SwiGLU, RoPE) in bf16, wrapped in megatron.core's DDP, and its optimizer."""
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-    from megatron.core.distributed.finalize_model_grads import finalize_model_grads
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
-    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-    from megatron.core.transformer.module import Float16Module
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     config = TransformerConfig(
@@ -104,6 +100,18 @@ def build_model(args: argparse.Namespace, max_length: int):
         max_sequence_length=max_length,
         position_embedding_type="rope",
     ).cuda()
+    model, optimizer = wrap_for_training(config, gpt, args.lr, args.clip_grad)
+    return gpt, model, optimizer
+
+
+def wrap_for_training(config, gpt, lr: float, clip_grad: float):
+    """Float16Module + megatron.core's DDP around a built GPTModel, its distributed optimizer, and the hooks
+    megatron's own training loop wires up before the first step."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.distributed.finalize_model_grads import finalize_model_grads
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.transformer.module import Float16Module
+
     ddp_config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=True
     )
@@ -111,11 +119,11 @@ def build_model(args: argparse.Namespace, max_length: int):
     optimizer = get_megatron_optimizer(
         OptimizerConfig(
             optimizer="adam",
-            lr=args.lr,
+            lr=lr,
             weight_decay=0.0,
             adam_beta1=0.9,
             adam_beta2=0.98,
-            clip_grad=args.clip_grad,
+            clip_grad=clip_grad,
             bf16=True,
             params_dtype=torch.bfloat16,
             use_distributed_optimizer=True,
@@ -123,11 +131,10 @@ def build_model(args: argparse.Namespace, max_length: int):
         [model],
         use_gloo_process_groups=False,
     )
-    # What megatron's own training loop wires up before the first step.
     config.no_sync_func = model.no_sync
     config.finalize_model_grads_func = finalize_model_grads
     config.grad_scale_func = optimizer.scale_loss
-    return gpt, model, optimizer
+    return model, optimizer
 
 
 def on_gpu(row: PackedRow) -> PackedRow:

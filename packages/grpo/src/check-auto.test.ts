@@ -22,6 +22,9 @@ const EXPECTED: Record<string, string> = {
   verl_opo: '--estimator verl:opo',
   verl_gpg: '--estimator verl:gpg',
   verl_reinforce_plus_plus_baseline: '--estimator verl:reinforce_plus_plus_baseline',
+  verl_reinforce_plus_plus: '--estimator verl:reinforce_plus_plus',
+  verl_remax: '--estimator verl:remax',
+  verl_gae: '--estimator verl:gae',
   trl_group: '--preset trl',
   trl_batch: '--preset trl --scale batch',
   trl_none: '--preset trl --scale none',
@@ -29,6 +32,8 @@ const EXPECTED: Record<string, string> = {
   openrlhf_dr_grpo: '--preset openrlhf --no-std-normalization',
   openrlhf_rloo: '--estimator openrlhf:rloo',
   openrlhf_reinforce_baseline: '--estimator openrlhf:reinforce_baseline',
+  openrlhf_reinforce: '--estimator openrlhf:reinforce',
+  openrlhf_gae: '--estimator openrlhf:gae',
 };
 
 async function run(...argv: string[]) {

@@ -110,6 +110,34 @@ export function conventions(base: CheckOptions): Convention[] {
     { estimator: 'openrlhf:reinforce_baseline' },
     '--estimator openrlhf:reinforce_baseline',
   );
+  // Token-level returns (gamma = 1, verl's and OpenRLHF's default) whitened over the batch.
+  add(
+    "verl estimator 'reinforce_plus_plus' (gamma 1)",
+    { estimator: 'verl:reinforce_plus_plus' },
+    '--estimator verl:reinforce_plus_plus',
+  );
+  add(
+    "OpenRLHF estimator 'reinforce' (gamma 1)",
+    { estimator: 'openrlhf:reinforce' },
+    '--estimator openrlhf:reinforce',
+  );
+  // A baseline per prompt (ReMax's greedy rollout reward, taken from the dump).
+  add(
+    "verl estimator 'remax' (one greedy-rollout baseline per prompt, read off the dump)",
+    { estimator: 'verl:remax' },
+    '--estimator verl:remax',
+  );
+  // The critic's values are in the dump of a PPO run; without them these do not apply.
+  add(
+    "verl estimator 'gae' (gamma 1, lam 1; the dump's values)",
+    { estimator: 'verl:gae' },
+    '--estimator verl:gae',
+  );
+  add(
+    "OpenRLHF estimator 'gae' (gamma 1, lambd 1; the dump's values)",
+    { estimator: 'openrlhf:gae' },
+    '--estimator openrlhf:gae',
+  );
   const whitening = base.normalizeAdvantages ?? slime.startsWith('reinforce_plus_plus');
   add(
     `preset 'slime' with --${whitening ? 'no-' : ''}normalize-advantages`,

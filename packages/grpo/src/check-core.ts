@@ -17,8 +17,13 @@ export const TRAINER_ESTIMATORS = [
   'verl:opo',
   'verl:gpg',
   'verl:reinforce_plus_plus_baseline',
+  'verl:reinforce_plus_plus',
+  'verl:remax',
+  'verl:gae',
   'openrlhf:rloo',
   'openrlhf:reinforce_baseline',
+  'openrlhf:reinforce',
+  'openrlhf:gae',
 ] as const;
 export type TrainerEstimator = (typeof TRAINER_ESTIMATORS)[number];
 /** slime's `--advantage-estimator`, or `verl:<name>` / `openrlhf:<name>` for another trainer's estimator. */
@@ -249,16 +254,54 @@ function recomputeTrainerEstimator(
   const lengths = rows.map((r) => r.responseLength);
   const masks = rows.map((r) => r.lossMask);
   const ones = rows.map(() => [1]);
+  // GAE needs the critic's values, which a PPO trainer's dump carries; without them it cannot apply.
+  const values = (perToken: boolean) => {
+    if (name !== 'gae') return undefined;
+    if (rows.some((r) => !r.values)) throw new ValidationError('values', 'the dump has no critic values');
+    return Float64Array.from(rows.flatMap((r) => (perToken ? Array.from(r.values!) : [r.values![0]!])));
+  };
+  const index = rows.map((r) => groups.keys[groups.groupOf[r.position]!]!);
+  const verl = (
+    responseLengths: number[],
+    lossMasks: ArrayLike<number>[],
+    extra: { values?: ArrayLike<number>; rewardBaselines?: ArrayLike<number> },
+  ) =>
+    verlAdvantages(
+      { scores: rewards, responseLengths, lossMasks, index, ...extra },
+      { estimator: name as 'rloo', normAdvByStdInGrpo: options.stdNormalization ?? true },
+    );
+  // ReMax subtracts the reward of each prompt's greedy rollout, which a dump does not keep: take it from
+  // the dump as the group's mean of return − advantage on its first trained token, so a match means one
+  // baseline per prompt explains every token.
+  const baselines = (): Float64Array | undefined => {
+    if (name !== 'remax') return undefined;
+    const plain = verl(lengths, masks, { rewardBaselines: new Float64Array(rows.length) }).returns;
+    const sums = new Map<number | string, { sum: number; n: number }>();
+    let at = 0;
+    rows.forEach((r, i) => {
+      const t = r.lossMask.indexOf(1);
+      if (t >= 0) {
+        const g = sums.get(index[i]!) ?? { sum: 0, n: 0 };
+        g.sum += plain[at + t]! - r.advantages[t]!;
+        g.n++;
+        sums.set(index[i]!, g);
+      }
+      at += r.responseLength;
+    });
+    return Float64Array.from(index, (k) => {
+      const g = sums.get(k);
+      return g ? g.sum / g.n : 0;
+    });
+  };
+  const rewardBaselines = baselines();
   const run = (responseLengths: number[], lossMasks: ArrayLike<number>[]) => {
+    const perToken = lossMasks !== ones;
     if (trainer === 'verl') {
-      const index = rows.map((r) => groups.keys[groups.groupOf[r.position]!]!);
-      return verlAdvantages(
-        { scores: rewards, responseLengths, lossMasks, index },
-        {
-          estimator: name as 'rloo',
-          normAdvByStdInGrpo: options.stdNormalization ?? true,
-        },
-      );
+      const v = values(perToken);
+      return verl(responseLengths, lossMasks, {
+        ...(v ? { values: v } : {}),
+        ...(rewardBaselines ? { rewardBaselines } : {}),
+      });
     }
     const n = groups.starts[1]!;
     const positional = Array.from(groups.groupOf).every((g, i) => g === Math.floor(i / n));
@@ -268,8 +311,9 @@ function recomputeTrainerEstimator(
         'OpenRLHF groups consecutive blocks of n_samples_per_prompt samples',
       );
     }
+    const v = values(perToken);
     return openrlhfAdvantages(
-      { rewards, responseLengths, actionMasks: lossMasks },
+      { rewards, responseLengths, actionMasks: lossMasks, ...(v ? { values: v } : {}) },
       { estimator: name as 'rloo', nSamplesPerPrompt: n },
     );
   };

@@ -234,7 +234,9 @@ describe('properties (fast-check)', () => {
             seed: fc.array(fc.nat(), { minLength: b.rewards.length, maxLength: b.rewards.length }),
           }),
         ),
-        presets,
+        // verl's vectorized statistics are one-pass float32 sums at every dtype, as verl computes them:
+        // their rounding depends on the order of the samples, so they are not exactly equivariant.
+        fc.constantFrom(...PRESETS.filter((p) => p !== 'verlVectorized')),
         ({ b: { n, rewards }, seed }, preset) => {
           const perm = rewards.map((_, i) => i);
           for (let g = 0; g < perm.length; g += n) {

@@ -96,6 +96,12 @@ export {
 } from './sinks/sink.js';
 export { eventProto, TFEVENTS_FILE_VERSION, tensorboardSink, tfRecord } from './sinks/tfevents.js';
 export {
+  type WandbOfflineOptions,
+  wandbLogChunks,
+  wandbOfflineSink,
+  wandbRunId,
+} from './sinks/wandb.js';
+export {
   type AgentLine,
   agentResults,
   type PerfStep,

@@ -5,7 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
-import { ConfigError, SandboxError } from '@vime/core';
+import { ConfigError, SandboxError, sleep } from '@vime/core';
 import { BwrapSession } from './bwrap-session.js';
 import { SUPERVISOR } from './bwrap-supervisor.js';
 import type { ExecCgroups } from './cgroup.js';
@@ -50,6 +50,9 @@ const WRITE_SCRIPT =
 const UNTAR_SCRIPT = 'mkdir -p -- "$1" && tar -xf - -C "$1" --no-same-owner';
 // `head -c` stops at the cap even on an endless file (/dev/zero, a FIFO); cat where a root has no head.
 const READ_SCRIPT = 'if command -v head >/dev/null; then exec head -c "$2" -- "$1"; fi; exec cat -- "$1"';
+
+/** How long a restart waits for the killed session's exit before it starts the new one anyway. */
+const SESSION_EXIT_WAIT_MS = 10_000;
 
 export class BwrapSandbox extends HostSandbox {
   readonly workdir: string;
@@ -169,6 +172,21 @@ export class BwrapSandbox extends HostSandbox {
     return session;
   }
 
+  /**
+   * A new session once the killed one has exited (bounded): until then its processes are still being torn
+   * down, and they hold the memory and process slots the new session starts in.
+   */
+  private async restartSession(signal?: AbortSignal): Promise<BwrapSession> {
+    const old = this.session;
+    if (old) {
+      old.close();
+      const waited = new AbortController();
+      await Promise.race([old.gone, sleep(SESSION_EXIT_WAIT_MS, waited.signal).catch(() => {})]);
+      waited.abort();
+    }
+    return this.startSession(signal);
+  }
+
   protected async run(
     command: string | readonly string[],
     options: RunExecOptions,
@@ -186,7 +204,7 @@ export class BwrapSandbox extends HostSandbox {
     if (argv.length === 0) throw new SandboxError('exec needs a command', { code: 'invalid_argument' });
     if (this.config.python) {
       // A session that died (its supervisor was killed, or a timeout ended it) is replaced on the next command.
-      const session = this.session?.alive ? this.session : await this.startSession(options.signal);
+      const session = this.session?.alive ? this.session : await this.restartSession(options.signal);
       return session.run({
         argv,
         env: this.commandEnv(options),

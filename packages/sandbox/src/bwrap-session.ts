@@ -86,6 +86,10 @@ export class BwrapSession {
   private buffer: Buffer = Buffer.alloc(0);
   private stderrTail = '';
   private exited: Error | undefined;
+  /** Set by `close()`: the session is being killed, though its exit may not have been seen yet. */
+  private closed = false;
+  /** Resolves once the session's bwrap process has exited. */
+  readonly gone: Promise<void>;
   /** bwrap, its init and the supervisor (host pids), found once the session is ready. */
   private own: number[] = [];
   /** The exec cgroup a spare child of the supervisor already waits in, for the next command. */
@@ -138,11 +142,20 @@ export class BwrapSession {
       this.pending.clear();
     };
     this.child.once('error', (e) => onGone(e.message));
-    this.child.once('exit', (code, signal) => onGone(`exit ${code ?? signal}`));
+    this.gone = new Promise((resolve) => {
+      this.child.once('exit', (code, signal) => {
+        onGone(`exit ${code ?? signal}`);
+        resolve();
+      });
+    });
   }
 
+  /**
+   * False as soon as the session is killed: a command's timeout can be answered before the kill's exit
+   * is seen, and a command sent in between would land in the dying session.
+   */
   get alive(): boolean {
-    return this.exited === undefined;
+    return this.exited === undefined && !this.closed;
   }
 
   private endReason(): string {
@@ -347,6 +360,7 @@ export class BwrapSession {
 
   /** Kill the session: bwrap's death takes its pid namespace, and every process in it, along. */
   close(): void {
+    this.closed = true;
     if (this.child.pid === undefined) return;
     try {
       process.kill(-this.child.pid, 'SIGKILL');

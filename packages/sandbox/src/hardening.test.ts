@@ -43,7 +43,7 @@ const limitCases: Array<{
       expect(Number(r.steps[0]!.stdout.trim())).toBeLessThan(DEFAULT_LIMITS.pids!);
       expect(r.steps[0]!.timedOut).toBe(true);
       expect(r.steps[0]!.survivors).toBe(0);
-      expect(r.steps[1]!.stdout).toBe('ok\n');
+      expect(r.steps[1]!.stdout, JSON.stringify(r.steps[1])).toBe('ok\n');
     },
   },
   {
@@ -59,7 +59,7 @@ const limitCases: Array<{
       // The flood ends at "Cannot fork"; had it not been limited, it would report 3000.
       expect(r.steps[0]!.stdout).not.toContain('started 3000');
       expect(`${r.steps[0]!.stderr}`).toMatch(/fork|Resource temporarily unavailable/i);
-      expect(r.steps[1]!.stdout).toBe('ok\n');
+      expect(r.steps[1]!.stdout, JSON.stringify(r.steps[1])).toBe('ok\n');
     },
   },
   {
@@ -315,7 +315,7 @@ const survivorCases: Array<{
       { cmd: 'echo ok', timeoutMs: 5000 },
     ],
     check: (r) => {
-      expect(r.steps[1]!.stdout).toBe('ok\n');
+      expect(r.steps[1]!.stdout, JSON.stringify(r.steps[1])).toBe('ok\n');
       expect(r.steps[1]!.durationMs).toBeLessThan(5000);
     },
   },
@@ -327,7 +327,7 @@ const survivorCases: Array<{
       { cmd: 'echo again', timeoutMs: 5000 },
     ],
     check: (r) => {
-      expect(r.steps[1]!.stdout).toBe('ok\n');
+      expect(r.steps[1]!.stdout, JSON.stringify(r.steps[1])).toBe('ok\n');
       expect(r.steps[2]!.stdout).toBe('again\n');
     },
   },
@@ -353,7 +353,7 @@ const survivorCases: Array<{
       expect(r.steps[0]!.error).toBeUndefined();
       expect(r.steps[0]!.exitCode).toBe(137);
       expect(r.steps[0]!.durationMs).toBeLessThan(4000);
-      expect(r.steps[1]!.stdout).toBe('ok\n');
+      expect(r.steps[1]!.stdout, JSON.stringify(r.steps[1])).toBe('ok\n');
     },
   },
   {
@@ -373,7 +373,7 @@ const survivorCases: Array<{
     ],
     check: (r) => {
       expect(r.steps[0]!.error?.message).toContain('aborted by the test');
-      expect(r.steps[1]!.stdout).toBe('ok\n');
+      expect(r.steps[1]!.stdout, JSON.stringify(r.steps[1])).toBe('ok\n');
     },
   },
 ];

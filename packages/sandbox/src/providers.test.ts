@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bubblewrapProvider } from './bubblewrap.js';
+import type { BwrapSandbox } from './bwrap-sandbox.js';
 import { dockerProvider } from './docker.js';
 import { DOCKER_API_MAX, DockerEngine } from './docker-engine.js';
 import { localProvider } from './local.js';
@@ -260,6 +261,23 @@ describe('bubblewrap specifics', () => {
       expect(lines.at(-2)?.trim()).toBe('0');
       expect(lines.at(-1)?.trim()).toBe('lo');
       expect(sbx.capabilities).toEqual({ persistentProcesses: true, isolatedNetwork: true });
+    } finally {
+      await sbx.terminate();
+    }
+  });
+
+  it('replaces a killed session at once: a command right after the kill starts a new one', async () => {
+    const provider = bubblewrapProvider({ rootDir });
+    const sbx = (await provider.create({ workdir: '/work' })) as BwrapSandbox;
+    try {
+      const session = await sbx.startSession();
+      // Where no cgroup is writable, a timeout kills the whole session; the supervisor may have answered
+      // the killed command before the session's exit is seen.
+      session.close();
+      expect(session.alive).toBe(false);
+      const r = await sbx.exec('echo ok');
+      expect(r).toMatchObject({ exitCode: 0, stdout: 'ok\n' });
+      await session.gone;
     } finally {
       await sbx.terminate();
     }

@@ -62,7 +62,7 @@ export const tag = () => nextTag++;
 export function bombContained(r: CaseResult): void {
   expect(r.steps[0]!.timedOut).toBe(true);
   const [ok, max] = r.steps[1]!.stdout.trim().split('\n');
-  expect(ok).toBe('ok');
+  expect(ok, JSON.stringify(r.steps[1])).toBe('ok');
   // The most processes a listing of the sandbox's /proc showed while the bomb ran (a listing taken while
   // processes come and go may over-count a little); unbounded, it grows to the host's pid_max.
   expect(Number(max)).toBeGreaterThan(DEFAULT_LIMITS.pids! / 2);
