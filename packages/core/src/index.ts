@@ -40,7 +40,6 @@ export {
   type SessionOptions,
   startCaptureProxy,
 } from './proxy/proxy.js';
-export { DEFAULT_PROXY_LIMITS, type ProxyLimits } from './proxy/server.js';
 export {
   type CheckTrigger,
   type EngineLease,
@@ -49,6 +48,7 @@ export {
   type EngineStatus,
   type RouterEvents,
 } from './proxy/router.js';
+export { DEFAULT_PROXY_LIMITS, type ProxyLimits } from './proxy/server.js';
 export type { VersionRun, WeightUpdatePolicy } from './proxy/turn.js';
 export { QueueError } from './queue/format.js';
 export type { DropReason, Failure, SampleVersions, VersionSpan } from './queue/group-events.js';

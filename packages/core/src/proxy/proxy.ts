@@ -25,9 +25,9 @@ import { EngineRouter, type EngineRouterOptions } from './router.js';
 import { resolveSampling } from './sampling.js';
 import {
   checkDepth,
+  type ProxyLimits,
   readBody,
   resolveLimits,
-  type ProxyLimits,
   startProxyServer,
   yieldToLoop,
 } from './server.js';

@@ -4,7 +4,6 @@ import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { ConfigError } from '../errors.js';
 import { EncodePool } from './encode-pool.js';
-import { SpecialTextEscaper, withoutAddedTokens } from './special-text.js';
 import {
   hermesToolParser,
   type ParsedResponse,
@@ -14,6 +13,7 @@ import {
   thinkReasoningParser,
 } from './parsers.js';
 import { type ChatRenderer, nativeRenderer } from './renderers.js';
+import { SpecialTextEscaper, withoutAddedTokens } from './special-text.js';
 import type { RenderOptions, TemplateMessage } from './template.js';
 
 export interface LoadTokenizerOptions {
