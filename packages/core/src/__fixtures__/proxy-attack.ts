@@ -75,6 +75,18 @@ export function latencyBound(baseline: number[]): number {
   return Math.max(25 * median(sorted), 10 * sorted[Math.floor(sorted.length * 0.9)]!);
 }
 
+/**
+ * For attacks that make the proxy move or parse tens of megabytes: turns keep flowing (a held event loop
+ * stalls every one of them for the whole attack) when the median turn stays within the bound and none
+ * passes five times it; receiving, parsing and splitting that much text still costs the main thread a
+ * few pauses of some hundred milliseconds on a small loaded machine, spread over a few turns.
+ */
+export function flowing(during: number[], bound: number): { median: number; max: number; ok: boolean } {
+  const med = median(during);
+  const max = Math.max(...during);
+  return { median: med, max, ok: med < bound && max < 5 * bound };
+}
+
 export function p99(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.ceil(0.99 * s.length) - 1)]!;

@@ -1,8 +1,10 @@
-// Hostile clients against the capture proxy: oversize, slow and flooding clients must be refused or
-// dropped while a legitimate session keeps being served within a bound of its own unloaded latency.
+// Hostile clients against the capture proxy: oversize, huge, slow and flooding clients must be refused,
+// dropped or worked off the event loop while a legitimate session keeps being served within a bound of
+// its own unloaded latency. One file, so these heavy tests never run at the same time as each other.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   type Attacker,
+  flowing,
   LegitClient,
   latencyBound,
   p99,
@@ -69,7 +71,8 @@ describe('capture proxy hardening: oversize bodies', () => {
         }
       }
       expect(process.memoryUsage().rss - rss0).toBeLessThan(300 * 1024 * 1024);
-      expect(p99(during)).toBeLessThan(bound);
+      const flow = flowing(during, bound);
+      expect(flow.ok, JSON.stringify({ ...flow, bound, during })).toBe(true);
       expect(await legit.turn()).toBeLessThan(bound);
     });
   }
@@ -132,6 +135,39 @@ describe('capture proxy hardening: oversize bodies', () => {
     }
     expect(p99(await legit.turns(5))).toBeLessThan(bound);
   });
+});
+
+/** Source-like text: what a `cat` of a huge log or generated file sends back as a tool result. */
+const FILL = 'def handler(event, ctx):\\n    return process(event.payload, retries=3)  # see issue 1234\\n';
+
+describe('capture proxy hardening: large inputs are tokenized off the event loop', () => {
+  for (const dialect of ['openai', 'anthropic'] as const) {
+    it(`a 30 MB ${dialect} body does not hold other sessions' turns`, async () => {
+      const { proxy } = await setup(() => 'pong');
+      proxy.openSession('victim');
+      proxy.openSession('big');
+      const legit = new LegitClient(proxy.url, 'victim');
+      closers.push(async () => legit.close());
+      await legit.turns(3);
+      const bound = latencyBound(await legit.turns(15));
+      const turns: unknown[] = [];
+      proxy.events.on('turn', (e) => turns.push(e.sessionId));
+      const big = attacker.run({
+        op: 'stream',
+        url: `${proxy.url}/sessions/big/v1/${dialect === 'openai' ? 'chat/completions' : 'messages'}`,
+        bytes: 30 * 1024 * 1024,
+        headers: {},
+        fill: FILL,
+      });
+      // every legitimate turn while the big one is received, parsed and tokenized
+      const during = await legit.turns(30);
+      expect(turns.filter((s) => s === 'big')).toEqual([]); // still tokenizing: the bound held against it
+      const flow = flowing(during, bound);
+      expect(flow.ok, JSON.stringify({ ...flow, bound, during })).toBe(true);
+      await proxy.close(); // the big request's connection drops: its tokenization is stopped
+      expect(await big).toMatchObject({ error: expect.any(String) });
+    });
+  }
 });
 
 describe('capture proxy hardening: slow and idle clients, connection floods', () => {
