@@ -1,4 +1,12 @@
 export {
+  auditTrainerTokens,
+  checkStep,
+  checkWeightVersions,
+  type StepChecks,
+  type TokenAudit,
+} from './checks.js';
+export { lastCheckpoint, parseCli, runPhase, usage } from './command.js';
+export {
   bundledTokenizerDir,
   exampleDir,
   type PolicyServerOptions,
@@ -6,3 +14,23 @@ export {
   type RunningPolicyServer,
   startPolicyServer,
 } from './policy-server.js';
+export {
+  type ClosedLoopOptions,
+  type EvalResult,
+  evaluate,
+  paths,
+  scoreRow,
+  warmstart,
+} from './run.js';
+export { type PassAt1, type PassDelta, passAt1, passDelta } from './stats.js';
+export { renderSummary, type Summary, writeSummary } from './summary.js';
+export { type SplitOptions, splitTasks, type TaskSplit } from './tasks.js';
+export { type StepRecord, type TrainRunResult, train } from './train.js';
+export {
+  type RunningTrainer,
+  startTrainer,
+  TrainerError,
+  type TrainerOptions,
+  trainerHook,
+  trainResultOf,
+} from './trainer.js';

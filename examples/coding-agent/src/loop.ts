@@ -56,7 +56,29 @@ export interface StepSummary {
   batchPath: string;
   /** Handed off before a restart: its timing was not measured in this process. */
   resumed?: boolean;
+  /** What the trainer hook reported for this step (absent without a trainer). */
+  train?: TrainResult;
 }
+
+/** What a trainer reports for one step: the weight version the engines now serve, timings, metrics. */
+export interface TrainResult {
+  weightVersion: string;
+  /** Seconds of the optimizer step (forward, backward, update) and of writing/loading the new weights. */
+  trainSeconds: number;
+  weightUpdateSeconds: number;
+  /** Finite scalars (loss, grad_norm, logprob_abs_diff_mean, ...), recorded as `train/<name>`. */
+  metrics: Record<string, number>;
+}
+
+/**
+ * Trains on a step's batch once `steps/<step>.msgpack` is written, and resolves when the engines serve
+ * the new weights. Sync mode waits for it before the next step's rollouts; async mode trains step N
+ * while step N+1 rolls out. A rejection fails the run (its batch stays on disk).
+ */
+export type TrainerHook = (
+  step: { step: number; batchPath: string },
+  signal?: AbortSignal,
+) => Promise<TrainResult>;
 
 export interface RunSummary {
   out: string;
@@ -110,6 +132,8 @@ export interface RouterLogEntry {
 export interface LoopIO {
   log: (line: string) => void;
   signal?: AbortSignal;
+  /** Optional trainer, called in each step's hand-off (none: the batch file is the hand-off). */
+  trainer?: TrainerHook;
 }
 
 const require = createRequire(import.meta.url);
@@ -175,6 +199,19 @@ async function finishedStep(
     resumed: true,
   };
   return { summary, results };
+}
+
+/** A step's trainer result as metric scalars: `perf/train_time`, `perf/update_weights_time`, `train/*`. */
+function trainScalars(train: TrainResult | undefined): Record<string, number> {
+  if (!train) return {};
+  const scalars: Record<string, number> = {
+    'perf/train_time': train.trainSeconds,
+    'perf/update_weights_time': train.weightUpdateSeconds,
+  };
+  const version = Number(train.weightVersion);
+  if (Number.isFinite(version)) scalars['train/weight_version'] = version;
+  for (const [k, v] of Object.entries(train.metrics)) if (Number.isFinite(v)) scalars[`train/${k}`] = v;
+  return scalars;
 }
 
 function zeroVarianceGroups(results: RolloutResult[]): number {
@@ -336,6 +373,8 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     trainedRows.push(...rows);
     const batchPath = join(out, 'steps', `${step}.msgpack`);
     await writeFile(batchPath, encodeSamples(rows));
+    // Trained before the step is recorded as handed off: a run killed mid-training trains it again.
+    const train = io.trainer ? await io.trainer({ step, batchPath }, io.signal) : undefined;
     await writeFile(stepResultsPath(out, step), `${JSON.stringify(results.map(summarize))}\n`);
     await rollouts.commitStep(step);
     allResults.push(...results);
@@ -350,6 +389,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       rolloutSeconds: 0,
       handoffSeconds: (performance.now() - t0) / 1000,
       batchPath,
+      ...(train ? { train } : {}),
     };
   };
 
@@ -393,11 +433,12 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
               'perf/rollout_time': s.rolloutSeconds,
               'perf/handoff_time': s.handoffSeconds,
               'rollout/zero_variance_groups': s.zeroVarianceGroups,
+              ...trainScalars(s.train),
             }),
           );
           const pass1 = s.metrics.passAtK.find((p) => p.k === 1)?.value;
           io.log(
-            `step ${s.step}: ${s.rollouts} rollouts, mean reward ${s.metrics.reward.mean?.toFixed(3) ?? '-'}, pass@1 ${pass1?.toFixed(3) ?? '-'}, rollout ${s.rolloutSeconds.toFixed(1)} s, hand-off ${s.handoffSeconds.toFixed(2)} s`,
+            `step ${s.step}: ${s.rollouts} rollouts, mean reward ${s.metrics.reward.mean?.toFixed(3) ?? '-'}, pass@1 ${pass1?.toFixed(3) ?? '-'}, rollout ${s.rolloutSeconds.toFixed(1)} s, hand-off ${s.handoffSeconds.toFixed(2)} s${s.train ? ` (train ${s.train.trainSeconds.toFixed(2)} s, weight update ${s.train.weightUpdateSeconds.toFixed(2)} s, now serving ${s.train.weightVersion})` : ''}`,
           );
           return s;
         });
@@ -433,6 +474,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       rolloutSeconds: s.rolloutSeconds,
       handoffSeconds: s.handoffSeconds,
       resumed: s.resumed === true,
+      ...(s.train ? { train: s.train } : {}),
     })),
     claims,
     outputTokens,

@@ -39,6 +39,8 @@ export interface ReportInput {
     handoffSeconds: number;
     /** Handed off before a restart: not timed in this process. */
     resumed: boolean;
+    /** The trainer hook's timings, when a trainer is attached. */
+    train?: { trainSeconds: number; weightUpdateSeconds: number; weightVersion: string };
   }>;
   claims: Array<{ warm: boolean; latencyMs: number }>;
   outputTokens: number;
@@ -129,11 +131,16 @@ export async function writeRunReport(
     engines,
     results: input.steps.map((s) => ({ step: s.step, results: s.results })),
     resumedSteps: input.steps.filter((s) => s.resumed).map((s) => s.step),
-    stepNotes: {
-      train:
-        'no trainer attached: "train" is the hand-off (GRPO advantages and the batch file written for the trainer)',
-      update_weights: 'not in this run: no trainer, so the engine keeps its weights',
-    },
+    stepNotes: input.steps.some((s) => s.train)
+      ? {
+          train:
+            'the trainer hook: one optimizer step on the handed-off batch ("update_weights": writing the checkpoint and the engines loading it)',
+        }
+      : {
+          train:
+            'no trainer attached: "train" is the hand-off (GRPO advantages and the batch file written for the trainer)',
+          update_weights: 'not in this run: no trainer, so the engine keeps its weights',
+        },
     claims: input.claims,
     tokens: { output: input.outputTokens, seconds: input.rolloutSeconds },
     perf: input.steps.map((s) => ({
@@ -142,8 +149,9 @@ export async function writeRunReport(
       stepTime: s.rolloutSeconds + s.handoffSeconds,
       rolloutTime: s.rolloutSeconds,
       trainWaitTime: s.rolloutSeconds,
-      trainTime: s.handoffSeconds,
-      metrics: {},
+      trainTime: s.train ? s.train.trainSeconds : s.handoffSeconds,
+      ...(s.train ? { updateWeightsTime: s.train.weightUpdateSeconds } : {}),
+      metrics: s.train ? { 'train/weight_version': s.train.weightVersion } : {},
     })),
   } satisfies Parameters<typeof runReport>[0];
   const first = runReport(report);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The closed RL loop on one machine: warm start (unless --model is given), eval of the initial weights,
+# the RL run (policy server + coding-agent loop in bubblewrap sandboxes + trainer + weight sync), eval
+# of the final weights, and the summary. Each phase keeps its output under --out and is skipped when
+# run again, so a run cut short continues where it stopped.
+#
+#   ./run.sh [all|warmstart|eval|train|summary] [flags]     (./run.sh --help lists the flags)
+#
+# Works in a checkout (node + tsx from node_modules) and in the folder scripts/bundle.sh makes (the
+# bundled program, its own Node 20 and bubblewrap; no node_modules, no network).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+export PYTHONUNBUFFERED=1 NO_VCS_VERSION=1
+case "${1:-}" in
+  all | warmstart | eval | train | summary | -h | --help) ;;
+  *) set -- all "$@" ;;
+esac
+# megatron.core: installed, or the source scripts/vendor-megatron.sh (or the bundle) put under .vendor/.
+vendor="$root/examples/megatron-trainer/.vendor/megatron-lm"
+if [ -d "$vendor/megatron/core" ] && ! python3 -c 'import megatron.core' 2>/dev/null; then
+  export PYTHONPATH="$vendor${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if [ -f "$here/app/cli.mjs" ]; then
+  tools="$root/tools"
+  node="$tools/node"
+  if [ ! -x "$node" ]; then
+    xz -dc "$tools/node.xz" >"$node.tmp-$$" && chmod +x "$node.tmp-$$" && mv "$node.tmp-$$" "$node"
+  fi
+  if ! command -v bwrap >/dev/null 2>&1; then export PATH="$tools/bwrap/usr/bin:$PATH"; fi
+  # The trainer's batch reader needs msgpack; its pure-Python fallback comes along for machines without it.
+  if ! python3 -c 'import msgpack' 2>/dev/null; then
+    export PYTHONPATH="$tools/python${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  exec "$node" "$here/app/cli.mjs" "$@"
+fi
+exec node --import tsx --conditions=@vime/source "$here/src/cli.ts" "$@"

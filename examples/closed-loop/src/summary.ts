@@ -1,0 +1,193 @@
+/**
+ * The evidence of a closed-loop run (`summary.json`): how it was run (command, code version, machine,
+ * versions), the per-step table (mean reward, pass@1, weight version served, trainer log-prob gap,
+ * timings, checks), pass@1 before and after on the training and held-out tasks with bootstrap 95%
+ * intervals, and the verdicts of every claim it is meant to show.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { copyFile, mkdir, writeFile } from 'node:fs/promises';
+import { cpus, totalmem } from 'node:os';
+import { dirname, join } from 'node:path';
+import { exampleDir } from './policy-server.js';
+import type { EvalResult } from './run.js';
+import { paths } from './run.js';
+import { type PassDelta, passDelta } from './stats.js';
+import type { StepRecord, TrainRunResult } from './train.js';
+
+const readJson = <T>(path: string): T | null =>
+  existsSync(path) ? (JSON.parse(readFileSync(path, 'utf8')) as T) : null;
+
+function quiet(cmd: string, args: string[]): string | null {
+  try {
+    return execFileSync(cmd, args, {
+      encoding: 'utf8',
+      timeout: 10_000,
+      stdio: ['ignore', 'pipe', 'ignore'],
+    }).trim();
+  } catch {
+    return null;
+  }
+}
+
+/** The code's version: the checkout's commit, else the bundle's `VERSION` file. */
+function codeVersion(): string | null {
+  const git = quiet('git', ['-C', exampleDir, 'rev-parse', 'HEAD']);
+  if (git) return git;
+  const file = join(exampleDir, 'VERSION');
+  return existsSync(file) ? readFileSync(file, 'utf8').trim() : null;
+}
+
+export interface Claims {
+  stepsAtLeast10: boolean;
+  batchAtLeast8x8: boolean;
+  everyDumpPassesCheck: boolean;
+  everyStepPassesTokenAudit: boolean;
+  everyRowCarriesItsVersion: boolean;
+  versionChangesEveryStep: boolean;
+  trainPassRises: boolean | null;
+}
+
+export interface Summary {
+  command: string[];
+  code: string | null;
+  machine: { cpus: number; memoryGiB: number; gpu: string | null; node: string };
+  trainer: TrainRunResult['trainer'] | null;
+  steps: Array<
+    Omit<StepRecord, 'train' | 'checks'> & {
+      trainSeconds: number;
+      weightUpdateSeconds: number;
+      loss: number | null;
+      grpoCheck: StepRecord['checks']['grpoCheck']['verdict'];
+      tokenAudit: boolean;
+      versionsOk: boolean;
+    }
+  >;
+  eval: {
+    initial: EvalResult | null;
+    final: EvalResult | null;
+    trainDelta: PassDelta | null;
+    heldoutDelta: PassDelta | null;
+  };
+  claims: Claims;
+  report: string | null;
+}
+
+export async function writeSummary(out: string, command: string[]): Promise<Summary> {
+  const p = paths(out);
+  const run = readJson<TrainRunResult>(join(p.train, 'closed-loop.json'));
+  const initial = readJson<EvalResult>(join(p.eval('initial'), 'eval.json'));
+  const final = readJson<EvalResult>(join(p.eval('final'), 'eval.json'));
+  const steps = (run?.steps ?? []).map(({ train, checks, ...s }) => ({
+    ...s,
+    trainSeconds: train.trainSeconds,
+    weightUpdateSeconds: train.weightUpdateSeconds,
+    loss: train.metrics.loss ?? null,
+    grpoCheck: checks.grpoCheck.verdict,
+    tokenAudit: checks.tokenAudit.ok,
+    versionsOk: checks.versions.ok,
+  }));
+  const trainDelta = initial && final ? passDelta(initial.train, final.train) : null;
+  const heldoutDelta = initial?.heldout && final?.heldout ? passDelta(initial.heldout, final.heldout) : null;
+  const config = readJson<{ promptsPerStep: number; samplesPerPrompt: number }>(join(p.train, 'config.json'));
+  const served = steps.map((s) => s.servedVersion);
+  const claims: Claims = {
+    stepsAtLeast10: steps.length >= 10,
+    batchAtLeast8x8: (config?.promptsPerStep ?? 0) >= 8 && (config?.samplesPerPrompt ?? 0) >= 8,
+    everyDumpPassesCheck: steps.length > 0 && steps.every((s) => s.grpoCheck === 'match'),
+    everyStepPassesTokenAudit: steps.length > 0 && steps.every((s) => s.tokenAudit),
+    everyRowCarriesItsVersion: steps.length > 0 && steps.every((s) => s.versionsOk),
+    versionChangesEveryStep:
+      steps.length > 0 &&
+      new Set(served).size === served.length &&
+      steps.every((s) => s.nextVersion !== '' && s.nextVersion !== s.servedVersion),
+    trainPassRises: trainDelta ? trainDelta.significant : null,
+  };
+  const gpu = quiet('nvidia-smi', ['--query-gpu=name,memory.total,driver_version', '--format=csv,noheader']);
+  const summary: Summary = {
+    command,
+    code: codeVersion(),
+    machine: {
+      cpus: cpus().length,
+      memoryGiB: Math.round(totalmem() / 2 ** 30),
+      gpu,
+      node: process.version,
+    },
+    trainer: run?.trainer ?? null,
+    steps,
+    eval: { initial, final, trainDelta, heldoutDelta },
+    claims,
+    report: run?.summary.reportHtml ?? null,
+  };
+  await writeFile(p.summary, `${JSON.stringify(summary, null, 2)}\n`);
+  await collectEvidence(out);
+  return summary;
+}
+
+/** The run's small files, gathered in `<out>/evidence/` to be kept (checkpoints and dumps stay behind). */
+const EVIDENCE = [
+  'summary.json',
+  'tasks/split.json',
+  'warmstart/ckpt/sft_log.json',
+  'warmstart/data/report.json',
+  'eval-initial/eval.json',
+  'eval-final/eval.json',
+  'train/config.json',
+  'train/report.json',
+  'train/report.html',
+  'train/metrics.jsonl',
+  'train/closed-loop.json',
+  'train/closed-loop-steps.jsonl',
+  'train/trainer/metrics.jsonl',
+];
+
+async function collectEvidence(out: string): Promise<void> {
+  for (const rel of EVIDENCE) {
+    const from = join(out, rel);
+    if (!existsSync(from)) continue;
+    const to = join(out, 'evidence', rel.replaceAll('/', '__'));
+    await mkdir(dirname(to), { recursive: true });
+    await copyFile(from, to);
+  }
+}
+
+const pct = (v: number | null | undefined) =>
+  v === null || v === undefined ? '-' : `${(v * 100).toFixed(1)}%`;
+const ci = (c: [number, number] | null | undefined) =>
+  c ? `[${(c[0] * 100).toFixed(1)}, ${(c[1] * 100).toFixed(1)}]` : '';
+
+/** The summary as a few lines for the terminal. */
+export function renderSummary(s: Summary): string {
+  const lines = [
+    'step  reward  pass@1  served  next  |dlogp|   train s  update s  check  audit  versions',
+    ...s.steps.map((st) =>
+      [
+        String(st.step).padEnd(4),
+        (st.meanReward ?? 0).toFixed(3).padEnd(6),
+        pct(st.passAt1).padEnd(6),
+        String(st.servedVersion).padEnd(6),
+        st.nextVersion.padEnd(4),
+        (st.logprobAbsDiffMean?.toExponential(2) ?? '-').padEnd(8),
+        st.trainSeconds.toFixed(2).padEnd(7),
+        st.weightUpdateSeconds.toFixed(2).padEnd(8),
+        st.grpoCheck.padEnd(5),
+        String(st.tokenAudit).padEnd(5),
+        String(st.versionsOk),
+      ].join('  '),
+    ),
+  ];
+  const e = s.eval;
+  for (const [name, pick] of [
+    ['train', (r: EvalResult) => r.train],
+    ['held-out', (r: EvalResult) => r.heldout],
+  ] as const) {
+    const a = e.initial ? pick(e.initial) : null;
+    const b = e.final ? pick(e.final) : null;
+    const d = name === 'train' ? e.trainDelta : e.heldoutDelta;
+    lines.push(
+      `pass@1 ${name}: initial ${pct(a?.value)} ${ci(a?.ci)}, final ${pct(b?.value)} ${ci(b?.ci)}, change ${pct(d?.value)} ${ci(d?.ci)}`,
+    );
+  }
+  lines.push(`claims: ${JSON.stringify(s.claims)}`);
+  return lines.join('\n');
+}
