@@ -1,4 +1,15 @@
 import { defineConfig } from 'tsup';
 import { packageBuild } from '../../tsup.base.js';
 
-export default defineConfig(packageBuild({ index: 'src/index.ts', standin: 'src/standin/index.ts' }));
+const base = packageBuild({
+  index: 'src/index.ts',
+  standin: 'src/standin/index.ts',
+  // run by the tokenizer's worker threads (see src/tokenizer/encode-pool.ts); plain JavaScript, no types
+  'encode-worker': 'src/tokenizer/encode-worker.mjs',
+});
+const dts = typeof base.dts === 'object' ? base.dts : {};
+
+export default defineConfig({
+  ...base,
+  dts: { ...dts, entry: { index: 'src/index.ts', standin: 'src/standin/index.ts' } },
+});

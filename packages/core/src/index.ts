@@ -48,6 +48,7 @@ export {
   type EngineStatus,
   type RouterEvents,
 } from './proxy/router.js';
+export { DEFAULT_PROXY_LIMITS, type ProxyLimits } from './proxy/server.js';
 export type { VersionRun, WeightUpdatePolicy } from './proxy/turn.js';
 export { QueueError } from './queue/format.js';
 export type { DropReason, Failure, SampleVersions, VersionSpan } from './queue/group-events.js';
@@ -155,7 +156,14 @@ export type {
   TemplateToolCall,
   ToolDefinition,
 } from './tokenizer/template.js';
-export { ChatTokenizer, type LoadTokenizerOptions, loadTokenizer } from './tokenizer/tokenizer.js';
+export {
+  ChatTokenizer,
+  type EncodeChatOptions,
+  INLINE_ENCODE_CHARS,
+  type LoadTokenizerOptions,
+  loadTokenizer,
+  type SpecialTokenText,
+} from './tokenizer/tokenizer.js';
 export {
   type DriftReport,
   type FinishOptions,

@@ -9,7 +9,12 @@ import { type StandInPolicy, startStandInEngine } from '../standin/engine.js';
 import type { TemplateMessage, ToolDefinition } from '../tokenizer/template.js';
 import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
 import type { DriftReport } from '../trajectory/manager.js';
-import { type CaptureProxy, captureFetch, startCaptureProxy } from '../proxy/proxy.js';
+import {
+  type CaptureProxy,
+  type CaptureProxyOptions,
+  captureFetch,
+  startCaptureProxy,
+} from '../proxy/proxy.js';
 
 /** Closers of what a test started; each test file drains them after each test (`closeAll`). */
 export const closers: Array<() => Promise<void>> = [];
@@ -40,7 +45,10 @@ export function recording(engine: Engine): { engine: Engine; calls: Call[] } {
 
 export async function setup(
   policy: StandInPolicy,
-  opts: { service?: { tokensPerSecond?: number; slots?: number } } = {},
+  opts: {
+    service?: { tokensPerSecond?: number; slots?: number };
+    proxy?: Omit<CaptureProxyOptions, 'engine' | 'tokenizer'>;
+  } = {},
 ) {
   const tokenizer = await qwen3();
   const standIn = await startStandInEngine({
@@ -52,7 +60,7 @@ export async function setup(
   const sg = sglangEngine(standIn.url);
   closers.push(() => sg.close());
   const rec = recording(sg);
-  const proxy = await startCaptureProxy({ engine: rec.engine, tokenizer });
+  const proxy = await startCaptureProxy({ engine: rec.engine, tokenizer, ...opts.proxy });
   closers.push(() => proxy.close());
   const drift: DriftReport[] = [];
   proxy.trajectories.on('drift', (r) => drift.push(r));

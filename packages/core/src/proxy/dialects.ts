@@ -445,9 +445,11 @@ export function errorBody(dialect: Dialect, status: number, message: string): un
     const type =
       status === 400
         ? 'invalid_request_error'
-        : status === 401 || status === 404
-          ? 'authentication_error'
-          : 'api_error';
+        : status === 413
+          ? 'request_too_large'
+          : status === 401 || status === 404
+            ? 'authentication_error'
+            : 'api_error';
     return { type: 'error', error: { type, message } };
   }
   return { error: { message, type: status >= 500 ? 'server_error' : 'invalid_request_error', code: status } };

@@ -1,12 +1,11 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { EventEmitter } from 'eventemitter3';
 import { newRequestId } from '../engine/request-id.js';
 import type { Engine, Sampling } from '../engine/types.js';
 import { ConfigError, EngineError, VimeError } from '../errors.js';
 import type { Turn } from '../rollout.js';
 import type { Sample } from '../sample.js';
-import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
+import type { ChatTokenizer, SpecialTokenText } from '../tokenizer/tokenizer.js';
 import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
 import { adminRoute } from './admin.js';
 import {
@@ -23,6 +22,15 @@ import {
   type TurnReply,
 } from './dialects.js';
 import { EngineRouter, type EngineRouterOptions } from './router.js';
+import { resolveSampling } from './sampling.js';
+import {
+  checkDepth,
+  type ProxyLimits,
+  readBody,
+  resolveLimits,
+  startProxyServer,
+  yieldToLoop,
+} from './server.js';
 import { generateTurn, type WeightUpdatePolicy } from './turn.js';
 
 export interface SessionOptions {
@@ -80,6 +88,14 @@ export interface CaptureProxyOptions {
   modelName?: string;
   /** Open unknown session ids on first use instead of answering 401 (default false). */
   autoOpenSessions?: boolean;
+  /**
+   * What special-token text (`<|im_start|>`, …) in user, system and tool content becomes: `special` (the
+   * default: what SGLang and vLLM do when they tokenize a rendered chat, so captures match the engine's own
+   * chat endpoints token for token) or `text` (encoded as plain text: content cannot inject markup).
+   */
+  specialTokenText?: SpecialTokenText | undefined;
+  /** Caps and timeouts against hostile or broken clients (body and header size, slow clients, socket count). */
+  limits?: ProxyLimits | undefined;
 }
 
 export interface ProxyTurnEvent {
@@ -127,6 +143,8 @@ export interface CaptureProxy {
   finishSession(id: string, options?: FinishOptions): Sample[];
   /** Number of open sessions. */
   readonly size: number;
+  /** Open client sockets (capped by `limits.maxConnections`). */
+  readonly connections: number;
   close(): Promise<void>;
 }
 
@@ -147,21 +165,8 @@ interface Reply {
   body: string;
 }
 
-/** Sampling knob wire names → the `Sampling` field that replaces them. */
-const KNOB_FIELDS: Record<string, keyof Sampling> = {
-  temperature: 'temperature',
-  top_p: 'topP',
-  top_k: 'topK',
-  min_p: 'minP',
-  presence_penalty: 'presencePenalty',
-  frequency_penalty: 'frequencyPenalty',
-  repetition_penalty: 'repetitionPenalty',
-  seed: 'seed',
-  stop: 'stop',
-  stop_sequences: 'stop',
-};
-
 const JSON_TYPE = 'application/json';
+const LARGE_BODY_CHARS = 1 << 20;
 const SSE_TYPE = 'text/event-stream';
 
 /**
@@ -182,6 +187,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
   if (onWeightUpdate !== 'continue' && onWeightUpdate !== 'restart') {
     throw new ConfigError(
       `onWeightUpdate: expected 'continue' or 'restart', found ${JSON.stringify(onWeightUpdate)}`,
+    );
+  }
+  const limits = resolveLimits(options.limits);
+  const specialTokenText = options.specialTokenText ?? 'special';
+  if (specialTokenText !== 'special' && specialTokenText !== 'text') {
+    throw new ConfigError(
+      `specialTokenText: expected 'special' or 'text', found ${JSON.stringify(specialTokenText)}`,
     );
   }
   const router = new EngineRouter(engines, options.router);
@@ -234,28 +246,6 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     return trajectories.finish(id, { ...finish, ...(status ? { status } : {}) });
   }
 
-  function resolveSampling(state: SessionState, req: ChatRequest, promptTokens: number) {
-    const sampling: Sampling = { ...state.sampling };
-    const overridden: Record<string, { sent: unknown; used: unknown }> = {};
-    for (const [knob, sent] of Object.entries(req.sampling)) {
-      const field = KNOB_FIELDS[knob];
-      if (!field) continue;
-      const used = sampling[field];
-      if (JSON.stringify(used) !== JSON.stringify(sent)) overridden[knob] = { sent, used };
-    }
-    let maxTokens = Math.min(
-      sampling.maxTokens ?? options.defaultMaxTokens ?? 4096,
-      req.maxTokens ?? Number.POSITIVE_INFINITY,
-    );
-    if (state.maxContextTokens !== undefined)
-      maxTokens = Math.min(maxTokens, state.maxContextTokens - promptTokens);
-    if (req.maxTokens !== undefined && req.maxTokens !== maxTokens) {
-      overridden.max_tokens = { sent: req.maxTokens, used: maxTokens };
-    }
-    sampling.maxTokens = maxTokens;
-    return { sampling, overridden };
-  }
-
   async function runTurn(
     state: SessionState,
     dialect: Dialect,
@@ -267,8 +257,14 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       state.templateKwargs || req.templateKwargs
         ? { ...req.templateKwargs, ...state.templateKwargs }
         : undefined;
-    const promptIds = tokenizer.encodeChat(req.messages, { tools: req.tools, templateKwargs });
-    const { sampling, overridden } = resolveSampling(state, req, promptIds.length);
+    // Long uncached input is tokenized on a worker thread; the turn's signal stops it on a disconnect.
+    const promptIds = await tokenizer.encodeChatAsync(req.messages, {
+      tools: req.tools,
+      templateKwargs,
+      specialTokenText,
+      signal,
+    });
+    const { sampling, overridden } = resolveSampling(state, req, promptIds.length, options.defaultMaxTokens);
     if (Object.keys(overridden).length > 0)
       events.emit('sampling:override', { sessionId: state.id, fields: overridden });
     const rid = newRequestId('turn');
@@ -414,20 +410,28 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       return json(401, errorBody(dialect, 401, why));
     }
     try {
+      const text = await readBody();
+      // A large body's long steps each let other sessions' work run in between.
+      const large = text.length > LARGE_BODY_CHARS;
+      if (large) await yieldToLoop();
       let body: unknown;
       try {
-        body = JSON.parse(await readBody());
+        body = JSON.parse(text);
       } catch {
         throw new RequestError(400, 'request body is not valid JSON');
       }
+      checkDepth(body, limits.maxJsonDepth);
+      if (large) await yieldToLoop();
       const req =
         dialect === 'anthropic'
           ? parseAnthropicRequest(body, state.toolArgs, { countOnly })
           : parseOpenAIRequest(body, state.toolArgs);
       if (countOnly) {
-        const ids = tokenizer.encodeChat(req.messages, {
+        const ids = await tokenizer.encodeChatAsync(req.messages, {
           tools: req.tools,
           templateKwargs: state.templateKwargs,
+          specialTokenText,
+          signal,
         });
         return json(200, { input_tokens: ids.length });
       }
@@ -466,10 +470,24 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       const signal = init?.signal ?? request?.signal ?? new AbortController().signal;
       const readBody = async () => {
         const body = init?.body;
-        if (typeof body === 'string') return body;
-        if (body instanceof Uint8Array) return new TextDecoder().decode(body);
-        if (body != null) return new Response(body as ConstructorParameters<typeof Response>[0]).text();
-        return request ? request.text() : '';
+        const text =
+          typeof body === 'string'
+            ? body
+            : body instanceof Uint8Array
+              ? new TextDecoder().decode(body)
+              : body != null
+                ? await new Response(body as ConstructorParameters<typeof Response>[0]).text()
+                : request
+                  ? await request.text()
+                  : '';
+        const bytes = Buffer.byteLength(text);
+        if (bytes > limits.maxBodyBytes) {
+          throw new RequestError(
+            413,
+            `request body of ${bytes} bytes is over the proxy's limit of ${limits.maxBodyBytes} bytes (limits.maxBodyBytes)`,
+          );
+        }
+        return text;
       };
       const path = target.pathname.replace(
         /^.*?(\/v1)?(\/(chat\/completions|messages(?:\/count_tokens)?|models))$/,
@@ -483,25 +501,24 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     };
   }
 
-  const server: Server = createServer((req, res) => {
-    const closer = new AbortController();
-    res.on('close', () => {
-      if (!res.writableFinished) closer.abort(new Error('client disconnected'));
-    });
-    const pathname = (req.url ?? '/').split('?')[0]!;
-    dispatch(req.method ?? 'GET', pathname, credentialOf(req), () => readText(req), closer.signal)
-      .then((reply) => write(res, reply))
-      .catch((error: unknown) => write(res, json(500, errorBody('openai', 500, (error as Error).message))));
-  });
-  server.keepAliveTimeout = 120_000;
-  server.headersTimeout = 0;
-  server.requestTimeout = 0;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => resolve());
-  });
-  const address = server.address() as AddressInfo;
-  url = `http://${address.address.includes(':') ? `[${address.address}]` : address.address}:${address.port}`;
+  const http = await startProxyServer(
+    limits,
+    { host: options.host ?? '127.0.0.1', port: options.port ?? 0 },
+    (req, res) => {
+      const closer = new AbortController();
+      res.on('close', () => {
+        if (!res.writableFinished) closer.abort(new Error('client disconnected'));
+      });
+      const pathname = (req.url ?? '/').split('?')[0]!;
+      const read = () => readBody(req, limits.maxBodyBytes);
+      dispatch(req.method ?? 'GET', pathname, credentialOf(req), read, closer.signal)
+        .then((reply) => write(req, res, reply))
+        .catch((error: unknown) =>
+          write(req, res, json(500, errorBody('openai', 500, (error as Error).message))),
+        );
+    },
+  );
+  url = http.url;
 
   return {
     url,
@@ -513,11 +530,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     get size() {
       return sessions.size;
     },
+    get connections() {
+      return http.connections;
+    },
     close: () =>
       new Promise<void>((resolve) => {
         for (const state of [...sessions.values()]) closeSession(state, 'proxy closed');
-        server.close(() => void router.close().then(resolve));
-        server.closeAllConnections();
+        void http.close().then(() => router.close().then(resolve));
       }),
   };
 }
@@ -534,29 +553,23 @@ function credentialOf(req: IncomingMessage): string | undefined {
   return typeof key === 'string' ? key : undefined;
 }
 
-function readText(req: IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () =>
-      resolve(chunks.length === 1 ? chunks[0]!.toString('utf8') : Buffer.concat(chunks).toString('utf8')),
-    );
-    req.on('error', reject);
-  });
-}
-
 function json(status: number, body: unknown): Reply {
   return { status, contentType: JSON_TYPE, body: JSON.stringify(body) };
 }
 
-function write(res: ServerResponse, reply: Reply): void {
+function write(req: IncomingMessage, res: ServerResponse, reply: Reply): void {
   if (res.destroyed || res.headersSent) return;
+  // A body left unread (refused, or never needed) is not drained: the connection closes after the reply.
+  const unread = !req.complete;
   res.writeHead(reply.status, {
     'content-type': reply.contentType,
     'content-length': Buffer.byteLength(reply.body),
     ...(reply.contentType === SSE_TYPE ? { 'cache-control': 'no-cache' } : {}),
+    ...(unread ? { connection: 'close' } : {}),
   });
-  res.end(reply.body);
+  res.end(reply.body, () => {
+    if (unread) req.socket.destroy();
+  });
 }
 
 /**

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { ConfigError } from '../errors.js';
+import { EncodePool } from './encode-pool.js';
 import {
   hermesToolParser,
   type ParsedResponse,
@@ -12,6 +13,7 @@ import {
   thinkReasoningParser,
 } from './parsers.js';
 import { type ChatRenderer, nativeRenderer } from './renderers.js';
+import { SpecialTextEscaper, withoutAddedTokens } from './special-text.js';
 import type { RenderOptions, TemplateMessage } from './template.js';
 
 export interface LoadTokenizerOptions {
@@ -24,10 +26,32 @@ export interface LoadTokenizerOptions {
    * no Jinja interpreter on the hot path), else Jinja. `jinja`: always interpret the template.
    */
   renderer?: 'auto' | 'jinja' | ChatRenderer;
+  /** Worker threads for `encodeAsync` on long inputs (default 1; started on first use). */
+  encodeWorkers?: number;
+  /** The text of `tokenizer.json` when at hand (what the workers are sent; else it is re-serialised). */
+  tokenizerJsonText?: string;
   signal?: AbortSignal;
 }
 
+/**
+ * What special-token text (`<|im_start|>`, …) inside harness content becomes: `special` (the default, as
+ * SGLang and vLLM tokenize a rendered chat) the special token itself; `text` plain text, so content cannot
+ * inject markup. The template's own markup is special either way, and assistant messages are kept as is.
+ */
+export type SpecialTokenText = 'special' | 'text';
+
+export interface EncodeChatOptions extends RenderOptions {
+  specialTokenText?: SpecialTokenText | undefined;
+}
+
 const SEGMENT_CACHE_LIMIT = 20_000;
+/** Cached text in characters, all segments together (a few huge tool outputs must not pin memory). */
+const SEGMENT_CACHE_CHARS = 32 * 1024 * 1024;
+/**
+ * Uncached text up to this many characters is encoded inline by `encodeAsync` (a few milliseconds of
+ * BPE at most; a worker hop would cost more than it saves); longer text goes to a worker thread.
+ */
+export const INLINE_ENCODE_CHARS = 16 * 1024;
 
 /**
  * A model's tokenizer and chat template, loaded from its `tokenizer.json` + `tokenizer_config.json`.
@@ -47,6 +71,16 @@ export class ChatTokenizer {
   readonly #addedSplit: RegExp | undefined;
   readonly #addedIds = new Map<string, number>();
   readonly #segments = new Map<string, Int32Array>();
+  /** Pieces of chats rendered with `specialTokenText: 'text'` (escaped; never mixed with the above). */
+  readonly #escapedSegments = new Map<string, Int32Array>();
+  readonly #specialTexts: string[] = [];
+  readonly #escaper: SpecialTextEscaper;
+  #plain: Tokenizer | undefined;
+  #segmentChars = 0;
+  readonly #tokenizerJson: Record<string, unknown>;
+  readonly #encodeWorkers: number;
+  readonly #tokenizerJsonText: string | undefined;
+  #pool: EncodePool | undefined;
   /** Byte-level BPE: each id's bytes (or, for added tokens, its text), filled lazily; see `decode`. */
   readonly #byteLevel: boolean;
   readonly #pieces: Array<Uint8Array | string | undefined> = [];
@@ -60,6 +94,9 @@ export class ChatTokenizer {
     options: Omit<LoadTokenizerOptions, 'signal'> = {},
   ) {
     this.#tokenizer = new Tokenizer(tokenizerJson, config);
+    this.#tokenizerJson = tokenizerJson;
+    this.#encodeWorkers = options.encodeWorkers ?? 1;
+    this.#tokenizerJsonText = options.tokenizerJsonText;
     this.#config = config;
     const template = options.chatTemplate ?? pickTemplate(config.chat_template);
     if (template === undefined) {
@@ -91,8 +128,12 @@ export class ChatTokenizer {
     for (const t of added) {
       this.#addedIds.set(String(t.content), Number(t.id));
       this.#addedById.set(Number(t.id), String(t.content));
-      if (t.special || extraSpecial.has(String(t.content))) this.#specialIds.add(Number(t.id));
+      if (t.special || extraSpecial.has(String(t.content))) {
+        this.#specialIds.add(Number(t.id));
+        this.#specialTexts.push(String(t.content));
+      }
     }
+    this.#escaper = new SpecialTextEscaper(this.#specialTexts);
     this.#byteLevel = (tokenizerJson.decoder as { type?: string } | undefined)?.type === 'ByteLevel';
     if (cacheable && added.length > 0) {
       const alternatives = [...this.#addedIds.keys()]
@@ -104,34 +145,127 @@ export class ChatTokenizer {
 
   /** Token ids of `text` (no special tokens added; special-token text maps to its id). */
   encode(text: string): Int32Array {
-    if (!this.#addedSplit)
-      return Int32Array.from(this.#tokenizer.encode(text, { add_special_tokens: false }).ids);
+    return this.#encodeSync(text, false);
+  }
+
+  /**
+   * `encode` for inputs of any size without holding the event loop: uncached text longer than
+   * `INLINE_ENCODE_CHARS` is encoded on a worker thread (`encodeWorkers`); short input stays inline. An
+   * abort stops the work at once.
+   */
+  encodeAsync(text: string, options: { signal?: AbortSignal | undefined } = {}): Promise<Int32Array> {
+    return this.#encodeAsync(text, false, options.signal);
+  }
+
+  /** Render and tokenize: the exact prompt ids an engine is sent. */
+  encodeChat(messages: readonly TemplateMessage[], options: EncodeChatOptions = {}): Int32Array {
+    const escaped = options.specialTokenText === 'text';
+    return this.#encodeSync(
+      this.render(escaped ? this.#escaper.escapeMessages(messages) : messages, options),
+      escaped,
+    );
+  }
+
+  /** `encodeChat` with `encodeAsync`'s off-the-loop tokenization of long inputs. */
+  encodeChatAsync(
+    messages: readonly TemplateMessage[],
+    options: EncodeChatOptions & { signal?: AbortSignal | undefined } = {},
+  ): Promise<Int32Array> {
+    const escaped = options.specialTokenText === 'text';
+    const text = this.render(escaped ? this.#escaper.escapeMessages(messages) : messages, options);
+    return this.#encodeAsync(text, escaped, options.signal);
+  }
+
+  /** Stop the encode workers (they never keep the process alive; this frees them early). */
+  async close(): Promise<void> {
+    await this.#pool?.close();
+    this.#pool = undefined;
+  }
+
+  #encodeSync(text: string, escaped: boolean): Int32Array {
+    const { pieces, parts } = this.#split(text, escaped);
+    for (let i = 0; i < parts.length; i++) parts[i] ??= this.#encodePiece(pieces[i]!, escaped);
+    return concat(parts as Int32Array[]);
+  }
+
+  async #encodeAsync(text: string, escaped: boolean, signal: AbortSignal | undefined): Promise<Int32Array> {
+    const { pieces, parts } = this.#split(text, escaped);
+    const todo: number[] = [];
+    let chars = 0;
+    for (let i = 0; i < parts.length; i++) {
+      if (parts[i] === undefined) {
+        todo.push(i);
+        chars += pieces[i]!.length;
+      }
+    }
+    if (chars <= INLINE_ENCODE_CHARS) {
+      for (const i of todo) parts[i] = this.#encodePiece(pieces[i]!, escaped);
+      return concat(parts as Int32Array[]);
+    }
+    // The split alone of a long text takes a while: let other work run before the worker hop.
+    await new Promise((resolve) => setImmediate(resolve));
+    if (signal?.aborted) throw signal.reason;
+    this.#pool ??= new EncodePool(
+      () => ({
+        tokenizerJson: this.#tokenizerJsonText ?? JSON.stringify(this.#tokenizerJson),
+        config: this.#config,
+        specials: this.#specialTexts,
+      }),
+      this.#encodeWorkers,
+    );
+    const plain = todo.map((i) => escaped && SpecialTextEscaper.holdsEscapes(pieces[i]!));
+    const texts = todo.map((i, k) => (plain[k] ? this.#escaper.unescape(pieces[i]!) : pieces[i]!));
+    const ids = await this.#pool.encode(texts, plain, signal);
+    todo.forEach((at, k) => {
+      parts[at] = ids[k]!;
+      if (this.#addedSplit) this.#remember(pieces[at]!, ids[k]!, escaped);
+    });
+    return concat(parts as Int32Array[]);
+  }
+
+  /** Text split at added tokens: added tokens and cached pieces resolved, the rest left undefined. */
+  #split(text: string, escaped: boolean): { pieces: string[]; parts: Array<Int32Array | undefined> } {
+    if (!this.#addedSplit) return { pieces: [text], parts: [undefined] };
+    const cache = escaped ? this.#escapedSegments : this.#segments;
     const pieces = text.split(this.#addedSplit);
-    const parts: Int32Array[] = [];
-    let total = 0;
+    const parts: Array<Int32Array | undefined> = new Array(pieces.length);
     for (let i = 0; i < pieces.length; i++) {
       const piece = pieces[i]!;
-      if (piece === '') continue;
-      let ids: Int32Array | undefined;
-      if (i % 2 === 1) ids = Int32Array.of(this.#addedIds.get(piece)!);
-      else {
-        ids = this.#segments.get(piece);
-        if (!ids) {
-          ids = Int32Array.from(this.#tokenizer.encode(piece, { add_special_tokens: false }).ids);
-          if (this.#segments.size >= SEGMENT_CACHE_LIMIT) this.#segments.clear();
-          this.#segments.set(piece, ids);
-        }
-      }
-      parts.push(ids);
-      total += ids.length;
+      if (piece === '') parts[i] = EMPTY;
+      else if (i % 2 === 1) parts[i] = Int32Array.of(this.#addedIds.get(piece)!);
+      else parts[i] = cache.get(piece);
     }
-    const out = new Int32Array(total);
-    let at = 0;
-    for (const p of parts) {
-      out.set(p, at);
-      at += p.length;
+    return { pieces, parts };
+  }
+
+  /** One piece's ids; in escaped text a piece holding escapes is restored and encoded as plain text. */
+  #encodePiece(piece: string, escaped: boolean): Int32Array {
+    const plain = escaped && SpecialTextEscaper.holdsEscapes(piece);
+    const tokenizer = plain ? this.#plainTokenizer() : this.#tokenizer;
+    const ids = Int32Array.from(
+      tokenizer.encode(plain ? this.#escaper.unescape(piece) : piece, { add_special_tokens: false }).ids,
+    );
+    if (this.#addedSplit) this.#remember(piece, ids, escaped);
+    return ids;
+  }
+
+  #plainTokenizer(): Tokenizer {
+    this.#plain ??= new Tokenizer(withoutAddedTokens(this.#tokenizerJson, this.#specialTexts), this.#config);
+    return this.#plain;
+  }
+
+  #remember(piece: string, ids: Int32Array, escaped: boolean): void {
+    if (piece.length > SEGMENT_CACHE_CHARS / 4) return;
+    if (
+      this.#segments.size + this.#escapedSegments.size >= SEGMENT_CACHE_LIMIT ||
+      this.#segmentChars + piece.length > SEGMENT_CACHE_CHARS
+    ) {
+      this.#segments.clear();
+      this.#escapedSegments.clear();
+      this.#segmentChars = 0;
     }
-    return out;
+    (escaped ? this.#escapedSegments : this.#segments).set(piece, ids);
+    this.#segmentChars += piece.length;
   }
 
   /** Text of `ids` (special tokens kept unless `skipSpecialTokens`). */
@@ -215,15 +349,25 @@ export class ChatTokenizer {
     return this.#template.render(vars);
   }
 
-  /** Render and tokenize: the exact prompt ids an engine is sent. */
-  encodeChat(messages: readonly TemplateMessage[], options: RenderOptions = {}): Int32Array {
-    return this.encode(this.render(messages, options));
-  }
-
   /** Split raw output text into reasoning, content and tool calls with this model's parsers. */
   parseResponse(text: string): ParsedResponse {
     return parseResponse(text, { toolCalls: this.toolParser, reasoning: this.reasoningParser });
   }
+}
+
+const EMPTY = new Int32Array(0);
+
+function concat(parts: readonly Int32Array[]): Int32Array {
+  if (parts.length === 1) return parts[0]!.slice(); // never hand out a cached array
+  let total = 0;
+  for (const p of parts) total += p.length;
+  const out = new Int32Array(total);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
 }
 
 /** GPT-2's byte-to-unicode table, reversed: the character a byte-level BPE vocabulary uses for each byte. */
@@ -253,7 +397,10 @@ function pickTemplate(value: unknown): string | undefined {
   return undefined;
 }
 
-async function readJson(path: string, signal: AbortSignal | undefined): Promise<Record<string, unknown>> {
+async function readJson(
+  path: string,
+  signal: AbortSignal | undefined,
+): Promise<{ json: Record<string, unknown>; text: string }> {
   let text: string;
   try {
     text = await readFile(path, { encoding: 'utf8', ...(signal ? { signal } : {}) });
@@ -263,7 +410,7 @@ async function readJson(path: string, signal: AbortSignal | undefined): Promise<
     });
   }
   try {
-    return JSON.parse(text) as Record<string, unknown>;
+    return { json: JSON.parse(text) as Record<string, unknown>, text };
   } catch (cause) {
     throw new ConfigError(`${path} is not valid JSON: ${(cause as Error).message}`, { cause });
   }
@@ -284,7 +431,8 @@ export async function loadTokenizer(dir: string, options: LoadTokenizerOptions =
   if (chatTemplate === undefined) {
     chatTemplate = await readFile(join(dir, 'chat_template.jinja'), 'utf8').catch(() => undefined);
   }
-  return new ChatTokenizer(json, config, {
+  return new ChatTokenizer(json.json, config.json, {
+    tokenizerJsonText: json.text,
     ...rest,
     ...(chatTemplate !== undefined ? { chatTemplate } : {}),
   });

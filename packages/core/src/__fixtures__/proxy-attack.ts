@@ -1,0 +1,140 @@
+/**
+ * Attack helpers for the capture-proxy hardening tests: a legitimate client, latency bounds, and an
+ * attacker in its own process (`proxy-attacker.ts`), so its work does not slow the measured session.
+ */
+import { type ChildProcess, fork } from 'node:child_process';
+import { Agent, request } from 'node:http';
+import { fileURLToPath } from 'node:url';
+import type { AttackCommand, AttackResult } from './proxy-attacker.js';
+
+/** A well-behaved harness: one keep-alive connection, one session, small turns; times each turn. */
+export class LegitClient {
+  readonly agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  constructor(
+    readonly url: string,
+    readonly session: string,
+  ) {}
+
+  /** One small turn; resolves with its latency in ms (throws on a non-200). */
+  async turn(): Promise<number> {
+    const body = JSON.stringify({ messages: [{ role: 'user', content: 'ping' }], max_tokens: 4 });
+    const t0 = performance.now();
+    const { status, text } = await send(this.agent, `${this.url}/v1/chat/completions`, body, {
+      authorization: `Bearer ${this.session}`,
+    });
+    if (status !== 200) throw new Error(`legitimate turn answered ${status}: ${text}`);
+    return performance.now() - t0;
+  }
+
+  async turns(n: number): Promise<number[]> {
+    const out: number[] = [];
+    for (let i = 0; i < n; i++) out.push(await this.turn());
+    return out;
+  }
+
+  close(): void {
+    this.agent.destroy();
+  }
+}
+
+export function send(
+  agent: Agent | undefined,
+  url: string,
+  body: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; text: string; headers: Record<string, unknown> }> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      { method: 'POST', agent, headers: { 'content-type': 'application/json', ...headers } },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => {
+          text += c;
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text, headers: res.headers }));
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/**
+ * The latency a legitimate turn may take while the proxy is under attack, from its unloaded baseline
+ * measured in the same test: a multiple of the baseline, never an absolute time. Generous, because the
+ * attacker shares a small, loaded machine's cores with the proxy; a blocked event loop (the failure
+ * these tests catch) costs seconds, far past it.
+ */
+export function latencyBound(baseline: number[]): number {
+  const sorted = [...baseline].sort((a, b) => a - b);
+  return Math.max(25 * median(sorted), 10 * sorted[Math.floor(sorted.length * 0.9)]!);
+}
+
+/**
+ * For attacks that make the proxy move or parse tens of megabytes: turns keep flowing (a held event loop
+ * stalls every one of them for the whole attack) when the median turn stays within the bound and none
+ * passes five times it; receiving, parsing and splitting that much text still costs the main thread a
+ * few pauses of some hundred milliseconds on a small loaded machine, spread over a few turns.
+ */
+export function flowing(during: number[], bound: number): { median: number; max: number; ok: boolean } {
+  const med = median(during);
+  const max = Math.max(...during);
+  return { median: med, max, ok: med < bound && max < 5 * bound };
+}
+
+export function p99(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil(0.99 * s.length) - 1)]!;
+}
+
+/** The status line's code and the JSON body of a raw HTTP answer. */
+export function parseRaw(raw: string): { status: number; headers: string; body: unknown } {
+  const [head, body = ''] = raw.split('\r\n\r\n');
+  const status = Number(/^HTTP\/1\.1 (\d+)/.exec(head ?? '')?.[1] ?? 0);
+  let json: unknown;
+  try {
+    json = JSON.parse(body);
+  } catch {
+    json = undefined;
+  }
+  return { status, headers: head ?? '', body: json };
+}
+
+/** The attacker process: `run` sends one command and resolves with its result. */
+export interface Attacker {
+  run<C extends AttackCommand>(command: C): Promise<AttackResult<C>>;
+  close(): Promise<void>;
+}
+
+export async function startAttacker(): Promise<Attacker> {
+  const child: ChildProcess = fork(fileURLToPath(new URL('./proxy-attacker.ts', import.meta.url)), [], {
+    execArgv: ['--import', 'tsx', '--conditions=@vime/source'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.once('message', () => resolve());
+    child.once('exit', (code) => reject(new Error(`attacker exited with ${code}`)));
+  });
+  let next = 0;
+  const waiting = new Map<number, (result: unknown) => void>();
+  child.on('message', (m: { id: number; result: unknown }) => waiting.get(m.id)?.(m.result));
+  return {
+    run: (command) =>
+      new Promise((resolve) => {
+        const id = next++;
+        waiting.set(id, resolve as (r: unknown) => void);
+        child.send({ id, command });
+      }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGKILL');
+      }),
+  };
+}

@@ -1,0 +1,109 @@
+/**
+ * The attacker of the capture-proxy hardening tests, run as its own process (see `startAttacker`):
+ * streams oversize bodies and opens raw sockets that dribble bytes, then reports what the proxy did.
+ */
+import { request } from 'node:http';
+import { connect, type Socket } from 'node:net';
+
+export type AttackCommand =
+  /** POST `{"messages": [{"role": "user", "content": "<bytes of fill>"}], "max_tokens": 16}`, 1 MiB at a time. */
+  | { op: 'stream'; url: string; bytes: number; headers: Record<string, string>; fill?: string }
+  | {
+      op: 'sockets';
+      url: string;
+      /**
+       * What each socket sends, one byte every `everyMs` (all at once for 0; an empty string: connect and say nothing); a
+       * `{ now, dribble }` pair sends `now` at once, then dribbles.
+       */
+      scripts: Array<string | { now: string; dribble: string }>;
+      everyMs: number;
+      /** How long to wait for the proxy to close each socket. */
+      waitMs: number;
+    };
+
+export type AttackResult<C extends AttackCommand> = C extends { op: 'stream' }
+  ? { status: number; text: string } | { error: string }
+  : Array<{ closed: boolean; received: string }>;
+
+/** Stream a JSON-looking body of `bytes` bytes; resolves with the answer, or the socket error. */
+function stream(url: string, bytes: number, headers: Record<string, string>, fill = 'a'): Promise<AttackResult<{ op: 'stream' } & AttackCommand>> {
+  return new Promise((resolve) => {
+    const req = request(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers } });
+    const chunk = Buffer.alloc(1 << 20, fill);
+    let sent = 0;
+    let done = false;
+    req.on('response', (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => {
+        text += c;
+      });
+      res.on('end', () => {
+        done = true;
+        resolve({ status: res.statusCode ?? 0, text });
+      });
+    });
+    req.on('error', (e) => {
+      if (!done) resolve({ error: (e as NodeJS.ErrnoException).code ?? e.message });
+    });
+    req.write('{"messages": [{"role": "user", "content": "');
+    const pump = () => {
+      while (sent < bytes && !req.destroyed && !done) {
+        sent += chunk.length;
+        if (!req.write(chunk)) {
+          req.once('drain', pump);
+          return;
+        }
+      }
+      if (!req.destroyed && !done) req.end('"}], "max_tokens": 16}');
+    };
+    pump();
+  });
+}
+
+async function openSocket(
+  url: string,
+  script: string | { now: string; dribble: string },
+  everyMs: number,
+  waitMs: number,
+) {
+  const { hostname, port } = new URL(url);
+  const socket: Socket = connect({ host: hostname, port: Number(port) });
+  let received = '';
+  socket.setEncoding('utf8');
+  socket.on('data', (c: string) => {
+    received += c;
+  });
+  socket.on('error', () => {});
+  const closed = new Promise<boolean>((resolve) => socket.once('close', () => resolve(true)));
+  await new Promise<void>((resolve) => {
+    socket.once('connect', () => resolve());
+    socket.once('error', () => resolve());
+  });
+  let slow = typeof script === 'string' ? script : script.dribble;
+  if (typeof script !== 'string') socket.write(script.now);
+  if (everyMs === 0) {
+    socket.write(slow);
+    slow = '';
+  }
+  void (async () => {
+    for (let i = 0; i < slow.length && !socket.destroyed; i++) {
+      socket.write(slow[i]!);
+      await new Promise((r) => setTimeout(r, everyMs));
+    }
+  })();
+  const timer = new Promise<boolean>((r) => setTimeout(() => r(false), waitMs));
+  const result = await Promise.race([closed, timer]);
+  socket.destroy();
+  return { closed: result, received };
+}
+
+process.on('message', async ({ id, command }: { id: number; command: AttackCommand }) => {
+  const result =
+    command.op === 'stream'
+      ? await stream(command.url, command.bytes, command.headers, command.fill)
+      : await Promise.all(command.scripts.map((s) => openSocket(command.url, s, command.everyMs, command.waitMs)));
+  process.send?.({ id, result });
+});
+process.send?.({ ready: true });
+process.on('disconnect', () => process.exit(0));

@@ -1,0 +1,268 @@
+/**
+ * The proxy's HTTP server, hardened for hostile clients (agents reach it): a body cap read as a stream
+ * (a larger body is refused before it is buffered), a header cap, header / request / keep-alive
+ * timeouts, a cap on open sockets (503 with `Retry-After` past it), and a JSON depth cap. Refusals that
+ * happen before a route is known carry one JSON body both dialects read (`error.message`, `error.type`).
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { StringDecoder } from 'node:string_decoder';
+import { ConfigError } from '../errors.js';
+import { RequestError } from './dialects.js';
+
+export interface ProxyLimits {
+  /** Largest request body in bytes (default 32 MiB). A larger one is answered 413 and never buffered whole. */
+  maxBodyBytes?: number | undefined;
+  /** Largest request head (request line + headers) in bytes (default 64 KiB); past it: 431. */
+  maxHeaderBytes?: number | undefined;
+  /** Time a client has to send its request head (default 10 s); past it the socket is closed with a 408. */
+  headersTimeoutMs?: number | undefined;
+  /** Time a client has to send its whole request, body included (default 60 s); past it: 408. */
+  requestTimeoutMs?: number | undefined;
+  /**
+   * How long an idle keep-alive connection stays open (default 65 s: longer than clients keep idle
+   * sockets, so a client never reuses one the proxy is closing; idle floods meet `maxConnections`).
+   */
+  keepAliveTimeoutMs?: number | undefined;
+  /** Most open client sockets (default 4096); a socket past the cap gets a 503 with `Retry-After: 1`. */
+  maxConnections?: number | undefined;
+  /** Deepest JSON nesting accepted in a request body (default 64); deeper is a 400. */
+  maxJsonDepth?: number | undefined;
+}
+
+export type ResolvedLimits = { [K in keyof ProxyLimits]-?: number };
+
+export const DEFAULT_PROXY_LIMITS: ResolvedLimits = {
+  maxBodyBytes: 32 * 1024 * 1024,
+  maxHeaderBytes: 64 * 1024,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 60_000,
+  keepAliveTimeoutMs: 65_000,
+  maxConnections: 4096,
+  maxJsonDepth: 64,
+};
+
+/** The limits with defaults filled in; a bad value is a `ConfigError` naming the field. */
+export function resolveLimits(limits: ProxyLimits = {}): ResolvedLimits {
+  const out = { ...DEFAULT_PROXY_LIMITS };
+  for (const key of Object.keys(limits) as Array<keyof ProxyLimits>) {
+    const value = limits[key];
+    if (value === undefined) continue;
+    if (!(key in DEFAULT_PROXY_LIMITS)) {
+      throw new ConfigError(
+        `limits.${key}: unknown limit; known: ${Object.keys(DEFAULT_PROXY_LIMITS).join(', ')}`,
+      );
+    }
+    if (!Number.isInteger(value) || value <= 0) {
+      throw new ConfigError(
+        `limits.${key}: expected a positive integer, found ${JSON.stringify(value)}; omit it for the default ${DEFAULT_PROXY_LIMITS[key]}`,
+      );
+    }
+    out[key] = value;
+  }
+  if (out.headersTimeoutMs > out.requestTimeoutMs) {
+    throw new ConfigError(
+      `limits.headersTimeoutMs (${out.headersTimeoutMs}) must not exceed limits.requestTimeoutMs (${out.requestTimeoutMs})`,
+    );
+  }
+  return out;
+}
+
+/** An error body OpenAI and Anthropic clients both read, for refusals made before the route is known. */
+export function wireError(status: number, message: string): string {
+  const type =
+    status === 503 ? 'overloaded_error' : status === 413 ? 'request_too_large' : 'invalid_request_error';
+  return JSON.stringify({ type: 'error', error: { type, message, code: status } });
+}
+
+function rawResponse(status: number, reason: string, message: string, extra = ''): string {
+  const body = wireError(status, message);
+  return (
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+    `${extra}Connection: close\r\n\r\n${body}`
+  );
+}
+
+/**
+ * Send a final answer and close. What the client still sends is read and dropped until it closes (or
+ * 1 s passes): closing with unread input would reset the connection and could lose the answer.
+ */
+function refuse(socket: Socket, answer: string): void {
+  socket.on('error', () => {});
+  socket.end(answer);
+  socket.resume();
+  setTimeout(() => socket.destroy(), 1_000).unref();
+}
+
+export interface ProxyServer {
+  server: Server;
+  url: string;
+  /** Open client sockets now. */
+  readonly connections: number;
+  close(): Promise<void>;
+}
+
+/** Start the hardened server; `handle` gets each request that passed the connection cap. */
+export async function startProxyServer(
+  limits: ResolvedLimits,
+  listen: { host: string; port: number },
+  handle: (req: IncomingMessage, res: ServerResponse) => void,
+): Promise<ProxyServer> {
+  const open = new Set<Socket>();
+  const refused = new WeakSet<Socket>();
+  const server = createServer(
+    {
+      maxHeaderSize: limits.maxHeaderBytes,
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+      keepAliveTimeout: limits.keepAliveTimeoutMs,
+      // How often expired heads/requests are looked for (Node's default, 30 s, would let them linger).
+      connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(limits.headersTimeoutMs / 4))),
+    },
+    (req, res) => {
+      // a refused socket already has its 503; it closes on its own (see `refuse`)
+      if (!refused.has(req.socket)) handle(req, res);
+    },
+  );
+  server.on('connection', (socket: Socket) => {
+    if (open.size >= limits.maxConnections) {
+      refused.add(socket);
+      refuse(
+        socket,
+        rawResponse(
+          503,
+          'Service Unavailable',
+          `the proxy has ${open.size} open connections (limits.maxConnections); retry shortly`,
+          'Retry-After: 1\r\n',
+        ),
+      );
+      return;
+    }
+    open.add(socket);
+    socket.once('close', () => open.delete(socket));
+  });
+  server.on('clientError', (error: NodeJS.ErrnoException, socket: Socket) => {
+    if (error.code === 'ECONNRESET' || !socket.writable || refused.has(socket)) {
+      socket.destroy();
+      return;
+    }
+    const [status, reason, message] =
+      error.code === 'HPE_HEADER_OVERFLOW'
+        ? [
+            431,
+            'Request Header Fields Too Large',
+            `request head over ${limits.maxHeaderBytes} bytes (limits.maxHeaderBytes)`,
+          ]
+        : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? [
+              408,
+              'Request Timeout',
+              'request not received in time (limits.headersTimeoutMs / requestTimeoutMs)',
+            ]
+          : [400, 'Bad Request', `malformed HTTP request (${error.code ?? error.message})`];
+    refuse(socket, rawResponse(status, reason, message));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(listen.port, listen.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  const host = address.address.includes(':') ? `[${address.address}]` : address.address;
+  return {
+    server,
+    url: `http://${host}:${address.port}`,
+    get connections() {
+      return open.size;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+        for (const socket of open) socket.destroy();
+      }),
+  };
+}
+
+const INCREMENTAL_DECODE_BYTES = 1 << 20;
+
+/**
+ * The request body as text, refused with a 413 `RequestError` as soon as it is known to pass `maxBytes`
+ * (a `Content-Length` over it, or the bytes read so far): nothing past the cap is buffered.
+ */
+export function readBody(req: IncomingMessage, maxBytes: number): Promise<string> {
+  const tooLarge = (n: string) =>
+    new RequestError(
+      413,
+      `request body of ${n} bytes is over the proxy's limit of ${maxBytes} bytes (limits.maxBodyBytes)`,
+    );
+  const declared = req.headers['content-length'];
+  if (declared !== undefined && Number(declared) > maxBytes) return Promise.reject(tooLarge(declared));
+  return new Promise((resolve, reject) => {
+    // Small bodies are decoded once at the end; past 1 MiB a body is decoded as it arrives, so a 30 MB
+    // one costs no single long decode when it is complete.
+    let buffers: Buffer[] = [];
+    const strings: string[] = [];
+    let decoder: StringDecoder | undefined;
+    let size = 0;
+    const fail = (error: Error) => {
+      req.off('data', onData);
+      reject(error);
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > maxBytes) {
+        buffers = [];
+        strings.length = 0;
+        // Stop reading: the reply is sent with `Connection: close` and the socket closed after it.
+        req.pause();
+        fail(tooLarge(`more than ${maxBytes}`));
+        return;
+      }
+      if (decoder) strings.push(decoder.write(chunk));
+      else {
+        buffers.push(chunk);
+        if (size > INCREMENTAL_DECODE_BYTES) {
+          decoder = new StringDecoder('utf8');
+          strings.push(decoder.write(Buffer.concat(buffers)));
+          buffers = [];
+        }
+      }
+    };
+    req.on('data', onData);
+    req.once('end', () => {
+      if (!decoder)
+        resolve(
+          buffers.length === 1 ? buffers[0]!.toString('utf8') : Buffer.concat(buffers).toString('utf8'),
+        );
+      else {
+        strings.push(decoder.end());
+        resolve(strings.join(''));
+      }
+    });
+    req.once('error', fail);
+    req.once('close', () => {
+      if (!req.complete) fail(new RequestError(400, 'the client closed the connection mid-body'));
+    });
+  });
+}
+
+/** Let other work run (between the long steps of handling a large request). */
+export const yieldToLoop = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/** Throw a 400 `RequestError` when `value` nests deeper than `maxDepth` (checked without recursion). */
+export function checkDepth(value: unknown, maxDepth: number): void {
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (depth > maxDepth) {
+      throw new RequestError(400, `request JSON nests deeper than ${maxDepth} levels (limits.maxJsonDepth)`);
+    }
+    for (const child of Array.isArray(v) ? v : Object.values(v)) {
+      if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+    }
+  }
+}
