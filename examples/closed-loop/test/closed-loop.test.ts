@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { decodeSamples, type Sample } from '@vime/core';
-import { findTorchPython } from '@vime/example-megatron-trainer/python';
+import { torchPythonOrSkip } from '@vime/example-megatron-trainer/python-testing';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import {
   bundledTokenizerDir,
@@ -33,8 +33,6 @@ declare module 'vitest' {
 }
 
 const repo = fileURLToPath(new URL('../../..', import.meta.url));
-const found = findTorchPython();
-
 function run(cmd: string, args: string[], cwd: string, timeoutMs: number) {
   return new Promise<{ code: number | null; output: string }>((resolve, reject) => {
     const child = spawn(cmd, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -58,19 +56,8 @@ const maxGap = (row: Sample, a: ArrayLike<number>) => {
 };
 
 describe('the closed loop in miniature on CPU (tiny model, 2 GRPO steps, plain torch trainer)', () => {
-  if ('missing' in found) {
-    const message = `SKIPPED: no Python with torch, msgpack and pytest (${found.missing}).`;
-    console.warn(message);
-    if (process.env.VIME_REQUIRE_TORCH === '1') {
-      it('finds a Python with torch (VIME_REQUIRE_TORCH=1)', () => {
-        throw new Error(message);
-      });
-    } else {
-      it.skip(message, () => {});
-    }
-    return;
-  }
-  const { python } = found;
+  const python = torchPythonOrSkip();
+  if (!python) return;
   const tmp = mkdtempSync(join(tmpdir(), 'vime-closed-loop-'));
   const out = join(tmp, 'run');
   const ckpt = join(tmp, 'ckpt');

@@ -15,7 +15,7 @@ import {
   sglangEngine,
   startCaptureProxy,
 } from '@vime/core';
-import { findTorchPython } from '@vime/example-megatron-trainer/python';
+import { torchPythonOrSkip } from '@vime/example-megatron-trainer/python-testing';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -25,8 +25,6 @@ import {
   type RunningPolicyServer,
   startPolicyServer,
 } from '../src/index.js';
-
-const found = findTorchPython();
 
 type LogprobEntry = [number | null, number, string | null];
 /** What the tests read of SGLang's answers (the client's own schema checks the rest). */
@@ -85,21 +83,8 @@ function maxDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
 }
 
 describe('the policy server on SGLang’s wire (tiny Qwen3 on CPU)', () => {
-  if ('missing' in found) {
-    const message =
-      `SKIPPED: no Python with torch, msgpack and pytest (${found.missing}). ` +
-      'Install Debian’s python3-torch python3-msgpack python3-pytest, or point VIME_PYTHON at one.';
-    console.warn(message);
-    if (process.env.VIME_REQUIRE_TORCH === '1') {
-      it('finds a Python with torch (VIME_REQUIRE_TORCH=1)', () => {
-        throw new Error(message);
-      });
-    } else {
-      it.skip(message, () => {});
-    }
-    return;
-  }
-  const { python } = found;
+  const python = torchPythonOrSkip();
+  if (!python) return;
   const scratch = mkdtempSync(join(tmpdir(), 'vime-policy-'));
   const first = join(scratch, 'seed0');
   const second = join(scratch, 'seed1');

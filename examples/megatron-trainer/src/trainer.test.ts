@@ -14,7 +14,7 @@ import {
 } from '@vime/grpo';
 import { afterAll, describe, expect, it } from 'vitest';
 import { makeDemoBatch } from './batch.js';
-import { findTorchPython } from './python.js';
+import { torchPythonOrSkip } from './python-testing.js';
 
 const example = fileURLToPath(new URL('..', import.meta.url));
 const repo = fileURLToPath(new URL('../../..', import.meta.url));
@@ -67,22 +67,8 @@ function runPython(python: string, args: string[], input?: string) {
 }
 
 describe('the trainer’s Python side on CPU (batch reader, group normalisation, packing, loss, dumps)', () => {
-  const found = findTorchPython();
-  if ('missing' in found) {
-    const message =
-      `SKIPPED: no Python with torch, msgpack and pytest (${found.missing}). ` +
-      'Install Debian’s python3-torch python3-msgpack python3-pytest, or point VIME_PYTHON at one.';
-    console.warn(message);
-    if (process.env.VIME_REQUIRE_TORCH === '1') {
-      it('finds a Python with torch (VIME_REQUIRE_TORCH=1)', () => {
-        throw new Error(message);
-      });
-    } else {
-      it.skip(message, () => {});
-    }
-    return;
-  }
-  const { python } = found;
+  const python = torchPythonOrSkip();
+  if (!python) return;
 
   it('passes its pytest suite: slime’s goldens and dumps, the Qwen3 layout, the loop trainer', {
     timeout: 600_000,
