@@ -146,7 +146,7 @@ async function reach(r: Run, step: string): Promise<void> {
   const end = Date.now() + 60_000;
   while (!(await seen(r))) {
     if (r.child.exitCode !== null)
-      throw new Error(`the run exited (${r.child.exitCode}) before step ${step}`);
+      throw new Error(`the run exited (${r.child.exitCode}) before step ${step}: ${r.out()}`);
     if (Date.now() > end) throw new Error(`the run never reached step ${step}: ${r.out()}`);
     await new Promise((res) => setTimeout(res, 1));
   }
