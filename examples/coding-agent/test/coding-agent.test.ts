@@ -55,14 +55,14 @@ async function readBatch(out: string, step: number) {
 }
 
 describe('coding-agent main job', () => {
+  // A fresh checkout's first run also checks the task set (about 3 minutes on 2 cores, cached after);
+  // the bound only catches a hang: speed is the benchmarks' business.
   it('runs the embedded defaults end to end: 2 steps, mixed rewards, advantages, pass@k, reports', {
-    timeout: 320_000,
+    timeout: 620_000,
   }, async () => {
     const out = join(tmp, 'main');
-    const started = performance.now();
-    const run = await runCli(['--out', out, '--wandb-project', 'vime-main-job']);
+    const run = await runCli(['--out', out, '--wandb-project', 'vime-main-job'], 600_000);
     expect(run.code, run.stderr.slice(-3000)).toBe(0);
-    expect((performance.now() - started) / 1000).toBeLessThan(300);
     expect(run.stdout).toMatch(/stand-in engine\(s\) — a scripted policy/);
     // The main job checks its task set once (unchanged fails, gold resolves): every published row passes.
     expect(run.stdout).toMatch(/baseline check: (\d+) of \1 rows pass/);
