@@ -1,8 +1,8 @@
 import { execFileSync, spawnSync } from 'node:child_process';
-import { appendFile, mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
+import { appendFile, open as openFile, mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ConfigError } from '../errors.js';
 import { createSample, type Sample } from '../sample.js';
 import { QueueError } from './format.js';
@@ -235,6 +235,38 @@ describe('SampleQueue', () => {
       await producer.append('r3b', [sampleFor(9)]);
       const { records } = await consumer.read();
       expect(records.map((r) => [r.seq, r.key])).toEqual([[4, 'r3b']]);
+    });
+    it('is not fooled by a producer that cuts off the torn tail and appends while the reader looks at it', async () => {
+      await tornQueue((f) => f.subarray(0, 30));
+      const consumer = await openQueue({ mode: 'consumer' });
+      expect((await consumer.read()).records.map((r) => r.key)).toEqual(['r0', 'r1', 'r2']);
+      // The consumer has read the torn bytes; before it checks what follows them, the next producer
+      // recovers the segment and appends two records over the same bytes.
+      const probe = await openFile(join(dir, (await segments())[0]!), 'r');
+      const prototype = Object.getPrototypeOf(probe) as { stat: (...a: unknown[]) => Promise<unknown> };
+      await probe.close();
+      const realStat = prototype.stat;
+      let raced = false;
+      const spy = vi.spyOn(prototype, 'stat').mockImplementation(async function (this: unknown, ...a) {
+        if (!raced) {
+          raced = true;
+          const producer = await openQueue({ mode: 'producer' });
+          await producer.append('r3b', [sampleFor(9)]);
+          await producer.append('r3c', [sampleFor(10)]);
+        }
+        return realStat.apply(this, a);
+      });
+      try {
+        const during = await consumer.read();
+        expect(raced).toBe(true);
+        const after = during.records.length > 0 ? during : await consumer.read();
+        expect(after.records.map((r) => [r.seq, r.key])).toEqual([
+          [4, 'r3b'],
+          [5, 'r3c'],
+        ]);
+      } finally {
+        spy.mockRestore();
+      }
     });
   });
 

@@ -265,6 +265,9 @@ export class QueueReader {
     if (t && t.base === cur.base && t.offset === cur.offset && t.size === size) return;
     const rest = Buffer.allocUnsafe(size - cur.offset);
     const { bytesRead } = await cur.handle.read(rest, 0, rest.length, cur.offset);
+    // A valid frame where the invalid one was: the next producer cut the torn tail off and appended
+    // since the read; the next read takes it.
+    if (scanFrames(rest.subarray(0, bytesRead), 0, () => false).end > 0) return;
     const at = findNextFrame(rest.subarray(0, bytesRead), 1, plausibleRecord);
     if (at !== undefined) {
       throw corrupt(
