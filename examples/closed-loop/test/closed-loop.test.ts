@@ -198,9 +198,10 @@ describe('the closed loop in miniature on CPU (tiny model, 2 GRPO steps, plain t
       .split('\n')
       .filter(Boolean)
       .map((l) => JSON.parse(l));
-    // The loop's metrics.jsonl is the last invocation's (step 2); the trainer's own log keeps both.
+    // The second invocation resumed the run: its lines follow the first's, as in the trainer's own log.
+    expect(lines.filter((l) => l.kind === 'run')).toHaveLength(2);
     const steps = lines.filter((l) => l.kind === 'step');
-    expect(steps.map((s) => s.step)).toEqual([2]);
+    expect(steps.map((s) => s.step)).toEqual([1, 2]);
     const trainerLines = readFileSync(join(out, 'train', 'trainer', 'metrics.jsonl'), 'utf8').split('\n');
     expect(trainerLines.filter(Boolean).map((l) => JSON.parse(l).step)).toEqual([1, 2]);
     for (const s of steps) {

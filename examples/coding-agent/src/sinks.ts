@@ -20,7 +20,8 @@ export async function openRunSinks(
   options: { wandbProject?: string | undefined } = {},
 ): Promise<MetricSink> {
   const sink = fanOut([
-    await jsonlSink(join(out, 'metrics.jsonl'), run),
+    // A resumed run (or a restarted server) keeps what its earlier starts wrote.
+    await jsonlSink(join(out, 'metrics.jsonl'), run, { append: true }),
     await tensorboardSink(join(out, 'tensorboard'), run),
     ...(options.wandbProject
       ? [await wandbOfflineSink(join(out, 'wandb'), run, { project: options.wandbProject })]

@@ -83,8 +83,10 @@ describe('the coding-agent loop under SIGKILL of the whole process tree', () => 
         (await readFile(join(out, 'metrics.jsonl'), 'utf8').catch(() => '')).split('"kind":"rollout"')
           .length - 1;
       let kills = 0;
+      let starts = 0;
       for (let kill = 0; kill < 8; kill++) {
         const before = await rolloutLines();
+        starts++;
         const run = start(kill === 0 ? ['--out', out, ...common] : ['--resume', out, '--quiet']);
         // Into the work, after this start made progress (a sibling receipted), then a random 0–1.5 s:
         // setup, agent turns, grades, submits, hand-offs, GC.
@@ -103,6 +105,9 @@ describe('the coding-agent loop under SIGKILL of the whole process tree', () => 
       trees.delete(last.child.pid!);
       expect(code, last.output().slice(-3000)).toBe(0);
       await snapshotSteps();
+      // metrics.jsonl keeps what every start wrote: a run line each.
+      const metrics = await readFile(join(out, 'metrics.jsonl'), 'utf8');
+      expect(metrics.split('"kind":"run"').length - 1).toBe(starts + 1);
       // What the killed starts receipted was taken from the queue, not run again.
       const resumed = Number(/resumed: (\d+) completed rollouts/.exec(last.output())?.[1] ?? 0);
       expect(resumed).toBeGreaterThanOrEqual(Math.min(kills, steps * prompts * samples));

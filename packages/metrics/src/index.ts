@@ -83,7 +83,7 @@ export {
   parseSglangDecodeLog,
   SglangDecodeLogParser,
 } from './sglang-log.js';
-export { JSONL_SCHEMA, jsonlSink } from './sinks/jsonl.js';
+export { JSONL_SCHEMA, type JsonlSinkOptions, jsonlSink } from './sinks/jsonl.js';
 export {
   fanOut,
   finiteScalars,

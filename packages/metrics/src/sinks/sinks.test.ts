@@ -111,6 +111,27 @@ describe('metric sinks', () => {
     expect(crc32c(new Uint8Array(32))).toBe(0x8a9136aa);
   });
 
+  it('appends a resumed start after the lines of the killed one, cutting off the line it tore', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vime-sinks-'));
+    const path = join(dir, 'metrics.jsonl');
+    const first = await jsonlSink(path, { runId: 'ca-1', startedAt: T0 }, { append: true });
+    await first.rollout(rolloutRecordOf(1, results[0]!, T0 + 1000));
+    // Killed in the middle of its next line.
+    writeFileSync(path, `${readFileSync(path, 'utf8')}{"kind":"rollout","step":1,"ta`);
+    const second = await jsonlSink(path, { runId: 'ca-1', startedAt: T0 + 5000 }, { append: true });
+    await second.rollout(rolloutRecordOf(1, results[1]!, T0 + 6000));
+    await second.close();
+    const lines = readFileSync(path, 'utf8')
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(lines.map((l) => l.kind)).toEqual(['run', 'rollout', 'run', 'rollout', 'end']);
+    expect(lines[2].started_at).toBe(new Date(T0 + 5000).toISOString());
+    // Without append a sink starts its file anew.
+    await (await jsonlSink(path, { runId: 'ca-2', startedAt: T0 })).close();
+    expect(readFileSync(path, 'utf8').trimEnd().split('\n')).toHaveLength(2);
+  });
+
   it('writes JSONL a reader takes line by line: run, rollouts, steps, end; a failure has no reward', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'vime-sinks-'));
     const { jsonlPath } = await writeRun(dir);
