@@ -1,6 +1,6 @@
 /**
- * The house rules a reader relies on: no source file in `packages/*\/src` over 600 lines, and no import
- * circle between a package's modules.
+ * The house rules a reader relies on: no source file in `packages/*\/src` over 600 lines, no import
+ * circle between a package's modules, and no deadline that a garbage collection can lose.
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -8,6 +8,13 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
+const exists = (path: string) => {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
+};
 const MAX_LINES = 600;
 
 function files(dir: string): string[] {
@@ -33,6 +40,18 @@ describe('layout', () => {
       .map((f) => ({ file: relative(root, f), lines: readFileSync(f, 'utf8').split('\n').length - 1 }))
       .filter((f) => f.lines > MAX_LINES);
     expect(long).toEqual([]);
+  });
+
+  it('no AbortSignal.timeout inside AbortSignal.any (Node 20 loses it after a GC: use deadlineSignal)', () => {
+    const examples = readdirSync(join(root, 'examples')).flatMap((e) => {
+      const src = join(root, 'examples', e, 'src');
+      return statSync(join(root, 'examples', e)).isDirectory() && exists(src) ? files(src) : [];
+    });
+    const lossy = [...sources, ...examples]
+      .filter((f) => f.endsWith('.ts') && !f.endsWith('.test.ts'))
+      .filter((f) => /AbortSignal\.any\([^;]*AbortSignal\.timeout\(/s.test(readFileSync(f, 'utf8')))
+      .map((f) => relative(root, f));
+    expect(lossy).toEqual([]);
   });
 
   it('no import circle between the modules of a package', () => {

@@ -9,6 +9,7 @@
  * dropped), failed (its last attempt's error), or aborted (its group was dropped before it finished).
  */
 import {
+  deadlineSignal,
   type GroupQueue,
   isScored,
   type RolloutFunction,
@@ -103,14 +104,15 @@ export async function rollOutGroups(
     for (let k = 0; ; k++) {
       o.signal?.throwIfAborted();
       if (settled()) return;
-      const wait = AbortSignal.any([...(o.signal ? [o.signal] : []), AbortSignal.timeout(250)]);
+      const wait = deadlineSignal(250, o.signal);
       const lease = await queue
-        .lease({ worker: 'loop', slots: 1, deadlineMs, signal: wait })
+        .lease({ worker: 'loop', slots: 1, deadlineMs, signal: wait.signal })
         .catch((error: unknown) => {
           if (o.signal?.aborted) throw error;
-          if (wait.aborted) return undefined; // re-check whether the step is settled
+          if (wait.signal.aborted) return undefined; // re-check whether the step is settled
           throw error;
-        });
+        })
+        .finally(wait.clear);
       if (!lease) {
         k--;
         continue;

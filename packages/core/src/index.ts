@@ -192,5 +192,6 @@ export {
 export type { Logger } from './util/logger.js';
 export { type BackoffOptions, isRetryableError, type RetryOptions, retry } from './util/retry.js';
 export { type ShellQuoteOptions, shellJoin, shellQuote } from './util/shell.js';
+export { deadlineSignal } from './util/signals.js';
 export { sleep } from './util/sleep.js';
 export { formatPath, parseWith } from './validate.js';

@@ -192,7 +192,8 @@ const round = (v: number | null, digits = 2) =>
   v === null || !Number.isFinite(v) ? null : Math.round(v * 10 ** digits) / 10 ** digits;
 
 function stepRecord(s: PerfStep): StepRecord {
-  const v = (x: number | undefined) => (x === undefined ? null : round(x, 1));
+  // Milliseconds: a weight update of a small model takes tens of them (tenths would show 0).
+  const v = (x: number | undefined) => (x === undefined ? null : round(x, 3));
   return {
     step_time_sec: v(s.stepTime),
     rollout_time_sec: v(s.rolloutTime),

@@ -5,7 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
-import { ConfigError, SandboxError, sleep } from '@vime/core';
+import { ConfigError, deadlineSignal, SandboxError, sleep } from '@vime/core';
 import { BwrapSession } from './bwrap-session.js';
 import { SUPERVISOR } from './bwrap-supervisor.js';
 import type { ExecCgroups } from './cgroup.js';
@@ -152,8 +152,7 @@ export class BwrapSandbox extends HostSandbox {
     );
     this.session = session;
     this.state.trackPid(session.pid, undefined);
-    const timeout = AbortSignal.timeout(30_000);
-    const abort = signal ? AbortSignal.any([signal, timeout]) : timeout;
+    const { signal: abort, clear } = deadlineSignal(30_000, signal);
     try {
       await Promise.race([
         session.ready,
@@ -168,6 +167,8 @@ export class BwrapSandbox extends HostSandbox {
         : new SandboxError(`the bubblewrap session of sandbox ${this.id} did not start: ${String(error)}`, {
             cause: error,
           });
+    } finally {
+      clear();
     }
     return session;
   }

@@ -2,7 +2,7 @@
  * Engine health gate: poll every inference engine until each answers healthy, with per-engine backoff,
  * and fail after a deadline naming the engines that never came up and the first error each one gave.
  */
-import { describeCause, EngineError, HttpClient, parseDuration, retry } from '@vime/core';
+import { deadlineSignal, describeCause, EngineError, HttpClient, parseDuration, retry } from '@vime/core';
 import type { Dispatcher } from 'undici';
 import { httpUrl } from '../internal/http-url.js';
 import type { EngineKind } from '../skypilot/render.js';
@@ -103,8 +103,8 @@ export async function waitForEngines(
   const budget =
     typeof options.deadline === 'number' ? options.deadline : parseDuration(options.deadline, 'deadline');
   const started = performance.now();
-  const deadline = AbortSignal.timeout(budget);
-  const stop = options.signal ? AbortSignal.any([options.signal, deadline]) : deadline;
+  const deadline = deadlineSignal(budget, options.signal);
+  const stop = deadline.signal;
 
   const statuses: EngineStatus[] = engines.map((e) => {
     const target = typeof e === 'string' ? { url: e } : e;
@@ -167,7 +167,7 @@ export async function waitForEngines(
     }
   };
 
-  await Promise.all(statuses.map(poll));
+  await Promise.all(statuses.map(poll)).finally(deadline.clear);
   if (options.signal?.aborted) throw options.signal.reason;
   const down = statuses.filter((s) => s.state !== 'healthy');
   if (down.length) {

@@ -22,6 +22,7 @@ import { decode } from '@msgpack/msgpack';
 import {
   ConfigError,
   createSample,
+  deadlineSignal,
   encodeSamples,
   fromSlimeDict,
   type GroupQueue,
@@ -185,7 +186,6 @@ export async function startRolloutServer(options: RolloutServerOptions): Promise
     res.on('close', () => {
       if (!res.writableFinished) disconnected.abort(new VimeError('aborted', 'client disconnected'));
     });
-    const signal = AbortSignal.any([disconnected.signal, AbortSignal.timeout(deadlineMs)]);
     let sample: Sample;
     let samplingParams: Record<string, unknown>;
     try {
@@ -203,6 +203,8 @@ export async function startRolloutServer(options: RolloutServerOptions): Promise
         (error as Error).message,
       );
     }
+    const deadline = deadlineSignal(deadlineMs, disconnected.signal);
+    const { signal } = deadline;
     let release: (() => void) | undefined;
     try {
       release = await gate.acquire(signal);
@@ -285,6 +287,7 @@ export async function startRolloutServer(options: RolloutServerOptions): Promise
         );
       }
     } finally {
+      deadline.clear();
       if (release) {
         counts.inFlight--;
         release();

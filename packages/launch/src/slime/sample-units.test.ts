@@ -1,6 +1,8 @@
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { encode } from '@msgpack/msgpack';
 import { createSample, decodeSamples, GroupQueue, type Sample, SandboxError, toSlimeDict } from '@vime/core';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -121,5 +123,25 @@ describe('rollout server with durable sample units', () => {
     expect(queue.stats.handed).toBe(64);
     expect(queue.trainerStep).toBe(64);
     expect((await readdir(dir)).length).toBeLessThan(16);
+  });
+
+  it('answers 504 at the deadline of a rollout that never ends, also after a garbage collection', async () => {
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const server = await startRolloutServer({
+      rollout: ({ signal }) =>
+        new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
+      deadlineMs: 400,
+    });
+    cleanup.push(() => server.close());
+    const collected = setTimeout(gc, 150);
+    const res = await fetch(`${server.url}/rollout`, {
+      method: 'POST',
+      body: encode({ sample: toSlimeDict(request(0)), sampling_params: {} }),
+      signal: AbortSignal.timeout(10_000),
+    });
+    clearTimeout(collected);
+    expect(res.status).toBe(504);
+    expect(await res.json()).toMatchObject({ error: { code: 'timeout' } });
   });
 });

@@ -6,7 +6,7 @@
  * then the unit is dropped (counted as `infra_failed`) and answered with a failure row. Answered units
  * are handed off at once (one step each) and kept for `retain` more answers, then collected.
  */
-import { type GroupQueue, type Sample, type SampleVersions, VimeError } from '@vime/core';
+import { deadlineSignal, type GroupQueue, type Sample, type SampleVersions, VimeError } from '@vime/core';
 
 export interface UnitRun {
   rows: Sample[];
@@ -58,17 +58,14 @@ export async function runSampleUnit(
     if (!group) throw new UnitDropped(`${key} was dropped or answered long ago, and collected`, tries);
     if (group.status === 'dropped') throw new UnitDropped(`${key} was dropped (${group.reason})`, tries);
     // Not free: another request for the same sample runs it now; its result is answered to both.
+    const wait = deadlineSignal(250, o.signal);
     const lease = await queue
-      .lease({
-        group: id,
-        worker: 'server',
-        deadlineMs: o.deadlineMs,
-        signal: AbortSignal.any([o.signal, AbortSignal.timeout(250)]),
-      })
+      .lease({ group: id, worker: 'server', deadlineMs: o.deadlineMs, signal: wait.signal })
       .catch((error: unknown) => {
         if (o.signal.aborted) throw error;
         return undefined;
-      });
+      })
+      .finally(wait.clear);
     if (!lease) continue;
     const attempt = lease.attempts[0]!;
     tries++;
