@@ -37,6 +37,16 @@ interface AttemptTask {
   groupIndex: number;
 }
 
+/** One grader call: which sibling attempt it graded and what it gave. */
+export interface GradeEntry {
+  group: number;
+  slot: number;
+  attempt: number;
+  rolloutId: number;
+  status: 'completed' | 'truncated';
+  reward: number;
+}
+
 /** What the producer leaves for the step's hand-off. */
 export interface StepGroups {
   /** The step's groups that are complete (handed off by `take`). */
@@ -79,6 +89,8 @@ export interface RollOutOptions {
   signal?: AbortSignal | undefined;
   /** Each attempt's result as it finishes (after the queue recorded it). */
   onResult: (result: RolloutResult) => void;
+  /** A graded attempt, before it is submitted: the ledger of every reward computed (awaited). */
+  onGraded?: ((grade: GradeEntry) => Promise<void>) | undefined;
   /** Called with the run once it exists (progress bars). */
   onRun?: (run: RolloutRun<AttemptTask>) => void;
 }
@@ -151,6 +163,15 @@ export async function rollOutGroups(
     const key = `${item.attempt.group}/${item.attempt.slot}`;
     last.set(key, result);
     if (isScored(result)) {
+      const { group, slot, attempt } = item.attempt;
+      await o.onGraded?.({
+        group,
+        slot,
+        attempt,
+        rolloutId: result.rolloutId,
+        status: result.status,
+        reward: result.reward,
+      });
       await queue
         .submit(item.attempt, {
           status: result.status,

@@ -7,7 +7,7 @@
  * after each step; async mode keeps rolling out the next step while the consumer takes the last one.
  * Metrics and the report cover every step.
  */
-import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { appendFile, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import {
@@ -337,6 +337,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   // The producer: makes a step's prompt groups (found again after a restart), runs their open siblings
   // (each graded one is recorded with a receipt as it finishes) until every group is complete or dropped.
   const stepGroups = new Map<number, StepGroups>();
+  let ledgerFailed = false;
   const rollOut = async (step: number, first: number) => {
     const ids = await createStepGroups(
       queue,
@@ -366,6 +367,17 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
         rolloutsFinished++;
         void sinks.rollout(rolloutRecordOf(step, result));
       },
+      // On record before its receipt: a restart shows every reward that was computed again. Like the
+      // metrics, a ledger that cannot be written (a full disk) is reported once and costs no rollout.
+      onGraded: (g) =>
+        appendFile(
+          join(out, 'grades.jsonl'),
+          `${JSON.stringify({ t: Date.now(), step, group: g.group, slot: g.slot, attempt: g.attempt, rollout_id: g.rolloutId, status: g.status, reward: g.reward })}\n`,
+        ).catch((error: unknown) => {
+          if (ledgerFailed) return;
+          ledgerFailed = true;
+          io.log(`grades.jsonl: cannot append (${(error as Error).message}); the run goes on without it`);
+        }),
     });
     bar?.stop();
     stepGroups.set(step, groups);

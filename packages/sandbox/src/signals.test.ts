@@ -46,6 +46,8 @@ afterAll(() => {
 
 /** At most this many runs at once (each is a node process plus its sandboxes). */
 let slots = 3;
+// A concurrent test's time includes its wait for a slot; each run bounds its own steps (`reach`).
+const QUEUED_TIMEOUT_MS = 300_000;
 const waiting: Array<() => void> = [];
 async function slot<T>(fn: () => Promise<T>): Promise<T> {
   while (slots === 0) await new Promise<void>((r) => waiting.push(r));
@@ -226,21 +228,29 @@ const stepsFor = <T>(signal: NodeJS.Signals, all: T[]): T[] =>
 
 describe.runIf(isRoot)('a signal at every step of a create, as root', () => {
   describe.each(signals)('%s', (signal) => {
-    it.concurrent.each(stepsFor(signal, createSteps))('%s sandbox, at step %s', (mode, step) =>
-      signalAt(mode, step, signal),
+    it.concurrent.each(stepsFor(signal, createSteps))(
+      '%s sandbox, at step %s',
+      (mode, step) => signalAt(mode, step, signal),
+      QUEUED_TIMEOUT_MS,
     );
   });
 });
 
 describe.runIf(isRoot)("a signal at every step of a pool's life, as root", () => {
   describe.each(signals)('%s', (signal) => {
-    it.concurrent.each(stepsFor(signal, poolSteps))('at step %s', (step) => signalAt('pool', step, signal));
+    it.concurrent.each(stepsFor(signal, poolSteps))(
+      'at step %s',
+      (step) => signalAt('pool', step, signal),
+      QUEUED_TIMEOUT_MS,
+    );
   });
 });
 
 describe(`a signal mid-create, as ${isRoot ? `uid ${OTHER_UID}` : 'this user'}`, () => {
-  it.concurrent.each(signals)('%s while a session starts', (signal) =>
-    signalAt('session', 'session', signal, isRoot),
+  it.concurrent.each(signals)(
+    '%s while a session starts',
+    (signal) => signalAt('session', 'session', signal, isRoot),
+    QUEUED_TIMEOUT_MS,
   );
 });
 
