@@ -32,7 +32,7 @@ describe('deadlineSignal', () => {
     if (process.versions.node.startsWith('20.')) expect(fired.builtin).toBeLessThan(waits);
   });
 
-  it('aborts with the first source’s reason, at once when one is already aborted, and not after clear()', async () => {
+  it('aborts with the first source’s reason, at once when one is already aborted, never past a timer’s range, and not after clear()', async () => {
     const a = new AbortController();
     const { signal } = deadlineSignal(60_000, undefined, a.signal);
     a.abort(new Error('stop'));
@@ -41,6 +41,10 @@ describe('deadlineSignal', () => {
     const timedOut = deadlineSignal(10);
     await new Promise((r) => setTimeout(r, 50));
     expect((timedOut.signal.reason as DOMException).name).toBe('TimeoutError');
+    const never = deadlineSignal(Number.POSITIVE_INFINITY);
+    await new Promise((r) => setTimeout(r, 20));
+    expect(never.signal.aborted).toBe(false);
+    never.clear();
     const quiet = deadlineSignal(10);
     quiet.clear();
     await new Promise((r) => setTimeout(r, 50));

@@ -6,6 +6,8 @@
  * timeout signal only weakly, so after a garbage collection the timeout never fires and a wait on the
  * combined signal lasts forever. Here the timer and the sources' listeners hold the signal strongly.
  */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 export function deadlineSignal(
   ms: number,
   ...signals: Array<AbortSignal | undefined>
@@ -20,10 +22,14 @@ export function deadlineSignal(
     clear();
     controller.abort(this.reason);
   };
-  const timer = setTimeout(() => {
-    clear();
-    controller.abort(new DOMException(`The operation timed out after ${ms} ms`, 'TimeoutError'));
-  }, ms);
+  // Past what a timer can hold (about 24.8 days, or Infinity) setTimeout would fire at once: no deadline.
+  const timer =
+    ms <= MAX_TIMER_MS
+      ? setTimeout(() => {
+          clear();
+          controller.abort(new DOMException(`The operation timed out after ${ms} ms`, 'TimeoutError'));
+        }, ms)
+      : undefined;
   for (const s of sources) {
     if (s.aborted) {
       clear();
