@@ -130,7 +130,7 @@ describe('capture proxy: token-exact multi-turn capture', () => {
     });
   }
 
-  it('forks when Qwen3 drops earlier <think> blocks after a new user message; rows share rollout_id', async () => {
+  it('keeps one row when Qwen3 would drop earlier <think> blocks after a new user message (the history is reused)', async () => {
     const { proxy, calls, drift } = await setup(script(TOOL_LOOP[0]!, TOOL_LOOP[2]!, 'Added a test.'));
     const session = proxy.openSession('think-1');
     const messages: TemplateMessage[] = [{ role: 'user', content: 'Fix the failing test.' }];
@@ -147,30 +147,30 @@ describe('capture proxy: token-exact multi-turn capture', () => {
       rewardSplit: 'divide',
       baseSample: { rollout_id: 9 },
     });
-    expect(drift[0]).toMatchObject({ turns: 3, rows: 2, forks: 1 });
-    expect(samples).toHaveLength(2);
-    expect(samples.map((s) => [s.rollout_id, s.session_id, s.reward])).toEqual([
-      [9, 'think-1', 0.5],
-      [9, 'think-1', 0.5],
-    ]);
-    for (const s of samples) expect(s.metadata.rollout_reward).toBe(1);
-    // the new row starts from the re-rendered prompt, which no longer holds the first turn's reasoning
-    const second = samples[1]!;
-    const [, , third] = calls;
-    expect(Array.from(second.tokens)).toEqual([...third!.inputIds, ...third!.result.outputIds]);
-    expect(Array.from(second.loss_mask!)).toEqual(Array.from(third!.result.outputIds, () => 1));
-    expect(Array.from(second.rollout_log_probs!)).toEqual(Array.from(third!.result.logprobs));
-    expect(second.prompt).not.toContain('I should list the files.');
-    expect(samples[0]!.prompt).toContain('Fix the failing test.');
+    expect(drift[0]).toMatchObject({ turns: 3, rows: 1, forks: 0, realigns: 0 });
+    expect(samples.map((s) => [s.rollout_id, s.session_id, s.reward])).toEqual([[9, 'think-1', 1]]);
+    // the row holds every turn's output as sampled, the first turn's reasoning included
+    const [first, second, third] = calls;
+    const row = samples[0]!;
+    expect(Array.from(row.tokens)).toEqual([...third!.inputIds, ...third!.result.outputIds]);
+    for (const call of [first!, second!]) {
+      const history = call.inputIds.length + call.result.outputIds.length;
+      expect(Array.from(third!.inputIds.subarray(0, history))).toEqual([
+        ...call.inputIds,
+        ...call.result.outputIds,
+      ]);
+    }
+    expect(row.response).toContain('I should list the files.');
+    expect(row.prompt).toContain('Fix the failing test.');
   });
 
-  it('realigns a sampled tokenization that re-rendering merges differently (short drift in the last output)', async () => {
+  it('keeps a sampled tokenization that re-rendering would merge differently (the history is reused, not re-tokenized)', async () => {
     const tok = await qwen3();
     // "Done." sampled as "Do" + "ne" + "."; the template re-tokenizes it as "Done" + "."
     const sampled = [...tok.encode('Do'), ...tok.encode('ne'), ...tok.encode('.'), tok.eosTokenId];
     expect(Array.from(tok.encode('Done.'))).not.toEqual(sampled.slice(0, 3));
     const { proxy, calls, drift } = await setup(script({ ids: sampled }, 'Continuing.'));
-    const session = proxy.openSession('realign-1');
+    const session = proxy.openSession('reuse-1');
     const messages: TemplateMessage[] = [{ role: 'user', content: 'Say done.' }];
     const first = openaiMessage(
       (await post(`${session.baseURL}/chat/completions`, { messages })).text,
@@ -179,7 +179,45 @@ describe('capture proxy: token-exact multi-turn capture', () => {
     expect(first.message.content).toBe('Done.');
     messages.push(first.message as unknown as TemplateMessage, { role: 'user', content: 'Continue.' });
     await post(`${session.baseURL}/chat/completions`, { messages });
+    const [sample] = proxy.finishSession('reuse-1', { reward: 1 });
+    expect(drift[0]).toMatchObject({ rows: 1, forks: 0, realigns: 0, retokenizedTokens: 0 });
+    const p0 = calls[0]!.inputIds.length;
+    expect(Array.from(calls[1]!.inputIds.subarray(0, p0 + sampled.length))).toEqual([
+      ...calls[0]!.inputIds,
+      ...sampled,
+    ]);
+    // the sampled tokens stay trained (mask 1), the new user message is an observation
+    const mask = Array.from(sample!.loss_mask!);
+    expect(mask.slice(0, sampled.length)).toEqual(sampled.map(() => 1));
+    expect(Array.from(sample!.tokens)).toEqual([...calls[1]!.inputIds, ...calls[1]!.result.outputIds]);
+    expect(sample!.metadata.lineage).toMatchObject({
+      id: 'reuse-1',
+      thread: 0,
+      parent: null,
+      threads: 1,
+      stitch: { retokenized_tokens: 0, turns: { first: 1, reused: 1 } },
+    });
+  });
+
+  it('realigns when the client edits the last answer a little (short drift in the last output)', async () => {
+    const tok = await qwen3();
+    const sampled = [...tok.encode('Do'), ...tok.encode('ne'), ...tok.encode('.'), tok.eosTokenId];
+    const { proxy, calls, drift } = await setup(script({ ids: sampled }, 'Continuing.'));
+    const session = proxy.openSession('realign-1');
+    const messages: TemplateMessage[] = [{ role: 'user', content: 'Say done.' }];
+    await post(`${session.baseURL}/chat/completions`, { messages });
+    const stitches: unknown[] = [];
+    proxy.events.on('turn', (e) => stitches.push(e.stitch));
+    messages.push({ role: 'assistant', content: 'Done!' }, { role: 'user', content: 'Continue.' });
+    await post(`${session.baseURL}/chat/completions`, { messages });
     const [sample] = proxy.finishSession('realign-1', { reward: 1 });
+    expect(stitches).toEqual([
+      expect.objectContaining({
+        kind: 'changed',
+        reusedTokens: 0,
+        retokenizedTokens: calls[0]!.inputIds.length + 4,
+      }),
+    ]);
     expect(drift[0]).toMatchObject({ rows: 1, forks: 0, realigns: 1, retokenizedTokens: 4 });
     const p0 = calls[0]!.inputIds.length;
     // tokens follow the second prompt exactly; the overwritten first output and the observation are masked

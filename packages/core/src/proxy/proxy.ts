@@ -31,6 +31,7 @@ import {
   startProxyServer,
   yieldToLoop,
 } from './server.js';
+import { finishThreads, replyMessage, SessionThreads, type StitchInfo } from './stitch.js';
 import { generateTurn, type WeightUpdatePolicy } from './turn.js';
 
 export interface SessionOptions {
@@ -107,6 +108,8 @@ export interface ProxyTurnEvent {
   durationMs: number;
   /** The engines that produced the turn's output, in order (more than one when it moved mid-turn). */
   engines: string[];
+  /** How the prompt was made: reused history, re-rendered, changed, or a new thread of the session. */
+  stitch: StitchInfo;
 }
 
 export interface ProxyEvents {
@@ -157,6 +160,8 @@ interface SessionState {
   inflight: Set<AbortController>;
   /** Raw argument text of tool calls this session produced, by call id, to re-render them exactly. */
   toolArgs: Map<string, string>;
+  /** The session's conversations and the captured history each next prompt reuses. */
+  threads: SessionThreads;
 }
 
 interface Reply {
@@ -220,6 +225,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       truncated: false,
       inflight: new Set(),
       toolArgs: new Map(),
+      threads: new SessionThreads(id, tokenizer),
     });
     const handle: CaptureSession = {
       id,
@@ -243,7 +249,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     // A rollout completed: check the engines now, so a dead one is gone before its sessions' next turn.
     void router.checkNow('completion');
     const status = finish.status ?? (state.truncated ? 'truncated' : undefined);
-    return trajectories.finish(id, { ...finish, ...(status ? { status } : {}) });
+    return finishThreads(trajectories, state.threads, { ...finish, ...(status ? { status } : {}) });
   }
 
   async function runTurn(
@@ -257,13 +263,11 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       state.templateKwargs || req.templateKwargs
         ? { ...req.templateKwargs, ...state.templateKwargs }
         : undefined;
-    // Long uncached input is tokenized on a worker thread; the turn's signal stops it on a disconnect.
-    const promptIds = await tokenizer.encodeChatAsync(req.messages, {
-      tools: req.tools,
-      templateKwargs,
-      specialTokenText,
-      signal,
-    });
+    // The captured history's ids are reused; new text is tokenized (long uncached input on a worker
+    // thread, which the turn's signal stops on a disconnect).
+    const planReq = { messages: req.messages, tools: req.tools, templateKwargs, specialTokenText, signal };
+    const planned = await state.threads.plan(planReq);
+    const { promptIds } = planned;
     const { sampling, overridden } = resolveSampling(state, req, promptIds.length, options.defaultMaxTokens);
     if (Object.keys(overridden).length > 0)
       events.emit('sampling:override', { sessionId: state.id, fields: overridden });
@@ -320,7 +324,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       (r): r is { version: string; tokens: number } => r.version !== undefined,
     );
     const last = versions[versions.length - 1]?.version;
-    const turn = trajectories.record(state.id, {
+    const turn = trajectories.record(planned.thread.key, {
       promptIds,
       outputIds: result.outputIds,
       logprobs: result.logprobs,
@@ -339,6 +343,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       state.toolArgs.set(id, call.arguments);
       return id;
     });
+    state.threads.done(planned, planReq, result.outputIds, replyMessage(parsed, toolCallIds));
     events.emit('turn', {
       sessionId: state.id,
       dialect,
@@ -347,6 +352,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       outputTokens: result.outputIds.length,
       durationMs: endedAt - startedAt,
       engines: result.engines,
+      stitch: planned.stitch,
     });
     return {
       ...base,

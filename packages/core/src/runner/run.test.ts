@@ -25,11 +25,22 @@ function sample(responseLength = 2) {
 
 describe('runRollouts', () => {
   it('yields results in completion order with group/sample indices and stamped samples', async () => {
-    // Later rollouts finish first: delay shrinks with the rollout id.
+    // Later rollouts finish first: each waits for the next one to return, then for a timer (which
+    // fires only after the runner has taken that result), so the order holds on a loaded machine.
+    const returned = Array.from({ length: 7 }, () => {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => {
+        resolve = r;
+      });
+      return { promise, resolve };
+    });
+    returned[6]!.resolve();
     const run = runRollouts(
       tasks(3),
       async (task, ctx) => {
-        await sleep(5 + (6 - ctx.rolloutId) * 8, undefined, { signal: ctx.signal });
+        await returned[ctx.rolloutId + 1]!.promise;
+        await sleep(5, undefined, { signal: ctx.signal });
+        queueMicrotask(() => returned[ctx.rolloutId]!.resolve());
         return { reward: ctx.sampleIndex === 0 ? 1 : 0, samples: [sample()], sessionId: `${task.id}/s` };
       },
       { samplesPerPrompt: 2, concurrency: 6, guardMs: 5000 },

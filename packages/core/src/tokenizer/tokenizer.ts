@@ -159,11 +159,7 @@ export class ChatTokenizer {
 
   /** Render and tokenize: the exact prompt ids an engine is sent. */
   encodeChat(messages: readonly TemplateMessage[], options: EncodeChatOptions = {}): Int32Array {
-    const escaped = options.specialTokenText === 'text';
-    return this.#encodeSync(
-      this.render(escaped ? this.#escaper.escapeMessages(messages) : messages, options),
-      escaped,
-    );
+    return this.#encodeSync(this.renderChat(messages, options), options.specialTokenText === 'text');
   }
 
   /** `encodeChat` with `encodeAsync`'s off-the-loop tokenization of long inputs. */
@@ -171,9 +167,25 @@ export class ChatTokenizer {
     messages: readonly TemplateMessage[],
     options: EncodeChatOptions & { signal?: AbortSignal | undefined } = {},
   ): Promise<Int32Array> {
+    return this.encodeRenderedAsync(this.renderChat(messages, options), options);
+  }
+
+  /** The exact text `encodeChat` tokenizes: the rendered chat, special-token text escaped when asked. */
+  renderChat(messages: readonly TemplateMessage[], options: EncodeChatOptions = {}): string {
     const escaped = options.specialTokenText === 'text';
-    const text = this.render(escaped ? this.#escaper.escapeMessages(messages) : messages, options);
-    return this.#encodeAsync(text, escaped, options.signal);
+    return this.render(escaped ? this.#escaper.escapeMessages(messages) : messages, options);
+  }
+
+  /**
+   * Tokenize text from `renderChat`, or a slice of it that starts at a special token or a message
+   * boundary: the ids `encodeChat` gives for that stretch (the capture proxy renders a whole chat and
+   * tokenizes only the part after the history it already holds).
+   */
+  encodeRenderedAsync(
+    text: string,
+    options: { specialTokenText?: SpecialTokenText | undefined; signal?: AbortSignal | undefined } = {},
+  ): Promise<Int32Array> {
+    return this.#encodeAsync(text, options.specialTokenText === 'text', options.signal);
   }
 
   /** Stop the encode workers (they never keep the process alive; this frees them early). */
