@@ -49,6 +49,7 @@ export {
   type RouterEvents,
 } from './proxy/router.js';
 export { DEFAULT_PROXY_LIMITS, type ProxyLimits } from './proxy/server.js';
+export type { StitchInfo, StitchKind, StitchTotals } from './proxy/stitch.js';
 export type { VersionRun, WeightUpdatePolicy } from './proxy/turn.js';
 export { QueueError } from './queue/format.js';
 export type { DropReason, Failure, SampleVersions, VersionSpan } from './queue/group-events.js';
