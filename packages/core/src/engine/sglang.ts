@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { EngineError } from '../errors.js';
-import { HttpClient } from '../util/http.js';
+import { HttpClient, jsonWithIds } from '../util/http.js';
 import { newRequestId } from './request-id.js';
 import type {
   Engine,
@@ -126,13 +126,12 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
     kind: 'sglang',
     async generate(request, opts = {}): Promise<GenerateResult> {
       const rid = request.rid ?? newRequestId();
-      const body = {
-        input_ids: Array.from(request.inputIds),
+      const body = jsonWithIds('input_ids', request.inputIds, {
         sampling_params: toSglangSampling(request.sampling),
         return_logprob: true,
         logprob_start_len: -1,
         rid,
-      };
+      });
       const signal = opts.signal;
       const onAbort = () => {
         // Dropping the connection alone does not stop a non-streaming SGLang request.

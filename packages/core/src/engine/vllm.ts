@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { EngineError } from '../errors.js';
-import { HttpClient } from '../util/http.js';
+import { HttpClient, jsonWithIds } from '../util/http.js';
 import { newRequestId } from './request-id.js';
 import type { Engine, EngineFinishReason, EngineOptions, GenerateResult } from './types.js';
 
@@ -60,7 +60,6 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
       const s = request.sampling;
       const body: Record<string, unknown> = {
         model: await modelName(opts.signal),
-        prompt: Array.from(request.inputIds),
         return_token_ids: true,
         logprobs: 1,
         skip_special_tokens: false,
@@ -81,7 +80,7 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
       const res = await http.json({
         method: 'POST',
         path: '/v1/completions',
-        body,
+        body: jsonWithIds('prompt', request.inputIds, body),
         schema: VllmCompletionResponseSchema,
         signal: opts.signal,
         headers: request.routingKey ? { 'x-smg-routing-key': request.routingKey } : undefined,

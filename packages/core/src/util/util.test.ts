@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ConfigError, EngineError } from '../errors.js';
 import { parseDuration } from './duration.js';
-import { HttpClient } from './http.js';
+import { HttpClient, jsonWithIds } from './http.js';
 import { backoffDelay, retry } from './retry.js';
 import { shellJoin, shellQuote } from './shell.js';
 import { sleep } from './sleep.js';
@@ -226,5 +226,23 @@ describe('HttpClient (against a real server on loopback)', () => {
     await client.close();
     expect(agent.closed).toBe(false);
     await agent.close();
+  });
+});
+
+describe('jsonWithIds', () => {
+  it('is the JSON of the same object with the ids as an array, for any ids and members', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 })),
+        fc.dictionary(
+          fc.string().filter((k) => k !== 'input_ids'),
+          fc.jsonValue(),
+        ),
+        (ids, rest) => {
+          const text = jsonWithIds('input_ids', Int32Array.from(ids), rest).text;
+          expect(JSON.parse(text)).toEqual(JSON.parse(JSON.stringify({ input_ids: ids, ...rest })));
+        },
+      ),
+    );
   });
 });
