@@ -123,7 +123,9 @@ export class SessionThreads {
       const history = same.last!.promptIds.length + same.last!.outputIds.length;
       return plan(same, ids, text, 'changed', 0, ids.length, Math.min(history, ids.length));
     }
-    const thread = this.#open(this.list.length === 0 ? undefined : 0);
+    // A thread whose turns were never answered (a dropped first turn) takes the request.
+    const thread =
+      this.list.find((t) => !t.last) ?? this.#open(this.list.length === 0 ? undefined : 0);
     return plan(thread, ids, text, thread.index === 0 ? 'first' : 'branch', 0, ids.length, 0);
   }
 
