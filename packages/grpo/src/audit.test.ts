@@ -53,8 +53,9 @@ describe('token audit: a real proxy run (stand-in engine, top_p 0.95, 2 sessions
       const offsets = s.rollout_top_p_token_offsets!;
       expect(offsets.length).toBe(s.response_length + 1);
       expect(offsets.at(-1)).toBe(s.rollout_top_p_token_ids!.length);
-      s.loss_mask!.forEach((m, i) => expect(offsets[i + 1]! > offsets[i]!).toBe(m === 1));
-      expect((s.extra?.rollout_top_p_log_probs as number[]).length).toBe(s.rollout_top_p_token_ids!.length);
+      const kept = Array.from(s.loss_mask!, (_, i) => offsets[i + 1]! > offsets[i]!);
+      expect(kept).toEqual(Array.from(s.loss_mask!, (m) => m === 1));
+      expect((s.extra!.rollout_top_p_log_probs as number[]).length).toBe(s.rollout_top_p_token_ids!.length);
       expect(spans(s)).toHaveLength(3);
     }
     const report = auditTokens(samples, turns);
