@@ -98,6 +98,8 @@ describe('capture proxy: sampler replay data (top_p < 1)', () => {
     closers.push(() => vllm.close());
     const proxy = await startCaptureProxy({ engine: vllm, tokenizer });
     closers.push(() => proxy.close());
+    const errors: string[] = [];
+    proxy.events.on('turn:error', (e) => errors.push(e.error.message));
     const session = proxy.openSession('vllm-1', { sampling: SAMPLING });
     const res = await post(`${session.baseURL}/chat/completions`, {
       messages: [{ role: 'user', content: 'hi' }],
@@ -105,6 +107,7 @@ describe('capture proxy: sampler replay data (top_p < 1)', () => {
     expect(res.status).toBe(502);
     expect(res.text).toMatch(/needs the nucleus of every output token, but the engine returned none/);
     expect(proxy.trajectories.trajectory('vllm-1').turns).toHaveLength(0);
+    expect(errors).toEqual([expect.stringMatching(/the engine returned none/)]);
 
     // An engine whose nucleus names an id past the vocabulary.
     const real = sglangEngine(standIn.url);

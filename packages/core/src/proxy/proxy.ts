@@ -317,7 +317,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
     const endedAt = performance.now();
     if (!sessions.has(state.id)) throw new ConfigError(`session ${state.id} was finished during the turn`);
-    const topP = turnNucleus(sampling, result, tokenizer.vocabSize);
+    let topP: ReturnType<typeof turnNucleus>;
+    try {
+      topP = turnNucleus(sampling, result, tokenizer.vocabSize);
+    } catch (error) {
+      events.emit('turn:error', { sessionId: state.id, error: error as Error });
+      throw error;
+    }
     const versions = result.versionRuns.filter(
       (r): r is { version: string; tokens: number } => r.version !== undefined,
     );
