@@ -4,7 +4,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { type CapturedTurn, createSample, type Sample } from '@vime/core';
+import {
+  type CapturedTurn,
+  capturedTurnRecord,
+  createSample,
+  type Sample,
+  TrajectoryManager,
+  type Turn,
+} from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ProxyRun, proxyRun } from './__fixtures__/proxy-run.js';
 import { auditTokens } from './audit.js';
@@ -210,6 +217,38 @@ describe('token audit: a real proxy run (stand-in engine, top_p 0.95, 2 sessions
     });
     const report = auditTokens([sample], turns);
     expect(report.samples[0]!.firstDifference).toMatchObject({ field: 'rollout_log_probs', found: 'none' });
+  });
+});
+
+describe('token audit: realigned and forked trajectories', () => {
+  const turn = (prompt: number[], output: number[]): Omit<Turn, 'index'> => ({
+    promptIds: Int32Array.from(prompt),
+    outputIds: Int32Array.from(output),
+    logprobs: Float32Array.from(output, (_, i) => -0.125 * (i + 1)),
+    finishReason: 'stop',
+    startedAt: 0,
+    endedAt: 1,
+  });
+  function audited(turns: Array<Omit<Turn, 'index'>>) {
+    const manager = new TrajectoryManager();
+    const log: CapturedTurn[] = [];
+    manager.on('turn', (e) => log.push(capturedTurnRecord(e.sessionId, e.turn)));
+    for (const t of turns) manager.record('s', t);
+    return auditTokens(manager.finish('s', { reward: 1 }), log);
+  }
+
+  it('a realign: the re-tokenised tail of an output is counted apart, not as a missing token', () => {
+    // Turn 1's prompt re-tokenises the last output token of turn 0 (4 → 9).
+    const report = audited([turn([1, 2], [3, 4]), turn([1, 2, 3, 9, 5], [7, 8])]);
+    expect(report.verdict).toBe('pass');
+    expect(report.samples[0]).toMatchObject({ trainedTokens: 3, realignedTokens: 1 });
+    expect(report.totals).toEqual({ trainedTokens: 3, sampledTokens: 4, realignedTokens: 1 });
+  });
+
+  it('a fork: each row maps to its own turns; two turns whose outputs touch form one trained run', () => {
+    const forked = audited([turn([1, 2], [3, 4]), turn([6, 6], [7]), turn([6, 6, 7], [8, 9])]);
+    expect(forked.verdict).toBe('pass');
+    expect(forked.samples.map((s) => s.turns.map((t) => t.turn))).toEqual([[0], [1, 2]]);
   });
 });
 
