@@ -1,5 +1,12 @@
 // @vime/core: the public surface. Every export is named here; the README documents each group.
 export { decodeSamples, encodeSamples } from './codec.js';
+export {
+  type NucleusCheck,
+  type NucleusReplay,
+  nucleusProblem,
+  readSglangNucleus,
+  wantsNucleus,
+} from './engine/nucleus.js';
 export { sglangEngine } from './engine/sglang.js';
 export type {
   Engine,
@@ -180,6 +187,8 @@ export {
   type PackResult,
   packTurns,
 } from './trajectory/pack.js';
+export type { RowReplay } from './trajectory/replay.js';
+export { type CapturedTurn, CapturedTurnSchema, capturedTurnRecord } from './trajectory/turn-log.js';
 export { parseDuration } from './util/duration.js';
 export { type CallerPathOptions, ensureDirectory, pathError, readTextFile } from './util/files.js';
 export {

@@ -23,6 +23,17 @@ export const TurnSchema = z.object({
    * length). Absent when the engine reports no version.
    */
   versionRuns: z.array(z.object({ version: z.string(), tokens: z.number().int().nonnegative() })).optional(),
+  /**
+   * Sampler replay data (top-p < 1): the kept ids of output token i are `ids[offsets[i]:offsets[i + 1]]`,
+   * with their log probs where the engine reports them.
+   */
+  topP: z
+    .object({
+      ids: typedArray('Int32Array'),
+      offsets: typedArray('Int32Array'),
+      logprobs: typedArray('Float32Array').optional(),
+    })
+    .optional(),
   /** The engines that produced the output, in order (more than one when the turn moved between engines). */
   engines: z.array(z.string()).optional(),
   /** Milliseconds (monotonic clock). */

@@ -1,7 +1,11 @@
-/** The `vime-grpo` command line: `check` compares a slime trainer's dumped advantages with a recomputation. */
+/**
+ * The `vime-grpo` command line: `check` compares a slime trainer's dumped advantages with a recomputation;
+ * `audit` checks a batch's trained tokens against the captured turns.
+ */
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ConfigError, VimeError } from '@vime/core';
+import { auditMain } from './audit-command.js';
 import {
   CHECK_ESTIMATORS,
   type CheckEstimator,
@@ -19,6 +23,7 @@ export interface Io {
 
 const USAGE = `usage: vime-grpo check <rollout.pt> <train.pt> [options]
        vime-grpo check <train.pt> --group-size N [options]
+       vime-grpo audit <batch.jsonl> <turns.jsonl> [--json]   (vime-grpo audit --help)
 
 Recompute the advantages of a slime run from its debug dumps (--save-debug-rollout-data,
 --save-debug-train-data), or of dumps in that format, and compare them with the trainer's own
@@ -46,6 +51,7 @@ or not a slime dump.
 `;
 
 export async function main(argv: string[], io: Io): Promise<number> {
+  if (argv[0] === 'audit') return auditMain(argv.slice(1), io);
   let parsed: ReturnType<typeof parse>;
   try {
     parsed = parse(argv);

@@ -8,6 +8,14 @@ export {
   normalizeGroups,
 } from './advantages.js';
 export {
+  type AuditDifference,
+  auditTokens,
+  type SampleAudit,
+  type TokenAuditReport,
+  type TurnRef,
+} from './audit.js';
+export { readAuditBatch, readTurnLog } from './audit-input.js';
+export {
   type AutoReport,
   CHECK_ESTIMATORS,
   type CheckEstimator,

@@ -70,6 +70,9 @@ describe('engine clients reject malformed answers with a clear EngineError', () 
       sampling_seed: 3,
       stop_token_ids: [2],
       skip_special_tokens: false,
+      // top_p < 1: the nucleus of every output token is asked for (slime's top-p patch).
+      custom_params: { return_top_p_token_ids: true },
     });
+    expect(toSglangSampling({ topP: 1 })).toEqual({ top_p: 1, skip_special_tokens: false });
   });
 });

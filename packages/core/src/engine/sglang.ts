@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { EngineError } from '../errors.js';
 import { HttpClient, jsonWithIds } from '../util/http.js';
+import { readSglangNucleus, wantsNucleus } from './nucleus.js';
 import { newRequestId } from './request-id.js';
 import type {
   Engine,
@@ -54,6 +55,8 @@ export function toSglangSampling(s: Sampling): Record<string, unknown> {
   if (s.frequencyPenalty !== undefined) out.frequency_penalty = s.frequencyPenalty;
   // Keep special tokens in the text so it matches the ids (the caller parses the raw output).
   out.skip_special_tokens = false;
+  // A truncated distribution is replayed by the trainer: ask for every output token's nucleus.
+  if (wantsNucleus(s)) out.custom_params = { return_top_p_token_ids: true };
   return out;
 }
 
@@ -148,7 +151,8 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
           headers: request.routingKey ? { 'x-smg-routing-key': request.routingKey } : undefined,
         });
         const meta = res.meta_info;
-        const { outputIds, logprobs } = readLogprobs(meta.output_token_logprobs, http.url);
+        const nucleus = wantsNucleus(request.sampling);
+        const { outputIds, logprobs } = readLogprobs(meta.output_token_logprobs, http.url, nucleus);
         return {
           rid,
           outputIds,
@@ -158,6 +162,7 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
           ...(meta.weight_version != null ? { weightVersion: String(meta.weight_version) } : {}),
           promptTokens: meta.prompt_tokens,
           ...(meta.cached_tokens !== undefined ? { cachedTokens: meta.cached_tokens } : {}),
+          ...(nucleus ? { topP: readSglangNucleus(meta, outputIds.length, http.url) } : {}),
         };
       } finally {
         signal?.removeEventListener('abort', onAbort);
@@ -172,14 +177,23 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
 }
 
 /** Split SGLang's `output_token_logprobs` (`[logprob, token_id, text?]` per token) into typed arrays. */
-function readLogprobs(entries: unknown[], url: string): { outputIds: Int32Array; logprobs: Float32Array } {
+function readLogprobs(
+  entries: unknown[],
+  url: string,
+  requireLogprobs = false,
+): { outputIds: Int32Array; logprobs: Float32Array } {
   const outputIds = new Int32Array(entries.length);
   const logprobs = new Float32Array(entries.length);
   for (let i = 0; i < entries.length; i++) {
     const e = entries[i] as [unknown, unknown] | undefined;
     const lp = Array.isArray(e) ? e[0] : undefined;
     const id = Array.isArray(e) ? e[1] : undefined;
-    if (!Number.isInteger(id) || (lp !== null && typeof lp !== 'number')) {
+    // A replayed (top-p) turn is trained on every log prob: a missing one is an error, not 0.
+    if (
+      !Number.isInteger(id) ||
+      (lp !== null && typeof lp !== 'number') ||
+      (requireLogprobs && lp === null)
+    ) {
       throw new EngineError(
         `${url}/generate: meta_info.output_token_logprobs[${i}]: expected [logprob, token_id, text], found ${JSON.stringify(e)}`,
         { url },

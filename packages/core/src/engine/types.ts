@@ -1,4 +1,5 @@
 import type { HttpClientOptions } from '../util/http.js';
+import type { NucleusReplay } from './nucleus.js';
 
 /** Sampling parameters, engine-neutral (mapped to SGLang's `sampling_params` or vLLM's request fields). */
 export interface Sampling {
@@ -40,6 +41,8 @@ export interface GenerateResult {
   weightVersion?: string;
   promptTokens: number;
   cachedTokens?: number;
+  /** The nucleus of every output token, when sampling used top-p < 1 (sampler replay). */
+  topP?: NucleusReplay;
 }
 
 export interface ModelInfo {

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { EventEmitter } from 'eventemitter3';
+import { turnNucleus } from '../engine/nucleus.js';
 import { newRequestId } from '../engine/request-id.js';
 import type { Engine, Sampling } from '../engine/types.js';
 import { ConfigError, EngineError, VimeError } from '../errors.js';
@@ -320,6 +321,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
     const endedAt = performance.now();
     if (!sessions.has(state.id)) throw new ConfigError(`session ${state.id} was finished during the turn`);
+    let topP: ReturnType<typeof turnNucleus>;
+    try {
+      topP = turnNucleus(sampling, result, tokenizer.vocabSize);
+    } catch (error) {
+      events.emit('turn:error', { sessionId: state.id, error: error as Error });
+      throw error;
+    }
     const versions = result.versionRuns.filter(
       (r): r is { version: string; tokens: number } => r.version !== undefined,
     );
@@ -332,6 +340,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       ...(last !== undefined ? { policyVersion: last } : {}),
       ...(versions.length > 1 ? { versionRuns: versions } : {}),
       engines: result.engines,
+      ...(topP ? { topP } : {}),
       startedAt,
       endedAt,
     });

@@ -5,6 +5,7 @@
  * continued from the tokens it already produced, or restarted. Every output token keeps the weight
  * version that produced it.
  */
+import { concatNucleus, type NucleusReplay } from '../engine/nucleus.js';
 import type { EngineFinishReason, GenerateResult, Sampling } from '../engine/types.js';
 import { EngineError } from '../errors.js';
 import { backoffDelay, isRetryableError } from '../util/retry.js';
@@ -33,6 +34,8 @@ export interface GeneratedTurn {
   /** Failed requests retried. */
   failures: number;
   cachedTokens: number | undefined;
+  /** The nucleus of every output token, when every generation of the turn reported one. */
+  topP?: NucleusReplay | undefined;
 }
 
 export interface TurnHooks {
@@ -153,6 +156,7 @@ function combine(
       interruptions,
       failures,
       cachedTokens: result.cachedTokens,
+      topP: result.topP,
     };
   }
   let n = 0;
@@ -180,5 +184,6 @@ function combine(
     interruptions,
     failures,
     cachedTokens: kept[0]!.result.cachedTokens,
+    topP: kept.every((k) => k.result.topP) ? concatNucleus(kept.map((k) => k.result.topP!)) : undefined,
   };
 }

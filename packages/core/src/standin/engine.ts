@@ -7,6 +7,7 @@ import { ConfigError } from '../errors.js';
 import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
 import { type Generation, HttpFailure, type PauseMode, StandInCore } from './generation.js';
 import { decodeLogLine, metricsText, ThroughputMeter } from './metrics.js';
+import { standInNucleusMeta } from './nucleus.js';
 import type { ServiceModel } from './scheduler.js';
 
 /** What a scripted policy sees for one request. */
@@ -110,7 +111,9 @@ const GenerateBodySchema = z.looseObject({
     .looseObject({
       max_new_tokens: z.number().int().nonnegative().optional(),
       temperature: z.number().optional(),
+      top_p: z.number().optional(),
       skip_special_tokens: z.boolean().optional(),
+      custom_params: z.looseObject({ return_top_p_token_ids: z.boolean().optional() }).nullish(),
     })
     .default({}),
   return_logprob: z.boolean().optional(),
@@ -171,7 +174,7 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
   const { scheduler } = core;
   const throughput = new ThroughputMeter(core);
 
-  function sglangBody(g: Generation, skipSpecial: boolean, returnLogprob: boolean) {
+  function sglangBody(g: Generation, skipSpecial: boolean, returnLogprob: boolean, returnTopP = false) {
     const matched = g.finishReason === 'stop' ? g.outputIds[g.outputIds.length - 1] : undefined;
     return {
       text: tokenizer.decode(g.outputIds, { skipSpecialTokens: skipSpecial }),
@@ -190,6 +193,10 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
         weight_version: g.weightVersion,
         ...(returnLogprob
           ? { output_token_logprobs: Array.from(g.outputIds, (id, i) => [g.logprobs[i], id, null]) }
+          : {}),
+        // As the top-p patch: the nucleus of every output token, once the request finished with some.
+        ...(returnTopP && g.outputIds.length > 0
+          ? standInNucleusMeta(g.promptTokens, g.outputIds, g.logprobs, tokenizer.vocabSize)
           : {}),
       },
     };
@@ -296,7 +303,8 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
           },
           closed,
         );
-        const out = sglangBody(g, sp.skip_special_tokens ?? true, body.return_logprob ?? false);
+        const topP = sp.custom_params?.return_top_p_token_ids === true && (sp.top_p ?? 1) < 1;
+        const out = sglangBody(g, sp.skip_special_tokens ?? true, body.return_logprob ?? false, topP);
         if (body.stream) {
           res.writeHead(200, { 'content-type': 'text/event-stream' });
           res.write(`data: ${JSON.stringify(out)}\n\n`);

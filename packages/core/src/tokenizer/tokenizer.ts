@@ -87,6 +87,7 @@ export class ChatTokenizer {
   readonly #addedById = new Map<number, string>();
   readonly #specialIds = new Set<number>();
   readonly #utf8 = new TextDecoder('utf-8', { fatal: false, ignoreBOM: true });
+  #vocabSize: number | undefined;
 
   constructor(
     tokenizerJson: Record<string, unknown>,
@@ -330,6 +331,21 @@ export class ChatTokenizer {
       if (id >= 0 && id < 1 << 24) this.#pieces[id] = piece;
     }
     return piece;
+  }
+
+  /** One more than the highest token id the tokenizer knows (its model vocabulary and added tokens). */
+  get vocabSize(): number {
+    if (this.#vocabSize === undefined) {
+      const vocab = (this.#tokenizerJson.model as { vocab?: unknown } | undefined)?.vocab;
+      // BPE/WordPiece map token → id; Unigram lists [token, score] pairs, ids by position.
+      let size = Array.isArray(vocab) ? vocab.length : 0;
+      if (vocab && !Array.isArray(vocab) && typeof vocab === 'object') {
+        for (const id of Object.values(vocab)) if (typeof id === 'number' && id >= size) size = id + 1;
+      }
+      for (const id of this.#addedById.keys()) if (id >= size) size = id + 1;
+      this.#vocabSize = size;
+    }
+    return this.#vocabSize;
   }
 
   /** The id of one token's text, or undefined. */

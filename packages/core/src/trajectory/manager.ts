@@ -122,8 +122,10 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
     if (split !== 'copy' && split !== 'divide') {
       throw new ValidationError('rewardSplit', `expected 'copy' or 'divide', found ${JSON.stringify(split)}`);
     }
-    this.#sessions.delete(sessionId);
     const { rows, drift } = packTurns(state.turns, this.#options);
+    const broken = rows.find((r) => r.replay?.error);
+    if (broken) throw new ValidationError('turns.topP', broken.replay!.error!);
+    this.#sessions.delete(sessionId);
     this.emit('drift', { sessionId, turns: state.turns.length, rows: rows.length, ...drift });
 
     const rolloutId = base.rollout_id ?? this.#nextRolloutId++;
@@ -143,6 +145,9 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
         response_length: row.responseIds.length,
         loss_mask: row.lossMask,
         rollout_log_probs: row.logprobs,
+        rollout_top_p_token_ids: row.replay?.ids ?? null,
+        rollout_top_p_token_offsets: row.replay?.offsets ?? null,
+        ...replayExtra(base.extra, row.replay?.logprobs),
         reward: rowReward,
         rollout_id: rolloutId,
         session_id: sessionId,
@@ -174,6 +179,15 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
     }
     return state;
   }
+}
+
+/** The kept ids' log probs travel as `rollout_top_p_log_probs`, a key slime's `Sample.from_dict` sets as an attribute. */
+function replayExtra(
+  extra: Record<string, unknown> | undefined,
+  logprobs: Float32Array | undefined,
+): { extra?: Record<string, unknown> } {
+  if (!logprobs) return extra ? { extra } : {};
+  return { extra: { ...extra, rollout_top_p_log_probs: Array.from(logprobs) } };
 }
 
 /** The engines that served a row's turns, per turn and in order of first use (when the proxy recorded them). */

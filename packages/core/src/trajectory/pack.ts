@@ -1,4 +1,5 @@
 import type { Turn } from '../rollout.js';
+import { type RowReplay, rowReplay } from './replay.js';
 
 /** One training row under construction: a prompt and the response region that follows it. */
 export interface PackedRow {
@@ -13,6 +14,11 @@ export interface PackedRow {
   weightVersions: string[];
   /** The version of every sampled token: `[start, end, version]` over the response region, in order. */
   versionSpans: Array<[number, number, string]>;
+  /**
+   * Sampler replay data over the response region (empty spans on observations), when the row's turns
+   * carry it; `error` says why it could not be built (turns with and without it in one row).
+   */
+  replay?: RowReplay | undefined;
 }
 
 export interface DriftCounts {
@@ -43,6 +49,9 @@ class RowBuilder {
   logprobs: number[] = [];
   /** The weight version of each response token (undefined for observations and unversioned output). */
   tokenVersions: Array<string | undefined> = [];
+  /** Where each response token was sampled: turn index and output position (-1 for observations). */
+  sourceTurn: number[] = [];
+  sourcePos: number[] = [];
   /** Start (in response coordinates) of the last sampled output. */
   lastOutputStart = 0;
   turns: number[] = [];
@@ -62,6 +71,8 @@ class RowBuilder {
     this.mask.length = n;
     this.logprobs.length = n;
     this.tokenVersions.length = n;
+    this.sourceTurn.length = n;
+    this.sourcePos.length = n;
   }
   observe(ids: ArrayLike<number>, from: number): void {
     for (let i = from; i < ids.length; i++) {
@@ -69,6 +80,8 @@ class RowBuilder {
       this.mask.push(0);
       this.logprobs.push(0);
       this.tokenVersions.push(undefined);
+      this.sourceTurn.push(-1);
+      this.sourcePos.push(-1);
     }
   }
   sample(turn: Turn, index: number): void {
@@ -77,6 +90,8 @@ class RowBuilder {
       this.ids.push(turn.outputIds[i]!);
       this.mask.push(1);
       this.logprobs.push(turn.logprobs[i]!);
+      this.sourceTurn.push(index);
+      this.sourcePos.push(i);
     }
     this.turns.push(index);
     const runs = turn.versionRuns ?? [{ version: turn.policyVersion, tokens: turn.outputIds.length }];
@@ -101,7 +116,7 @@ class RowBuilder {
     }
     return spans;
   }
-  build(): PackedRow {
+  build(turns: readonly Turn[]): PackedRow {
     return {
       promptIds: this.promptIds,
       responseIds: Int32Array.from(this.ids),
@@ -110,6 +125,7 @@ class RowBuilder {
       turns: this.turns,
       weightVersions: this.versions,
       versionSpans: this.versionSpans(),
+      replay: rowReplay(turns, this.turns, this.sourceTurn, this.sourcePos),
     };
   }
 }
@@ -148,13 +164,13 @@ export function packTurns(turns: readonly Turn[], options: PackOptions = {}): Pa
       drift.retokenizedTokens += n - common;
       steps.push({ turn: t, kind: 'realign', divergedAt: common, replaced: n - common });
     } else {
-      rows.push(row.build());
+      rows.push(row.build(turns));
       row = new RowBuilder(prompt);
       drift.forks++;
       steps.push({ turn: t, kind: 'fork', divergedAt: common });
     }
     row.sample(turn, t);
   });
-  if (row) rows.push(row.build());
+  if (row) rows.push(row.build(turns));
   return { rows, drift, steps };
 }

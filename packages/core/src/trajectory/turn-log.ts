@@ -1,0 +1,46 @@
+/**
+ * The captured-turn log: one JSON line per model call the proxy answered, exactly as the engine saw
+ * and produced it (prompt ids, output ids, log probs, sampler replay data). It is what a token audit
+ * checks a training batch against (`vime-grpo audit`).
+ */
+import { z } from 'zod';
+import type { Turn } from '../rollout.js';
+
+const int = z.number().int();
+
+export const CapturedTurnSchema = z.looseObject({
+  session_id: z.string(),
+  /** The turn's index within its session. */
+  turn: int.nonnegative(),
+  prompt_ids: z.array(int),
+  output_ids: z.array(int),
+  /** One per output token. */
+  output_log_probs: z.array(z.number()),
+  finish_reason: z.string(),
+  policy_version: z.string().optional(),
+  /** Sampler replay (top-p < 1): kept ids of output token i are `ids[offsets[i]:offsets[i + 1]]`. */
+  top_p_token_ids: z.array(int).optional(),
+  top_p_token_offsets: z.array(int).optional(),
+  top_p_log_probs: z.array(z.number()).optional(),
+});
+export type CapturedTurn = z.infer<typeof CapturedTurnSchema>;
+
+/** The log record of one recorded turn (the proxy's `turn` event gives both). */
+export function capturedTurnRecord(sessionId: string, turn: Turn): CapturedTurn {
+  return {
+    session_id: sessionId,
+    turn: turn.index,
+    prompt_ids: Array.from(turn.promptIds),
+    output_ids: Array.from(turn.outputIds),
+    output_log_probs: Array.from(turn.logprobs),
+    finish_reason: turn.finishReason,
+    ...(turn.policyVersion !== undefined ? { policy_version: turn.policyVersion } : {}),
+    ...(turn.topP
+      ? {
+          top_p_token_ids: Array.from(turn.topP.ids),
+          top_p_token_offsets: Array.from(turn.topP.offsets),
+          ...(turn.topP.logprobs ? { top_p_log_probs: Array.from(turn.topP.logprobs) } : {}),
+        }
+      : {}),
+  };
+}
