@@ -39,6 +39,15 @@ export function recording(engine: Engine): { engine: Engine; calls: Call[] } {
         calls.push({ inputIds: Int32Array.from(request.inputIds), result });
         return result;
       },
+      ...(engine.generateStream
+        ? {
+            async generateStream(request, options) {
+              const result = await engine.generateStream!(request, options);
+              calls.push({ inputIds: Int32Array.from(request.inputIds), result });
+              return result;
+            },
+          }
+        : {}),
     },
   };
 }
@@ -165,7 +174,8 @@ export function openaiMessage(text: string, stream: boolean): { message: Record<
     if (!choice) continue;
     const d = choice.delta;
     if (d.content) message.content = (message.content as string) + d.content;
-    if (d.reasoning_content) message.reasoning_content = d.reasoning_content;
+    if (d.reasoning_content !== undefined)
+      message.reasoning_content = ((message.reasoning_content as string | undefined) ?? '') + d.reasoning_content;
     if (d.tool_calls) {
       message.tool_calls ??= [];
       const calls = message.tool_calls as unknown[];
