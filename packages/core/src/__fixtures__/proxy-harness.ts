@@ -57,6 +57,8 @@ export async function setup(
   opts: {
     service?: { tokensPerSecond?: number; slots?: number };
     proxy?: Omit<CaptureProxyOptions, 'engine' | 'tokenizer'>;
+    /** The engine client (default SGLang's). */
+    engine?: 'sglang' | 'vllm';
   } = {},
 ) {
   const tokenizer = await qwen3();
@@ -66,7 +68,7 @@ export async function setup(
     ...(opts.service ? { service: opts.service } : {}),
   });
   closers.push(() => standIn.close());
-  const sg = sglangEngine(standIn.url);
+  const sg = opts.engine === 'vllm' ? vllmEngine(standIn.url) : sglangEngine(standIn.url);
   closers.push(() => sg.close());
   const rec = recording(sg);
   const proxy = await startCaptureProxy({ engine: rec.engine, tokenizer, ...opts.proxy });

@@ -36,18 +36,31 @@ export function openaiEncoder(meta: StreamMeta, options: { includeUsage: boolean
     `data: ${JSON.stringify({ id: meta.id, object: 'chat.completion.chunk', created, model: meta.model, choices, ...extra })}\n\n`;
   const chunk = (delta: Record<string, unknown>, finish: string | null = null) =>
     frame([{ index: 0, delta, logprobs: null, finish_reason: finish }]);
+  // `reasoning_content` is not an OpenAI field: openai-node's stream helper keeps only its last delta,
+  // so the reasoning goes out whole, once it closes; the content streams token by token.
+  let reasoning: string | undefined;
+  const flush = () => {
+    if (reasoning === undefined) return '';
+    const out = chunk({ reasoning_content: reasoning });
+    reasoning = undefined;
+    return out;
+  };
   return {
     start: () => chunk({ role: 'assistant', content: '' }),
-    reasoningDelta: (text) => chunk({ reasoning_content: text }),
-    textDelta: (text) => chunk({ content: text }),
+    reasoningDelta(text) {
+      reasoning = (reasoning ?? '') + text;
+      return '';
+    },
+    textDelta: (text) => flush() + chunk({ content: text }),
     toolCall: (call, index) =>
+      flush() +
       chunk({
         tool_calls: [
           { index, id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } },
         ],
       }),
     finish(r) {
-      let out = chunk({}, openaiFinish(r));
+      let out = flush() + chunk({}, openaiFinish(r));
       if (options.includeUsage) {
         const usage = {
           prompt_tokens: r.promptTokens,

@@ -23,12 +23,11 @@ export function tokenFeed(
 ): TokenFeed {
   let sent = 0;
   const send = (upTo: number) => {
+    // one chunk per token, as SGLang streams with its default `stream_interval` of 1
     const n = Math.min(upTo, ids.length);
-    if (n <= sent) return;
-    const chunk = ids.slice(sent, n);
-    const lps = Float32Array.from(chunk, (id, i) => logprob(position + sent + i, id));
-    sent = n;
-    emit(chunk, lps, ids.length);
+    for (; sent < n; sent++) {
+      emit(ids.slice(sent, sent + 1), Float32Array.of(logprob(position + sent, ids[sent]!)), ids.length);
+    }
   };
   // a poll per token at the request's own speed, between 1 ms and 20 ms
   const rate = Math.min(scheduler.perRequest, scheduler.tokensPerSecond);
