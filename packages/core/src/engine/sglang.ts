@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { EngineError } from '../errors.js';
 import { HttpClient, jsonWithIds } from '../util/http.js';
 import { newRequestId } from './request-id.js';
+import { sglangGenerateStream } from './sglang-stream.js';
 import type {
   Engine,
   EngineFinishReason,
@@ -163,6 +164,13 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
         signal?.removeEventListener('abort', onAbort);
       }
     },
+    generateStream: (request, opts) =>
+      sglangGenerateStream(http, request, opts, {
+        schema: SglangGenerateResponseSchema,
+        readLogprobs,
+        sampling: toSglangSampling,
+        abort: (rid) => abort(rid, { signal: AbortSignal.timeout(5_000) }),
+      }),
     abort,
     health: (opts = {}) => http.ok('/health', opts.signal),
     modelInfo,
@@ -172,7 +180,10 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
 }
 
 /** Split SGLang's `output_token_logprobs` (`[logprob, token_id, text?]` per token) into typed arrays. */
-function readLogprobs(entries: unknown[], url: string): { outputIds: Int32Array; logprobs: Float32Array } {
+export function readLogprobs(
+  entries: unknown[],
+  url: string,
+): { outputIds: Int32Array; logprobs: Float32Array } {
   const outputIds = new Int32Array(entries.length);
   const logprobs = new Float32Array(entries.length);
   for (let i = 0; i < entries.length; i++) {

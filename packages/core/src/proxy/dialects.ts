@@ -288,7 +288,7 @@ export interface TurnReply {
   outputTokens: number;
 }
 
-function openaiFinish(r: TurnReply): string {
+export function openaiFinish(r: TurnReply): string {
   if (r.finishReason === 'length') return 'length';
   return r.parsed.toolCalls.length > 0 ? 'tool_calls' : 'stop';
 }
@@ -358,7 +358,7 @@ export function openaiSse(r: TurnReply, includeUsage: boolean): string {
   return `${out}data: [DONE]\n\n`;
 }
 
-function anthropicStop(r: TurnReply): string {
+export function anthropicStop(r: TurnReply): string {
   if (r.finishReason === 'length') return 'max_tokens';
   return r.parsed.toolCalls.length > 0 ? 'tool_use' : 'end_turn';
 }

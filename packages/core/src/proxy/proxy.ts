@@ -1,4 +1,4 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import { EventEmitter } from 'eventemitter3';
 import { newRequestId } from '../engine/request-id.js';
 import type { Engine, Sampling } from '../engine/types.js';
@@ -10,17 +10,17 @@ import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js'
 import { adminRoute } from './admin.js';
 import {
   anthropicJson,
-  anthropicSse,
   type ChatRequest,
   type Dialect,
   errorBody,
   openaiJson,
-  openaiSse,
   parseAnthropicRequest,
   parseOpenAIRequest,
   RequestError,
   type TurnReply,
 } from './dialects.js';
+import { type LiveTurn, streamTurn } from './live.js';
+import { json, type Reply, responseBody, SSE_TYPE, write } from './reply.js';
 import { EngineRouter, type EngineRouterOptions } from './router.js';
 import { resolveSampling } from './sampling.js';
 import {
@@ -122,6 +122,8 @@ export interface ProxyEvents {
   /** A turn's upstream request was cancelled (client disconnect or session finish). */
   'turn:abort': (event: { sessionId: string; rid: string; reason: string }) => void;
   'turn:error': (event: { sessionId: string; error: Error }) => void;
+  /** A streamed answer's reasoning/content split turned out to differ from the final parse. */
+  'stream:inexact': (event: { sessionId: string; reason: string }) => void;
   /** A request failed and was retried on a healthy engine (the turn goes on). */
   'turn:retry': (event: { sessionId: string; url: string; error: Error; failures: number }) => void;
   /** The engine cut the turn short (a weight update) and the proxy continued or restarted it. */
@@ -164,15 +166,7 @@ interface SessionState {
   threads: SessionThreads;
 }
 
-interface Reply {
-  status: number;
-  contentType: string;
-  body: string;
-}
-
-const JSON_TYPE = 'application/json';
 const LARGE_BODY_CHARS = 1 << 20;
-const SSE_TYPE = 'text/event-stream';
 
 /**
  * Start the capture proxy: an OpenAI Chat Completions + Anthropic Messages server in front of
@@ -257,6 +251,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     dialect: Dialect,
     req: ChatRequest,
     signal: AbortSignal,
+    live?: LiveTurn,
   ): Promise<TurnReply> {
     const startedAt = performance.now();
     const templateKwargs =
@@ -273,6 +268,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       events.emit('sampling:override', { sessionId: state.id, fields: overridden });
     const rid = newRequestId('turn');
     const base = { id: `chatcmpl-${rid}`, model: req.model ?? modelName, promptTokens: promptIds.length };
+    live?.begin({ rid, id: base.id, model: base.model, promptIds });
     if (sampling.maxTokens! <= 0) {
       state.truncated = true;
       events.emit('budget:exhausted', {
@@ -303,6 +299,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
           rid,
           signal: controller.signal,
           onWeightUpdate,
+          onTokens: live && ((chunk) => live.tokens(chunk)),
         },
         {
           retry: (e) => events.emit('turn:retry', { sessionId: state.id, ...e }),
@@ -441,14 +438,18 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         });
         return json(200, { input_tokens: ids.length });
       }
-      const reply = await runTurn(state, dialect, req, signal);
       if (req.stream) {
-        return {
-          status: 200,
-          contentType: SSE_TYPE,
-          body: dialect === 'anthropic' ? anthropicSse(reply) : openaiSse(reply, req.includeUsage),
-        };
+        const session = state;
+        const stream = await streamTurn({
+          dialect,
+          includeUsage: req.includeUsage,
+          tokenizer,
+          run: (live) => runTurn(session, dialect, req, signal, live),
+          onInexact: (reason) => events.emit('stream:inexact', { sessionId: session.id, reason }),
+        });
+        return { status: 200, contentType: SSE_TYPE, body: '', stream };
       }
+      const reply = await runTurn(state, dialect, req, signal);
       return json(200, dialect === 'anthropic' ? anthropicJson(reply) : openaiJson(reply));
     } catch (error) {
       if (error instanceof RequestError)
@@ -473,7 +474,12 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         'http://in-process',
       );
       const method = (init?.method ?? request?.method ?? 'GET').toUpperCase();
-      const signal = init?.signal ?? request?.signal ?? new AbortController().signal;
+      // a cancelled streamed body ends the turn, as a closed connection does
+      const closer = new AbortController();
+      const outer = init?.signal ?? request?.signal;
+      if (outer?.aborted) closer.abort(outer.reason);
+      outer?.addEventListener('abort', () => closer.abort(outer.reason), { once: true });
+      const signal = closer.signal;
       const readBody = async () => {
         const body = init?.body;
         const text =
@@ -500,10 +506,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         '$2',
       );
       const reply = await dispatch(method, path, sessionId, readBody, signal);
-      return new Response(reply.body, {
-        status: reply.status,
-        headers: { 'content-type': reply.contentType },
-      });
+      return new Response(
+        responseBody(reply, (reason) => closer.abort(reason)),
+        {
+          status: reply.status,
+          headers: { 'content-type': reply.contentType },
+        },
+      );
     };
   }
 
@@ -557,25 +566,6 @@ function credentialOf(req: IncomingMessage): string | undefined {
   if (auth?.startsWith('Bearer ')) return auth.slice(7).trim();
   const key = req.headers['x-api-key'];
   return typeof key === 'string' ? key : undefined;
-}
-
-function json(status: number, body: unknown): Reply {
-  return { status, contentType: JSON_TYPE, body: JSON.stringify(body) };
-}
-
-function write(req: IncomingMessage, res: ServerResponse, reply: Reply): void {
-  if (res.destroyed || res.headersSent) return;
-  // A body left unread (refused, or never needed) is not drained: the connection closes after the reply.
-  const unread = !req.complete;
-  res.writeHead(reply.status, {
-    'content-type': reply.contentType,
-    'content-length': Buffer.byteLength(reply.body),
-    ...(reply.contentType === SSE_TYPE ? { 'cache-control': 'no-cache' } : {}),
-    ...(unread ? { connection: 'close' } : {}),
-  });
-  res.end(reply.body, () => {
-    if (unread) req.socket.destroy();
-  });
 }
 
 /**
