@@ -19,7 +19,8 @@ export interface WireReply {
 interface Entry {
   key: string;
   reply: WireReply;
-  record: () => void;
+  /** Records the turn; false when there was nothing to record (no engine call, or the session ended). */
+  record: () => boolean;
   recorded: boolean;
 }
 
@@ -85,12 +86,11 @@ export class TurnLedger {
     const entry = this.#entries.find((e) => e.key === key);
     if (!entry || entry.recorded) return;
     entry.recorded = true;
-    this.#recorded++;
-    entry.record();
+    if (entry.record()) this.#recorded++;
   }
 
   /** Keep a new turn's answer, not recorded until `commit`. */
-  keep(key: string, reply: WireReply, record: () => void): void {
+  keep(key: string, reply: WireReply, record: () => boolean): void {
     const at = this.#entries.findIndex((e) => e.key === key);
     if (at >= 0) this.#entries.splice(at, 1);
     this.#entries.push({ key, reply, record, recorded: false });

@@ -248,7 +248,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     dialect: Dialect,
     req: ChatRequest,
     signal: AbortSignal,
-  ): Promise<TurnReply & { record: () => void }> {
+  ): Promise<TurnReply & { record: () => boolean }> {
     const startedAt = performance.now();
     const templateKwargs =
       state.templateKwargs || req.templateKwargs
@@ -279,7 +279,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         toolCallIds: [],
         finishReason: 'length',
         outputTokens: 0,
-        record: () => {},
+        record: () => false,
       };
     }
     const controller = new AbortController();
@@ -328,7 +328,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     });
     // Recorded once the answer was handed over: a turn the client never got is no part of its trajectory.
     const record = () => {
-      if (!sessions.has(state.id)) return;
+      if (!sessions.has(state.id)) return false;
       const turn = trajectories.record(state.id, {
         promptIds,
         outputIds: result.outputIds,
@@ -350,6 +350,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         durationMs: endedAt - startedAt,
         engines: result.engines,
       });
+      return true;
     };
     return {
       ...base,

@@ -12,6 +12,7 @@ import {
   tools,
 } from '../__fixtures__/proxy-harness.js';
 import type { TemplateMessage } from '../tokenizer/template.js';
+import { flatToolName } from './responses.js';
 
 afterEach(closeAll);
 
@@ -255,6 +256,11 @@ describe('capture proxy: the Responses API', () => {
     expect(Array.from(calls[1]!.inputIds)).toEqual(Array.from(tokenizer.encode(rendered)));
     proxy.finishSession(session.id, { reward: 1 });
     expect(drift[0]).toMatchObject({ rows: 1, forks: 0, realigns: 0 });
+    expect([
+      flatToolName('read', 'ns'),
+      flatToolName('_read', 'ns'),
+      flatToolName('read', undefined),
+    ]).toEqual(['ns_read', 'ns_read', 'read']);
   });
 
   it('a string input and a capped turn: status incomplete (max_output_tokens) in JSON and SSE', async () => {
