@@ -12,6 +12,7 @@ import {
   tools,
 } from '../__fixtures__/proxy-harness.js';
 import type { TemplateMessage } from '../tokenizer/template.js';
+import { captureFetch } from './proxy.js';
 import { flatToolName } from './responses.js';
 
 afterEach(closeAll);
@@ -325,11 +326,17 @@ describe('capture proxy: the Responses API', () => {
     expect(ok.status).toBe(200);
   });
 
-  for (const stream of [false, true]) {
-    it(`the official openai client: responses.${stream ? 'stream' : 'create'} with store: false, two turns in one row`, async () => {
+  for (const [stream, inProcess] of [
+    [false, false],
+    [true, false],
+    [true, true],
+  ] as const) {
+    it(`the official openai client: responses.${stream ? 'stream' : 'create'} with store: false${inProcess ? ' in process (captureFetch)' : ''}, two turns in one row`, async () => {
       const { proxy, drift } = await setup(script(TOOL_LOOP[0]!, TOOL_LOOP[2]!));
-      const session = proxy.openSession(`sdk-${stream}`);
-      const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session.apiKey, maxRetries: 0 });
+      const session = proxy.openSession(`sdk-${stream}-${inProcess}`);
+      const client = inProcess
+        ? new OpenAI({ baseURL: 'http://vime.invalid/v1', apiKey: 'unused', fetch: captureFetch(session) })
+        : new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session.apiKey, maxRetries: 0 });
       const input: OpenAI.Responses.ResponseInput = [{ role: 'user', content: 'Fix the failing test.' }];
       const sdkTools: OpenAI.Responses.Tool[] = [
         {
