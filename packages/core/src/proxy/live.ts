@@ -11,7 +11,7 @@ import { EngineError } from '../errors.js';
 import { IncrementalDecoder, IncrementalParser } from '../tokenizer/incremental.js';
 import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
 import type { Dialect, TurnReply } from './dialects.js';
-import { type StreamEncoder, streamEncoder } from './sse.js';
+import type { StreamEncoder, StreamMeta } from './sse.js';
 
 /** What the turn machinery tells a streamed answer. */
 export interface LiveTurn {
@@ -21,23 +21,34 @@ export interface LiveTurn {
   tokens(chunk: TokenChunk): void;
 }
 
-export interface StreamTurnOptions {
+export interface StreamTurnOptions<R extends TurnReply> {
   dialect: Dialect;
-  includeUsage: boolean;
+  /** The request's wire: an encoder for the turn's answer. */
+  encoder: (meta: StreamMeta) => StreamEncoder;
   tokenizer: ChatTokenizer;
   /** Runs the turn, calling `live` as it goes; resolves with the reply the non-streamed path would send. */
-  run: (live: LiveTurn) => Promise<TurnReply>;
+  run: (live: LiveTurn) => Promise<R>;
   /** The streamed parse could not match the final one (the opening reasoning guess was wrong). */
   onInexact?: ((reason: string) => void) | undefined;
+  /**
+   * The turn succeeded and its whole SSE text was read from the stream (called before the stream says
+   * it is done). Not called for a turn that failed, nor for a stream its reader left early.
+   */
+  onComplete?: ((sse: string, reply: R) => void) | undefined;
 }
 
 /**
  * Start a streamed turn. Resolves with the SSE text as an async iterable once the first token is out
  * (or the turn ended); rejects with the turn's error when it failed before sending anything.
  */
-export function streamTurn(options: StreamTurnOptions): Promise<AsyncIterable<string>> {
+export function streamTurn<R extends TurnReply>(
+  options: StreamTurnOptions<R>,
+): Promise<AsyncIterable<string>> {
   const { tokenizer } = options;
-  const channel = new Channel();
+  let done: R | undefined;
+  const channel = new Channel((sse) => {
+    if (done) options.onComplete?.(sse, done);
+  });
   let encoder: StreamEncoder | undefined;
   let decoder: IncrementalDecoder | undefined;
   let parser: IncrementalParser | undefined;
@@ -63,11 +74,7 @@ export function streamTurn(options: StreamTurnOptions): Promise<AsyncIterable<st
     const live: LiveTurn = {
       begin(info) {
         rid = info.rid;
-        encoder = streamEncoder(
-          options.dialect,
-          { id: info.id, model: info.model, promptTokens: info.promptIds.length },
-          options.includeUsage,
-        );
+        encoder = options.encoder({ id: info.id, model: info.model, promptTokens: info.promptIds.length });
         decoder = new IncrementalDecoder(tokenizer);
         parser = new IncrementalParser({ reasoningOpen: opensReasoning(tokenizer, info.promptIds) });
       },
@@ -89,6 +96,7 @@ export function streamTurn(options: StreamTurnOptions): Promise<AsyncIterable<st
         else if (streamedIds.some((id, i) => id !== reply.toolCallIds[i]))
           options.onInexact?.('streamed tool-call ids differ from the recorded ones');
         channel.push(encoder!.finish(reply));
+        done = reply;
         channel.end();
       },
       (error: unknown) => {
@@ -108,11 +116,17 @@ function opensReasoning(tokenizer: ChatTokenizer, promptIds: Int32Array): boolea
   return open >= 0 && open > tail.lastIndexOf('</think>') && tail.slice(open + 7).trim() === '';
 }
 
-/** A one-reader queue of strings, read as an async iterable; `end` finishes it. */
+/**
+ * A one-reader queue of strings, read as an async iterable; `end` finishes it. `drained` gets all the
+ * text once the reader has taken the last of it.
+ */
 class Channel implements AsyncIterable<string> {
   #items: string[] = [];
+  #sent: string[] = [];
   #ended = false;
   #wake: (() => void) | undefined;
+
+  constructor(private readonly drained: (all: string) => void) {}
 
   push(item: string): void {
     if (this.#ended || item === '') return;
@@ -131,10 +145,11 @@ class Channel implements AsyncIterable<string> {
         // everything queued goes out as one write
         const out = this.#items.join('');
         this.#items = [];
+        this.#sent.push(out);
         yield out;
         continue;
       }
-      if (this.#ended) return;
+      if (this.#ended) return this.drained(this.#sent.join(''));
       await new Promise<void>((resolve) => {
         this.#wake = resolve;
       });

@@ -8,19 +8,12 @@ import type { Sample } from '../sample.js';
 import type { ChatTokenizer, SpecialTokenText } from '../tokenizer/tokenizer.js';
 import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
 import { adminRoute } from './admin.js';
-import {
-  anthropicJson,
-  type ChatRequest,
-  type Dialect,
-  errorBody,
-  openaiJson,
-  parseAnthropicRequest,
-  parseOpenAIRequest,
-  RequestError,
-  type TurnReply,
-} from './dialects.js';
+import { encodeTurn, parseTurnRequest, turnEncoder } from './answer.js';
+import { type ChatRequest, type Dialect, errorBody, RequestError, type TurnReply } from './dialects.js';
+import { inProcessFetch } from './in-process.js';
+import { checkMaxTurns, FinishedSessions, retryCountOf, TurnLedger } from './ledger.js';
 import { type LiveTurn, streamTurn } from './live.js';
-import { json, type Reply, responseBody, SSE_TYPE, write } from './reply.js';
+import { json, NO_RETRY, type Reply, SSE_TYPE, write } from './reply.js';
 import { EngineRouter, type EngineRouterOptions } from './router.js';
 import { resolveSampling } from './sampling.js';
 import {
@@ -43,6 +36,8 @@ export interface SessionOptions {
   engine?: Engine;
   /** Extra chat-template variables for this session, e.g. `{ enable_thinking: false }`. */
   templateKwargs?: Record<string, unknown>;
+  /** Most turns the session may record; past them a new turn is answered 429 (default: the proxy's). */
+  maxTurns?: number | undefined;
 }
 
 /** An open capture session: point a harness at `baseURL` with `apiKey`, or give a client `fetch`. */
@@ -89,6 +84,8 @@ export interface CaptureProxyOptions {
   modelName?: string;
   /** Open unknown session ids on first use instead of answering 401 (default false). */
   autoOpenSessions?: boolean;
+  /** Default per-session turn cap (`SessionOptions.maxTurns`); none when omitted. */
+  maxTurns?: number | undefined;
   /**
    * What special-token text (`<|im_start|>`, …) in user, system and tool content becomes: `special` (the
    * default: what SGLang and vLLM do when they tokenize a rendered chat, so captures match the engine's own
@@ -164,12 +161,14 @@ interface SessionState {
   toolArgs: Map<string, string>;
   /** The session's conversations and the captured history each next prompt reuses. */
   threads: SessionThreads;
+  /** Answers kept for retries, and the turns recorded (see `TurnLedger`). */
+  ledger: TurnLedger;
 }
 
 const LARGE_BODY_CHARS = 1 << 20;
 
 /**
- * Start the capture proxy: an OpenAI Chat Completions + Anthropic Messages server in front of
+ * Start the capture proxy: an OpenAI Chat Completions + Responses + Anthropic Messages server in front of
  * token-in/token-out engines. Any agent harness talks to it unchanged; every turn's prompt ids,
  * output ids, log probs, finish reason, policy version and timings are recorded per session.
  */
@@ -196,6 +195,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     );
   }
   const router = new EngineRouter(engines, options.router);
+  const defaultMaxTurns = checkMaxTurns(options.maxTurns, 'maxTurns');
+  const finished = new FinishedSessions();
   let url = '';
 
   function openSession(id: string, sessionOptions: SessionOptions = {}): CaptureSession {
@@ -209,7 +210,9 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     if (maxContextTokens !== undefined && !(Number.isInteger(maxContextTokens) && maxContextTokens > 0)) {
       throw new ConfigError(`maxContextTokens must be a positive integer, found ${maxContextTokens}`);
     }
+    const maxTurns = checkMaxTurns(sessionOptions.maxTurns, 'maxTurns') ?? defaultMaxTurns;
     trajectories.open(id);
+    finished.delete(id);
     if (sessionOptions.engine) router.place(id, sessionOptions.engine.url);
     sessions.set(id, {
       id,
@@ -220,12 +223,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       inflight: new Set(),
       toolArgs: new Map(),
       threads: new SessionThreads(id, tokenizer),
+      ledger: new TurnLedger(maxTurns),
     });
     const handle: CaptureSession = {
       id,
       baseURL: `${url}/sessions/${encodeURIComponent(id)}/v1`,
       apiKey: id,
-      fetch: makeFetch(id),
+      fetch: inProcessFetch(id, dispatch, limits.maxBodyBytes),
     };
     return handle;
   }
@@ -240,6 +244,10 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     const state = sessions.get(id);
     if (!state) throw new ConfigError(`finishSession: no open session ${JSON.stringify(id)}`);
     closeSession(state, 'session finished');
+    finished.add(
+      id,
+      `session ${JSON.stringify(id)} is finished (finishSession); open a new session for a new rollout`,
+    );
     // A rollout completed: check the engines now, so a dead one is gone before its sessions' next turn.
     void router.checkNow('completion');
     const status = finish.status ?? (state.truncated ? 'truncated' : undefined);
@@ -252,7 +260,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     req: ChatRequest,
     signal: AbortSignal,
     live?: LiveTurn,
-  ): Promise<TurnReply> {
+  ): Promise<TurnReply & { record: () => boolean }> {
     const startedAt = performance.now();
     const templateKwargs =
       state.templateKwargs || req.templateKwargs
@@ -282,6 +290,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         toolCallIds: [],
         finishReason: 'length',
         outputTokens: 0,
+        record: () => false,
       };
     }
     const controller = new AbortController();
@@ -316,23 +325,12 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       state.inflight.delete(controller);
     }
     const endedAt = performance.now();
-    if (!sessions.has(state.id)) throw new ConfigError(`session ${state.id} was finished during the turn`);
+    if (!sessions.has(state.id))
+      throw new RequestError(409, `session ${state.id} was finished during the turn`);
     const versions = result.versionRuns.filter(
       (r): r is { version: string; tokens: number } => r.version !== undefined,
     );
     const last = versions[versions.length - 1]?.version;
-    const turn = trajectories.record(planned.thread.key, {
-      promptIds,
-      outputIds: result.outputIds,
-      logprobs: result.logprobs,
-      finishReason: result.finishReason,
-      ...(last !== undefined ? { policyVersion: last } : {}),
-      ...(versions.length > 1 ? { versionRuns: versions } : {}),
-      engines: result.engines,
-      startedAt,
-      endedAt,
-    });
-    if (result.finishReason === 'length') state.truncated = true;
     const text = tokenizer.decode(stripStop(result.outputIds, tokenizer.eosTokenId));
     const parsed = tokenizer.parseResponse(text);
     const toolCallIds = parsed.toolCalls.map((call, i) => {
@@ -340,23 +338,42 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       state.toolArgs.set(id, call.arguments);
       return id;
     });
-    state.threads.done(planned, planReq, result.outputIds, replyMessage(parsed, toolCallIds));
-    events.emit('turn', {
-      sessionId: state.id,
-      dialect,
-      turn,
-      promptTokens: promptIds.length,
-      outputTokens: result.outputIds.length,
-      durationMs: endedAt - startedAt,
-      engines: result.engines,
-      stitch: planned.stitch,
-    });
+    // Recorded once the answer was handed over: a turn the client never got is no part of its trajectory,
+    // and the next request does not stitch onto it.
+    const record = () => {
+      if (!sessions.has(state.id)) return false;
+      const turn = trajectories.record(planned.thread.key, {
+        promptIds,
+        outputIds: result.outputIds,
+        logprobs: result.logprobs,
+        finishReason: result.finishReason,
+        ...(last !== undefined ? { policyVersion: last } : {}),
+        ...(versions.length > 1 ? { versionRuns: versions } : {}),
+        engines: result.engines,
+        startedAt,
+        endedAt,
+      });
+      if (result.finishReason === 'length') state.truncated = true;
+      state.threads.done(planned, planReq, result.outputIds, replyMessage(parsed, toolCallIds));
+      events.emit('turn', {
+        sessionId: state.id,
+        dialect,
+        turn,
+        promptTokens: promptIds.length,
+        outputTokens: result.outputIds.length,
+        durationMs: endedAt - startedAt,
+        engines: result.engines,
+        stitch: planned.stitch,
+      });
+      return true;
+    };
     return {
       ...base,
       parsed,
       toolCallIds,
       finishReason: result.finishReason,
       outputTokens: result.outputIds.length,
+      record,
     };
   }
 
@@ -367,6 +384,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     credential: string | undefined,
     readBody: () => Promise<string>,
     signal: AbortSignal,
+    retryCount = 0,
   ): Promise<Reply> {
     let path = pathname;
     let sessionId = credential;
@@ -380,7 +398,11 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       return json(reply.status, reply.body);
     }
     if (path.startsWith('/v1/')) path = path.slice(3);
-    const dialect: Dialect = path.startsWith('/messages') ? 'anthropic' : 'openai';
+    const dialect: Dialect = path.startsWith('/messages')
+      ? 'anthropic'
+      : path === '/responses'
+        ? 'responses'
+        : 'openai';
     if (method === 'GET' && path === '/models') {
       return json(200, {
         object: 'list',
@@ -398,10 +420,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
     if (method === 'GET' && path === '/health') return json(200, { sessions: sessions.size });
     const countOnly = path === '/messages/count_tokens';
-    if (method !== 'POST' || (path !== '/chat/completions' && path !== '/messages' && !countOnly)) {
+    const turnPath = path === '/chat/completions' || path === '/messages' || path === '/responses';
+    if (method !== 'POST' || (!turnPath && !countOnly)) {
       return json(404, errorBody(dialect, 404, `no route ${method} ${pathname}`));
     }
     let state = sessionId ? sessions.get(sessionId) : undefined;
+    const gone = !state && sessionId ? finished.reason(sessionId) : undefined;
+    if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);
     if (!state && sessionId && options.autoOpenSessions) {
       openSession(sessionId);
       state = sessions.get(sessionId);
@@ -412,8 +437,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         : 'no session id: send it as the API key (Authorization: Bearer <id> or x-api-key) or use the /sessions/<id>/v1 base URL';
       return json(401, errorBody(dialect, 401, why));
     }
+    const session = state;
     try {
       const text = await readBody();
+      // A retry of an answered turn gets the same answer: no second sample, no fork.
+      const key = turnPath ? await TurnLedger.key(path, text) : '';
+      const replayed = turnPath ? session.ledger.replay(key, retryCount) : undefined;
+      if (replayed) return { ...replayed, commit: () => session.ledger.commit(key) };
       // A large body's long steps each let other sessions' work run in between.
       const large = text.length > LARGE_BODY_CHARS;
       if (large) await yieldToLoop();
@@ -425,10 +455,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       }
       checkDepth(body, limits.maxJsonDepth);
       if (large) await yieldToLoop();
-      const req =
-        dialect === 'anthropic'
-          ? parseAnthropicRequest(body, state.toolArgs, { countOnly })
-          : parseOpenAIRequest(body, state.toolArgs);
+      const parsed = parseTurnRequest(dialect, body, state.toolArgs, countOnly);
+      const { req } = parsed;
       if (countOnly) {
         const ids = await tokenizer.encodeChatAsync(req.messages, {
           tools: req.tools,
@@ -438,20 +466,33 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         });
         return json(200, { input_tokens: ids.length });
       }
+      const capped = session.ledger.capReached(session.inflight.size);
+      if (capped) return json(429, errorBody(dialect, 429, capped), NO_RETRY);
       if (req.stream) {
-        const session = state;
+        // Live tokens; the whole SSE text is kept for a retry once it was all read, and the turn is
+        // recorded when the response finished. A stream that failed or was left early keeps nothing.
+        let kept = false;
         const stream = await streamTurn({
           dialect,
-          includeUsage: req.includeUsage,
+          encoder: turnEncoder(dialect, parsed),
           tokenizer,
           run: (live) => runTurn(session, dialect, req, signal, live),
           onInexact: (reason) => events.emit('stream:inexact', { sessionId: session.id, reason }),
+          onComplete: (sse, turn) => {
+            kept = true;
+            session.ledger.keep(key, { status: 200, contentType: SSE_TYPE, body: sse }, turn.record);
+          },
         });
-        return { status: 200, contentType: SSE_TYPE, body: '', stream };
+        const commit = () => kept && session.ledger.commit(key);
+        return { status: 200, contentType: SSE_TYPE, body: '', stream, commit };
       }
-      const reply = await runTurn(state, dialect, req, signal);
-      return json(200, dialect === 'anthropic' ? anthropicJson(reply) : openaiJson(reply));
+      const turn = await runTurn(session, dialect, req, signal);
+      const reply = encodeTurn(dialect, parsed, turn);
+      session.ledger.keep(key, reply, turn.record);
+      return { ...reply, commit: () => session.ledger.commit(key) };
     } catch (error) {
+      const gone = sessions.has(session.id) ? undefined : finished.reason(session.id);
+      if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);
       if (error instanceof RequestError)
         return json(error.status, errorBody(dialect, error.status, error.message));
       const status =
@@ -466,56 +507,6 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
   }
 
-  function makeFetch(sessionId: string): typeof fetch {
-    return async (input, init) => {
-      const request = input instanceof Request ? input : undefined;
-      const target = new URL(
-        request ? request.url : input instanceof URL ? input.href : String(input),
-        'http://in-process',
-      );
-      const method = (init?.method ?? request?.method ?? 'GET').toUpperCase();
-      // a cancelled streamed body ends the turn, as a closed connection does
-      const closer = new AbortController();
-      const outer = init?.signal ?? request?.signal;
-      if (outer?.aborted) closer.abort(outer.reason);
-      outer?.addEventListener('abort', () => closer.abort(outer.reason), { once: true });
-      const signal = closer.signal;
-      const readBody = async () => {
-        const body = init?.body;
-        const text =
-          typeof body === 'string'
-            ? body
-            : body instanceof Uint8Array
-              ? new TextDecoder().decode(body)
-              : body != null
-                ? await new Response(body as ConstructorParameters<typeof Response>[0]).text()
-                : request
-                  ? await request.text()
-                  : '';
-        const bytes = Buffer.byteLength(text);
-        if (bytes > limits.maxBodyBytes) {
-          throw new RequestError(
-            413,
-            `request body of ${bytes} bytes is over the proxy's limit of ${limits.maxBodyBytes} bytes (limits.maxBodyBytes)`,
-          );
-        }
-        return text;
-      };
-      const path = target.pathname.replace(
-        /^.*?(\/v1)?(\/(chat\/completions|messages(?:\/count_tokens)?|models))$/,
-        '$2',
-      );
-      const reply = await dispatch(method, path, sessionId, readBody, signal);
-      return new Response(
-        responseBody(reply, (reason) => closer.abort(reason)),
-        {
-          status: reply.status,
-          headers: { 'content-type': reply.contentType },
-        },
-      );
-    };
-  }
-
   const http = await startProxyServer(
     limits,
     { host: options.host ?? '127.0.0.1', port: options.port ?? 0 },
@@ -526,7 +517,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       });
       const pathname = (req.url ?? '/').split('?')[0]!;
       const read = () => readBody(req, limits.maxBodyBytes);
-      dispatch(req.method ?? 'GET', pathname, credentialOf(req), read, closer.signal)
+      const retries = retryCountOf(req.headers['x-stainless-retry-count']);
+      dispatch(req.method ?? 'GET', pathname, credentialOf(req), read, closer.signal, retries)
         .then((reply) => write(req, res, reply))
         .catch((error: unknown) =>
           write(req, res, json(500, errorBody('openai', 500, (error as Error).message))),

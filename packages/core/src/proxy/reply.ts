@@ -1,24 +1,40 @@
-/** The proxy's answers on the wire: a JSON (or finished SSE) body, or an SSE stream written as it comes. */
+/**
+ * The proxy's answers on the wire: a JSON (or finished SSE) body, or an SSE stream written as it comes.
+ * An answer's turn is recorded (`commit`) only once the answer was handed over whole: the response
+ * finished, or an in-process client read its body to the end.
+ */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
-export interface Reply {
+/** An answer as it is kept for a replay: status, headers and the whole body. */
+export interface WireReply {
   status: number;
   contentType: string;
   body: string;
+  headers?: Record<string, string> | undefined;
+}
+
+export interface Reply extends WireReply {
   /** A streamed answer: written chunk by chunk, `body` unused. */
   stream?: AsyncIterable<string> | undefined;
+  /** Records the answer's turn; called once the whole answer was handed over. */
+  commit?: (() => void) | undefined;
 }
 
 export const JSON_TYPE = 'application/json';
 export const SSE_TYPE = 'text/event-stream';
 
-export function json(status: number, body: unknown): Reply {
-  return { status, contentType: JSON_TYPE, body: JSON.stringify(body) };
+/** Refusals a retry cannot change (turn cap, finished session): SDKs honour `x-should-retry`. */
+export const NO_RETRY = { 'x-should-retry': 'false' };
+
+export function json(status: number, body: unknown, headers?: Record<string, string>): Reply {
+  return { status, contentType: JSON_TYPE, body: JSON.stringify(body), headers };
 }
 
 export function write(req: IncomingMessage, res: ServerResponse, reply: Reply): void {
   if (res.destroyed || res.headersSent) return;
-  if (reply.stream) return void pipe(res, reply.status, reply.stream);
+  // The turn is recorded once its answer is out; a client gone before that never got it.
+  if (reply.commit) res.once('finish', reply.commit);
+  if (reply.stream) return void pipe(res, reply, reply.stream);
   // A body left unread (refused, or never needed) is not drained: the connection closes after the reply.
   const unread = !req.complete;
   res.writeHead(reply.status, {
@@ -26,14 +42,15 @@ export function write(req: IncomingMessage, res: ServerResponse, reply: Reply): 
     'content-length': Buffer.byteLength(reply.body),
     ...(reply.contentType === SSE_TYPE ? { 'cache-control': 'no-cache' } : {}),
     ...(unread ? { connection: 'close' } : {}),
+    ...reply.headers,
   });
   res.end(reply.body, () => {
     if (unread) req.socket.destroy();
   });
 }
 
-async function pipe(res: ServerResponse, status: number, stream: AsyncIterable<string>): Promise<void> {
-  res.writeHead(status, { 'content-type': SSE_TYPE, 'cache-control': 'no-cache' });
+async function pipe(res: ServerResponse, reply: Reply, stream: AsyncIterable<string>): Promise<void> {
+  res.writeHead(reply.status, { 'content-type': SSE_TYPE, 'cache-control': 'no-cache', ...reply.headers });
   // each event leaves at once (no Nagle delay between small writes)
   res.socket?.setNoDelay(true);
   for await (const chunk of stream) {
@@ -43,19 +60,27 @@ async function pipe(res: ServerResponse, status: number, stream: AsyncIterable<s
   res.end();
 }
 
-/** A reply as a fetch `Response` body; cancelling a streamed one calls `cancel` (the client went away). */
+/**
+ * A reply as a fetch `Response` body. A whole body is the client's once returned (its turn is committed
+ * now); a streamed one is committed when it was read to its end, and cancelling it calls `cancel` (the
+ * client went away: nothing is recorded).
+ */
 export function responseBody(
   reply: Reply,
   cancel: (reason: unknown) => void,
 ): string | ReadableStream<Uint8Array> {
-  if (!reply.stream) return reply.body;
+  if (!reply.stream) {
+    reply.commit?.();
+    return reply.body;
+  }
   const iterator = reply.stream[Symbol.asyncIterator]();
   const encoder = new TextEncoder();
   return new ReadableStream<Uint8Array>({
     async pull(controller) {
       const next = await iterator.next();
-      if (next.done) controller.close();
-      else controller.enqueue(encoder.encode(next.value));
+      if (!next.done) return controller.enqueue(encoder.encode(next.value));
+      reply.commit?.();
+      controller.close();
     },
     cancel(reason) {
       cancel(reason ?? new Error('client disconnected'));

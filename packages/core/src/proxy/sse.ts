@@ -2,9 +2,9 @@
  * Incremental SSE encoders: a turn's answer written as it is generated. A dialect implements
  * `StreamEncoder` (`start`, then reasoning / text deltas and tool calls in any order, then `finish` or
  * `error`); each call returns the wire text to send. OpenAI Chat Completions and Anthropic Messages
- * are here; their event shapes are those of the non-streamed-then-streamed `openaiSse` / `anthropicSse`.
+ * are here, the Responses API's is in `responses-output.ts`; `playTurn` writes a finished turn.
  */
-import { anthropicStop, type Dialect, errorBody, openaiFinish, type TurnReply } from './dialects.js';
+import { anthropicStop, errorBody, openaiFinish, type TurnReply } from './dialects.js';
 
 export interface StreamMeta {
   id: string;
@@ -145,7 +145,13 @@ export function anthropicEncoder(meta: StreamMeta): StreamEncoder {
   };
 }
 
-/** The encoder of a dialect. */
-export function streamEncoder(dialect: Dialect, meta: StreamMeta, includeUsage: boolean): StreamEncoder {
-  return dialect === 'anthropic' ? anthropicEncoder(meta) : openaiEncoder(meta, { includeUsage });
+/** A finished turn through an encoder, as if it had streamed in one piece. */
+export function playTurn(encoder: StreamEncoder, r: TurnReply): string {
+  let out = encoder.start();
+  if (r.parsed.reasoning !== undefined) out += encoder.reasoningDelta(r.parsed.reasoning);
+  if (r.parsed.content !== '') out += encoder.textDelta(r.parsed.content);
+  r.parsed.toolCalls.forEach((call, i) => {
+    out += encoder.toolCall({ id: r.toolCallIds[i]!, name: call.name, arguments: call.arguments }, i);
+  });
+  return out + encoder.finish(r);
 }
