@@ -4,7 +4,7 @@
  * ones (`--incremental-streaming-output`); `completion_tokens` tells which, so both are read.
  */
 import { EngineError } from '../errors.js';
-import type { HttpClient } from '../util/http.js';
+import { type HttpClient, jsonWithIds } from '../util/http.js';
 import { parseWith } from '../validate.js';
 import { newRequestId } from './request-id.js';
 import type { readLogprobs, SglangGenerateResponseSchema, toSglangSampling } from './sglang.js';
@@ -35,14 +35,13 @@ export async function sglangGenerateStream(
     const { url, body } = await http.open({
       method: 'POST',
       path: '/generate',
-      body: {
-        input_ids: Array.from(request.inputIds),
+      body: jsonWithIds('input_ids', request.inputIds, {
         sampling_params: wire.sampling(request.sampling),
         return_logprob: true,
         logprob_start_len: -1,
         rid,
         stream: true,
-      },
+      }),
       signal,
       headers: request.routingKey ? { 'x-smg-routing-key': request.routingKey } : undefined,
     });

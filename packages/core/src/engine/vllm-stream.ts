@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { EngineError } from '../errors.js';
-import type { HttpClient } from '../util/http.js';
+import { type HttpClient, type JsonText, jsonWithIds } from '../util/http.js';
 import { parseWith } from '../validate.js';
 import { newRequestId } from './request-id.js';
 import { concat, finishReason, parseJson, streamError } from './sglang-stream.js';
@@ -30,11 +30,10 @@ export function completionBody(
   request: GenerateRequest,
   rid: string,
   stream = false,
-): Record<string, unknown> {
+): JsonText {
   const s = request.sampling;
-  return {
+  return jsonWithIds('prompt', request.inputIds, {
     model,
-    prompt: Array.from(request.inputIds),
     return_token_ids: true,
     logprobs: 1,
     skip_special_tokens: false,
@@ -52,7 +51,7 @@ export function completionBody(
     ...(s.repetitionPenalty !== undefined ? { repetition_penalty: s.repetitionPenalty } : {}),
     ...(s.presencePenalty !== undefined ? { presence_penalty: s.presencePenalty } : {}),
     ...(s.frequencyPenalty !== undefined ? { frequency_penalty: s.frequencyPenalty } : {}),
-  };
+  });
 }
 
 export async function vllmGenerateStream(
