@@ -10,7 +10,7 @@ import type { TokenChunk } from '../engine/types.js';
 import { EngineError } from '../errors.js';
 import { IncrementalDecoder, IncrementalParser } from '../tokenizer/incremental.js';
 import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
-import type { Dialect, TurnReply } from './dialects.js';
+import { type Dialect, RequestError, type TurnReply } from './dialects.js';
 import type { StreamEncoder, StreamMeta } from './sse.js';
 
 /** What the turn machinery tells a streamed answer. */
@@ -101,7 +101,15 @@ export function streamTurn<R extends TurnReply>(
       },
       (error: unknown) => {
         if (!started) return reject(error);
-        const status = error instanceof EngineError ? (error.isRetryable ? 503 : 502) : 500;
+        // a request error keeps its status (409: the session was finished during the turn)
+        const status =
+          error instanceof RequestError
+            ? error.status
+            : error instanceof EngineError
+              ? error.isRetryable
+                ? 503
+                : 502
+              : 500;
         channel.push(encoder!.error(status, (error as Error).message));
         channel.end();
       },

@@ -4,6 +4,7 @@ import {
   anthropicMessage,
   anthropicTools,
   closeAll,
+  closers,
   OBSERVATIONS,
   openaiMessage,
   script,
@@ -12,9 +13,11 @@ import {
   TOOL_LOOP,
   tools,
 } from '../__fixtures__/proxy-harness.js';
+import { qwen3 } from '../__fixtures__/tokenizer.js';
+import { sglangEngine } from '../engine/sglang.js';
+import { startStandInEngine } from '../standin/engine.js';
 import type { TemplateMessage } from '../tokenizer/template.js';
-import type { ProxyTurnEvent } from './proxy.js';
-import { captureFetch } from './proxy.js';
+import { captureFetch, type ProxyTurnEvent, startCaptureProxy } from './proxy.js';
 import type { StitchKind } from './stitch.js';
 
 afterEach(closeAll);
@@ -137,6 +140,49 @@ describe('capture proxy: retry-safe capture of streamed turns', () => {
     await until(() => proxy.trajectories.trajectory(session.id).turns.length === 1, 'the re-sent turn');
     const [turn] = proxy.trajectories.trajectory(session.id).turns;
     expect(Array.from(turn!.outputIds)).toEqual(Array.from(calls[0]!.result.outputIds));
+  });
+
+  it('a streamed turn that fails mid-stream (no engine left) records and keeps nothing: the retry samples anew', async () => {
+    const tokenizer = await qwen3();
+    // the first answer breaks off halfway, then the engine is down until the test brings it back
+    let state: 'first' | 'down' | 'up' = 'first';
+    const standIn = await startStandInEngine({
+      tokenizer,
+      policy: script(LONG, 'after the outage'),
+      service: { tokensPerSecond: 400 },
+      fault: () => {
+        if (state === 'up') return undefined;
+        if (state === 'down') return { kind: 'error', status: 503 };
+        state = 'down';
+        setTimeout(() => standIn.setHealthy(false), 0);
+        return { kind: 'disconnect' };
+      },
+    });
+    closers.push(() => standIn.close());
+    const engine = sglangEngine(standIn.url);
+    closers.push(() => engine.close());
+    const proxy = await startCaptureProxy({
+      engine,
+      tokenizer,
+      router: { unavailableDeadlineMs: 300, recoveryProbeMs: 50 },
+    });
+    closers.push(() => proxy.close());
+    const session = proxy.openSession('stream-failed');
+    const { route, body } = STREAMED.openai;
+    const url = `${session.baseURL}/${route}`;
+    const failed = await send(url, body);
+    expect(failed.status).toBe(200);
+    const last = sse(failed.text).at(-1)!;
+    expect(JSON.parse(last.data).error.code).toBe(503);
+    expect(failed.text).not.toContain('[DONE]');
+    expect(proxy.trajectories.trajectory(session.id).turns).toHaveLength(0);
+    state = 'up';
+    standIn.setHealthy(true);
+    await proxy.router.whenAvailable();
+    const again = await send(url, body, { 'x-stainless-retry-count': '1' });
+    expect(again.headers.get('x-vime-replayed')).toBeNull();
+    expect(openaiMessage(again.text, true).message.content).toBe('after the outage');
+    await until(() => proxy.trajectories.trajectory(session.id).turns.length === 1, 'the retried turn');
   });
 
   it('in process (captureFetch): a streamed turn is recorded once its body was read to the end, a cancelled one never', async () => {
