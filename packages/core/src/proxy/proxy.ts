@@ -483,7 +483,9 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
             session.ledger.keep(key, { status: 200, contentType: SSE_TYPE, body: sse }, turn.record);
           },
         });
-        const commit = () => kept && session.ledger.commit(key);
+        const commit = () => {
+          if (kept) session.ledger.commit(key);
+        };
         return { status: 200, contentType: SSE_TYPE, body: '', stream, commit };
       }
       const turn = await runTurn(session, dialect, req, signal);
