@@ -7,9 +7,11 @@ export type {
   EngineOptions,
   GenerateRequest,
   GenerateResult,
+  GenerateStreamOptions,
   ModelInfo,
   PauseMode,
   Sampling,
+  TokenChunk,
   WeightControl,
   WeightUpdateRequest,
 } from './engine/types.js';
@@ -140,6 +142,12 @@ export {
   type TaskSpecInput,
   TaskSpecSchema,
 } from './task.js';
+export {
+  IncrementalDecoder,
+  IncrementalParser,
+  type IncrementalParserOptions,
+  type StreamDelta,
+} from './tokenizer/incremental.js';
 export {
   hermesToolParser,
   type ParsedResponse,
