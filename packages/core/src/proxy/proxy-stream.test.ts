@@ -273,3 +273,38 @@ describe('capture proxy streaming: timing, disconnects and engine faults', () =>
     expect(JSON.parse(res.text).error.message).toContain('bad request');
   });
 });
+
+describe('capture proxy streaming: weight updates mid-stream', () => {
+  it('a streamed turn cut by a weight update goes on from the sent tokens, even under restart', async () => {
+    const tokenizer = await qwen3();
+    const text = `Streaming across a weight update: ${'token after token, '.repeat(10)}done.`;
+    const standIn = await startStandInEngine({
+      tokenizer,
+      policy: () => text,
+      service: { tokensPerSecond: 100 },
+      weightVersion: '1',
+    });
+    closers.push(() => standIn.close());
+    const engine = sglangEngine(standIn.url);
+    closers.push(() => engine.close());
+    const proxy = await startCaptureProxy({ engine, tokenizer, onWeightUpdate: 'restart' });
+    closers.push(() => proxy.close());
+    proxy.openSession('w');
+    const policies: string[] = [];
+    proxy.events.on('turn:interrupted', (e) => policies.push(e.policy));
+    const s = await openStream(
+      `${proxy.url}/sessions/w/v1/chat/completions`,
+      { messages: [{ role: 'user', content: 'go' }], stream: true },
+      /"content":"[^"]/,
+    );
+    expect(s.first).toContain('chat.completion.chunk');
+    await new Promise((r) => setTimeout(r, 150));
+    await proxy.router.updateWeights({ modelPath: '/ckpt/step-2', weightVersion: '2' });
+    const all = await s.rest();
+    expect(openaiMessage(all, true).message.content).toBe(text);
+    expect(policies).toEqual(['continue']);
+    const [turn] = proxy.trajectories.trajectory('w').turns;
+    expect(Array.from(turn!.outputIds)).toEqual([...tokenizer.encode(text), tokenizer.eosTokenId]);
+    expect(turn!.versionRuns!.map((r) => r.version)).toEqual(['1', '2']);
+  });
+});
