@@ -103,15 +103,23 @@ export function finishReason(type: string | null | undefined): EngineFinishReaso
   return type === 'length' ? 'length' : type === 'abort' ? 'abort' : 'stop';
 }
 
+/** A chunk's JSON; an engine's error chunk (`{"error": {"message"}}`, as SGLang and vLLM send) throws. */
 export function parseJson(data: string, url: string): unknown {
+  let value: unknown;
   try {
-    return JSON.parse(data);
+    value = JSON.parse(data);
   } catch (cause) {
     throw new EngineError(`${url} streamed a chunk that is not JSON: ${JSON.stringify(data.slice(0, 200))}`, {
       cause,
       url,
     });
   }
+  const error = (value as { error?: { message?: unknown } | string } | null)?.error;
+  if (error !== undefined && error !== null) {
+    const message = typeof error === 'string' ? error : String(error.message ?? JSON.stringify(error));
+    throw new EngineError(`${url} streamed an error: ${message}`, { url });
+  }
+  return value;
 }
 
 /** A connection that broke mid-stream is retryable, like one that failed to connect. */

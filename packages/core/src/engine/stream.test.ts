@@ -152,6 +152,11 @@ describe('engine stream wire errors', () => {
       ],
       [[meta(1, [[-0.1, 5, null]]), 'data: [DONE]\n\n'], 200, /ended before a finish_reason/],
       [[JSON.stringify({ error: { message: 'bad input_ids' } })], 400, /answered 400: bad input_ids/],
+      [
+        [meta(1, [[-0.1, 5, null]]), 'data: {"error": {"message": "out of memory"}}\n\n'],
+        200,
+        /streamed an error: out of memory/,
+      ],
     ];
     for (const [lines, status, message] of cases) {
       const url = await streaming(lines, status);

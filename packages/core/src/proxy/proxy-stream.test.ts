@@ -250,6 +250,38 @@ describe('capture proxy streaming: timing, disconnects and engine faults', () =>
     );
   });
 
+  it('retries that run out after tokens were sent end the stream with an error event, and record no turn', async () => {
+    const tokenizer = await qwen3();
+    let first = true;
+    const failing = await startStandInEngine({
+      tokenizer,
+      policy: () => LONG,
+      service: { tokensPerSecond: 400 },
+      // half an answer, then 503s until the turn gives up (6 retries with backoff)
+      fault: () => {
+        const fault = first ? { kind: 'disconnect' as const } : { kind: 'error' as const, status: 503 };
+        first = false;
+        return fault;
+      },
+    });
+    closers.push(() => failing.close());
+    const engine = sglangEngine(failing.url);
+    closers.push(() => engine.close());
+    const proxy = await startCaptureProxy({ engine, tokenizer });
+    closers.push(() => proxy.close());
+    proxy.openSession('lost');
+    const res = await post(`${proxy.url}/sessions/lost/v1/chat/completions`, {
+      messages: [{ role: 'user', content: 'go' }],
+      stream: true,
+    });
+    expect(res.status).toBe(200);
+    const events = sse(res.text);
+    expect(events.some((e) => /"content":"[^"]/.test(e.data))).toBe(true);
+    expect(JSON.parse(events.at(-1)!.data).error.message).toMatch(/answered 503/);
+    expect(events.some((e) => e.data === '[DONE]')).toBe(false);
+    expect(proxy.trajectories.trajectory('lost').turns).toHaveLength(0);
+  }, 20_000);
+
   it('a turn that fails before its first token is a plain error status (the SDK can retry it), not a stream', async () => {
     const tokenizer = await qwen3();
     const broken = await startStandInEngine({
