@@ -256,6 +256,22 @@ describe('capture proxy: turn caps and finished sessions', () => {
     }
   });
 
+  it('a burst of parallel turns on a capped session: exactly maxTurns are sampled, the rest get 429', async () => {
+    const { proxy, calls } = await setup(script('ok'), {
+      service: { tokensPerSecond: 200 },
+      proxy: { maxTurns: 2 },
+    });
+    const session = proxy.openSession('cap-burst');
+    const results = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        send(`${session.baseURL}/chat/completions`, { messages: [{ role: 'user', content: `burst ${i}` }] }),
+      ),
+    );
+    expect(results.map((r) => r.status).sort()).toEqual([200, 200, 429, 429, 429, 429, 429, 429]);
+    expect(calls).toHaveLength(2);
+    expect(proxy.trajectories.trajectory(session.id).turns).toHaveLength(2);
+  });
+
   it('a finished session answers 409 with the reason (path, bearer, x-api-key, auto-open); a never-opened one stays 401', async () => {
     const { proxy } = await setup(script('ok'), { proxy: { autoOpenSessions: true } });
     const session = proxy.openSession('done-1');

@@ -451,12 +451,20 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         });
         return json(200, { input_tokens: ids.length });
       }
-      const capped = session.ledger.capReached(session.inflight.size);
+      const capped = session.ledger.capReached();
       if (capped) return json(429, errorBody(dialect, 429, capped), NO_RETRY);
-      const turn = await runTurn(session, dialect, req, signal);
+      const end = session.ledger.begin();
+      const turn = await runTurn(session, dialect, req, signal).catch((error: unknown) => {
+        end();
+        throw error;
+      });
       const reply = encodeTurn(dialect, parsed, turn);
       session.ledger.keep(key, reply, turn.record);
-      return { ...reply, commit: () => session.ledger.commit(key) };
+      const commit = () => {
+        end();
+        session.ledger.commit(key);
+      };
+      return { ...reply, commit, abandon: end };
     } catch (error) {
       const gone = sessions.has(session.id) ? undefined : finished.reason(session.id);
       if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);
