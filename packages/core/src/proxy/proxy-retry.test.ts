@@ -66,6 +66,24 @@ describe('capture proxy: retry-safe capture', () => {
     });
   }
 
+  it("a retry on another session never gets this session's answer (answers are kept per session)", async () => {
+    const { proxy, calls } = await setup(script('secret answer of A', 'fresh answer of B'));
+    const a = proxy.openSession('owner-a');
+    const b = proxy.openSession('owner-b');
+    const { body } = FIRST_TURN.responses;
+    expect((await send(`${a.baseURL}/responses`, body)).text).toMatch(/secret answer of A/);
+    for (const headers of [{ 'x-stainless-retry-count': '1' }, {}]) {
+      const other = await send(`${proxy.url}/v1/responses`, body, {
+        authorization: 'Bearer owner-b',
+        ...headers,
+      });
+      expect(other.headers.get('x-vime-replayed')).toBeNull();
+      expect(other.text).not.toMatch(/secret answer of A/);
+    }
+    expect(calls).toHaveLength(3);
+    expect(proxy.trajectories.trajectory(b.id).turns).toHaveLength(2);
+  });
+
   it('a retry header that is not a count, or a plain re-send of an answer that was delivered, is a new sample', async () => {
     const { proxy, calls } = await setup(script('one', 'two', 'three'));
     const session = proxy.openSession('not-a-retry');
