@@ -46,6 +46,8 @@ export function checkMaxTurns(value: unknown, where: string): number | undefined
 export class TurnLedger {
   readonly #entries: Entry[] = [];
   #recorded = 0;
+  /** New turns admitted and not yet recorded or given up (generating, or their answer on its way). */
+  #running = 0;
 
   constructor(readonly maxTurns: number | undefined) {}
 
@@ -90,10 +92,21 @@ export class TurnLedger {
     if (this.#entries.length > KEPT_ANSWERS) this.#entries.shift();
   }
 
-  /** Why a new turn may not start (`running`: turns of the session generating now), or undefined. */
-  capReached(running: number): string | undefined {
-    if (this.maxTurns === undefined || this.#recorded + running < this.maxTurns) return undefined;
+  /** Why a new turn may not start (recorded and running turns count), or undefined. */
+  capReached(): string | undefined {
+    if (this.maxTurns === undefined || this.#recorded + this.#running < this.maxTurns) return undefined;
     return `the session has used its ${this.maxTurns} turns (maxTurns); finish the rollout`;
+  }
+
+  /** Admit a new turn; the returned function ends it (recorded or given up), once. */
+  begin(): () => void {
+    this.#running++;
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      this.#running--;
+    };
   }
 }
 

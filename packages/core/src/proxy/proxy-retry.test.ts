@@ -66,6 +66,24 @@ describe('capture proxy: retry-safe capture', () => {
     });
   }
 
+  it("a retry on another session never gets this session's answer (answers are kept per session)", async () => {
+    const { proxy, calls } = await setup(script('secret answer of A', 'fresh answer of B'));
+    const a = proxy.openSession('owner-a');
+    const b = proxy.openSession('owner-b');
+    const { body } = FIRST_TURN.responses;
+    expect((await send(`${a.baseURL}/responses`, body)).text).toMatch(/secret answer of A/);
+    for (const headers of [{ 'x-stainless-retry-count': '1' }, {}]) {
+      const other = await send(`${proxy.url}/v1/responses`, body, {
+        authorization: 'Bearer owner-b',
+        ...headers,
+      });
+      expect(other.headers.get('x-vime-replayed')).toBeNull();
+      expect(other.text).not.toMatch(/secret answer of A/);
+    }
+    expect(calls).toHaveLength(3);
+    expect(proxy.trajectories.trajectory(b.id).turns).toHaveLength(2);
+  });
+
   it('a retry header that is not a count, or a plain re-send of an answer that was delivered, is a new sample', async () => {
     const { proxy, calls } = await setup(script('one', 'two', 'three'));
     const session = proxy.openSession('not-a-retry');
@@ -254,6 +272,22 @@ describe('capture proxy: turn caps and finished sessions', () => {
         /maxTurns: expected a positive integer/,
       );
     }
+  });
+
+  it('a burst of parallel turns on a capped session: exactly maxTurns are sampled, the rest get 429', async () => {
+    const { proxy, calls } = await setup(script('ok'), {
+      service: { tokensPerSecond: 200 },
+      proxy: { maxTurns: 2 },
+    });
+    const session = proxy.openSession('cap-burst');
+    const results = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        send(`${session.baseURL}/chat/completions`, { messages: [{ role: 'user', content: `burst ${i}` }] }),
+      ),
+    );
+    expect(results.map((r) => r.status).sort()).toEqual([200, 200, 429, 429, 429, 429, 429, 429]);
+    expect(calls).toHaveLength(2);
+    expect(proxy.trajectories.trajectory(session.id).turns).toHaveLength(2);
   });
 
   it('a finished session answers 409 with the reason (path, bearer, x-api-key, auto-open); a never-opened one stays 401', async () => {

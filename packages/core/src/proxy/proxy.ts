@@ -466,8 +466,9 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         });
         return json(200, { input_tokens: ids.length });
       }
-      const capped = session.ledger.capReached(session.inflight.size);
+      const capped = session.ledger.capReached();
       if (capped) return json(429, errorBody(dialect, 429, capped), NO_RETRY);
+      const end = session.ledger.begin();
       if (req.stream) {
         // Live tokens; the whole SSE text is kept for a retry once it was all read, and the turn is
         // recorded when the response finished. A stream that failed or was left early keeps nothing.
@@ -482,16 +483,27 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
             kept = true;
             session.ledger.keep(key, { status: 200, contentType: SSE_TYPE, body: sse }, turn.record);
           },
+        }).catch((error: unknown) => {
+          end();
+          throw error;
         });
         const commit = () => {
+          end();
           if (kept) session.ledger.commit(key);
         };
-        return { status: 200, contentType: SSE_TYPE, body: '', stream, commit };
+        return { status: 200, contentType: SSE_TYPE, body: '', stream, commit, abandon: end };
       }
-      const turn = await runTurn(session, dialect, req, signal);
+      const turn = await runTurn(session, dialect, req, signal).catch((error: unknown) => {
+        end();
+        throw error;
+      });
       const reply = encodeTurn(dialect, parsed, turn);
       session.ledger.keep(key, reply, turn.record);
-      return { ...reply, commit: () => session.ledger.commit(key) };
+      const commit = () => {
+        end();
+        session.ledger.commit(key);
+      };
+      return { ...reply, commit, abandon: end };
     } catch (error) {
       const gone = sessions.has(session.id) ? undefined : finished.reason(session.id);
       if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);

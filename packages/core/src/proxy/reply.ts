@@ -18,6 +18,8 @@ export interface Reply extends WireReply {
   stream?: AsyncIterable<string> | undefined;
   /** Records the answer's turn; called once the whole answer was handed over. */
   commit?: (() => void) | undefined;
+  /** Says the answer never will be handed over (the client left first). */
+  abandon?: (() => void) | undefined;
 }
 
 export const JSON_TYPE = 'application/json';
@@ -31,9 +33,10 @@ export function json(status: number, body: unknown, headers?: Record<string, str
 }
 
 export function write(req: IncomingMessage, res: ServerResponse, reply: Reply): void {
-  if (res.destroyed || res.headersSent) return;
+  if (res.destroyed || res.headersSent) return void reply.abandon?.();
   // The turn is recorded once its answer is out; a client gone before that never got it.
   if (reply.commit) res.once('finish', reply.commit);
+  if (reply.abandon) res.once('close', () => res.writableFinished || reply.abandon!());
   if (reply.stream) return void pipe(res, reply, reply.stream);
   // A body left unread (refused, or never needed) is not drained: the connection closes after the reply.
   const unread = !req.complete;
@@ -62,8 +65,8 @@ async function pipe(res: ServerResponse, reply: Reply, stream: AsyncIterable<str
 
 /**
  * A reply as a fetch `Response` body. A whole body is the client's once returned (its turn is committed
- * now); a streamed one is committed when it was read to its end, and cancelling it calls `cancel` (the
- * client went away: nothing is recorded).
+ * now); a streamed one is committed when it was read to its end, and cancelling it calls `cancel` and
+ * `abandon` (the client went away: nothing is recorded).
  */
 export function responseBody(
   reply: Reply,
@@ -83,6 +86,7 @@ export function responseBody(
       controller.close();
     },
     cancel(reason) {
+      reply.abandon?.();
       cancel(reason ?? new Error('client disconnected'));
     },
   });

@@ -308,6 +308,15 @@ describe('capture proxy: the Responses API', () => {
       [{ tools: [{ type: 'computer', name: 'c' }] }, /tools\[0\]\.type/],
       [{ text: { format: { type: 'json_schema', name: 'x', schema: {} } } }, /text\.format\.type/],
       [{ input: 3 }, /input/],
+      [
+        {
+          tools: [
+            { type: 'function', name: 'ns_read' },
+            { type: 'namespace', name: 'ns', tools: [{ type: 'function', name: 'read' }] },
+          ],
+        },
+        /tools\[1\]: tool name "ns_read" is declared twice/,
+      ],
     ];
     for (const [fields, message] of cases) {
       const res = await post(`${session.baseURL}/responses`, { model: 'm', input, ...fields });
