@@ -185,6 +185,27 @@ describe('capture proxy: retry-safe capture of streamed turns', () => {
     await until(() => proxy.trajectories.trajectory(session.id).turns.length === 1, 'the retried turn');
   });
 
+  it('maxTurns counts a streamed turn while it is written; a hang-up frees its place', async () => {
+    const { proxy } = await setup(script(LONG, 'the one turn'), { service: { tokensPerSecond: 60 } });
+    const session = proxy.openSession('stream-cap', { maxTurns: 1 });
+    const { route, body } = STREAMED.openai;
+    const url = `${session.baseURL}/${route}`;
+    const s = await openStream(url, body);
+    const other = { ...body, messages: [{ role: 'user', content: 'another' }] };
+    const refused = await send(url, other);
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get('x-should-retry')).toBe('false');
+    const aborts: string[] = [];
+    proxy.events.on('turn:abort', (e) => aborts.push(e.reason));
+    s.hangUp();
+    await until(() => aborts.length === 1, 'the hang-up to reach the proxy');
+    const admitted = await send(url, other);
+    expect(admitted.status).toBe(200);
+    expect(openaiMessage(admitted.text, true).message.content).toBe('the one turn');
+    await until(() => proxy.trajectories.trajectory(session.id).turns.length === 1, 'the admitted turn');
+    expect((await send(url, { ...body, messages: [{ role: 'user', content: 'a third' }] })).status).toBe(429);
+  });
+
   it('in process (captureFetch): a streamed turn is recorded once its body was read to the end, a cancelled one never', async () => {
     const { proxy } = await setup(script(LONG, 'read whole'), { service: { tokensPerSecond: 200 } });
     const session = proxy.openSession('stream-in-process');
