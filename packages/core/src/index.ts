@@ -14,9 +14,11 @@ export type {
   EngineOptions,
   GenerateRequest,
   GenerateResult,
+  GenerateStreamOptions,
   ModelInfo,
   PauseMode,
   Sampling,
+  TokenChunk,
   WeightControl,
   WeightUpdateRequest,
 } from './engine/types.js';
@@ -148,6 +150,12 @@ export {
   type TaskSpecInput,
   TaskSpecSchema,
 } from './task.js';
+export {
+  IncrementalDecoder,
+  IncrementalParser,
+  type IncrementalParserOptions,
+  type StreamDelta,
+} from './tokenizer/incremental.js';
 export {
   hermesToolParser,
   type ParsedResponse,

@@ -39,6 +39,15 @@ export function recording(engine: Engine): { engine: Engine; calls: Call[] } {
         calls.push({ inputIds: Int32Array.from(request.inputIds), result });
         return result;
       },
+      ...(engine.generateStream
+        ? {
+            async generateStream(request, options) {
+              const result = await engine.generateStream!(request, options);
+              calls.push({ inputIds: Int32Array.from(request.inputIds), result });
+              return result;
+            },
+          }
+        : {}),
     },
   };
 }
@@ -48,6 +57,8 @@ export async function setup(
   opts: {
     service?: { tokensPerSecond?: number; slots?: number };
     proxy?: Omit<CaptureProxyOptions, 'engine' | 'tokenizer'>;
+    /** The engine client (default SGLang's). */
+    engine?: 'sglang' | 'vllm';
   } = {},
 ) {
   const tokenizer = await qwen3();
@@ -57,7 +68,7 @@ export async function setup(
     ...(opts.service ? { service: opts.service } : {}),
   });
   closers.push(() => standIn.close());
-  const sg = sglangEngine(standIn.url);
+  const sg = opts.engine === 'vllm' ? vllmEngine(standIn.url) : sglangEngine(standIn.url);
   closers.push(() => sg.close());
   const rec = recording(sg);
   const proxy = await startCaptureProxy({ engine: rec.engine, tokenizer, ...opts.proxy });
@@ -165,7 +176,8 @@ export function openaiMessage(text: string, stream: boolean): { message: Record<
     if (!choice) continue;
     const d = choice.delta;
     if (d.content) message.content = (message.content as string) + d.content;
-    if (d.reasoning_content) message.reasoning_content = d.reasoning_content;
+    if (d.reasoning_content !== undefined)
+      message.reasoning_content = ((message.reasoning_content as string | undefined) ?? '') + d.reasoning_content;
     if (d.tool_calls) {
       message.tool_calls ??= [];
       const calls = message.tool_calls as unknown[];

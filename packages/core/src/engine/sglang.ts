@@ -3,6 +3,7 @@ import { EngineError } from '../errors.js';
 import { HttpClient, jsonWithIds } from '../util/http.js';
 import { readSglangNucleus, wantsNucleus } from './nucleus.js';
 import { newRequestId } from './request-id.js';
+import { sglangGenerateStream } from './sglang-stream.js';
 import type {
   Engine,
   EngineFinishReason,
@@ -168,6 +169,13 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
         signal?.removeEventListener('abort', onAbort);
       }
     },
+    generateStream: (request, opts) =>
+      sglangGenerateStream(http, request, opts, {
+        schema: SglangGenerateResponseSchema,
+        readLogprobs,
+        sampling: toSglangSampling,
+        abort: (rid) => abort(rid, { signal: AbortSignal.timeout(5_000) }),
+      }),
     abort,
     health: (opts = {}) => http.ok('/health', opts.signal),
     modelInfo,
@@ -177,7 +185,7 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
 }
 
 /** Split SGLang's `output_token_logprobs` (`[logprob, token_id, text?]` per token) into typed arrays. */
-function readLogprobs(
+export function readLogprobs(
   entries: unknown[],
   url: string,
   requireLogprobs = false,

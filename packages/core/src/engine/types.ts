@@ -45,6 +45,20 @@ export interface GenerateResult {
   topP?: NucleusReplay;
 }
 
+/** New output tokens of a streamed generation, as the engine produced them. */
+export interface TokenChunk {
+  outputIds: Int32Array;
+  logprobs: Float32Array;
+  /** The weight version the engine reported with them, when it reports one. */
+  weightVersion?: string | undefined;
+}
+
+export interface GenerateStreamOptions {
+  signal?: AbortSignal | undefined;
+  /** Called with each run of new tokens, in order; their concatenation is the result's `outputIds`. */
+  onTokens: (chunk: TokenChunk) => void;
+}
+
 export interface ModelInfo {
   modelPath: string;
   weightVersion?: string;
@@ -86,6 +100,8 @@ export interface Engine {
   readonly url: string;
   readonly kind: 'sglang' | 'vllm';
   generate(request: GenerateRequest, options?: { signal?: AbortSignal }): Promise<GenerateResult>;
+  /** `generate` streamed: the same result, with `onTokens` called as the engine produces tokens. */
+  generateStream?(request: GenerateRequest, options: GenerateStreamOptions): Promise<GenerateResult>;
   /** Abort one request by id (SGLang `/abort_request`); resolves once the engine acknowledged. */
   abort(rid: string, options?: { signal?: AbortSignal }): Promise<void>;
   /** True when the engine answers its health endpoint with 200. */

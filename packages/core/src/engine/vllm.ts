@@ -1,8 +1,9 @@
 import { z } from 'zod';
 import { EngineError } from '../errors.js';
-import { HttpClient, jsonWithIds } from '../util/http.js';
+import { HttpClient } from '../util/http.js';
 import { newRequestId } from './request-id.js';
 import type { Engine, EngineFinishReason, EngineOptions, GenerateResult } from './types.js';
+import { completionBody, vllmGenerateStream } from './vllm-stream.js';
 
 /** vLLM `POST /v1/completions` answer with `return_token_ids` and `logprobs`. */
 export const VllmCompletionResponseSchema = z.looseObject({
@@ -57,30 +58,11 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
     kind: 'vllm',
     async generate(request, opts = {}): Promise<GenerateResult> {
       const rid = request.rid ?? newRequestId();
-      const s = request.sampling;
-      const body: Record<string, unknown> = {
-        model: await modelName(opts.signal),
-        return_token_ids: true,
-        logprobs: 1,
-        skip_special_tokens: false,
-        include_stop_str_in_output: true,
-        request_id: rid,
-        ...(s.maxTokens !== undefined ? { max_tokens: s.maxTokens } : {}),
-        ...(s.temperature !== undefined ? { temperature: s.temperature } : {}),
-        ...(s.topP !== undefined ? { top_p: s.topP } : {}),
-        ...(s.topK !== undefined ? { top_k: s.topK } : {}),
-        ...(s.minP !== undefined ? { min_p: s.minP } : {}),
-        ...(s.stop !== undefined ? { stop: s.stop } : {}),
-        ...(s.stopTokenIds !== undefined ? { stop_token_ids: s.stopTokenIds } : {}),
-        ...(s.seed !== undefined ? { seed: s.seed } : {}),
-        ...(s.repetitionPenalty !== undefined ? { repetition_penalty: s.repetitionPenalty } : {}),
-        ...(s.presencePenalty !== undefined ? { presence_penalty: s.presencePenalty } : {}),
-        ...(s.frequencyPenalty !== undefined ? { frequency_penalty: s.frequencyPenalty } : {}),
-      };
+      const body = completionBody(await modelName(opts.signal), request, rid);
       const res = await http.json({
         method: 'POST',
         path: '/v1/completions',
-        body: jsonWithIds('prompt', request.inputIds, body),
+        body,
         schema: VllmCompletionResponseSchema,
         signal: opts.signal,
         headers: request.routingKey ? { 'x-smg-routing-key': request.routingKey } : undefined,
@@ -108,6 +90,9 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
         text: choice.text,
         promptTokens: res.usage?.prompt_tokens ?? request.inputIds.length,
       };
+    },
+    async generateStream(request, opts) {
+      return vllmGenerateStream(http, await modelName(opts.signal), request, opts);
     },
     async abort() {
       // vLLM aborts on disconnect; aborting the `generate` signal is the way to cancel.

@@ -1,12 +1,13 @@
 /**
- * The two chat dialects the capture proxy speaks: OpenAI Chat Completions and Anthropic Messages.
- * Requests become template messages; a generated turn becomes a JSON answer or an SSE stream.
+ * The two chat dialects the capture proxy speaks: OpenAI Chat Completions and Anthropic Messages
+ * (the Responses API is in `responses.ts`). Requests become template messages; a generated turn
+ * becomes a JSON answer (its SSE stream is written by the encoders of `sse.ts`).
  */
 import { z } from 'zod';
 import type { ParsedResponse } from '../tokenizer/parsers.js';
 import type { TemplateMessage, ToolDefinition } from '../tokenizer/template.js';
 
-export type Dialect = 'openai' | 'anthropic';
+export type Dialect = 'openai' | 'anthropic' | 'responses';
 
 /** Sampling knobs a harness sent, by their wire names. */
 export type HarnessSampling = Record<string, unknown>;
@@ -288,7 +289,7 @@ export interface TurnReply {
   outputTokens: number;
 }
 
-function openaiFinish(r: TurnReply): string {
+export function openaiFinish(r: TurnReply): string {
   if (r.finishReason === 'length') return 'length';
   return r.parsed.toolCalls.length > 0 ? 'tool_calls' : 'stop';
 }
@@ -319,46 +320,7 @@ export function openaiJson(r: TurnReply): unknown {
   };
 }
 
-export function openaiSse(r: TurnReply, includeUsage: boolean): string {
-  const created = Math.floor(Date.now() / 1000);
-  const chunk = (
-    delta: Record<string, unknown>,
-    finish: string | null,
-    extra: Record<string, unknown> = {},
-  ) =>
-    `data: ${JSON.stringify({
-      id: r.id,
-      object: 'chat.completion.chunk',
-      created,
-      model: r.model,
-      choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
-      ...extra,
-    })}\n\n`;
-  let out = chunk({ role: 'assistant', content: '' }, null);
-  if (r.parsed.reasoning !== undefined) out += chunk({ reasoning_content: r.parsed.reasoning }, null);
-  if (r.parsed.content) out += chunk({ content: r.parsed.content }, null);
-  openaiToolCalls(r).forEach((call, index) => {
-    out += chunk({ tool_calls: [{ index, ...call }] }, null);
-  });
-  out += chunk({}, openaiFinish(r));
-  if (includeUsage) {
-    out += `data: ${JSON.stringify({
-      id: r.id,
-      object: 'chat.completion.chunk',
-      created,
-      model: r.model,
-      choices: [],
-      usage: {
-        prompt_tokens: r.promptTokens,
-        completion_tokens: r.outputTokens,
-        total_tokens: r.promptTokens + r.outputTokens,
-      },
-    })}\n\n`;
-  }
-  return `${out}data: [DONE]\n\n`;
-}
-
-function anthropicStop(r: TurnReply): string {
+export function anthropicStop(r: TurnReply): string {
   if (r.finishReason === 'length') return 'max_tokens';
   return r.parsed.toolCalls.length > 0 ? 'tool_use' : 'end_turn';
 }
@@ -393,53 +355,6 @@ export function anthropicJson(r: TurnReply): unknown {
   };
 }
 
-export function anthropicSse(r: TurnReply): string {
-  const event = (type: string, data: Record<string, unknown>) =>
-    `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
-  let out = event('message_start', {
-    message: {
-      id: r.id,
-      type: 'message',
-      role: 'assistant',
-      model: r.model,
-      content: [],
-      stop_reason: null,
-      stop_sequence: null,
-      usage: { input_tokens: r.promptTokens, output_tokens: 0 },
-    },
-  });
-  anthropicBlocks(r).forEach((block, index) => {
-    if (block.type === 'thinking') {
-      out += event('content_block_start', {
-        index,
-        content_block: { type: 'thinking', thinking: '', signature: '' },
-      });
-      out += event('content_block_delta', {
-        index,
-        delta: { type: 'thinking_delta', thinking: block.thinking },
-      });
-    } else if (block.type === 'text') {
-      out += event('content_block_start', { index, content_block: { type: 'text', text: '' } });
-      out += event('content_block_delta', { index, delta: { type: 'text_delta', text: block.text } });
-    } else {
-      out += event('content_block_start', {
-        index,
-        content_block: { type: 'tool_use', id: block.id, name: block.name, input: {} },
-      });
-      out += event('content_block_delta', {
-        index,
-        delta: { type: 'input_json_delta', partial_json: JSON.stringify(block.input) },
-      });
-    }
-    out += event('content_block_stop', { index });
-  });
-  out += event('message_delta', {
-    delta: { stop_reason: anthropicStop(r), stop_sequence: null },
-    usage: { output_tokens: r.outputTokens },
-  });
-  return out + event('message_stop', {});
-}
-
 export function errorBody(dialect: Dialect, status: number, message: string): unknown {
   if (dialect === 'anthropic') {
     const type =
@@ -449,8 +364,13 @@ export function errorBody(dialect: Dialect, status: number, message: string): un
           ? 'request_too_large'
           : status === 401 || status === 404
             ? 'authentication_error'
-            : 'api_error';
+            : status === 429
+              ? 'rate_limit_error'
+              : 'api_error';
     return { type: 'error', error: { type, message } };
   }
-  return { error: { message, type: status >= 500 ? 'server_error' : 'invalid_request_error', code: status } };
+  // Codex stops (does not retry) on a 429 of type `usage_limit_reached`.
+  const type =
+    status >= 500 ? 'server_error' : status === 429 ? 'usage_limit_reached' : 'invalid_request_error';
+  return { error: { message, type, code: status } };
 }

@@ -1,4 +1,4 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import { EventEmitter } from 'eventemitter3';
 import { turnNucleus } from '../engine/nucleus.js';
 import { newRequestId } from '../engine/request-id.js';
@@ -9,19 +9,12 @@ import type { Sample } from '../sample.js';
 import type { ChatTokenizer, SpecialTokenText } from '../tokenizer/tokenizer.js';
 import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
 import { adminRoute } from './admin.js';
-import {
-  anthropicJson,
-  anthropicSse,
-  type ChatRequest,
-  type Dialect,
-  errorBody,
-  openaiJson,
-  openaiSse,
-  parseAnthropicRequest,
-  parseOpenAIRequest,
-  RequestError,
-  type TurnReply,
-} from './dialects.js';
+import { encodeTurn, parseTurnRequest, turnEncoder } from './answer.js';
+import { type ChatRequest, type Dialect, errorBody, RequestError, type TurnReply } from './dialects.js';
+import { inProcessFetch } from './in-process.js';
+import { checkMaxTurns, FinishedSessions, retryCountOf, TurnLedger } from './ledger.js';
+import { type LiveTurn, streamTurn } from './live.js';
+import { json, NO_RETRY, type Reply, SSE_TYPE, write } from './reply.js';
 import { EngineRouter, type EngineRouterOptions } from './router.js';
 import { resolveSampling } from './sampling.js';
 import {
@@ -44,6 +37,8 @@ export interface SessionOptions {
   engine?: Engine;
   /** Extra chat-template variables for this session, e.g. `{ enable_thinking: false }`. */
   templateKwargs?: Record<string, unknown>;
+  /** Most turns the session may record; past them a new turn is answered 429 (default: the proxy's). */
+  maxTurns?: number | undefined;
 }
 
 /** An open capture session: point a harness at `baseURL` with `apiKey`, or give a client `fetch`. */
@@ -90,6 +85,8 @@ export interface CaptureProxyOptions {
   modelName?: string;
   /** Open unknown session ids on first use instead of answering 401 (default false). */
   autoOpenSessions?: boolean;
+  /** Default per-session turn cap (`SessionOptions.maxTurns`); none when omitted. */
+  maxTurns?: number | undefined;
   /**
    * What special-token text (`<|im_start|>`, …) in user, system and tool content becomes: `special` (the
    * default: what SGLang and vLLM do when they tokenize a rendered chat, so captures match the engine's own
@@ -123,6 +120,8 @@ export interface ProxyEvents {
   /** A turn's upstream request was cancelled (client disconnect or session finish). */
   'turn:abort': (event: { sessionId: string; rid: string; reason: string }) => void;
   'turn:error': (event: { sessionId: string; error: Error }) => void;
+  /** A streamed answer's reasoning/content split turned out to differ from the final parse. */
+  'stream:inexact': (event: { sessionId: string; reason: string }) => void;
   /** A request failed and was retried on a healthy engine (the turn goes on). */
   'turn:retry': (event: { sessionId: string; url: string; error: Error; failures: number }) => void;
   /** The engine cut the turn short (a weight update) and the proxy continued or restarted it. */
@@ -163,20 +162,14 @@ interface SessionState {
   toolArgs: Map<string, string>;
   /** The session's conversations and the captured history each next prompt reuses. */
   threads: SessionThreads;
+  /** Answers kept for retries, and the turns recorded (see `TurnLedger`). */
+  ledger: TurnLedger;
 }
 
-interface Reply {
-  status: number;
-  contentType: string;
-  body: string;
-}
-
-const JSON_TYPE = 'application/json';
 const LARGE_BODY_CHARS = 1 << 20;
-const SSE_TYPE = 'text/event-stream';
 
 /**
- * Start the capture proxy: an OpenAI Chat Completions + Anthropic Messages server in front of
+ * Start the capture proxy: an OpenAI Chat Completions + Responses + Anthropic Messages server in front of
  * token-in/token-out engines. Any agent harness talks to it unchanged; every turn's prompt ids,
  * output ids, log probs, finish reason, policy version and timings are recorded per session.
  */
@@ -203,6 +196,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     );
   }
   const router = new EngineRouter(engines, options.router);
+  const defaultMaxTurns = checkMaxTurns(options.maxTurns, 'maxTurns');
+  const finished = new FinishedSessions();
   let url = '';
 
   function openSession(id: string, sessionOptions: SessionOptions = {}): CaptureSession {
@@ -216,7 +211,9 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     if (maxContextTokens !== undefined && !(Number.isInteger(maxContextTokens) && maxContextTokens > 0)) {
       throw new ConfigError(`maxContextTokens must be a positive integer, found ${maxContextTokens}`);
     }
+    const maxTurns = checkMaxTurns(sessionOptions.maxTurns, 'maxTurns') ?? defaultMaxTurns;
     trajectories.open(id);
+    finished.delete(id);
     if (sessionOptions.engine) router.place(id, sessionOptions.engine.url);
     sessions.set(id, {
       id,
@@ -227,12 +224,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       inflight: new Set(),
       toolArgs: new Map(),
       threads: new SessionThreads(id, tokenizer),
+      ledger: new TurnLedger(maxTurns),
     });
     const handle: CaptureSession = {
       id,
       baseURL: `${url}/sessions/${encodeURIComponent(id)}/v1`,
       apiKey: id,
-      fetch: makeFetch(id),
+      fetch: inProcessFetch(id, dispatch, limits.maxBodyBytes),
     };
     return handle;
   }
@@ -247,6 +245,10 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     const state = sessions.get(id);
     if (!state) throw new ConfigError(`finishSession: no open session ${JSON.stringify(id)}`);
     closeSession(state, 'session finished');
+    finished.add(
+      id,
+      `session ${JSON.stringify(id)} is finished (finishSession); open a new session for a new rollout`,
+    );
     // A rollout completed: check the engines now, so a dead one is gone before its sessions' next turn.
     void router.checkNow('completion');
     const status = finish.status ?? (state.truncated ? 'truncated' : undefined);
@@ -258,7 +260,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     dialect: Dialect,
     req: ChatRequest,
     signal: AbortSignal,
-  ): Promise<TurnReply> {
+    live?: LiveTurn,
+  ): Promise<TurnReply & { record: () => boolean }> {
     const startedAt = performance.now();
     const templateKwargs =
       state.templateKwargs || req.templateKwargs
@@ -274,6 +277,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       events.emit('sampling:override', { sessionId: state.id, fields: overridden });
     const rid = newRequestId('turn');
     const base = { id: `chatcmpl-${rid}`, model: req.model ?? modelName, promptTokens: promptIds.length };
+    live?.begin({ rid, id: base.id, model: base.model, promptIds });
     if (sampling.maxTokens! <= 0) {
       state.truncated = true;
       events.emit('budget:exhausted', {
@@ -287,6 +291,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         toolCallIds: [],
         finishReason: 'length',
         outputTokens: 0,
+        record: () => false,
       };
     }
     const controller = new AbortController();
@@ -304,6 +309,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
           rid,
           signal: controller.signal,
           onWeightUpdate,
+          onTokens: live && ((chunk) => live.tokens(chunk)),
         },
         {
           retry: (e) => events.emit('turn:retry', { sessionId: state.id, ...e }),
@@ -320,7 +326,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       state.inflight.delete(controller);
     }
     const endedAt = performance.now();
-    if (!sessions.has(state.id)) throw new ConfigError(`session ${state.id} was finished during the turn`);
+    if (!sessions.has(state.id))
+      throw new RequestError(409, `session ${state.id} was finished during the turn`);
     let topP: ReturnType<typeof turnNucleus>;
     try {
       topP = turnNucleus(sampling, result, tokenizer.vocabSize);
@@ -332,19 +339,6 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       (r): r is { version: string; tokens: number } => r.version !== undefined,
     );
     const last = versions[versions.length - 1]?.version;
-    const turn = trajectories.record(planned.thread.key, {
-      promptIds,
-      outputIds: result.outputIds,
-      logprobs: result.logprobs,
-      finishReason: result.finishReason,
-      ...(last !== undefined ? { policyVersion: last } : {}),
-      ...(versions.length > 1 ? { versionRuns: versions } : {}),
-      engines: result.engines,
-      ...(topP ? { topP } : {}),
-      startedAt,
-      endedAt,
-    });
-    if (result.finishReason === 'length') state.truncated = true;
     const text = tokenizer.decode(stripStop(result.outputIds, tokenizer.eosTokenId));
     const parsed = tokenizer.parseResponse(text);
     const toolCallIds = parsed.toolCalls.map((call, i) => {
@@ -352,23 +346,43 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       state.toolArgs.set(id, call.arguments);
       return id;
     });
-    state.threads.done(planned, planReq, result.outputIds, replyMessage(parsed, toolCallIds));
-    events.emit('turn', {
-      sessionId: state.id,
-      dialect,
-      turn,
-      promptTokens: promptIds.length,
-      outputTokens: result.outputIds.length,
-      durationMs: endedAt - startedAt,
-      engines: result.engines,
-      stitch: planned.stitch,
-    });
+    // Recorded once the answer was handed over: a turn the client never got is no part of its trajectory,
+    // and the next request does not stitch onto it.
+    const record = () => {
+      if (!sessions.has(state.id)) return false;
+      const turn = trajectories.record(planned.thread.key, {
+        promptIds,
+        outputIds: result.outputIds,
+        logprobs: result.logprobs,
+        finishReason: result.finishReason,
+        ...(last !== undefined ? { policyVersion: last } : {}),
+        ...(versions.length > 1 ? { versionRuns: versions } : {}),
+        engines: result.engines,
+        ...(topP ? { topP } : {}),
+        startedAt,
+        endedAt,
+      });
+      if (result.finishReason === 'length') state.truncated = true;
+      state.threads.done(planned, planReq, result.outputIds, replyMessage(parsed, toolCallIds));
+      events.emit('turn', {
+        sessionId: state.id,
+        dialect,
+        turn,
+        promptTokens: promptIds.length,
+        outputTokens: result.outputIds.length,
+        durationMs: endedAt - startedAt,
+        engines: result.engines,
+        stitch: planned.stitch,
+      });
+      return true;
+    };
     return {
       ...base,
       parsed,
       toolCallIds,
       finishReason: result.finishReason,
       outputTokens: result.outputIds.length,
+      record,
     };
   }
 
@@ -379,6 +393,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     credential: string | undefined,
     readBody: () => Promise<string>,
     signal: AbortSignal,
+    retryCount = 0,
   ): Promise<Reply> {
     let path = pathname;
     let sessionId = credential;
@@ -392,7 +407,11 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       return json(reply.status, reply.body);
     }
     if (path.startsWith('/v1/')) path = path.slice(3);
-    const dialect: Dialect = path.startsWith('/messages') ? 'anthropic' : 'openai';
+    const dialect: Dialect = path.startsWith('/messages')
+      ? 'anthropic'
+      : path === '/responses'
+        ? 'responses'
+        : 'openai';
     if (method === 'GET' && path === '/models') {
       return json(200, {
         object: 'list',
@@ -410,10 +429,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
     if (method === 'GET' && path === '/health') return json(200, { sessions: sessions.size });
     const countOnly = path === '/messages/count_tokens';
-    if (method !== 'POST' || (path !== '/chat/completions' && path !== '/messages' && !countOnly)) {
+    const turnPath = path === '/chat/completions' || path === '/messages' || path === '/responses';
+    if (method !== 'POST' || (!turnPath && !countOnly)) {
       return json(404, errorBody(dialect, 404, `no route ${method} ${pathname}`));
     }
     let state = sessionId ? sessions.get(sessionId) : undefined;
+    const gone = !state && sessionId ? finished.reason(sessionId) : undefined;
+    if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);
     if (!state && sessionId && options.autoOpenSessions) {
       openSession(sessionId);
       state = sessions.get(sessionId);
@@ -424,8 +446,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         : 'no session id: send it as the API key (Authorization: Bearer <id> or x-api-key) or use the /sessions/<id>/v1 base URL';
       return json(401, errorBody(dialect, 401, why));
     }
+    const session = state;
     try {
       const text = await readBody();
+      // A retry of an answered turn gets the same answer: no second sample, no fork.
+      const key = turnPath ? await TurnLedger.key(path, text) : '';
+      const replayed = turnPath ? session.ledger.replay(key, retryCount) : undefined;
+      if (replayed) return { ...replayed, commit: () => session.ledger.commit(key) };
       // A large body's long steps each let other sessions' work run in between.
       const large = text.length > LARGE_BODY_CHARS;
       if (large) await yieldToLoop();
@@ -437,10 +464,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       }
       checkDepth(body, limits.maxJsonDepth);
       if (large) await yieldToLoop();
-      const req =
-        dialect === 'anthropic'
-          ? parseAnthropicRequest(body, state.toolArgs, { countOnly })
-          : parseOpenAIRequest(body, state.toolArgs);
+      const parsed = parseTurnRequest(dialect, body, state.toolArgs, countOnly);
+      const { req } = parsed;
       if (countOnly) {
         const ids = await tokenizer.encodeChatAsync(req.messages, {
           tools: req.tools,
@@ -450,16 +475,47 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         });
         return json(200, { input_tokens: ids.length });
       }
-      const reply = await runTurn(state, dialect, req, signal);
+      const capped = session.ledger.capReached();
+      if (capped) return json(429, errorBody(dialect, 429, capped), NO_RETRY);
+      const end = session.ledger.begin();
       if (req.stream) {
-        return {
-          status: 200,
-          contentType: SSE_TYPE,
-          body: dialect === 'anthropic' ? anthropicSse(reply) : openaiSse(reply, req.includeUsage),
+        // Live tokens; the whole SSE text is kept for a retry once it was all read, and the turn is
+        // recorded when the response finished. A stream that failed or was left early keeps nothing.
+        let kept = false;
+        const stream = await streamTurn({
+          dialect,
+          encoder: turnEncoder(dialect, parsed),
+          tokenizer,
+          run: (live) => runTurn(session, dialect, req, signal, live),
+          onInexact: (reason) => events.emit('stream:inexact', { sessionId: session.id, reason }),
+          onComplete: (sse, turn) => {
+            kept = true;
+            session.ledger.keep(key, { status: 200, contentType: SSE_TYPE, body: sse }, turn.record);
+          },
+        }).catch((error: unknown) => {
+          end();
+          throw error;
+        });
+        const commit = () => {
+          end();
+          if (kept) session.ledger.commit(key);
         };
+        return { status: 200, contentType: SSE_TYPE, body: '', stream, commit, abandon: end };
       }
-      return json(200, dialect === 'anthropic' ? anthropicJson(reply) : openaiJson(reply));
+      const turn = await runTurn(session, dialect, req, signal).catch((error: unknown) => {
+        end();
+        throw error;
+      });
+      const reply = encodeTurn(dialect, parsed, turn);
+      session.ledger.keep(key, reply, turn.record);
+      const commit = () => {
+        end();
+        session.ledger.commit(key);
+      };
+      return { ...reply, commit, abandon: end };
     } catch (error) {
+      const gone = sessions.has(session.id) ? undefined : finished.reason(session.id);
+      if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);
       if (error instanceof RequestError)
         return json(error.status, errorBody(dialect, error.status, error.message));
       const status =
@@ -474,48 +530,6 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
   }
 
-  function makeFetch(sessionId: string): typeof fetch {
-    return async (input, init) => {
-      const request = input instanceof Request ? input : undefined;
-      const target = new URL(
-        request ? request.url : input instanceof URL ? input.href : String(input),
-        'http://in-process',
-      );
-      const method = (init?.method ?? request?.method ?? 'GET').toUpperCase();
-      const signal = init?.signal ?? request?.signal ?? new AbortController().signal;
-      const readBody = async () => {
-        const body = init?.body;
-        const text =
-          typeof body === 'string'
-            ? body
-            : body instanceof Uint8Array
-              ? new TextDecoder().decode(body)
-              : body != null
-                ? await new Response(body as ConstructorParameters<typeof Response>[0]).text()
-                : request
-                  ? await request.text()
-                  : '';
-        const bytes = Buffer.byteLength(text);
-        if (bytes > limits.maxBodyBytes) {
-          throw new RequestError(
-            413,
-            `request body of ${bytes} bytes is over the proxy's limit of ${limits.maxBodyBytes} bytes (limits.maxBodyBytes)`,
-          );
-        }
-        return text;
-      };
-      const path = target.pathname.replace(
-        /^.*?(\/v1)?(\/(chat\/completions|messages(?:\/count_tokens)?|models))$/,
-        '$2',
-      );
-      const reply = await dispatch(method, path, sessionId, readBody, signal);
-      return new Response(reply.body, {
-        status: reply.status,
-        headers: { 'content-type': reply.contentType },
-      });
-    };
-  }
-
   const http = await startProxyServer(
     limits,
     { host: options.host ?? '127.0.0.1', port: options.port ?? 0 },
@@ -526,7 +540,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       });
       const pathname = (req.url ?? '/').split('?')[0]!;
       const read = () => readBody(req, limits.maxBodyBytes);
-      dispatch(req.method ?? 'GET', pathname, credentialOf(req), read, closer.signal)
+      const retries = retryCountOf(req.headers['x-stainless-retry-count']);
+      dispatch(req.method ?? 'GET', pathname, credentialOf(req), read, closer.signal, retries)
         .then((reply) => write(req, res, reply))
         .catch((error: unknown) =>
           write(req, res, json(500, errorBody('openai', 500, (error as Error).message))),
@@ -566,25 +581,6 @@ function credentialOf(req: IncomingMessage): string | undefined {
   if (auth?.startsWith('Bearer ')) return auth.slice(7).trim();
   const key = req.headers['x-api-key'];
   return typeof key === 'string' ? key : undefined;
-}
-
-function json(status: number, body: unknown): Reply {
-  return { status, contentType: JSON_TYPE, body: JSON.stringify(body) };
-}
-
-function write(req: IncomingMessage, res: ServerResponse, reply: Reply): void {
-  if (res.destroyed || res.headersSent) return;
-  // A body left unread (refused, or never needed) is not drained: the connection closes after the reply.
-  const unread = !req.complete;
-  res.writeHead(reply.status, {
-    'content-type': reply.contentType,
-    'content-length': Buffer.byteLength(reply.body),
-    ...(reply.contentType === SSE_TYPE ? { 'cache-control': 'no-cache' } : {}),
-    ...(unread ? { connection: 'close' } : {}),
-  });
-  res.end(reply.body, () => {
-    if (unread) req.socket.destroy();
-  });
 }
 
 /**

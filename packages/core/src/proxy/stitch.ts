@@ -124,8 +124,7 @@ export class SessionThreads {
       return plan(same, ids, text, 'changed', 0, ids.length, Math.min(history, ids.length));
     }
     // A thread whose turns were never answered (a dropped first turn) takes the request.
-    const thread =
-      this.list.find((t) => !t.last) ?? this.#open(this.list.length === 0 ? undefined : 0);
+    const thread = this.list.find((t) => !t.last) ?? this.#open(this.list.length === 0 ? undefined : 0);
     return plan(thread, ids, text, thread.index === 0 ? 'first' : 'branch', 0, ids.length, 0);
   }
 

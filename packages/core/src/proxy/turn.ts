@@ -6,7 +6,14 @@
  * version that produced it.
  */
 import { concatNucleus, type NucleusReplay } from '../engine/nucleus.js';
-import type { EngineFinishReason, GenerateResult, Sampling } from '../engine/types.js';
+import type {
+  Engine,
+  EngineFinishReason,
+  GenerateRequest,
+  GenerateResult,
+  Sampling,
+  TokenChunk,
+} from '../engine/types.js';
 import { EngineError } from '../errors.js';
 import { backoffDelay, isRetryableError } from '../util/retry.js';
 import { sleep } from '../util/sleep.js';
@@ -55,6 +62,11 @@ export interface TurnRequest {
   maxInterruptions?: number | undefined;
   /** Failed requests retried before the turn gives up (default 6). */
   maxFailures?: number | undefined;
+  /**
+   * Stream: called with output tokens as engines produce them. Sent tokens cannot be taken back, so an
+   * engine that fails mid-stream, or aborts for a weight update even under `restart`, is continued from them.
+   */
+  onTokens?: ((chunk: TokenChunk) => void) | undefined;
 }
 
 export async function generateTurn(
@@ -73,20 +85,31 @@ export async function generateTurn(
     const lease = await router.acquire(sessionId, { signal });
     const { engine } = lease;
     let result: GenerateResult;
+    const sent: TokenChunk[] = [];
     try {
-      result = await engine.generate(
-        {
-          inputIds: produced === 0 ? promptIds : withOutput(promptIds, kept),
-          sampling: { ...sampling, maxTokens: sampling.maxTokens - produced },
-          rid: attempt === 0 ? request.rid : `${request.rid}.${attempt}`,
-          routingKey: sessionId,
-        },
-        { signal },
-      );
+      const generate = {
+        inputIds: produced === 0 ? promptIds : withOutput(promptIds, kept),
+        sampling: { ...sampling, maxTokens: sampling.maxTokens - produced },
+        rid: attempt === 0 ? request.rid : `${request.rid}.${attempt}`,
+        routingKey: sessionId,
+      };
+      result = request.onTokens
+        ? await streamed(engine, generate, signal, (chunk) => {
+            sent.push(chunk);
+            request.onTokens!(chunk);
+          })
+        : await engine.generate(generate, { signal });
     } catch (error) {
       lease.release();
       if (signal.aborted || !isRetryableError(error) || ++failures > maxFailures) throw error;
       hooks.retry({ url: engine.url, error: error as Error, failures });
+      if (sent.length > 0) {
+        // the client has these tokens: the turn goes on from them on a healthy engine
+        const part = partialResult(sent, request.rid);
+        kept.push({ result: part, url: engine.url });
+        produced += part.outputIds.length;
+        if (produced >= sampling.maxTokens) return combine(kept, 'length', interruptions, failures);
+      }
       const stillHealthy = await router.reportFailure(engine, error);
       // A healthy engine that failed (overloaded, a transient 5xx) gets a pause before the next try.
       if (stillHealthy)
@@ -109,9 +132,14 @@ export async function generateTurn(
     hooks.interrupted({
       url: engine.url,
       outputTokens: result.outputIds.length,
-      policy: request.onWeightUpdate,
+      policy:
+        request.onWeightUpdate === 'restart' && request.onTokens && produced + result.outputIds.length > 0
+          ? 'continue'
+          : request.onWeightUpdate,
     });
-    if (request.onWeightUpdate === 'restart') {
+    const restart =
+      request.onWeightUpdate === 'restart' && !(request.onTokens && produced + result.outputIds.length > 0);
+    if (restart) {
       kept.length = 0;
       produced = 0;
       continue;
@@ -185,5 +213,44 @@ function combine(
     failures,
     cachedTokens: kept[0]!.result.cachedTokens,
     topP: kept.every((k) => k.result.topP) ? concatNucleus(kept.map((k) => k.result.topP!)) : undefined,
+  };
+}
+
+/** One streamed request; an engine without a streaming client hands its whole output over at the end. */
+async function streamed(
+  engine: Engine,
+  request: GenerateRequest,
+  signal: AbortSignal,
+  onTokens: (chunk: TokenChunk) => void,
+): Promise<GenerateResult> {
+  if (engine.generateStream) return engine.generateStream(request, { signal, onTokens });
+  const result = await engine.generate(request, { signal });
+  if (result.outputIds.length > 0) {
+    onTokens({ outputIds: result.outputIds, logprobs: result.logprobs, weightVersion: result.weightVersion });
+  }
+  return result;
+}
+
+/** The tokens a failed stream delivered, as the output of an aborted request. */
+function partialResult(chunks: TokenChunk[], rid: string): GenerateResult {
+  let n = 0;
+  for (const c of chunks) n += c.outputIds.length;
+  const outputIds = new Int32Array(n);
+  const logprobs = new Float32Array(n);
+  let at = 0;
+  for (const c of chunks) {
+    outputIds.set(c.outputIds, at);
+    logprobs.set(c.logprobs, at);
+    at += c.outputIds.length;
+  }
+  const version = chunks[chunks.length - 1]!.weightVersion;
+  return {
+    rid,
+    outputIds,
+    logprobs,
+    finishReason: 'abort',
+    text: '',
+    promptTokens: 0,
+    ...(version !== undefined ? { weightVersion: version } : {}),
   };
 }

@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { EventEmitter } from 'eventemitter3';
 import { z } from 'zod';
+import { newRequestId } from '../engine/request-id.js';
 import type { EngineFinishReason } from '../engine/types.js';
 import { ConfigError } from '../errors.js';
 import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
@@ -9,6 +10,7 @@ import { type Generation, HttpFailure, type PauseMode, StandInCore } from './gen
 import { decodeLogLine, metricsText, ThroughputMeter } from './metrics.js';
 import { standInNucleusMeta } from './nucleus.js';
 import type { ServiceModel } from './scheduler.js';
+import { type StreamWriter, sglangStream, vllmStream } from './stream.js';
 
 /** What a scripted policy sees for one request. */
 export interface StandInRequest {
@@ -54,6 +56,11 @@ export interface StandInEngineOptions {
   decodeLogIntervalMs?: number;
   /** TP rank tag in log lines (default `TP0`). */
   logTag?: string;
+  /**
+   * Streamed `/generate` chunks carry only their new tokens, as SGLang's `--incremental-streaming-output`
+   * does (default false: every chunk carries the whole output so far, SGLang's default).
+   */
+  incrementalStreamingOutput?: boolean;
 }
 
 export interface StandInStats {
@@ -130,6 +137,7 @@ const CompletionBodySchema = z.looseObject({
   return_token_ids: z.boolean().nullish(),
   skip_special_tokens: z.boolean().nullish(),
   request_id: z.string().nullish(),
+  stream: z.boolean().nullish(),
 });
 
 const AbortBodySchema = z.looseObject({ rid: z.string().optional(), abort_all: z.boolean().optional() });
@@ -172,6 +180,7 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
     events,
   });
   const { scheduler } = core;
+  const incremental = options.incrementalStreamingOutput ?? false;
   const throughput = new ThroughputMeter(core);
 
   function sglangBody(g: Generation, skipSpecial: boolean, returnLogprob: boolean, returnTopP = false) {
@@ -292,24 +301,44 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
         const body = parseBody(GenerateBodySchema, json);
         const ids = body.input_ids ? Int32Array.from(body.input_ids) : tokenizer.encode(body.text ?? '');
         const sp = body.sampling_params;
+        const rid = body.rid ?? newRequestId('standin');
+        const skip = sp.skip_special_tokens ?? true;
+        let stream: StreamWriter | undefined;
         const g = await core.generate(
           {
             path,
             inputIds: ids,
             maxTokens: sp.max_new_tokens ?? 128,
             temperature: sp.temperature,
-            rid: body.rid,
+            rid,
             routingKey: headerValue(req.headers['x-smg-routing-key']),
+            ...(body.stream
+              ? {
+                  onTokens: (out: Int32Array, lps: Float32Array, total: number) => {
+                    stream ??= sglangStream(
+                      res,
+                      { rid, promptTokens: ids.length, weightVersion: () => core.weightVersion },
+                      (x) => tokenizer.decode(x, { skipSpecialTokens: skip }),
+                      { incremental, dropAfterHalf: () => core.disconnectAfter.delete(rid) },
+                    );
+                    stream.tokens(out, lps, total);
+                  },
+                }
+              : {}),
           },
           closed,
         );
         const topP = sp.custom_params?.return_top_p_token_ids === true && (sp.top_p ?? 1) < 1;
-        const out = sglangBody(g, sp.skip_special_tokens ?? true, body.return_logprob ?? false, topP);
+        const out = sglangBody(g, skip, body.return_logprob ?? false, topP);
         if (body.stream) {
-          res.writeHead(200, { 'content-type': 'text/event-stream' });
-          res.write(`data: ${JSON.stringify(out)}\n\n`);
-          res.end('data: [DONE]\n\n');
-          return;
+          if (closed.aborted) return;
+          stream ??= sglangStream(
+            res,
+            { rid, promptTokens: ids.length, weightVersion: () => core.weightVersion },
+            (x) => tokenizer.decode(x, { skipSpecialTokens: skip }),
+            { incremental, dropAfterHalf: () => false },
+          );
+          return stream.finish(out);
         }
         return sendOrDrop(res, out, g.rid, closed);
       }
@@ -323,54 +352,69 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
     const body = parseBody(CompletionBodySchema, json);
     const ids =
       typeof body.prompt === 'string' ? tokenizer.encode(body.prompt) : Int32Array.from(body.prompt);
+    const rid = body.request_id ?? newRequestId('standin');
+    const decode = (x: Int32Array) =>
+      tokenizer.decode(x, { skipSpecialTokens: body.skip_special_tokens ?? true });
+    let stream: StreamWriter | undefined;
+    const open = (drop: boolean) =>
+      vllmStream(res, { id: `cmpl-${rid}`, model: modelName, promptIds: ids }, decode, {
+        dropAfterHalf: () => drop && core.disconnectAfter.delete(rid),
+      });
     const g = await core.generate(
       {
         path: '/v1/completions',
         inputIds: ids,
         maxTokens: body.max_tokens ?? 16,
         temperature: body.temperature ?? undefined,
-        rid: body.request_id ?? undefined,
+        rid,
         routingKey: headerValue(req.headers['x-smg-routing-key']),
+        ...(body.stream
+          ? {
+              onTokens: (out: Int32Array, lps: Float32Array, total: number) => {
+                stream ??= open(true);
+                stream.tokens(out, lps, total);
+              },
+            }
+          : {}),
       },
       closed,
     );
-    const text = tokenizer.decode(g.outputIds, { skipSpecialTokens: body.skip_special_tokens ?? true });
-    return sendOrDrop(
-      res,
-      {
-        id: `cmpl-${g.rid}`,
-        object: 'text_completion',
-        created: Math.floor(Date.now() / 1000),
-        model: modelName,
-        choices: [
-          {
-            index: 0,
-            text,
-            logprobs:
-              body.logprobs != null
-                ? {
-                    text_offset: [],
-                    token_logprobs: Array.from(g.logprobs),
-                    tokens: Array.from(g.outputIds, (id) => `token_id:${id}`),
-                    top_logprobs: null,
-                  }
-                : null,
-            finish_reason: g.finishReason,
-            stop_reason: g.finishReason === 'stop' ? g.outputIds[g.outputIds.length - 1] : null,
-            ...(body.return_token_ids
-              ? { token_ids: Array.from(g.outputIds), prompt_token_ids: Array.from(ids) }
-              : {}),
-          },
-        ],
-        usage: {
-          prompt_tokens: ids.length,
-          completion_tokens: g.outputIds.length,
-          total_tokens: ids.length + g.outputIds.length,
+    const text = decode(g.outputIds);
+    const answer = {
+      id: `cmpl-${g.rid}`,
+      object: 'text_completion',
+      created: Math.floor(Date.now() / 1000),
+      model: modelName,
+      choices: [
+        {
+          index: 0,
+          text,
+          logprobs:
+            body.logprobs != null
+              ? {
+                  text_offset: [],
+                  token_logprobs: Array.from(g.logprobs),
+                  tokens: Array.from(g.outputIds, (id) => `token_id:${id}`),
+                  top_logprobs: null,
+                }
+              : null,
+          finish_reason: g.finishReason,
+          stop_reason: g.finishReason === 'stop' ? g.outputIds[g.outputIds.length - 1] : null,
+          ...(body.return_token_ids
+            ? { token_ids: Array.from(g.outputIds), prompt_token_ids: Array.from(ids) }
+            : {}),
         },
+      ],
+      usage: {
+        prompt_tokens: ids.length,
+        completion_tokens: g.outputIds.length,
+        total_tokens: ids.length + g.outputIds.length,
       },
-      g.rid,
-      closed,
-    );
+    };
+    if (!body.stream) return sendOrDrop(res, answer, g.rid, closed);
+    if (closed.aborted) return;
+    stream ??= open(false);
+    stream.finish(answer);
   }
 
   function sendOrDrop(res: ServerResponse, body: unknown, rid: string, closed: AbortSignal) {

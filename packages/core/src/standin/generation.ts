@@ -10,6 +10,7 @@ import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
 import { sleep } from '../util/sleep.js';
 import type { StandInEvents, StandInFault, StandInPolicy } from './engine.js';
 import { type Job, Scheduler, type ServiceModel } from './scheduler.js';
+import { type TokenFeed, tokenFeed } from './stream.js';
 
 /** SGLang's `/pause_generation` modes: abort in-flight requests, or freeze them (`retract`, `in_place`). */
 export type PauseMode = 'abort' | 'retract' | 'in_place';
@@ -32,6 +33,8 @@ export interface GenerateInput {
   temperature: number | undefined;
   rid: string | undefined;
   routingKey: string | undefined;
+  /** Streamed requests: called as tokens are decoded (`total`: the request's scripted length). */
+  onTokens?: ((ids: Int32Array, logprobs: Float32Array, total: number) => void) | undefined;
 }
 
 export interface WeightUpdate {
@@ -128,6 +131,7 @@ export class StandInCore {
     const signal = AbortSignal.any([slot.controller.signal, closed]);
     const started = performance.now();
     events.emit('request', { rid, path: input.path, inputIds, routingKey: input.routingKey });
+    let feed: TokenFeed | undefined;
     try {
       const fault = this.#options.fault?.({ rid, requestIndex: index, path: input.path });
       if (fault?.kind === 'disconnect') this.disconnectAfter.add(rid);
@@ -147,6 +151,8 @@ export class StandInCore {
         await this.#admission(signal);
         slot.admitted = true;
         this.stats.promptTokens += inputIds.length;
+        feed =
+          input.onTokens && tokenFeed(this.scheduler, job, ids, inputIds.length, input.onTokens, fakeLogprob);
         await this.#run(job, signal);
       } catch (reason) {
         // `/abort_request` or a pause ends the request with what was decoded so far; a closed client drops it.
@@ -154,6 +160,7 @@ export class StandInCore {
         ids = ids.slice(0, Math.floor(job.done));
         finishReason = 'abort';
       }
+      feed?.end(ids.length);
       const logprobs = new Float32Array(ids.length);
       for (let i = 0; i < ids.length; i++) logprobs[i] = fakeLogprob(inputIds.length + i, ids[i]!);
       this.stats.generationTokens += ids.length;
@@ -172,6 +179,7 @@ export class StandInCore {
         weightVersion,
       };
     } catch (error) {
+      feed?.stop();
       if (closed.aborted) this.stats.aborted++;
       throw error;
     } finally {

@@ -56,7 +56,7 @@ export const hermesToolParser: ToolCallParser = {
   },
 };
 
-function parseHermesCall(body: string): ParsedToolCall | undefined {
+export function parseHermesCall(body: string): ParsedToolCall | undefined {
   let value: unknown;
   try {
     value = JSON.parse(body);

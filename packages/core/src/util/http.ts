@@ -174,7 +174,19 @@ export class HttpClient {
     });
   }
 
-  async #once(request: HttpRequest): Promise<HttpResponse> {
+  /**
+   * A request whose 2xx body is read as it arrives (SSE from an engine); no retries, since part of the
+   * answer may already be consumed. Other statuses throw `EngineError` as `text` does.
+   */
+  async open(request: HttpRequest): Promise<{ url: string; body: AsyncIterable<Uint8Array> }> {
+    const response = await this.#once(request, true);
+    return { url: response.url, body: response.stream! };
+  }
+
+  async #once(
+    request: HttpRequest,
+    streaming = false,
+  ): Promise<HttpResponse & { stream?: AsyncIterable<Uint8Array> }> {
     const path = this.#basePath + request.path;
     const url = this.#origin + path;
     const timeoutMs = this.#options.timeoutMs;
@@ -197,9 +209,15 @@ export class HttpClient {
               : JSON.stringify(request.body),
         signal: signal ?? null,
       });
-      return { status: res.statusCode, headers: res.headers, text: await res.body.text(), url };
+      if (streaming && res.statusCode >= 200 && res.statusCode < 300) {
+        return { status: res.statusCode, headers: res.headers, text: '', url, stream: res.body };
+      }
+      const response = { status: res.statusCode, headers: res.headers, text: await res.body.text(), url };
+      if (streaming) throw statusError(request.method, response);
+      return response;
     } catch (cause) {
       if (request.signal?.aborted) throw request.signal.reason;
+      if (cause instanceof EngineError) throw cause;
       if (timeout?.aborted) {
         throw new EngineError(`${request.method} ${url} timed out after ${timeoutMs} ms`, {
           cause,
