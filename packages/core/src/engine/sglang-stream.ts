@@ -6,6 +6,7 @@
 import { EngineError } from '../errors.js';
 import { type HttpClient, jsonWithIds } from '../util/http.js';
 import { parseWith } from '../validate.js';
+import { readSglangNucleus, wantsNucleus } from './nucleus.js';
 import { newRequestId } from './request-id.js';
 import type { readLogprobs, SglangGenerateResponseSchema, toSglangSampling } from './sglang.js';
 import { sseData } from './sse.js';
@@ -90,6 +91,10 @@ export async function sglangGenerateStream(
       ...(meta.weight_version != null ? { weightVersion: String(meta.weight_version) } : {}),
       promptTokens: meta.prompt_tokens,
       ...(meta.cached_tokens !== undefined ? { cachedTokens: meta.cached_tokens } : {}),
+      // The top-p patch sends every token's nucleus in the last chunk's meta_info.
+      ...(wantsNucleus(request.sampling)
+        ? { topP: readSglangNucleus(meta as Record<string, unknown>, produced, url) }
+        : {}),
     };
   } catch (error) {
     if (signal?.aborted) throw signal.reason;

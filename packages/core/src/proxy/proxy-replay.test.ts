@@ -24,18 +24,18 @@ afterEach(closeAll);
 const SAMPLING = { temperature: 1, topP: 0.95, maxTokens: 256 };
 
 /** Drive a three-turn tool loop through the proxy's OpenAI endpoint; the HTTP statuses. */
-async function toolLoop(baseURL: string, apiKey: string): Promise<number[]> {
+async function toolLoop(baseURL: string, apiKey: string, stream = false): Promise<number[]> {
   const messages: TemplateMessage[] = [{ role: 'user', content: 'Fix the failing test.' }];
   const statuses: number[] = [];
   for (let k = 0; k < 3; k++) {
     const res = await post(
       `${baseURL}/chat/completions`,
-      { messages, tools },
+      { messages, tools, stream },
       { authorization: `Bearer ${apiKey}` },
     );
     statuses.push(res.status);
     if (res.status !== 200) return statuses;
-    const { message } = openaiMessage(res.text, false);
+    const { message } = openaiMessage(res.text, stream);
     messages.push(message as unknown as TemplateMessage);
     const call = (message.tool_calls as Array<{ id: string }> | undefined)?.[0];
     if (call) messages.push({ role: 'tool', tool_call_id: call.id, content: OBSERVATIONS[k]! });
@@ -44,6 +44,21 @@ async function toolLoop(baseURL: string, apiKey: string): Promise<number[]> {
 }
 
 describe('capture proxy: sampler replay data (top_p < 1)', () => {
+  it('a streamed session captures the same nucleus as a non-streamed one', async () => {
+    const { proxy } = await setup(script(...TOOL_LOOP, ...TOOL_LOOP));
+    const plain = proxy.openSession('replay-plain', { sampling: SAMPLING });
+    expect(await toolLoop(plain.baseURL, plain.apiKey)).toEqual([200, 200, 200]);
+    const streamed = proxy.openSession('replay-streamed', { sampling: SAMPLING });
+    expect(await toolLoop(streamed.baseURL, streamed.apiKey, true)).toEqual([200, 200, 200]);
+    const [a] = proxy.finishSession('replay-plain', { reward: 1 });
+    const [b] = proxy.finishSession('replay-streamed', { reward: 1 });
+    expect(Array.from(b!.tokens)).toEqual(Array.from(a!.tokens));
+    expect(b!.rollout_top_p_token_ids!.length).toBeGreaterThan(0);
+    expect(Array.from(b!.rollout_top_p_token_ids!)).toEqual(Array.from(a!.rollout_top_p_token_ids!));
+    expect(Array.from(b!.rollout_top_p_token_offsets!)).toEqual(Array.from(a!.rollout_top_p_token_offsets!));
+    expect(b!.extra!.rollout_top_p_log_probs).toEqual(a!.extra!.rollout_top_p_log_probs);
+  });
+
   it('records every turn’s nucleus and packs it across turns with empty spans on observations', async () => {
     const { proxy, calls } = await setup(script(...TOOL_LOOP));
     const log: unknown[] = [];

@@ -70,10 +70,16 @@ export function sglangStream(
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
   const all: Array<[number, number, null]> = [];
   let ids = new Int32Array(0);
-  const chunk = (fresh: Array<[number, number, null]>, text: string, finish: unknown) =>
+  const chunk = (
+    fresh: Array<[number, number, null]>,
+    text: string,
+    finish: unknown,
+    extra: Record<string, unknown> = {},
+  ) =>
     `data: ${JSON.stringify({
       text,
       meta_info: {
+        ...extra,
         id: meta.rid,
         finish_reason: finish,
         prompt_tokens: meta.promptTokens,
@@ -98,8 +104,10 @@ export function sglangStream(
     },
     finish(final) {
       if (res.destroyed) return;
-      const info = final.meta_info as { finish_reason: unknown };
-      res.write(chunk([], options.incremental ? '' : decode(ids), info.finish_reason));
+      const info = final.meta_info as Record<string, unknown>;
+      // The top-p patch's fields (the nucleus of every output token) come with the finish reason.
+      const nucleus = Object.fromEntries(Object.entries(info).filter(([k]) => k.startsWith('top_p_')));
+      res.write(chunk([], options.incremental ? '' : decode(ids), info.finish_reason, nucleus));
       res.end('data: [DONE]\n\n');
     },
   };
