@@ -6,6 +6,7 @@
  */
 import { ConfigError, type Logger, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
+import { refuseChannel } from './bwrap-channel.js';
 import { DockerEngine } from './docker-engine.js';
 import { DockerSandbox, removeContainerSync } from './docker-sandbox.js';
 import {
@@ -114,6 +115,7 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
       async create(spec: SandboxSpec, op: OpOptions = {}): Promise<Sandbox> {
         const { signal } = op;
         signal?.throwIfAborted();
+        refuseChannel(spec, 'docker');
         const started = performance.now();
         const workdir = resolveWorkdir(spec?.workdir);
         const limits = resolveLimits(spec.limits);
