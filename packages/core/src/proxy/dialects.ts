@@ -1,12 +1,13 @@
 /**
- * The two chat dialects the capture proxy speaks: OpenAI Chat Completions and Anthropic Messages.
- * Requests become template messages; a generated turn becomes a JSON answer or an SSE stream.
+ * The two chat dialects the capture proxy speaks: OpenAI Chat Completions and Anthropic Messages
+ * (the Responses API is in `responses.ts`). Requests become template messages; a generated turn
+ * becomes a JSON answer or an SSE stream.
  */
 import { z } from 'zod';
 import type { ParsedResponse } from '../tokenizer/parsers.js';
 import type { TemplateMessage, ToolDefinition } from '../tokenizer/template.js';
 
-export type Dialect = 'openai' | 'anthropic';
+export type Dialect = 'openai' | 'anthropic' | 'responses';
 
 /** Sampling knobs a harness sent, by their wire names. */
 export type HarnessSampling = Record<string, unknown>;
@@ -454,8 +455,13 @@ export function errorBody(dialect: Dialect, status: number, message: string): un
           ? 'request_too_large'
           : status === 401 || status === 404
             ? 'authentication_error'
-            : 'api_error';
+            : status === 429
+              ? 'rate_limit_error'
+              : 'api_error';
     return { type: 'error', error: { type, message } };
   }
-  return { error: { message, type: status >= 500 ? 'server_error' : 'invalid_request_error', code: status } };
+  // Codex stops (does not retry) on a 429 of type `usage_limit_reached`.
+  const type =
+    status >= 500 ? 'server_error' : status === 429 ? 'usage_limit_reached' : 'invalid_request_error';
+  return { error: { message, type, code: status } };
 }

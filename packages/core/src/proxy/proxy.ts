@@ -1,4 +1,4 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import { EventEmitter } from 'eventemitter3';
 import { newRequestId } from '../engine/request-id.js';
 import type { Engine, Sampling } from '../engine/types.js';
@@ -8,19 +8,9 @@ import type { Sample } from '../sample.js';
 import type { ChatTokenizer, SpecialTokenText } from '../tokenizer/tokenizer.js';
 import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
 import { adminRoute } from './admin.js';
-import {
-  anthropicJson,
-  anthropicSse,
-  type ChatRequest,
-  type Dialect,
-  errorBody,
-  openaiJson,
-  openaiSse,
-  parseAnthropicRequest,
-  parseOpenAIRequest,
-  RequestError,
-  type TurnReply,
-} from './dialects.js';
+import { encodeTurn, json, NO_RETRY, parseTurnRequest, type Reply, write } from './answer.js';
+import { type ChatRequest, type Dialect, errorBody, RequestError, type TurnReply } from './dialects.js';
+import { checkMaxTurns, FinishedSessions, retryCountOf, TurnLedger } from './ledger.js';
 import { EngineRouter, type EngineRouterOptions } from './router.js';
 import { resolveSampling } from './sampling.js';
 import {
@@ -43,6 +33,8 @@ export interface SessionOptions {
   engine?: Engine;
   /** Extra chat-template variables for this session, e.g. `{ enable_thinking: false }`. */
   templateKwargs?: Record<string, unknown>;
+  /** Most turns the session may record; past them a new turn is answered 429 (default: the proxy's). */
+  maxTurns?: number | undefined;
 }
 
 /** An open capture session: point a harness at `baseURL` with `apiKey`, or give a client `fetch`. */
@@ -94,6 +86,8 @@ export interface CaptureProxyOptions {
   modelName?: string;
   /** Open unknown session ids on first use instead of answering 401 (default false). */
   autoOpenSessions?: boolean;
+  /** Default per-session turn cap (`SessionOptions.maxTurns`); none when omitted. */
+  maxTurns?: number | undefined;
   /**
    * What special-token text (`<|im_start|>`, …) in user, system and tool content becomes: `special` (the
    * default: what SGLang and vLLM do when they tokenize a rendered chat, so captures match the engine's own
@@ -165,17 +159,11 @@ interface SessionState {
   inflight: Set<AbortController>;
   /** Raw argument text of tool calls this session produced, by call id, to re-render them exactly. */
   toolArgs: Map<string, string>;
+  /** Answers kept for retries, and the turns recorded (see `TurnLedger`). */
+  ledger: TurnLedger;
 }
 
-interface Reply {
-  status: number;
-  contentType: string;
-  body: string;
-}
-
-const JSON_TYPE = 'application/json';
 const LARGE_BODY_CHARS = 1 << 20;
-const SSE_TYPE = 'text/event-stream';
 
 /**
  * Start the capture proxy: an OpenAI Chat Completions + Anthropic Messages server in front of
@@ -205,6 +193,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     );
   }
   const router = new EngineRouter(engines, options.router);
+  const defaultMaxTurns = checkMaxTurns(options.maxTurns, 'maxTurns');
+  const finished = new FinishedSessions();
   let url = '';
 
   function openSession(id: string, sessionOptions: SessionOptions = {}): CaptureSession {
@@ -218,7 +208,9 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     if (maxContextTokens !== undefined && !(Number.isInteger(maxContextTokens) && maxContextTokens > 0)) {
       throw new ConfigError(`maxContextTokens must be a positive integer, found ${maxContextTokens}`);
     }
+    const maxTurns = checkMaxTurns(sessionOptions.maxTurns, 'maxTurns') ?? defaultMaxTurns;
     trajectories.open(id);
+    finished.delete(id);
     if (sessionOptions.engine) router.place(id, sessionOptions.engine.url);
     sessions.set(id, {
       id,
@@ -228,6 +220,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       truncated: false,
       inflight: new Set(),
       toolArgs: new Map(),
+      ledger: new TurnLedger(maxTurns),
     });
     const handle: CaptureSession = {
       id,
@@ -248,6 +241,10 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     const state = sessions.get(id);
     if (!state) throw new ConfigError(`finishSession: no open session ${JSON.stringify(id)}`);
     closeSession(state, 'session finished');
+    finished.add(
+      id,
+      `session ${JSON.stringify(id)} is finished (finishSession); open a new session for a new rollout`,
+    );
     // A rollout completed: check the engines now, so a dead one is gone before its sessions' next turn.
     void router.checkNow('completion');
     const status = finish.status ?? (state.truncated ? 'truncated' : undefined);
@@ -259,7 +256,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     dialect: Dialect,
     req: ChatRequest,
     signal: AbortSignal,
-  ): Promise<TurnReply> {
+  ): Promise<TurnReply & { record: () => void }> {
     const startedAt = performance.now();
     const templateKwargs =
       state.templateKwargs || req.templateKwargs
@@ -290,6 +287,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         toolCallIds: [],
         finishReason: 'length',
         outputTokens: 0,
+        record: () => {},
       };
     }
     const controller = new AbortController();
@@ -323,23 +321,12 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       state.inflight.delete(controller);
     }
     const endedAt = performance.now();
-    if (!sessions.has(state.id)) throw new ConfigError(`session ${state.id} was finished during the turn`);
+    if (!sessions.has(state.id))
+      throw new RequestError(409, `session ${state.id} was finished during the turn`);
     const versions = result.versionRuns.filter(
       (r): r is { version: string; tokens: number } => r.version !== undefined,
     );
     const last = versions[versions.length - 1]?.version;
-    const turn = trajectories.record(state.id, {
-      promptIds,
-      outputIds: result.outputIds,
-      logprobs: result.logprobs,
-      finishReason: result.finishReason,
-      ...(last !== undefined ? { policyVersion: last } : {}),
-      ...(versions.length > 1 ? { versionRuns: versions } : {}),
-      engines: result.engines,
-      startedAt,
-      endedAt,
-    });
-    if (result.finishReason === 'length') state.truncated = true;
     const text = tokenizer.decode(stripStop(result.outputIds, tokenizer.eosTokenId));
     const parsed = tokenizer.parseResponse(text);
     const toolCallIds = parsed.toolCalls.map((call, i) => {
@@ -347,21 +334,38 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       state.toolArgs.set(id, call.arguments);
       return id;
     });
-    events.emit('turn', {
-      sessionId: state.id,
-      dialect,
-      turn,
-      promptTokens: promptIds.length,
-      outputTokens: result.outputIds.length,
-      durationMs: endedAt - startedAt,
-      engines: result.engines,
-    });
+    // Recorded once the answer was handed over: a turn the client never got is no part of its trajectory.
+    const record = () => {
+      if (!sessions.has(state.id)) return;
+      const turn = trajectories.record(state.id, {
+        promptIds,
+        outputIds: result.outputIds,
+        logprobs: result.logprobs,
+        finishReason: result.finishReason,
+        ...(last !== undefined ? { policyVersion: last } : {}),
+        ...(versions.length > 1 ? { versionRuns: versions } : {}),
+        engines: result.engines,
+        startedAt,
+        endedAt,
+      });
+      if (result.finishReason === 'length') state.truncated = true;
+      events.emit('turn', {
+        sessionId: state.id,
+        dialect,
+        turn,
+        promptTokens: promptIds.length,
+        outputTokens: result.outputIds.length,
+        durationMs: endedAt - startedAt,
+        engines: result.engines,
+      });
+    };
     return {
       ...base,
       parsed,
       toolCallIds,
       finishReason: result.finishReason,
       outputTokens: result.outputIds.length,
+      record,
     };
   }
 
@@ -372,6 +376,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     credential: string | undefined,
     readBody: () => Promise<string>,
     signal: AbortSignal,
+    retryCount = 0,
   ): Promise<Reply> {
     let path = pathname;
     let sessionId = credential;
@@ -385,7 +390,11 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       return json(reply.status, reply.body);
     }
     if (path.startsWith('/v1/')) path = path.slice(3);
-    const dialect: Dialect = path.startsWith('/messages') ? 'anthropic' : 'openai';
+    const dialect: Dialect = path.startsWith('/messages')
+      ? 'anthropic'
+      : path === '/responses'
+        ? 'responses'
+        : 'openai';
     if (method === 'GET' && path === '/models') {
       return json(200, {
         object: 'list',
@@ -403,10 +412,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
     if (method === 'GET' && path === '/health') return json(200, { sessions: sessions.size });
     const countOnly = path === '/messages/count_tokens';
-    if (method !== 'POST' || (path !== '/chat/completions' && path !== '/messages' && !countOnly)) {
+    const turnPath = path === '/chat/completions' || path === '/messages' || path === '/responses';
+    if (method !== 'POST' || (!turnPath && !countOnly)) {
       return json(404, errorBody(dialect, 404, `no route ${method} ${pathname}`));
     }
     let state = sessionId ? sessions.get(sessionId) : undefined;
+    const gone = !state && sessionId ? finished.reason(sessionId) : undefined;
+    if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);
     if (!state && sessionId && options.autoOpenSessions) {
       openSession(sessionId);
       state = sessions.get(sessionId);
@@ -417,8 +429,13 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         : 'no session id: send it as the API key (Authorization: Bearer <id> or x-api-key) or use the /sessions/<id>/v1 base URL';
       return json(401, errorBody(dialect, 401, why));
     }
+    const session = state;
     try {
       const text = await readBody();
+      // A retry of an answered turn gets the same answer: no second sample, no fork.
+      const key = turnPath ? await TurnLedger.key(path, text) : '';
+      const replayed = turnPath ? session.ledger.replay(key, retryCount) : undefined;
+      if (replayed) return { ...replayed, commit: () => session.ledger.commit(key) };
       // A large body's long steps each let other sessions' work run in between.
       const large = text.length > LARGE_BODY_CHARS;
       if (large) await yieldToLoop();
@@ -430,10 +447,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       }
       checkDepth(body, limits.maxJsonDepth);
       if (large) await yieldToLoop();
-      const req =
-        dialect === 'anthropic'
-          ? parseAnthropicRequest(body, state.toolArgs, { countOnly })
-          : parseOpenAIRequest(body, state.toolArgs);
+      const parsed = parseTurnRequest(dialect, body, state.toolArgs, countOnly);
+      const { req } = parsed;
       if (countOnly) {
         const ids = await tokenizer.encodeChatAsync(req.messages, {
           tools: req.tools,
@@ -443,16 +458,15 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         });
         return json(200, { input_tokens: ids.length });
       }
-      const reply = await runTurn(state, dialect, req, signal);
-      if (req.stream) {
-        return {
-          status: 200,
-          contentType: SSE_TYPE,
-          body: dialect === 'anthropic' ? anthropicSse(reply) : openaiSse(reply, req.includeUsage),
-        };
-      }
-      return json(200, dialect === 'anthropic' ? anthropicJson(reply) : openaiJson(reply));
+      const capped = session.ledger.capReached(session.inflight.size);
+      if (capped) return json(429, errorBody(dialect, 429, capped), NO_RETRY);
+      const turn = await runTurn(session, dialect, req, signal);
+      const reply = encodeTurn(dialect, parsed, turn);
+      session.ledger.keep(key, reply, turn.record);
+      return { ...reply, commit: () => session.ledger.commit(key) };
     } catch (error) {
+      const gone = sessions.has(session.id) ? undefined : finished.reason(session.id);
+      if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);
       if (error instanceof RequestError)
         return json(error.status, errorBody(dialect, error.status, error.message));
       const status =
@@ -498,13 +512,16 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         return text;
       };
       const path = target.pathname.replace(
-        /^.*?(\/v1)?(\/(chat\/completions|messages(?:\/count_tokens)?|models))$/,
+        /^.*?(\/v1)?(\/(chat\/completions|messages(?:\/count_tokens)?|models|responses))$/,
         '$2',
       );
-      const reply = await dispatch(method, path, sessionId, readBody, signal);
+      const retries = new Headers(init?.headers ?? request?.headers).get('x-stainless-retry-count');
+      const reply = await dispatch(method, path, sessionId, readBody, signal, retryCountOf(retries));
+      // In process the answer is the client's once it is returned.
+      reply.commit?.();
       return new Response(reply.body, {
         status: reply.status,
-        headers: { 'content-type': reply.contentType },
+        headers: { 'content-type': reply.contentType, ...reply.headers },
       });
     };
   }
@@ -519,7 +536,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       });
       const pathname = (req.url ?? '/').split('?')[0]!;
       const read = () => readBody(req, limits.maxBodyBytes);
-      dispatch(req.method ?? 'GET', pathname, credentialOf(req), read, closer.signal)
+      const retries = retryCountOf(req.headers['x-stainless-retry-count']);
+      dispatch(req.method ?? 'GET', pathname, credentialOf(req), read, closer.signal, retries)
         .then((reply) => write(req, res, reply))
         .catch((error: unknown) =>
           write(req, res, json(500, errorBody('openai', 500, (error as Error).message))),
@@ -566,25 +584,6 @@ function credentialOf(req: IncomingMessage): string | undefined {
   if (auth?.startsWith('Bearer ')) return auth.slice(7).trim();
   const key = req.headers['x-api-key'];
   return typeof key === 'string' ? key : undefined;
-}
-
-function json(status: number, body: unknown): Reply {
-  return { status, contentType: JSON_TYPE, body: JSON.stringify(body) };
-}
-
-function write(req: IncomingMessage, res: ServerResponse, reply: Reply): void {
-  if (res.destroyed || res.headersSent) return;
-  // A body left unread (refused, or never needed) is not drained: the connection closes after the reply.
-  const unread = !req.complete;
-  res.writeHead(reply.status, {
-    'content-type': reply.contentType,
-    'content-length': Buffer.byteLength(reply.body),
-    ...(reply.contentType === SSE_TYPE ? { 'cache-control': 'no-cache' } : {}),
-    ...(unread ? { connection: 'close' } : {}),
-  });
-  res.end(reply.body, () => {
-    if (unread) req.socket.destroy();
-  });
 }
 
 /**
