@@ -97,6 +97,8 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
     env: launch.env,
     cwd: options.cwd ?? sandbox.workdir,
     timeoutMs: options.timeoutMs,
+    // Headless: nothing on stdin (Codex would otherwise wait for more prompt there).
+    stdin: '',
     maxOutputBytes: 64 << 20,
     ...op,
   });

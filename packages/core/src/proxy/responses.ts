@@ -333,7 +333,7 @@ function inCallOrder(messages: TemplateMessage[]): TemplateMessage[] {
     results.sort((a, b) => rank(a) - rank(b));
     messages.splice(i + 1, results.length, ...results);
   }
-  return inCallOrder(messages);
+  return messages;
 }
 
 /** Parse a Responses API request (after refusing what needs stored state). */
