@@ -1,3 +1,4 @@
+import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   closeAll,
@@ -201,7 +202,7 @@ describe('capture proxy: the Responses API', () => {
         },
       },
     ];
-    const input: Item[] = [{ role: 'user', content: 'Add b.py and read a.py.' } as Item];
+    const input: Array<Record<string, unknown>> = [{ role: 'user', content: 'Add b.py and read a.py.' }];
     const first = JSON.parse(
       (await post(`${session.baseURL}/responses`, { model: 'm', input, tools: wireTools, store: false }))
         .text,
@@ -317,4 +318,41 @@ describe('capture proxy: the Responses API', () => {
     });
     expect(ok.status).toBe(200);
   });
+
+  for (const stream of [false, true]) {
+    it(`the official openai client: responses.${stream ? 'stream' : 'create'} with store: false, two turns in one row`, async () => {
+      const { proxy, drift } = await setup(script(TOOL_LOOP[0]!, TOOL_LOOP[2]!));
+      const session = proxy.openSession(`sdk-${stream}`);
+      const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session.apiKey, maxRetries: 0 });
+      const input: OpenAI.Responses.ResponseInput = [{ role: 'user', content: 'Fix the failing test.' }];
+      const sdkTools: OpenAI.Responses.Tool[] = [
+        {
+          type: 'function',
+          name: 'bash',
+          description: 'Run a shell command',
+          strict: false,
+          parameters: tools[0]!.function.parameters!,
+        },
+      ];
+      const texts: string[] = [];
+      for (let k = 0; k < 2; k++) {
+        const params = { model: 'policy', input, tools: sdkTools, store: false };
+        const response = stream
+          ? await client.responses.stream(params).finalResponse()
+          : await client.responses.create(params);
+        expect(response.status).toBe('completed');
+        texts.push(response.output_text);
+        input.push(...(response.output as OpenAI.Responses.ResponseInputItem[]));
+        for (const item of response.output) {
+          if (item.type !== 'function_call') continue;
+          expect(JSON.parse(item.arguments)).toEqual({ cmd: 'ls' });
+          input.push({ type: 'function_call_output', call_id: item.call_id, output: 'a.py' });
+        }
+      }
+      expect(texts).toEqual(['Let me look.', 'The bug is in a.py: `return 1` should be `return 2`.']);
+      const samples = proxy.finishSession(session.id, { reward: 1 });
+      expect(samples).toHaveLength(1);
+      expect(drift[0]).toMatchObject({ turns: 2, rows: 1, forks: 0, realigns: 0, retokenizedTokens: 0 });
+    });
+  }
 });
