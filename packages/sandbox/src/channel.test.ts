@@ -13,6 +13,7 @@ import { ConfigError } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bubblewrapProvider } from './bubblewrap.js';
 import { PROXY_CHANNEL_PORT } from './bwrap-channel.js';
+import { dockerProvider } from './docker.js';
 import { localProvider } from './local.js';
 import type { Sandbox } from './types.js';
 
