@@ -169,5 +169,12 @@ with f.ThreadPoolExecutor(8) as ex:
     await expect(
       localProvider({ rootDir }).create({ workdir: '/work', proxy: { socketPath } }),
     ).rejects.toThrow(/not supported by the local provider/);
+    // Refused before the engine is asked anything: no engine needs to run for this.
+    await expect(
+      dockerProvider({ socketPath: join(dir, 'no-engine.sock') }).create({
+        workdir: '/work',
+        readOnlyBinds: [{ source: file, target: '/opt/x' }],
+      }),
+    ).rejects.toThrow(/spec.readOnlyBinds is not supported by the docker provider/);
   });
 });
