@@ -15,7 +15,10 @@ import type { HarnessKind, InstalledHarness } from './install.js';
 export type AgentKind = 'mini-swe-agent' | HarnessKind;
 export const AGENT_KINDS: readonly AgentKind[] = ['mini-swe-agent', 'claude-code', 'codex'];
 
-/** `metadata.agent` of a dataset row as an `AgentKind` (default `mini-swe-agent`), or a `ConfigError`. */
+/**
+ * `metadata.agent` of a dataset row as an `AgentKind` (default `mini-swe-agent` when absent or null, as a
+ * missing parquet value reads), or a `ConfigError`.
+ */
 export function agentOf(metadata: Record<string, unknown> | undefined): AgentKind {
   const agent = metadata?.agent ?? 'mini-swe-agent';
   if (!AGENT_KINDS.includes(agent as AgentKind)) {
