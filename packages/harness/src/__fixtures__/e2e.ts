@@ -115,7 +115,7 @@ export async function harnessOnOfflineTask(kind: HarnessKind, script: Script): P
   try {
     await environments.prepare(sandbox, task, 'bubblewrap');
     const swe = await setupSweTask(sandbox, task);
-    const sessionId = `${kind}-${randomUUID().slice(0, 8)}`;
+    const sessionId = `${kind}-${randomUUID()}`;
     proxy.openSession(sessionId, { sampling: { temperature: 1 } });
     const run = await runHarness({
       installed,
