@@ -4,7 +4,17 @@
  * verified store is reused without the network; unknown harnesses and failing registries are clear errors.
  */
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -71,7 +81,7 @@ describe('installHarness', () => {
     expect(String(error)).toContain(HARNESS_PACKAGES.codex.integrity);
     expect(served.at(-1)).toBe('/@openai/codex/-/codex-0.171.0-linux-x64.tgz');
     expect(readdirSync(cacheDir)).toEqual([]);
-    expect(existsSync(storeDir)).toBe(false);
+    expect(readdirSync(storeDir)).toEqual([]);
   });
 
   it('fetches again over a corrupted cached tarball instead of unpacking it', async () => {
@@ -86,7 +96,26 @@ describe('installHarness', () => {
     );
     expect(served.length).toBe(before + 1);
     expect((error as HarnessError).code).toBe('integrity_mismatch');
-    expect(existsSync(storeDir)).toBe(false);
+    expect(readdirSync(storeDir)).toEqual([]);
+  });
+
+  it('refuses a store another user could write or a symlinked one, before trusting its marker', async () => {
+    const open = join(dir, 'store-open');
+    mkdirSync(open, { mode: 0o777 });
+    chmodSync(open, 0o777);
+    const planted = join(open, 'anthropic-ai+claude-code-linux-x64@2.1.332');
+    mkdirSync(join(planted, 'package'), { recursive: true });
+    writeFileSync(join(planted, '.vime-integrity'), HARNESS_PACKAGES['claude-code'].integrity);
+    const error = await installHarness('claude-code', { storeDir: open, fetch: noNetwork }).catch(
+      (e: unknown) => e,
+    );
+    expect(ConfigError.isInstance(error)).toBe(true);
+    expect(String(error)).toMatch(/others cannot write.*mode 777/);
+    const link = join(dir, 'store-link');
+    symlinkSync(open, link);
+    await expect(installHarness('claude-code', { storeDir: link, fetch: noNetwork })).rejects.toThrow(
+      /a symlink/,
+    );
   });
 
   it('answers a failing registry and an unknown harness with clear errors', async () => {

@@ -7,7 +7,7 @@
 import { spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { chmod, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, lstat, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -99,6 +99,10 @@ export async function installHarness(
   const storeDir = options.storeDir ?? join(tmpdir(), 'vime-harness');
   const dir = join(storeDir, flat);
   const marker = join(dir, '.vime-integrity');
+  await mkdir(storeDir, { recursive: true, mode: 0o755 });
+  await assertOwnStore(storeDir);
+  // The sandbox user reads the package from here, whatever this process's umask.
+  await chmod(storeDir, 0o755);
   if ((await readFile(marker, 'utf8').catch(() => '')) === pkg.integrity) {
     return { kind, package: pkg, dir: join(dir, 'package') };
   }
@@ -110,12 +114,11 @@ export async function installHarness(
     await download(pkg, tarball, options);
   }
   // Unpack beside the target, then rename into place: a reader never sees half a package.
-  await mkdir(storeDir, { recursive: true, mode: 0o755 });
-  await chmod(storeDir, 0o755);
   const staging = join(storeDir, `.${flat}.${randomUUID().slice(0, 8)}`);
   await mkdir(staging, { mode: 0o755 });
   try {
     await untar(tarball, staging, options.signal);
+    await run('chmod', ['-R', 'a+rX', staging], options.signal);
     await writeFile(join(staging, '.vime-integrity'), pkg.integrity);
     await rm(dir, { recursive: true, force: true });
     await rename(staging, dir).catch(async (error: NodeJS.ErrnoException) => {
@@ -126,6 +129,21 @@ export async function installHarness(
     await rm(staging, { recursive: true, force: true });
   }
   return { kind, package: pkg, dir: join(dir, 'package') };
+}
+
+/**
+ * The store is trusted by its marker alone, so nobody else may write there: it must be a real folder of
+ * this user that no other user can write (the default lives in the shared temp dir, where another user
+ * could otherwise plant a package under the right name).
+ */
+async function assertOwnStore(storeDir: string): Promise<void> {
+  const st = await lstat(storeDir);
+  const uid = process.getuid?.();
+  if (!st.isDirectory() || (uid !== undefined && st.uid !== uid) || (st.mode & 0o022) !== 0) {
+    throw new ConfigError(
+      `harness store ${JSON.stringify(storeDir)} must be a folder owned by this user (uid ${uid}) that others cannot write; it is ${st.isSymbolicLink() ? 'a symlink' : `owned by uid ${st.uid} with mode ${(st.mode & 0o777).toString(8)}`}. Remove it or pass storeDir`,
+    );
+  }
 }
 
 async function download(pkg: HarnessPackage, tarball: string, options: InstallOptions): Promise<void> {
@@ -176,8 +194,12 @@ async function sriOf(path: string): Promise<string> {
 }
 
 function untar(tarball: string, into: string, signal: AbortSignal | undefined): Promise<void> {
+  return run('tar', ['-xzf', tarball, '-C', into, '--no-same-owner', '--no-same-permissions'], signal);
+}
+
+function run(command: string, args: string[], signal: AbortSignal | undefined): Promise<void> {
   return new Promise((resolve, reject) => {
-    const child = spawn('tar', ['-xzf', tarball, '-C', into, '--no-same-owner', '--no-same-permissions'], {
+    const child = spawn(command, args, {
       stdio: ['ignore', 'ignore', 'pipe'],
       ...(signal ? { signal } : {}),
     });
@@ -189,7 +211,9 @@ function untar(tarball: string, into: string, signal: AbortSignal | undefined): 
     child.once('close', (code) =>
       code === 0
         ? resolve()
-        : reject(new HarnessError('harness_install', `unpacking ${tarball} failed: ${stderr.trim()}`)),
+        : reject(
+            new HarnessError('harness_install', `${command} ${args.join(' ')} failed: ${stderr.trim()}`),
+          ),
     );
   });
 }
