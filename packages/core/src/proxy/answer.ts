@@ -18,8 +18,14 @@ import type { WireReply } from './ledger.js';
 import { parseResponsesRequest, type ResponsesRequest } from './responses.js';
 import { responsesJson, responsesSse } from './responses-output.js';
 
-/** An answer; `commit` records its turn once the answer was handed to the client. */
-export type Reply = WireReply & { commit?: (() => void) | undefined };
+/**
+ * An answer; `commit` records its turn once the answer was handed to the client, `abandon` says it never
+ * will be (the client left first).
+ */
+export type Reply = WireReply & {
+  commit?: (() => void) | undefined;
+  abandon?: (() => void) | undefined;
+};
 
 const JSON_TYPE = 'application/json';
 const SSE_TYPE = 'text/event-stream';
@@ -75,7 +81,10 @@ export function encodeTurn(dialect: Dialect, { req, responses }: TurnRequest, tu
 }
 
 export function write(req: IncomingMessage, res: ServerResponse, reply: Reply): void {
-  if (res.destroyed || res.headersSent) return;
+  if (res.destroyed || res.headersSent) {
+    reply.abandon?.();
+    return;
+  }
   // A body left unread (refused, or never needed) is not drained: the connection closes after the reply.
   const unread = !req.complete;
   res.writeHead(reply.status, {
@@ -87,6 +96,7 @@ export function write(req: IncomingMessage, res: ServerResponse, reply: Reply): 
   });
   // The turn is recorded once its answer is out; a client gone before that never got it.
   if (reply.commit) res.once('finish', reply.commit);
+  if (reply.abandon) res.once('close', () => res.writableFinished || reply.abandon!());
   res.end(reply.body, () => {
     if (unread) req.socket.destroy();
   });

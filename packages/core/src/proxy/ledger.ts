@@ -19,7 +19,8 @@ export interface WireReply {
 interface Entry {
   key: string;
   reply: WireReply;
-  record: () => void;
+  /** Records the turn; false when there was nothing to record (no engine call, or the session ended). */
+  record: () => boolean;
   recorded: boolean;
 }
 
@@ -52,6 +53,8 @@ export function checkMaxTurns(value: unknown, where: string): number | undefined
 export class TurnLedger {
   readonly #entries: Entry[] = [];
   #recorded = 0;
+  /** New turns admitted and not yet recorded or given up (generating, or their answer on its way). */
+  #running = 0;
 
   constructor(readonly maxTurns: number | undefined) {}
 
@@ -85,22 +88,32 @@ export class TurnLedger {
     const entry = this.#entries.find((e) => e.key === key);
     if (!entry || entry.recorded) return;
     entry.recorded = true;
-    this.#recorded++;
-    entry.record();
+    if (entry.record()) this.#recorded++;
   }
 
   /** Keep a new turn's answer, not recorded until `commit`. */
-  keep(key: string, reply: WireReply, record: () => void): void {
+  keep(key: string, reply: WireReply, record: () => boolean): void {
     const at = this.#entries.findIndex((e) => e.key === key);
     if (at >= 0) this.#entries.splice(at, 1);
     this.#entries.push({ key, reply, record, recorded: false });
     if (this.#entries.length > KEPT_ANSWERS) this.#entries.shift();
   }
 
-  /** Why a new turn may not start (`running`: turns of the session generating now), or undefined. */
-  capReached(running: number): string | undefined {
-    if (this.maxTurns === undefined || this.#recorded + running < this.maxTurns) return undefined;
+  /** Why a new turn may not start (recorded and running turns count), or undefined. */
+  capReached(): string | undefined {
+    if (this.maxTurns === undefined || this.#recorded + this.#running < this.maxTurns) return undefined;
     return `the session has used its ${this.maxTurns} turns (maxTurns); finish the rollout`;
+  }
+
+  /** Admit a new turn; the returned function ends it (recorded or given up), once. */
+  begin(): () => void {
+    this.#running++;
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      this.#running--;
+    };
   }
 }
 

@@ -256,7 +256,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     dialect: Dialect,
     req: ChatRequest,
     signal: AbortSignal,
-  ): Promise<TurnReply & { record: () => void }> {
+  ): Promise<TurnReply & { record: () => boolean }> {
     const startedAt = performance.now();
     const templateKwargs =
       state.templateKwargs || req.templateKwargs
@@ -287,7 +287,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         toolCallIds: [],
         finishReason: 'length',
         outputTokens: 0,
-        record: () => {},
+        record: () => false,
       };
     }
     const controller = new AbortController();
@@ -336,7 +336,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     });
     // Recorded once the answer was handed over: a turn the client never got is no part of its trajectory.
     const record = () => {
-      if (!sessions.has(state.id)) return;
+      if (!sessions.has(state.id)) return false;
       const turn = trajectories.record(state.id, {
         promptIds,
         outputIds: result.outputIds,
@@ -358,6 +358,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         durationMs: endedAt - startedAt,
         engines: result.engines,
       });
+      return true;
     };
     return {
       ...base,
@@ -458,12 +459,20 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         });
         return json(200, { input_tokens: ids.length });
       }
-      const capped = session.ledger.capReached(session.inflight.size);
+      const capped = session.ledger.capReached();
       if (capped) return json(429, errorBody(dialect, 429, capped), NO_RETRY);
-      const turn = await runTurn(session, dialect, req, signal);
+      const end = session.ledger.begin();
+      const turn = await runTurn(session, dialect, req, signal).catch((error: unknown) => {
+        end();
+        throw error;
+      });
       const reply = encodeTurn(dialect, parsed, turn);
       session.ledger.keep(key, reply, turn.record);
-      return { ...reply, commit: () => session.ledger.commit(key) };
+      const commit = () => {
+        end();
+        session.ledger.commit(key);
+      };
+      return { ...reply, commit, abandon: end };
     } catch (error) {
       const gone = sessions.has(session.id) ? undefined : finished.reason(session.id);
       if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);

@@ -12,6 +12,8 @@ import {
   tools,
 } from '../__fixtures__/proxy-harness.js';
 import type { TemplateMessage } from '../tokenizer/template.js';
+import { captureFetch } from './proxy.js';
+import { flatToolName } from './responses.js';
 
 afterEach(closeAll);
 
@@ -255,6 +257,11 @@ describe('capture proxy: the Responses API', () => {
     expect(Array.from(calls[1]!.inputIds)).toEqual(Array.from(tokenizer.encode(rendered)));
     proxy.finishSession(session.id, { reward: 1 });
     expect(drift[0]).toMatchObject({ rows: 1, forks: 0, realigns: 0 });
+    expect([
+      flatToolName('read', 'ns'),
+      flatToolName('_read', 'ns'),
+      flatToolName('read', undefined),
+    ]).toEqual(['ns_read', 'ns_read', 'read']);
   });
 
   it('a string input and a capped turn: status incomplete (max_output_tokens) in JSON and SSE', async () => {
@@ -301,6 +308,15 @@ describe('capture proxy: the Responses API', () => {
       [{ tools: [{ type: 'computer', name: 'c' }] }, /tools\[0\]\.type/],
       [{ text: { format: { type: 'json_schema', name: 'x', schema: {} } } }, /text\.format\.type/],
       [{ input: 3 }, /input/],
+      [
+        {
+          tools: [
+            { type: 'function', name: 'ns_read' },
+            { type: 'namespace', name: 'ns', tools: [{ type: 'function', name: 'read' }] },
+          ],
+        },
+        /tools\[1\]: tool name "ns_read" is declared twice/,
+      ],
     ];
     for (const [fields, message] of cases) {
       const res = await post(`${session.baseURL}/responses`, { model: 'm', input, ...fields });
@@ -319,11 +335,17 @@ describe('capture proxy: the Responses API', () => {
     expect(ok.status).toBe(200);
   });
 
-  for (const stream of [false, true]) {
-    it(`the official openai client: responses.${stream ? 'stream' : 'create'} with store: false, two turns in one row`, async () => {
+  for (const [stream, inProcess] of [
+    [false, false],
+    [true, false],
+    [true, true],
+  ] as const) {
+    it(`the official openai client: responses.${stream ? 'stream' : 'create'} with store: false${inProcess ? ' in process (captureFetch)' : ''}, two turns in one row`, async () => {
       const { proxy, drift } = await setup(script(TOOL_LOOP[0]!, TOOL_LOOP[2]!));
-      const session = proxy.openSession(`sdk-${stream}`);
-      const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session.apiKey, maxRetries: 0 });
+      const session = proxy.openSession(`sdk-${stream}-${inProcess}`);
+      const client = inProcess
+        ? new OpenAI({ baseURL: 'http://vime.invalid/v1', apiKey: 'unused', fetch: captureFetch(session) })
+        : new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session.apiKey, maxRetries: 0 });
       const input: OpenAI.Responses.ResponseInput = [{ role: 'user', content: 'Fix the failing test.' }];
       const sdkTools: OpenAI.Responses.Tool[] = [
         {

@@ -98,7 +98,7 @@ const HOSTED_TOOLS = new Set([
   'tool_search',
 ]);
 
-/** One flat template name for a namespaced tool (Codex's own spelling when it flattens them). */
+/** One flat template name for a namespaced tool: `ns_name`, or `ns__name` for a namespace `ns__`. */
 export function flatToolName(name: string, namespace: string | null | undefined): string {
   if (!namespace) return name;
   return namespace.endsWith('_') || name.startsWith('_') ? `${namespace}${name}` : `${namespace}_${name}`;
