@@ -18,7 +18,8 @@ export const PROXY_SOCKET_IN_SANDBOX = '/tmp/.vime-proxy.sock';
 /**
  * The session's entry point when a channel is set: bind the port, fork the relay, then exec the
  * supervisor (argv after the first three), so the port accepts before the session reports ready. The
- * relay keeps only its listening socket: it must not hold the supervisor's control pipe open.
+ * relay keeps only its listening socket: it must not hold the supervisor's control pipe open. With no
+ * argv to exec (docker) it exits 0 once the relay is listening.
  */
 export const FORWARDER = `
 import os, socket, sys, threading
@@ -69,7 +70,8 @@ if os.fork() == 0:
             continue
         threading.Thread(target=serve, args=(client,), daemon=True).start()
 ls.close()
-os.execv(sys.argv[3], sys.argv[3:])
+if len(sys.argv) > 3:
+    os.execv(sys.argv[3], sys.argv[3:])
 `;
 
 /** A checked copy of the spec's channel (port defaulted), or undefined. */
@@ -159,7 +161,7 @@ function assertReachable(path: string, what: string, user: { uid: number; gid: n
   }
 }
 
-/** Refuse a channel or binds on a provider that cannot set them up. */
+/** Refuse a channel or binds on a provider that cannot set them up (local). */
 export function refuseChannel(spec: SandboxSpec, provider: string): void {
   for (const field of ['proxy', 'readOnlyBinds'] as const) {
     if (spec?.[field] !== undefined) {
