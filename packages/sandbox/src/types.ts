@@ -40,12 +40,12 @@ export interface SandboxSpec {
   /** Maximum lifetime in milliseconds: terminated when it ends (and `reapOrphans({ olderThanMs })` finds leftovers). */
   lifetimeMs?: number;
   /**
-   * The one endpoint the sandbox may reach (bubblewrap): a host unix socket served inside the sandbox's own
+   * The one endpoint the sandbox may reach (bubblewrap, docker): a host unix socket served inside the sandbox's own
    * network namespace at `http://127.0.0.1:<port>`. Nothing else is reachable: not the host's loopback,
    * not the outside.
    */
   proxy?: ProxyChannel | undefined;
-  /** Host files or folders visible read-only inside the sandbox (bubblewrap): e.g. a harness binary. */
+  /** Host files or folders visible read-only inside the sandbox (bubblewrap, docker): e.g. a harness binary. */
   readOnlyBinds?: readonly ReadOnlyBind[] | undefined;
 }
 
