@@ -19,7 +19,7 @@ import {
   type TaskSpec,
 } from '@vime/core';
 import { startStandInEngine } from '@vime/core/standin';
-import { bubblewrapProvider } from '@vime/sandbox';
+import { bubblewrapProvider, dockerProvider } from '@vime/sandbox';
 import {
   buildOfflineTaskSet,
   captureAgentPatch,
@@ -81,8 +81,16 @@ export interface E2eOutcome {
   engineCalls: number;
 }
 
-/** Run `kind` on the first offline task with a one-line gold patch, scripted by `script`; check its tokens. */
-export async function harnessOnOfflineTask(kind: HarnessKind, script: Script): Promise<E2eOutcome> {
+/**
+ * Run `kind` on the first offline task with a one-line gold patch, scripted by `script`; check its tokens.
+ * The agent runs in a bubblewrap or a docker sandbox (docker: the default image with the task's workspace
+ * copied in); grading is always in a fresh bubblewrap one.
+ */
+export async function harnessOnOfflineTask(
+  kind: HarnessKind,
+  script: Script,
+  agentSandbox: 'bubblewrap' | 'docker' = 'bubblewrap',
+): Promise<E2eOutcome> {
   const work = mkdtempSync(join(tmpdir(), `vime-harness-${kind}-`));
   // The sandbox user must be able to walk to the proxy socket and its own work dirs.
   chmodSync(work, 0o755);
@@ -108,8 +116,12 @@ export async function harnessOnOfflineTask(kind: HarnessKind, script: Script): P
   const engine = sglangEngine(standIn.url);
   const socketPath = join(work, 'proxy.sock');
   const proxy = await startCaptureProxy({ engine: recording(engine, calls), tokenizer, socketPath });
-  const sandbox = await bubblewrapProvider({ rootDir: join(work, 'agent') }).create({
-    ...environments.specFor(task, 'bubblewrap'),
+  const { image: rootfs, ...spec } = environments.specFor(task, 'bubblewrap');
+  const sandbox = await (
+    agentSandbox === 'docker' ? dockerProvider() : bubblewrapProvider({ rootDir: join(work, 'agent') })
+  ).create({
+    ...spec,
+    ...(agentSandbox === 'bubblewrap' && rootfs !== undefined ? { image: rootfs } : {}),
     ...harnessSandboxSpec(installed, socketPath),
   });
   try {
