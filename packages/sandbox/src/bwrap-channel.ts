@@ -139,6 +139,12 @@ export function resolveBinds(
         `${where}.target: expected an absolute sandbox path outside ${[...RESERVED, workdir].join(', ')}, found ${JSON.stringify(b.target)}`,
       );
     }
+    // A read-only mount above the work dir would hide it (and its mount point could not be made there).
+    if (workdir.startsWith(`${target}/`)) {
+      throw new ConfigError(
+        `${where}.target ${JSON.stringify(target)} contains the work dir ${workdir}; bind it elsewhere (e.g. /opt/...)`,
+      );
+    }
     return { source: b.source, target };
   });
 }

@@ -155,6 +155,8 @@ with f.ThreadPoolExecutor(8) as ex:
       { workdir: '/work', readOnlyBinds: [{ source: file, target: '/work/x' }] },
       { workdir: '/work', readOnlyBinds: [{ source: file, target: '/tmp/x' }] },
       { workdir: '/work', readOnlyBinds: [{ source: join(dir, 'missing'), target: '/opt/x' }] },
+      { workdir: '/opt/work', readOnlyBinds: [{ source: dir, target: '/opt' }] },
+      { workdir: '/work', readOnlyBinds: [{ source: file, target: '/work/../tmp/x' }] },
       ...(isRoot
         ? [{ workdir: '/work', readOnlyBinds: [{ source: join(hidden, 'f'), target: '/opt/x' }] }]
         : []),
@@ -175,7 +177,7 @@ with f.ThreadPoolExecutor(8) as ex:
     ).rejects.toThrow(/not supported by the local provider/);
     // Docker checks the same fields before the engine is asked anything: no engine needs to run for this.
     const noEngine = dockerProvider({ socketPath: join(dir, 'no-engine.sock') });
-    for (const spec of bad.slice(0, 6)) {
+    for (const spec of bad.slice(0, 8)) {
       const error = await noEngine.create(spec).catch((e: unknown) => e);
       expect(ConfigError.isInstance(error), String(error)).toBe(true);
       expect(String(error)).toMatch(/spec\.(proxy|readOnlyBinds)/);

@@ -1,9 +1,9 @@
 /**
  * The end-to-end run of a real harness on an offline task: the stand-in engine (a scripted policy, not a
  * model) answers in Qwen3's own tool-call format, the proxy turns that into the harness's dialect, the
- * harness runs unmodified in a bubblewrap sandbox that reaches only the proxy, its change is graded in a
- * fresh sandbox, and every trained token of the finished session is checked against what the engine was
- * sent and sampled, turn by turn.
+ * harness runs unmodified in a bubblewrap (or docker) sandbox that reaches only the proxy, its change is
+ * graded in a fresh sandbox, and every trained token of the finished session is checked against what the
+ * engine was sent and sampled, turn by turn.
  */
 import { randomUUID } from 'node:crypto';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
