@@ -4,12 +4,13 @@
  * writable, under safe default limits (`DEFAULT_LIMITS`) enforced with cgroups where this host lets us
  * create them and with rlimits otherwise (a `warning` event says what could not be enforced).
  */
-import { accessSync, constants, existsSync, lstatSync, readlinkSync } from 'node:fs';
-import { chmod, chown, mkdir } from 'node:fs/promises';
+import { accessSync, constants, existsSync, lstatSync, readlinkSync, statSync } from 'node:fs';
+import { chmod, chown, mkdir, writeFile } from 'node:fs/promises';
 import { release } from 'node:os';
-import { isAbsolute, join } from 'node:path';
+import { dirname, isAbsolute, join } from 'node:path';
 import { ConfigError, type Logger, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
+import { resolveBinds, resolveChannel } from './bwrap-channel.js';
 import { assertDir, type BwrapConfig, BwrapSandbox } from './bwrap-sandbox.js';
 import { type CgroupPlan, createCgroups, ExecCgroups, planCgroups } from './cgroup.js';
 import { defaultRootDir, HostState } from './host-state.js';
@@ -24,7 +25,14 @@ import {
 } from './limits.js';
 import { tailOf } from './output.js';
 import { type RunResult, runProcess } from './process.js';
-import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
+import type {
+  OpOptions,
+  ReadOnlyBind,
+  Sandbox,
+  SandboxEmitter,
+  SandboxProvider,
+  SandboxSpec,
+} from './types.js';
 
 export interface BubblewrapProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */
@@ -113,6 +121,8 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
         op.signal?.throwIfAborted();
         const workdir = resolveWorkdir(spec?.workdir);
         const requested = resolveLimits(spec.limits);
+        const channel = resolveChannel(spec, user);
+        const binds = resolveBinds(spec, workdir, user);
         const rootfs = spec.image === undefined ? undefined : resolveImage(spec.image, options.images);
         if (rootfs) await assertDir(rootfs, 'spec.image');
         probe ??= probeBwrap(bwrap, user);
@@ -139,12 +149,17 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
           await mkdir(hostWork, { mode: 0o755 });
           if (user) await chown(hostWork, user.uid, user.gid);
           let root: string | undefined;
-          if (rootfs) root = await prepareRoot(state, rootfs, workdir, user, op.signal);
+          if (rootfs) root = await prepareRoot(state, rootfs, workdir, user, op.signal, binds);
           const python = options.execMode === 'per-exec' ? undefined : findPython(root);
           if (options.execMode === 'session' && !python) {
             throw new ConfigError(
               `bubblewrap execMode "session" needs python3 in the sandbox root (${root ?? 'the host /usr'}); ` +
                 'install it there or use execMode "per-exec"',
+            );
+          }
+          if (channel && !python) {
+            throw new ConfigError(
+              `spec.proxy needs the session mode (python3 in the sandbox root ${root ?? 'the host /usr'}, execMode "session"): its forwarder runs inside the session`,
             );
           }
           const plan = planLimits(`vime-${id}`, requested, python !== undefined, warn);
@@ -172,6 +187,8 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
               python,
               limits: plan.limits,
               rlimits: plan.rlimits,
+              channel,
+              binds,
               execCgroups: tracking
                 ? new ExecCgroups(
                     tracking.dir,
@@ -314,6 +331,7 @@ async function prepareRoot(
   workdir: string,
   user: { uid: number; gid: number } | undefined,
   signal: AbortSignal | undefined,
+  binds: readonly ReadOnlyBind[] = [],
 ): Promise<string> {
   const root = join(state.dir, 'root');
   const abortable = signal ? { signal } : {};
@@ -341,6 +359,14 @@ async function prepareRoot(
   }
   // bwrap mounts over these as the sandbox user, who cannot create them in a root-owned rootfs.
   for (const dir of ['proc', 'dev', 'tmp']) await mkdir(join(root, dir), { recursive: true });
+  for (const bind of binds) {
+    const target = join(root, bind.target);
+    if (statSync(bind.source).isDirectory()) await mkdir(target, { recursive: true });
+    else {
+      await mkdir(dirname(target), { recursive: true });
+      await writeFile(target, '', { flag: 'a' });
+    }
+  }
   const mountPoint = join(root, workdir);
   await mkdir(mountPoint, { recursive: true });
   await chmod(mountPoint, 0o755);

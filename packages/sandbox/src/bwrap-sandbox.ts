@@ -6,6 +6,7 @@
 import { spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { ConfigError, deadlineSignal, SandboxError, sleep } from '@vime/core';
+import { FORWARDER, PROXY_SOCKET_IN_SANDBOX } from './bwrap-channel.js';
 import { BwrapSession } from './bwrap-session.js';
 import { SUPERVISOR } from './bwrap-supervisor.js';
 import type { ExecCgroups } from './cgroup.js';
@@ -14,7 +15,7 @@ import type { EffectiveLimits, Rlimits } from './limits.js';
 import { DEFAULT_MAX_READ_BYTES, readCap, tailOf, tooLarge } from './output.js';
 import { SANDBOX_MARKER_ENV } from './proc.js';
 import { type RunResult, runProcess } from './process.js';
-import type { OpOptions, ReadOptions } from './types.js';
+import type { OpOptions, ProxyChannel, ReadOnlyBind, ReadOptions } from './types.js';
 
 export interface BwrapConfig {
   bwrap: string;
@@ -34,6 +35,9 @@ export interface BwrapSandboxConfig extends BwrapConfig {
   rlimits: Rlimits;
   /** Per-exec cgroups (session mode, where a cgroup is writable). */
   execCgroups: ExecCgroups | undefined;
+  /** The proxy channel (session mode only): the socket bound in, the forwarder's port. */
+  channel: Required<ProxyChannel> | undefined;
+  binds: readonly ReadOnlyBind[];
 }
 
 export async function assertDir(path: string, what: string): Promise<void> {
@@ -81,6 +85,8 @@ export class BwrapSandbox extends HostSandbox {
       '--remount-ro',
       '/dev',
       ...sized('/tmp'),
+      ...(config.channel ? ['--ro-bind', config.channel.socketPath, PROXY_SOCKET_IN_SANDBOX] : []),
+      ...config.binds.flatMap((b) => ['--ro-bind', b.source, b.target]),
       '--bind',
       config.hostWork,
       config.workdir,
@@ -145,7 +151,19 @@ export class BwrapSandbox extends HostSandbox {
   /** Start (or restart) the sandbox's session and wait for its supervisor to report ready. */
   async startSession(signal?: AbortSignal): Promise<BwrapSession> {
     const { config } = this;
-    const argv = ['python3', '-c', SUPERVISOR, JSON.stringify(config.rlimits), config.execCgroups ? '4' : ''];
+    let argv = ['python3', '-c', SUPERVISOR, JSON.stringify(config.rlimits), config.execCgroups ? '4' : ''];
+    if (config.channel) {
+      const { port } = config.channel;
+      argv = [
+        'python3',
+        '-c',
+        FORWARDER,
+        PROXY_SOCKET_IN_SANDBOX,
+        String(port),
+        config.python!,
+        ...argv.slice(1),
+      ];
+    }
     const session = new BwrapSession(
       this.launch(this.bwrapArgs(argv, {}, config.python), false),
       config.execCgroups,

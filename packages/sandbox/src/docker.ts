@@ -6,6 +6,8 @@
  */
 import { ConfigError, type Logger, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
+import { resolveBinds, resolveChannel } from './bwrap-channel.js';
+import { channelMounts, startForwarder } from './docker-channel.js';
 import { DockerEngine } from './docker-engine.js';
 import { DockerSandbox, removeContainerSync } from './docker-sandbox.js';
 import {
@@ -117,8 +119,13 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
         const started = performance.now();
         const workdir = resolveWorkdir(spec?.workdir);
         const limits = resolveLimits(spec.limits);
+        // The engine mounts as its own user: only the sandbox user's access to the files themselves matters.
+        const channel = resolveChannel(spec, undefined);
+        const binds = resolveBinds(spec, workdir, undefined);
         const image = spec.image ?? options.defaultImage ?? DEFAULT_DOCKER_IMAGE;
         const info = await imageInfo(image, signal);
+        const mounts = channelMounts(channel, binds, info.hostUsr);
+        const hostLimits = dockerLimits(limits, options.ulimits);
         const id = newSandboxId(runOf(spec.labels));
         const labels = sandboxLabels(id, spec.labels);
         if (spec.lifetimeMs !== undefined) labels['vime.lifetime-ms'] = String(spec.lifetimeMs);
@@ -143,7 +150,8 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
             CapDrop: ['ALL'],
             SecurityOpt: ['no-new-privileges'],
             Binds: info.hostUsr ? ['/usr:/usr:ro'] : [],
-            ...dockerLimits(limits, options.ulimits),
+            ...hostLimits,
+            Mounts: [...(hostLimits.Mounts as unknown[]), ...mounts],
             ...options.hostConfig,
           },
         };
@@ -181,6 +189,7 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
             signal,
           });
           await engine.request('POST', `/containers/${containerId}/start`, { signal });
+          if (channel) await startForwarder(engine, containerId, channel, image, signal);
         } catch (error) {
           await remove();
           throw error;

@@ -1,4 +1,5 @@
 export { type BubblewrapProviderOptions, bubblewrapProvider } from './bubblewrap.js';
+export { PROXY_CHANNEL_PORT, PROXY_SOCKET_IN_SANDBOX } from './bwrap-channel.js';
 export {
   DEFAULT_DOCKER_IMAGE,
   type DockerProviderOptions,
@@ -44,6 +45,8 @@ export type {
   ExecOptions,
   ExecResult,
   OpOptions,
+  ProxyChannel,
+  ReadOnlyBind,
   ReadOptions,
   ResourceLimits,
   Sandbox,

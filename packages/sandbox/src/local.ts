@@ -6,6 +6,7 @@ import { cp, mkdir, open, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, posix } from 'node:path';
 import { type Logger, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
+import { refuseChannel } from './bwrap-channel.js';
 import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
 import { defaultRootDir, HostState } from './host-state.js';
 import { forwardWarnings, newSandboxId, runOf, sandboxLabels, withTrackedCreate } from './lifecycle.js';
@@ -50,6 +51,7 @@ export function localProvider(options: LocalProviderOptions = {}): SandboxProvid
       events,
       async create(spec: SandboxSpec, op: OpOptions = {}): Promise<Sandbox> {
         op.signal?.throwIfAborted();
+        refuseChannel(spec, 'local');
         if (spec.image !== undefined) {
           throw new SandboxError(
             `local sandboxes run on the host and cannot use image ${JSON.stringify(spec.image)}; ` +

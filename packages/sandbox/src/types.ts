@@ -39,6 +39,28 @@ export interface SandboxSpec {
   labels?: Record<string, string>;
   /** Maximum lifetime in milliseconds: terminated when it ends (and `reapOrphans({ olderThanMs })` finds leftovers). */
   lifetimeMs?: number;
+  /**
+   * The one endpoint the sandbox may reach (bubblewrap, docker): a host unix socket served inside the sandbox's own
+   * network namespace at `http://127.0.0.1:<port>`. Nothing else is reachable: not the host's loopback,
+   * not the outside.
+   */
+  proxy?: ProxyChannel | undefined;
+  /** Host files or folders visible read-only inside the sandbox (bubblewrap, docker): e.g. a harness binary. */
+  readOnlyBinds?: readonly ReadOnlyBind[] | undefined;
+}
+
+export interface ProxyChannel {
+  /** Absolute path of the host unix socket (the capture proxy's `socketPath`). */
+  socketPath: string;
+  /** Loopback port inside the sandbox that forwards to the socket (default `PROXY_CHANNEL_PORT`). */
+  port?: number | undefined;
+}
+
+export interface ReadOnlyBind {
+  /** Absolute host path. */
+  source: string;
+  /** Absolute path inside the sandbox (not below the work dir, `/tmp`, `/proc` or `/dev`). */
+  target: string;
 }
 
 /** What a backend can do beyond the common interface. */

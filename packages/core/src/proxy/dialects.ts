@@ -173,7 +173,8 @@ export const AnthropicRequestSchema = z.looseObject({
   messages: z
     .array(
       z.looseObject({
-        role: z.enum(['user', 'assistant']),
+        // Claude Code sends `system` messages between turns (environment notes, reminders).
+        role: z.enum(['user', 'assistant', 'system']),
         content: z.union([z.string(), z.array(AnthropicBlock)]),
       }),
     )
@@ -208,6 +209,10 @@ export function parseAnthropicRequest(
   for (const m of body.messages) {
     if (typeof m.content === 'string') {
       messages.push({ role: m.role, content: m.content });
+      continue;
+    }
+    if (m.role === 'system') {
+      messages.push({ role: 'system', content: partsText(m.content) });
       continue;
     }
     if (m.role === 'assistant') {

@@ -27,6 +27,7 @@ import {
 } from './server.js';
 import { finishThreads, replyMessage, SessionThreads, type StitchInfo } from './stitch.js';
 import { generateTurn, type WeightUpdatePolicy } from './turn.js';
+import { listenUnixSocket } from './unix-socket.js';
 
 export interface SessionOptions {
   /** Sampling for every turn of the session; what the harness sends is overridden (and reported). */
@@ -75,6 +76,11 @@ export interface CaptureProxyOptions {
   host?: string;
   /** Default 0: any free port. */
   port?: number;
+  /**
+   * Also listen on this unix socket (absolute path; created mode 0666, a stale socket replaced): the way a
+   * sandbox without a network reaches the proxy (see `@vime/sandbox`'s `SandboxSpec.proxy`).
+   */
+  socketPath?: string | undefined;
   /** Where turns are recorded (default: a new manager that decodes `prompt`/`response` text). */
   trajectories?: TrajectoryManager;
   /** Sampling for sessions opened without their own. */
@@ -137,6 +143,8 @@ export interface ProxyEvents {
 
 export interface CaptureProxy {
   url: string;
+  /** The unix socket the proxy also listens on (`options.socketPath`), if any. */
+  socketPath: string | undefined;
   events: EventEmitter<ProxyEvents>;
   trajectories: TrajectoryManager;
   /** The engine router: status, `add`/`remove` at run time, health, the circuit breaker, weight updates. */
@@ -549,9 +557,16 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     },
   );
   url = http.url;
+  const unix = options.socketPath
+    ? await listenUnixSocket(http.server, options.socketPath).catch(async (error: unknown) => {
+        await http.close();
+        throw error;
+      })
+    : undefined;
 
   return {
     url,
+    socketPath: unix?.path,
     events,
     trajectories,
     router,
@@ -566,7 +581,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     close: () =>
       new Promise<void>((resolve) => {
         for (const state of [...sessions.values()]) closeSession(state, 'proxy closed');
-        void http.close().then(() => router.close().then(resolve));
+        void Promise.all([http.close(), unix?.close()]).then(() => router.close().then(resolve));
       }),
   };
 }

@@ -1,0 +1,36 @@
+/**
+ * Claude Code, the real pinned binary, unmodified, in a bubblewrap sandbox that reaches only the capture
+ * proxy (Anthropic Messages, streamed): it reads the buggy file, edits it and stops, scripted by the
+ * stand-in engine in Qwen3's tool-call format. Graded in a fresh sandbox: reward 1; every trained token is
+ * what the engine sampled.
+ */
+import { describe, expect, it } from 'vitest';
+import { harnessOnOfflineTask, toolCall } from './__fixtures__/e2e.js';
+
+describe('claude-code in a bubblewrap sandbox, through the capture proxy', () => {
+  it('fixes an offline task (reward 1), and every trained token is what the engine sampled', async () => {
+    const { run, reward, samples, engineCalls } = await harnessOnOfflineTask(
+      'claude-code',
+      (results, fix) => {
+        if (results === 0) return `I will read the file first.\n${toolCall('Read', { file_path: fix.path })}`;
+        if (results === 1) {
+          return toolCall('Edit', { file_path: fix.path, old_string: fix.old, new_string: fix.new });
+        }
+        return 'The bug is fixed.';
+      },
+    );
+    expect(reward).toBe(1);
+    expect(samples.every((s) => s.reward === 1)).toBe(true);
+    expect(run.events.at(-1)).toMatchObject({ type: 'result', is_error: false, result: 'The bug is fixed.' });
+    const uses = run.events.flatMap((e) => {
+      const event = e as { type: string; message?: { content?: Array<{ type: string; name?: string }> } };
+      return event.type === 'assistant' && Array.isArray(event.message?.content)
+        ? event.message.content.filter((b) => b.type === 'tool_use').map((b) => b.name)
+        : [];
+    });
+    expect(uses).toEqual(['Read', 'Edit']);
+    // Three model turns and no other request reached the engine (no title, quota or token-count calls).
+    expect(run.turns).toHaveLength(3);
+    expect(engineCalls).toBe(3);
+  }, 300_000);
+});

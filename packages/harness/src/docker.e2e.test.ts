@@ -1,0 +1,43 @@
+/**
+ * Both real pinned harnesses, unmodified, in a docker sandbox that reaches only the capture proxy (the
+ * container keeps no network; the forwarder relays 127.0.0.1 to the bound socket): each applies the fix
+ * of an offline task, graded in a fresh sandbox; every trained token is what the engine sampled. Runs when
+ * a Docker engine answers (scripts/docker-up.sh; CI as root always has one).
+ */
+import { dockerAvailable } from '@vime/sandbox/testing';
+import { describe, expect, it } from 'vitest';
+import { harnessOnOfflineTask, toolCall } from './__fixtures__/e2e.js';
+
+describe.runIf(process.getuid?.() === 0 || dockerAvailable())('harnesses in a docker sandbox', () => {
+  it('codex fixes an offline task (reward 1) through the docker channel', async () => {
+    const { run, reward, engineCalls } = await harnessOnOfflineTask(
+      'codex',
+      (results, fix) =>
+        results === 0
+          ? `I will apply the fix.\n${toolCall('exec_command', { cmd: `git apply <<'VIME_PATCH'\n${fix.goldPatch}VIME_PATCH` })}`
+          : 'The bug is fixed.',
+      'docker',
+    );
+    expect(reward).toBe(1);
+    expect(run.turns).toHaveLength(2);
+    expect(engineCalls).toBe(2);
+  }, 300_000);
+
+  it('claude-code fixes an offline task (reward 1) through the docker channel', async () => {
+    const { run, reward, engineCalls } = await harnessOnOfflineTask(
+      'claude-code',
+      (results, fix) => {
+        if (results === 0) return `I will read the file first.\n${toolCall('Read', { file_path: fix.path })}`;
+        if (results === 1) {
+          return toolCall('Edit', { file_path: fix.path, old_string: fix.old, new_string: fix.new });
+        }
+        return 'The bug is fixed.';
+      },
+      'docker',
+    );
+    expect(reward).toBe(1);
+    expect(run.events.at(-1)).toMatchObject({ type: 'result', is_error: false, result: 'The bug is fixed.' });
+    expect(run.turns).toHaveLength(3);
+    expect(engineCalls).toBe(3);
+  }, 300_000);
+});

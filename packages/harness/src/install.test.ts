@@ -1,0 +1,166 @@
+/**
+ * Installing pinned harnesses: a tarball that does not match the pinned integrity is refused and nothing
+ * is kept (served by a real HTTP registry on loopback); a corrupted cache is fetched again, never used; a
+ * verified store is reused without the network; unknown harnesses and failing registries are clear errors.
+ */
+import { createHash } from 'node:crypto';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigError } from '@vime/core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { HarnessError } from './errors.js';
+import {
+  defaultHarnessCacheDir,
+  HARNESS_PACKAGES,
+  type HarnessKind,
+  installHarness,
+  tarballUrl,
+} from './install.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'vime-harness-install-'));
+let registry: Server;
+let registryUrl = '';
+const served: string[] = [];
+let body: Buffer | undefined = Buffer.from('not the pinned tarball');
+
+beforeAll(async () => {
+  registry = createServer((req, res) => {
+    served.push(req.url ?? '');
+    if (!body) {
+      res.writeHead(404).end('not found');
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(body);
+  });
+  await new Promise<void>((resolve) => registry.listen(0, '127.0.0.1', resolve));
+  registryUrl = `http://127.0.0.1:${(registry.address() as { port: number }).port}`;
+});
+afterAll(async () => {
+  await new Promise<void>((resolve) => registry.close(() => resolve()));
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const noNetwork: typeof fetch = () => Promise.reject(new Error('no network in this test'));
+
+describe('installHarness', () => {
+  it('pins each platform package by exact version and a sha512 integrity', () => {
+    for (const pkg of Object.values(HARNESS_PACKAGES)) {
+      expect(pkg.version).toMatch(/^\d+\.\d+\.\d+(-linux-x64)?$/);
+      expect(pkg.integrity).toMatch(/^sha512-[A-Za-z0-9+/]{86}==$/);
+    }
+    expect(tarballUrl(HARNESS_PACKAGES['claude-code'])).toBe(
+      'https://registry.npmjs.org/@anthropic-ai/claude-code-linux-x64/-/claude-code-linux-x64-2.1.332.tgz',
+    );
+    expect(tarballUrl(HARNESS_PACKAGES.codex, 'https://mirror.example/npm/')).toBe(
+      'https://mirror.example/npm/@openai/codex/-/codex-0.171.0-linux-x64.tgz',
+    );
+  });
+
+  it('refuses a tarball whose integrity is not the pinned one, keeping nothing', async () => {
+    const cacheDir = join(dir, 'cache-bad');
+    const storeDir = join(dir, 'store-bad');
+    const error = await installHarness('codex', { cacheDir, storeDir, registry: registryUrl }).catch(
+      (e: unknown) => e,
+    );
+    expect(HarnessError.isInstance(error)).toBe(true);
+    expect((error as HarnessError).code).toBe('integrity_mismatch');
+    const got = `sha512-${createHash('sha512').update(body!).digest('base64')}`;
+    expect(String(error)).toContain(got);
+    expect(String(error)).toContain(HARNESS_PACKAGES.codex.integrity);
+    expect(served.at(-1)).toBe('/@openai/codex/-/codex-0.171.0-linux-x64.tgz');
+    expect(readdirSync(cacheDir)).toEqual([]);
+    expect(readdirSync(storeDir)).toEqual([]);
+  });
+
+  it('fetches again over a corrupted cached tarball instead of unpacking it', async () => {
+    const cacheDir = join(dir, 'cache-corrupt');
+    const storeDir = join(dir, 'store-corrupt');
+    const cached = join(cacheDir, 'anthropic-ai+claude-code-linux-x64@2.1.332.tgz');
+    mkdirSync(cacheDir, { recursive: true });
+    writeFileSync(cached, 'corrupted bytes');
+    const before = served.length;
+    const error = await installHarness('claude-code', { cacheDir, storeDir, registry: registryUrl }).catch(
+      (e: unknown) => e,
+    );
+    expect(served.length).toBe(before + 1);
+    expect((error as HarnessError).code).toBe('integrity_mismatch');
+    expect(readdirSync(storeDir)).toEqual([]);
+  });
+
+  it('refuses a store another user could write or a symlinked one, before trusting its marker', async () => {
+    const open = join(dir, 'store-open');
+    mkdirSync(open, { mode: 0o777 });
+    chmodSync(open, 0o777);
+    const planted = join(open, 'anthropic-ai+claude-code-linux-x64@2.1.332');
+    mkdirSync(join(planted, 'package'), { recursive: true });
+    writeFileSync(join(planted, '.vime-integrity'), HARNESS_PACKAGES['claude-code'].integrity);
+    const error = await installHarness('claude-code', { storeDir: open, fetch: noNetwork }).catch(
+      (e: unknown) => e,
+    );
+    expect(ConfigError.isInstance(error)).toBe(true);
+    expect(String(error)).toMatch(/others cannot write.*mode 777/);
+    const link = join(dir, 'store-link');
+    symlinkSync(open, link);
+    await expect(installHarness('claude-code', { storeDir: link, fetch: noNetwork })).rejects.toThrow(
+      /a symlink/,
+    );
+  });
+
+  it('answers a failing registry and an unknown harness with clear errors', async () => {
+    body = undefined;
+    const error = await installHarness('codex', {
+      cacheDir: join(dir, 'cache-404'),
+      storeDir: join(dir, 'store-404'),
+      registry: registryUrl,
+    }).catch((e: unknown) => e);
+    expect((error as HarnessError).code).toBe('harness_install');
+    expect(String(error)).toMatch(/answered 404/);
+    const unreachable = await installHarness('codex', {
+      cacheDir: join(dir, 'cache-down'),
+      storeDir: join(dir, 'store-down'),
+      fetch: noNetwork,
+    }).catch((e: unknown) => e);
+    expect((unreachable as HarnessError).code).toBe('harness_install');
+    const unknown = await installHarness('aider' as HarnessKind).catch((e: unknown) => e);
+    expect(ConfigError.isInstance(unknown)).toBe(true);
+    expect(String(unknown)).toMatch(/claude-code, codex/);
+  });
+
+  it('installs the real package once, then reuses the verified store without the network', async () => {
+    const storeDir = join(dir, 'store-real');
+    const installed = await installHarness('claude-code', { storeDir });
+    const bin = join(installed.dir, HARNESS_PACKAGES['claude-code'].bin);
+    expect(statSync(bin).mode & 0o755).toBe(0o755);
+    // The tarball is in the user's cache; the store is reused, and a fresh store unpacks from the cache.
+    expect(existsSync(join(defaultHarnessCacheDir(), 'anthropic-ai+claude-code-linux-x64@2.1.332.tgz'))).toBe(
+      true,
+    );
+    const again = await installHarness('claude-code', { storeDir, fetch: noNetwork });
+    expect(again.dir).toBe(installed.dir);
+    const fresh = await installHarness('claude-code', {
+      storeDir: join(dir, 'store-fresh'),
+      fetch: noNetwork,
+    });
+    expect(statSync(join(fresh.dir, HARNESS_PACKAGES['claude-code'].bin)).size).toBe(statSync(bin).size);
+  }, 180_000);
+});
+
+describe('defaultHarnessCacheDir', () => {
+  it('is VIME_HARNESS_CACHE, else under XDG_CACHE_HOME, else ~/.cache', () => {
+    expect(defaultHarnessCacheDir({ VIME_HARNESS_CACHE: '/c' })).toBe('/c');
+    expect(defaultHarnessCacheDir({ XDG_CACHE_HOME: '/x' })).toBe('/x/vime/harness');
+    expect(defaultHarnessCacheDir({})).toMatch(/\.cache\/vime\/harness$/);
+  });
+});

@@ -1,0 +1,219 @@
+/**
+ * Harness binaries from the npm registry, pinned by version and integrity: the tarball is fetched once
+ * into a host cache, its sha512 checked against the pin (on download and before every extraction), and
+ * unpacked into a store folder every user can read, from where the sandbox binds it read-only. No Node
+ * and no toolchain: both packages ship a native Linux x64 executable.
+ */
+import { spawn } from 'node:child_process';
+import { createHash, randomUUID } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { chmod, lstat, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { homedir, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { ConfigError } from '@vime/core';
+import { HarnessError } from './errors.js';
+
+export type HarnessKind = 'claude-code' | 'codex';
+
+export interface HarnessPackage {
+  /** The npm package holding the platform binary. */
+  name: string;
+  version: string;
+  /** The registry's `dist.integrity` of the tarball (SRI, sha512). */
+  integrity: string;
+  /** The executable, relative to the unpacked tarball's `package/` folder. */
+  bin: string;
+  /** Folders (relative to `package/`) the harness wants on its PATH. */
+  path: readonly string[];
+}
+
+/**
+ * The pinned harness builds: the platform packages, so no Node is needed in the sandbox (the wrapper
+ * `@anthropic-ai/claude-code` needs Node 22; `@openai/codex@0.171.0` resolves to this platform build).
+ */
+export const HARNESS_PACKAGES: Readonly<Record<HarnessKind, HarnessPackage>> = {
+  'claude-code': {
+    name: '@anthropic-ai/claude-code-linux-x64',
+    version: '2.1.332',
+    integrity:
+      'sha512-f4JWhzwYutJIHScC7/dYOPX6s28tt7ZADhsOi8zwOHq5fFPEuUeChh2NMfinSg0GrUckYxaeebC4h0DqiKzLcw==',
+    bin: 'claude',
+    path: [],
+  },
+  codex: {
+    name: '@openai/codex',
+    version: '0.171.0-linux-x64',
+    integrity:
+      'sha512-l66NZkQgdk2C3pbcfULDz42yEUB581MVA6I+Y43Wp4OIqEy73HCdmZ0GTjeAHY2ycuH4N00d9VsLrwT1jxshTw==',
+    bin: 'vendor/x86_64-unknown-linux-musl/bin/codex',
+    path: ['vendor/x86_64-unknown-linux-musl/bin', 'vendor/x86_64-unknown-linux-musl/codex-path'],
+  },
+};
+
+export const DEFAULT_NPM_REGISTRY = 'https://registry.npmjs.org';
+
+export interface InstallOptions {
+  /** Downloaded tarballs (default `defaultHarnessCacheDir()`). */
+  cacheDir?: string | undefined;
+  /** Unpacked packages, readable by the sandbox user (default `<tmpdir>/vime-harness`). */
+  storeDir?: string | undefined;
+  /** Registry base URL (default `DEFAULT_NPM_REGISTRY`). */
+  registry?: string | undefined;
+  fetch?: typeof fetch | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+export interface InstalledHarness {
+  kind: HarnessKind;
+  package: HarnessPackage;
+  /** The unpacked `package/` folder on the host (bind it read-only into the sandbox). */
+  dir: string;
+}
+
+/** The tarball cache: `VIME_HARNESS_CACHE`, else `$XDG_CACHE_HOME/vime/harness`, else `~/.cache/vime/harness`. */
+export function defaultHarnessCacheDir(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.VIME_HARNESS_CACHE) return env.VIME_HARNESS_CACHE;
+  return join(env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'vime', 'harness');
+}
+
+/** The registry URL of a package's tarball (`<registry>/<name>/-/<base>-<version>.tgz`). */
+export function tarballUrl(pkg: HarnessPackage, registry = DEFAULT_NPM_REGISTRY): string {
+  const base = pkg.name.split('/').pop()!;
+  return `${registry.replace(/\/+$/, '')}/${pkg.name}/-/${base}-${pkg.version}.tgz`;
+}
+
+/** Fetch (once), verify and unpack a pinned harness; concurrent installs of one package are safe. */
+export async function installHarness(
+  kind: HarnessKind,
+  options: InstallOptions = {},
+): Promise<InstalledHarness> {
+  const pkg = HARNESS_PACKAGES[kind];
+  if (!pkg) {
+    throw new ConfigError(
+      `harness ${JSON.stringify(kind)} is unknown; expected one of ${Object.keys(HARNESS_PACKAGES).join(', ')}`,
+    );
+  }
+  const flat = `${pkg.name.replace(/^@/, '').replace('/', '+')}@${pkg.version}`;
+  const storeDir = options.storeDir ?? join(tmpdir(), 'vime-harness');
+  const dir = join(storeDir, flat);
+  const marker = join(dir, '.vime-integrity');
+  await mkdir(storeDir, { recursive: true, mode: 0o755 });
+  await assertOwnStore(storeDir);
+  // The sandbox user reads the package from here, whatever this process's umask.
+  await chmod(storeDir, 0o755);
+  if ((await readFile(marker, 'utf8').catch(() => '')) === pkg.integrity) {
+    return { kind, package: pkg, dir: join(dir, 'package') };
+  }
+  const cacheDir = options.cacheDir ?? defaultHarnessCacheDir();
+  await mkdir(cacheDir, { recursive: true });
+  const tarball = join(cacheDir, `${flat}.tgz`);
+  const cached = await stat(tarball).catch(() => undefined);
+  if (!cached || (await sriOf(tarball)) !== pkg.integrity) {
+    await download(pkg, tarball, options);
+  }
+  // Unpack beside the target, then rename into place: a reader never sees half a package.
+  const staging = join(storeDir, `.${flat}.${randomUUID().slice(0, 8)}`);
+  await mkdir(staging, { mode: 0o755 });
+  try {
+    await untar(tarball, staging, options.signal);
+    await run('chmod', ['-R', 'a+rX', staging], options.signal);
+    await writeFile(join(staging, '.vime-integrity'), pkg.integrity);
+    await rm(dir, { recursive: true, force: true });
+    await rename(staging, dir).catch(async (error: NodeJS.ErrnoException) => {
+      // Another install won the race: its copy is the same verified package.
+      if ((await readFile(marker, 'utf8').catch(() => '')) !== pkg.integrity) throw error;
+    });
+  } finally {
+    await rm(staging, { recursive: true, force: true });
+  }
+  return { kind, package: pkg, dir: join(dir, 'package') };
+}
+
+/**
+ * The store is trusted by its marker alone, so nobody else may write there: it must be a real folder of
+ * this user that no other user can write (the default lives in the shared temp dir, where another user
+ * could otherwise plant a package under the right name).
+ */
+async function assertOwnStore(storeDir: string): Promise<void> {
+  const st = await lstat(storeDir);
+  const uid = process.getuid?.();
+  if (!st.isDirectory() || (uid !== undefined && st.uid !== uid) || (st.mode & 0o022) !== 0) {
+    throw new ConfigError(
+      `harness store ${JSON.stringify(storeDir)} must be a folder owned by this user (uid ${uid}) that others cannot write; it is ${st.isSymbolicLink() ? 'a symlink' : `owned by uid ${st.uid} with mode ${(st.mode & 0o777).toString(8)}`}. Remove it or pass storeDir`,
+    );
+  }
+}
+
+async function download(pkg: HarnessPackage, tarball: string, options: InstallOptions): Promise<void> {
+  const url = tarballUrl(pkg, options.registry);
+  const doFetch = options.fetch ?? fetch;
+  let response: Response;
+  try {
+    response = await doFetch(url, options.signal ? { signal: options.signal } : {});
+  } catch (error) {
+    if (options.signal?.aborted) throw error;
+    throw new HarnessError(
+      'harness_install',
+      `fetching ${pkg.name}@${pkg.version} from ${url} failed: ${String(error)}; check the registry (options.registry) is reachable`,
+      { cause: error },
+    );
+  }
+  if (!response.ok || !response.body) {
+    throw new HarnessError(
+      'harness_install',
+      `fetching ${pkg.name}@${pkg.version} from ${url} answered ${response.status}; check the registry (options.registry) serves it`,
+      { data: { status: response.status } },
+    );
+  }
+  const partial = `${tarball}.${randomUUID().slice(0, 8)}.part`;
+  const hash = createHash('sha512');
+  try {
+    const body = Readable.fromWeb(response.body as import('node:stream/web').ReadableStream);
+    body.on('data', (chunk: Buffer) => hash.update(chunk));
+    await pipeline(body, createWriteStream(partial), options.signal ? { signal: options.signal } : {});
+    const got = `sha512-${hash.digest('base64')}`;
+    if (got !== pkg.integrity) {
+      throw new HarnessError(
+        'integrity_mismatch',
+        `${pkg.name}@${pkg.version} from ${url} has integrity ${got}, not the pinned ${pkg.integrity}: the registry served a different tarball; nothing was installed`,
+        { data: { url, expected: pkg.integrity, got } },
+      );
+    }
+    await rename(partial, tarball);
+  } finally {
+    await rm(partial, { force: true });
+  }
+}
+
+async function sriOf(path: string): Promise<string> {
+  const hash = createHash('sha512');
+  await pipeline(createReadStream(path), hash);
+  return `sha512-${hash.digest('base64')}`;
+}
+
+function untar(tarball: string, into: string, signal: AbortSignal | undefined): Promise<void> {
+  return run('tar', ['-xzf', tarball, '-C', into, '--no-same-owner', '--no-same-permissions'], signal);
+}
+
+function run(command: string, args: string[], signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      ...(signal ? { signal } : {}),
+    });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    child.once('error', reject);
+    child.once('close', (code) =>
+      code === 0
+        ? resolve()
+        : reject(
+            new HarnessError('harness_install', `${command} ${args.join(' ')} failed: ${stderr.trim()}`),
+          ),
+    );
+  });
+}
