@@ -5,6 +5,7 @@
  */
 import { parseArgs } from 'node:util';
 import { ConfigError, parseDuration } from '@vime/core';
+import { AGENT_KINDS, type AgentKind } from '@vime/harness';
 import { z } from 'zod';
 
 export const ConfigSchema = z.object({
@@ -53,6 +54,10 @@ export const ConfigSchema = z.object({
   validate: z.boolean().default(true),
   resume: z.string().optional(),
   mode: z.enum(['sync', 'async']).default('sync'),
+  /** The agent of a sample whose row sets no `agent` (`metadata.agent`). */
+  agent: z.enum(AGENT_KINDS as [AgentKind, ...AgentKind[]]).default('mini-swe-agent'),
+  /** Wall-clock budget of a harness run (`claude-code`, `codex`); the harness is killed at its end. */
+  agentTimeoutMs: z.number().int().positive().default(600_000),
   /** Agent budget: model calls per rollout (`AGENT_MAX_TURNS`). */
   maxTurns: z.number().int().nonnegative().default(12),
   execTimeoutMs: z.number().int().positive().default(60_000),
@@ -115,7 +120,10 @@ Flags (environment variable in brackets; a flag wins over its variable):
   --no-pool                no warm pools: every claim creates a sandbox on demand [SANDBOX_NO_POOL=1]
   --pool-suffix TEXT       appended to pool names [SWESMITH_POOL_SUFFIX]
   --no-validate            skip the baseline check of the dataset (unchanged fails, gold resolves)
-  --max-turns N            model calls per rollout (default 12) [AGENT_MAX_TURNS]
+  --agent KIND             mini-swe-agent | claude-code | codex: the agent of a row that names none in
+                           its agent field (metadata.agent) (default mini-swe-agent)
+  --agent-timeout DURATION wall-clock budget of a claude-code or codex run (default 10m)
+  --max-turns N            model calls per rollout of mini-swe-agent (default 12) [AGENT_MAX_TURNS]
   --eval-timeout DURATION  test run timeout of one grade (default 900s) [AGENT_EVAL_TIMEOUT_SEC]
   --rollout-deadline DURATION  whole-rollout deadline, grading included (default 20m)
   --hacks zero|flag        a detected hack scores 0 (default), or is only counted
@@ -160,6 +168,8 @@ const FLAGS = {
   'no-pool': { type: 'boolean' },
   'pool-suffix': { type: 'string' },
   'no-validate': { type: 'boolean' },
+  agent: { type: 'string' },
+  'agent-timeout': { type: 'string' },
   'max-turns': { type: 'string' },
   'eval-timeout': { type: 'string' },
   'rollout-deadline': { type: 'string' },
@@ -190,6 +200,8 @@ const NAMES: Record<string, string> = {
   onWeightUpdate: '--on-weight-update',
   perRepo: '--per-repo / SWESMITH_PER_REPO',
   poolReplicas: '--pool-replicas / SANDBOX_POOL_REPLICAS',
+  agent: '--agent',
+  agentTimeoutMs: '--agent-timeout',
   maxTurns: '--max-turns / AGENT_MAX_TURNS',
   gradeTimeoutMs: '--eval-timeout / AGENT_EVAL_TIMEOUT_SEC',
   rolloutGuardMs: '--rollout-deadline',
@@ -278,6 +290,8 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     noPool: values['no-pool'],
     poolSuffix: values['pool-suffix'],
     validate: values['no-validate'] ? false : undefined,
+    agent: values.agent,
+    agentTimeoutMs: ms(values['agent-timeout'], '--agent-timeout'),
     maxTurns: whole(values['max-turns'], '--max-turns'),
     gradeTimeoutMs: ms(values['eval-timeout'], '--eval-timeout'),
     rolloutGuardMs: ms(values['rollout-deadline'], '--rollout-deadline'),
