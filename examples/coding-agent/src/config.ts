@@ -58,6 +58,8 @@ export const ConfigSchema = z.object({
   agent: z.enum(AGENT_KINDS as [AgentKind, ...AgentKind[]]).default('mini-swe-agent'),
   /** Wall-clock budget of a harness run (`claude-code`, `codex`); the harness is killed at its end. */
   agentTimeoutMs: z.number().int().positive().default(600_000),
+  /** npm registry the pinned harness tarballs come from (a mirror; default the public registry). */
+  harnessRegistry: z.url().optional(),
   /** Agent budget: model calls per rollout (`AGENT_MAX_TURNS`). */
   maxTurns: z.number().int().nonnegative().default(12),
   execTimeoutMs: z.number().int().positive().default(60_000),
@@ -123,6 +125,8 @@ Flags (environment variable in brackets; a flag wins over its variable):
   --agent KIND             mini-swe-agent | claude-code | codex: the agent of a row that names none in
                            its agent field (metadata.agent) (default mini-swe-agent)
   --agent-timeout DURATION wall-clock budget of a claude-code or codex run (default 10m)
+  --harness-registry URL   npm registry (a mirror) the pinned harness tarballs are fetched from, once
+                           (default https://registry.npmjs.org; checked against the pinned sha512)
   --max-turns N            model calls per rollout of mini-swe-agent (default 12) [AGENT_MAX_TURNS]
   --eval-timeout DURATION  test run timeout of one grade (default 900s) [AGENT_EVAL_TIMEOUT_SEC]
   --rollout-deadline DURATION  whole-rollout deadline, grading included (default 20m)
@@ -170,6 +174,7 @@ const FLAGS = {
   'no-validate': { type: 'boolean' },
   agent: { type: 'string' },
   'agent-timeout': { type: 'string' },
+  'harness-registry': { type: 'string' },
   'max-turns': { type: 'string' },
   'eval-timeout': { type: 'string' },
   'rollout-deadline': { type: 'string' },
@@ -202,6 +207,7 @@ const NAMES: Record<string, string> = {
   poolReplicas: '--pool-replicas / SANDBOX_POOL_REPLICAS',
   agent: '--agent',
   agentTimeoutMs: '--agent-timeout',
+  harnessRegistry: '--harness-registry',
   maxTurns: '--max-turns / AGENT_MAX_TURNS',
   gradeTimeoutMs: '--eval-timeout / AGENT_EVAL_TIMEOUT_SEC',
   rolloutGuardMs: '--rollout-deadline',
@@ -292,6 +298,7 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     validate: values['no-validate'] ? false : undefined,
     agent: values.agent,
     agentTimeoutMs: ms(values['agent-timeout'], '--agent-timeout'),
+    harnessRegistry: values['harness-registry'],
     maxTurns: whole(values['max-turns'], '--max-turns'),
     gradeTimeoutMs: ms(values['eval-timeout'], '--eval-timeout'),
     rolloutGuardMs: ms(values['rollout-deadline'], '--rollout-deadline'),

@@ -173,7 +173,7 @@ export function harnessRolloutOf({ config, proxy, pools, model, onClaim }: Harne
   const install = (kind: HarnessKind, signal: AbortSignal) => {
     let pending = installs.get(kind);
     if (!pending) {
-      pending = installHarness(kind, { signal });
+      pending = installHarness(kind, { registry: config.harnessRegistry, signal });
       pending.catch(() => installs.delete(kind));
       installs.set(kind, pending);
     }

@@ -8,14 +8,14 @@
  * sampled replies and nothing else.
  */
 import { spawn } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { decodeSamples, loadTokenizer, type Sample, type TaskSpec } from '@vime/core';
 import { claudeCodeScript, codexScript, fixOf, oneLineFix, type Script } from '@vime/harness/standin';
 import { buildOfflineTaskSet } from '@vime/swe';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, onTestFinished } from 'vitest';
 import { bundledTokenizerDir } from '../src/loop.js';
 
 declare module 'vitest' {
@@ -27,10 +27,11 @@ declare module 'vitest' {
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 const CLI = 'examples/coding-agent/src/main.ts';
 
-function runCli(args: string[], timeoutMs: number) {
+function runCli(args: string[], timeoutMs: number, env: Record<string, string> = {}) {
   return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
     const child = spawn(process.execPath, ['--import', 'tsx', '--conditions=@vime/source', CLI, ...args], {
       cwd: root,
+      env: { ...process.env, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';
@@ -155,5 +156,43 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
       expect(tokenizer.decode(ids)).toBe(replies);
       expect(logprobs.every((l) => Number.isFinite(l) && l <= 0)).toBe(true);
     }
+  });
+
+  it('a harness that cannot be installed fails its rollout as an infrastructure failure, never reward 0', {
+    timeout: 200_000,
+  }, async () => {
+    // An empty cache and store and a registry that refuses connections: the install cannot succeed.
+    // Its own temp dir (the store's home), walkable by the sandbox user like the system's.
+    const fresh = await mkdtemp(join(tmpdir(), 'vime-no-install-'));
+    await chmod(fresh, 0o755);
+    await mkdir(join(fresh, 'cache'));
+    onTestFinished(() => rm(fresh, { recursive: true, force: true }));
+    const out = join(tmp, 'no-install');
+    const run = await runCli(
+      [
+        ...['--dataset', dataset, '--out', out, '--steps', '1', '--prompts', '3', '--samples', '1'],
+        ...['--concurrency', '3', '--pool-replicas', '0', '--no-validate', '--quiet'],
+        ...['--harness-registry', 'http://127.0.0.1:9'],
+      ],
+      180_000,
+      { TMPDIR: fresh, VIME_HARNESS_CACHE: join(fresh, 'cache') },
+    );
+    expect(run.code, `${run.stdout.slice(-2000)}\n${run.stderr.slice(-3000)}`).toBe(0);
+    const results = JSON.parse(await readFile(join(out, 'steps', '1.results.json'), 'utf8')) as Array<{
+      taskId: string;
+      status: string;
+      reward?: number;
+      error?: unknown;
+    }>;
+    for (const task of [tasks['claude-code'], tasks.codex]) {
+      const result = results.find((r) => r.taskId === task.id)!;
+      expect(result.status, JSON.stringify(result)).toBe('failed');
+      expect(result.reward).toBeUndefined();
+      expect(JSON.stringify(result.error)).toContain('harness_install');
+      expect(JSON.stringify(result.error)).toContain('127.0.0.1:9');
+    }
+    // Their groups are dropped: no row of theirs is trained; the default agent's row is.
+    const rows = decodeSamples(await readFile(join(out, 'steps', '1.msgpack')));
+    expect(new Set(rows.map((r) => r.label))).toEqual(new Set([tasks.default.id]));
   });
 });
