@@ -32,8 +32,7 @@ import { expect, inject } from 'vitest';
 import { qwen3Dir } from './tokenizer.js';
 import { type HarnessKind, installHarness } from '../install.js';
 import { agentOf, type HarnessRun, harnessSandboxSpec, runHarness } from '../run.js';
-import { type Fix, oneLineFix, type Script, toolResultsIn } from '../standin.js';
-
+import { fixOf, oneLineFix, type Script, toolResultsIn } from '../standin.js';
 
 interface Call {
   inputIds: Int32Array;
@@ -69,13 +68,7 @@ export async function harnessOnOfflineTask(kind: HarnessKind, script: Script): P
   const found = set.tasks.find((t) => oneLineFix(t) !== undefined);
   if (!found) throw new Error('the offline set has no task with a one-line gold patch');
   const task: TaskSpec = { ...found, metadata: { ...found.metadata, agent: kind } };
-  const line = oneLineFix(task)!;
-  const fix: Fix = {
-    path: `${task.workdir}/${line.file}`,
-    old: line.old,
-    new: line.new,
-    goldPatch: task.goldPatch!,
-  };
+  const fix = fixOf(task)!;
   expect(agentOf(task.metadata)).toBe(kind);
   const pools = new SwePools(bubblewrapProvider({ rootDir: join(work, 'grade') }), set.tasks, {
     kind: 'bubblewrap',
