@@ -36,7 +36,11 @@ describe('mini-swe-agent text protocol', () => {
 describe('stand-in coding policy', () => {
   const patch =
     'diff --git a/lib/m.py b/lib/m.py\n--- a/lib/m.py\n+++ b/lib/m.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n';
-  const task = { problemStatement: 'The value of x is wrong when computing totals.', goldPatch: patch };
+  const task = {
+    problemStatement: 'The value of x is wrong when computing totals.',
+    goldPatch: patch,
+    workdir: '/testbed',
+  };
 
   it('explores, then fixes, then submits, reading its state from the conversation', () => {
     const policy = codingAgentPolicy([task], { odds: { gold: 1, wrong: 0, malformed: 0 } });

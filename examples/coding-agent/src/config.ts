@@ -5,6 +5,7 @@
  */
 import { parseArgs } from 'node:util';
 import { ConfigError, parseDuration } from '@vime/core';
+import { AGENT_KINDS, type AgentKind } from '@vime/harness';
 import { z } from 'zod';
 
 export const ConfigSchema = z.object({
@@ -53,6 +54,12 @@ export const ConfigSchema = z.object({
   validate: z.boolean().default(true),
   resume: z.string().optional(),
   mode: z.enum(['sync', 'async']).default('sync'),
+  /** The agent of a sample whose row sets no `agent` (`metadata.agent`). */
+  agent: z.enum(AGENT_KINDS as [AgentKind, ...AgentKind[]]).default('mini-swe-agent'),
+  /** Wall-clock budget of a harness run (`claude-code`, `codex`); the harness is killed at its end. */
+  agentTimeoutMs: z.number().int().positive().default(600_000),
+  /** npm registry the pinned harness tarballs come from (a mirror; default the public registry). */
+  harnessRegistry: z.url().optional(),
   /** Agent budget: model calls per rollout (`AGENT_MAX_TURNS`). */
   maxTurns: z.number().int().nonnegative().default(12),
   execTimeoutMs: z.number().int().positive().default(60_000),
@@ -115,7 +122,12 @@ Flags (environment variable in brackets; a flag wins over its variable):
   --no-pool                no warm pools: every claim creates a sandbox on demand [SANDBOX_NO_POOL=1]
   --pool-suffix TEXT       appended to pool names [SWESMITH_POOL_SUFFIX]
   --no-validate            skip the baseline check of the dataset (unchanged fails, gold resolves)
-  --max-turns N            model calls per rollout (default 12) [AGENT_MAX_TURNS]
+  --agent KIND             mini-swe-agent | claude-code | codex: the agent of a row that names none in
+                           its agent field (metadata.agent) (default mini-swe-agent)
+  --agent-timeout DURATION wall-clock budget of a claude-code or codex run (default 10m)
+  --harness-registry URL   npm registry (a mirror) the pinned harness tarballs are fetched from, once
+                           (default https://registry.npmjs.org; checked against the pinned sha512)
+  --max-turns N            model calls per rollout of mini-swe-agent (default 12) [AGENT_MAX_TURNS]
   --eval-timeout DURATION  test run timeout of one grade (default 900s) [AGENT_EVAL_TIMEOUT_SEC]
   --rollout-deadline DURATION  whole-rollout deadline, grading included (default 20m)
   --hacks zero|flag        a detected hack scores 0 (default), or is only counted
@@ -160,6 +172,9 @@ const FLAGS = {
   'no-pool': { type: 'boolean' },
   'pool-suffix': { type: 'string' },
   'no-validate': { type: 'boolean' },
+  agent: { type: 'string' },
+  'agent-timeout': { type: 'string' },
+  'harness-registry': { type: 'string' },
   'max-turns': { type: 'string' },
   'eval-timeout': { type: 'string' },
   'rollout-deadline': { type: 'string' },
@@ -190,6 +205,9 @@ const NAMES: Record<string, string> = {
   onWeightUpdate: '--on-weight-update',
   perRepo: '--per-repo / SWESMITH_PER_REPO',
   poolReplicas: '--pool-replicas / SANDBOX_POOL_REPLICAS',
+  agent: '--agent',
+  agentTimeoutMs: '--agent-timeout',
+  harnessRegistry: '--harness-registry',
   maxTurns: '--max-turns / AGENT_MAX_TURNS',
   gradeTimeoutMs: '--eval-timeout / AGENT_EVAL_TIMEOUT_SEC',
   rolloutGuardMs: '--rollout-deadline',
@@ -278,6 +296,9 @@ export function parseConfig(argv: string[], env: Record<string, string | undefin
     noPool: values['no-pool'],
     poolSuffix: values['pool-suffix'],
     validate: values['no-validate'] ? false : undefined,
+    agent: values.agent,
+    agentTimeoutMs: ms(values['agent-timeout'], '--agent-timeout'),
+    harnessRegistry: values['harness-registry'],
     maxTurns: whole(values['max-turns'], '--max-turns'),
     gradeTimeoutMs: ms(values['eval-timeout'], '--eval-timeout'),
     rolloutGuardMs: ms(values['rollout-deadline'], '--rollout-deadline'),

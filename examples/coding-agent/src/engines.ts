@@ -63,7 +63,7 @@ export async function startEngines(
     };
   }
   const policy = codingAgentPolicy(
-    tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '' })),
+    tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '', workdir: t.workdir })),
     { odds: config.odds, seed: config.seed },
   );
   const standIns: StandInEngine[] = [];

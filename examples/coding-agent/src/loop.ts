@@ -38,6 +38,7 @@ import type { RowVerdict } from '@vime/swe';
 import { type Config, ConfigSchema } from './config.js';
 import { startEngines } from './engines.js';
 import { createStepGroups, doneSiblings, rollOutGroups, type StepGroups, scoredOf } from './groups.js';
+import { checkAgents, harnessSocket } from './harness-rollout.js';
 import { sampleEngines, writeRunReport } from './report.js';
 import { codingAgentRollout } from './rollout.js';
 import { openRunSinks } from './sinks.js';
@@ -242,15 +243,20 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     signal: io.signal,
   });
   let engines: Awaited<ReturnType<typeof startEngines>>;
+  let socket: Awaited<ReturnType<typeof harnessSocket>> = { socketPath: undefined, close: async () => {} };
   try {
+    // Claude Code and Codex reach the proxy only through its unix socket, bound into their sandboxes.
+    socket = await harnessSocket(checkAgents(tasks, config));
     engines = await startEngines(config, tasks, tokenizer, io.log, io.signal);
   } catch (error) {
     await pools.close();
+    await socket.close();
     throw error;
   }
   const proxy = await startCaptureProxy({
     engine: engines.engines,
     tokenizer,
+    socketPath: socket.socketPath,
     onWeightUpdate: config.onWeightUpdate,
     router: {
       healthIntervalMs: config.engineHealthIntervalMs,
@@ -290,6 +296,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     });
   } catch (error) {
     await Promise.all([proxy.close(), pools.close(), engines.close()]);
+    await socket.close();
     if (fresh) await rm(out, { recursive: true, force: true });
     throw error;
   }
@@ -480,6 +487,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     await sinks.close();
     await pools.close();
     await proxy.close();
+    await socket.close();
     units = queue.stats;
     await queue.close();
     await engines.close();

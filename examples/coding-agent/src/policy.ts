@@ -1,16 +1,20 @@
 /**
  * The stand-in engine's scripted policy for this example: a stand-in for a model, never presented as one.
  * Per rollout it explores the repository, then applies the gold fix, a wrong fix, or malformed output
- * with configurable odds (so groups get mixed rewards), then submits. It is stateless: the conversation so
+ * with configurable odds (so groups get mixed rewards), then submits. Prompts of Claude Code and Codex get
+ * the harness scripts of `@vime/harness/standin` (tool calls in Qwen3's format that apply the gold fix). It is stateless: the conversation so
  * far (the prompt text the engine receives) tells it where it is.
  */
 import { seededRandom } from '@vime/core';
+import { fixOf, HARNESS_SCRIPTS, harnessOfPrompt, toolResultsIn } from '@vime/harness/standin';
 import { ACTION_FENCE, SUBMIT_SENTINEL } from './templates.js';
 
 export interface PolicyTask {
   /** Text that identifies the task inside the prompt (its problem statement). */
   problemStatement: string;
   goldPatch: string;
+  /** The repository's folder in the sandbox (where a harness script edits). */
+  workdir: string;
 }
 
 export interface PolicyOdds {
@@ -34,6 +38,14 @@ export function codingAgentPolicy(tasks: PolicyTask[], options: { odds?: PolicyO
   const random = seededRandom(options.seed ?? 1);
   return (promptText: string): string => {
     const task = tasks.find((t) => promptText.includes(t.problemStatement.slice(0, 200)));
+    // Claude Code and Codex (known by the tools they declare): the harness scripts, which apply the gold fix.
+    const harness = harnessOfPrompt(promptText);
+    if (harness) {
+      const fix = task && fixOf(task);
+      return fix
+        ? HARNESS_SCRIPTS[harness](toolResultsIn(promptText), fix)
+        : 'I cannot find the issue text; I stop.';
+    }
     if (!task)
       return reply('I cannot find the issue text; I will submit without changes.', `echo ${SUBMIT_SENTINEL}`);
     const file = patchedFiles(task.goldPatch)[0] ?? '.';

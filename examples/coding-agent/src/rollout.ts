@@ -9,15 +9,15 @@ import { randomUUID } from 'node:crypto';
 import {
   type CaptureProxy,
   EngineError,
-  GradingError,
   type RolloutContext,
   type RolloutOutcome,
   type TaskSpec,
 } from '@vime/core';
-import { captureAgentPatch, gradeInFreshSandbox, type SwePools, setupSweTask } from '@vime/swe';
+import { type SwePools, setupSweTask } from '@vime/swe';
 import OpenAI from 'openai';
 import { runAgent } from './agent.js';
 import type { Config } from './config.js';
+import { agentOfTask, gradeRollout, harnessRolloutOf } from './harness-rollout.js';
 
 export interface RolloutDeps {
   config: Config;
@@ -29,8 +29,12 @@ export interface RolloutDeps {
   onClaim?: () => void;
 }
 
-export function codingAgentRollout({ config, proxy, pools, model, onClaim }: RolloutDeps) {
+export function codingAgentRollout(deps: RolloutDeps) {
+  const { config, proxy, pools, model, onClaim } = deps;
+  const harnessRollout = harnessRolloutOf(deps);
   return async (task: TaskSpec, ctx: RolloutContext): Promise<RolloutOutcome> => {
+    const agentKind = agentOfTask(task, config.agent);
+    if (agentKind !== 'mini-swe-agent') return harnessRollout(agentKind, task, ctx);
     const { signal } = ctx;
     // claim/setup/agent/eval are timed by ctx.phase (a failure inside one is reported with that phase);
     // model and exec time are summed per call.
@@ -80,41 +84,21 @@ export function codingAgentRollout({ config, proxy, pools, model, onClaim }: Rol
           }),
         ),
       );
-      const evalStart = performance.now();
-      const graded = await ctx.phase('eval', async () => {
-        const captured = await captureAgentPatch(swe, { signal });
-        // Nothing of the agent's sandbox (processes, files, .git) reaches grading: only the patch.
-        await pools.release(sandbox);
-        released = true;
-        return gradeInFreshSandbox(pools, task, captured, {
-          transcript,
-          timeoutMs: config.gradeTimeoutMs,
-          onSuspicious: config.onSuspicious,
-          signal,
-        });
+      const graded = await gradeRollout(ctx, {
+        pools,
+        task,
+        swe,
+        sandbox,
+        transcript,
+        config,
+        onReleased: () => {
+          released = true;
+        },
       });
-      ctx.emit({
-        type: 'rollout:eval',
-        durationMs: performance.now() - evalStart,
-        ...(graded.status === 'graded' ? { reward: graded.reward } : {}),
-        detail:
-          graded.status === 'graded'
-            ? {
-                status: graded.status,
-                outcome: graded.outcome,
-                resolution: graded.resolution,
-                hacks: graded.hacks,
-              }
-            : { status: graded.status, reason: graded.reason },
-      });
-      if (graded.status === 'infra_error') {
-        throw new GradingError(`grading ${task.id} failed (${graded.reason}): ${graded.message}`, {
-          data: { reason: graded.reason },
-        });
-      }
       const status = agent.exitStatus === 'LimitsExceeded' ? 'truncated' : 'completed';
       const metadata = {
         instance_id: task.id,
+        agent: agentKind,
         exit_status: agent.exitStatus,
         resolution: graded.resolution,
         grade_outcome: graded.outcome,

@@ -59,7 +59,7 @@ await runEntry('standin-server', async () => {
   });
   const { tasks } = await readTasks(config, { log: (line) => console.error(line) });
   const policy = codingAgentPolicy(
-    tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '' })),
+    tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '', workdir: t.workdir })),
     { odds: config.odds, seed: config.seed },
   );
   const engine = await startStandInEngine({

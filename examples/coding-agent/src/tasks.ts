@@ -19,6 +19,7 @@ import {
   validateDataset,
 } from '@vime/swe';
 import type { Config } from './config.js';
+import { checkAgents } from './harness-rollout.js';
 
 export interface RunTasks {
   /** The dataset file the tasks came from (the published offline set when none was given). */
@@ -74,6 +75,8 @@ export async function readTasks(
     );
   }
   const tasks = rows.map((row) => rowToTask(row, config.poolSuffix ? { runSuffix: config.poolSuffix } : {}));
+  // Every row's agent is known (and runnable on this sandbox) before anything is started.
+  checkAgents(tasks, config);
   return { dataset, rows: rows.length, tasks };
 }
 

@@ -5,20 +5,12 @@
  * what the engine sampled.
  */
 import { describe, expect, it } from 'vitest';
-import { harnessOnOfflineTask, toolCall } from './__fixtures__/e2e.js';
+import { harnessOnOfflineTask } from './__fixtures__/e2e.js';
+import { claudeCodeScript } from './standin.js';
 
 describe('claude-code in a bubblewrap sandbox, through the capture proxy', () => {
   it('fixes an offline task (reward 1), and every trained token is what the engine sampled', async () => {
-    const { run, reward, samples, engineCalls } = await harnessOnOfflineTask(
-      'claude-code',
-      (results, fix) => {
-        if (results === 0) return `I will read the file first.\n${toolCall('Read', { file_path: fix.path })}`;
-        if (results === 1) {
-          return toolCall('Edit', { file_path: fix.path, old_string: fix.old, new_string: fix.new });
-        }
-        return 'The bug is fixed.';
-      },
-    );
+    const { run, reward, samples, engineCalls } = await harnessOnOfflineTask('claude-code', claudeCodeScript);
     expect(reward).toBe(1);
     expect(samples.every((s) => s.reward === 1)).toBe(true);
     expect(run.events.at(-1)).toMatchObject({ type: 'result', is_error: false, result: 'The bug is fixed.' });

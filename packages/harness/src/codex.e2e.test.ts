@@ -5,17 +5,12 @@
  * trained token is what the engine sampled.
  */
 import { describe, expect, it } from 'vitest';
-import { harnessOnOfflineTask, toolCall } from './__fixtures__/e2e.js';
+import { harnessOnOfflineTask } from './__fixtures__/e2e.js';
+import { codexScript } from './standin.js';
 
 describe('codex in a bubblewrap sandbox, through the capture proxy', () => {
   it('fixes an offline task (reward 1), and every trained token is what the engine sampled', async () => {
-    const { run, reward, samples, engineCalls } = await harnessOnOfflineTask('codex', (results, fix) => {
-      if (results === 0) {
-        const cmd = `git apply <<'VIME_PATCH'\n${fix.goldPatch}VIME_PATCH`;
-        return `I will apply the fix.\n${toolCall('exec_command', { cmd })}`;
-      }
-      return 'The bug is fixed.';
-    });
+    const { run, reward, samples, engineCalls } = await harnessOnOfflineTask('codex', codexScript);
     expect(reward).toBe(1);
     expect(samples.every((s) => s.reward === 1)).toBe(true);
     const items = run.events

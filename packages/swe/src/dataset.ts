@@ -44,6 +44,11 @@ export const SweSmithRowSchema = z.object({
     .transform((v) => v ?? ''),
   base_commit: optionalText,
   created_at: optionalText,
+  /**
+   * The agent that runs this row (`mini-swe-agent`, `claude-code`, `codex`): what slime hands over as
+   * `metadata.agent`, the row being the sample's metadata. Checked by the rollout that reads it.
+   */
+  agent: optionalText,
 });
 export type SweSmithRow = z.output<typeof SweSmithRowSchema>;
 
@@ -318,6 +323,7 @@ export function rowToTask(row: SweSmithRow, options: RowToTaskOptions = {}): Tas
       test_files: { FAIL_TO_PASS: f2pFiles, PASS_TO_PASS: p2pFiles },
       ...(row.base_commit ? { base_commit: row.base_commit } : {}),
       ...(row.created_at ? { created_at: row.created_at } : {}),
+      ...(row.agent !== undefined ? { agent: row.agent } : {}),
     },
   });
 }

@@ -10,6 +10,7 @@ import {
   type OpOptions,
   type Sandbox,
   type SandboxProvider,
+  type SandboxSpec,
   WarmPool,
   type WarmPoolStats,
 } from '@vime/sandbox';
@@ -68,6 +69,25 @@ export class SwePools {
   claim(task: TaskSpec, options: OpOptions = {}): Promise<Sandbox> {
     if (this.#closed) throw new ConfigError('these pools are closed');
     return this.#pool(task).claim(options);
+  }
+
+  /**
+   * A sandbox for `task` created on demand with extra spec fields (a harness's proxy channel and
+   * read-only binds), in its repo's environment; never from or into the warm pool.
+   */
+  async create(task: TaskSpec, extra: Partial<SandboxSpec>, options: OpOptions = {}): Promise<Sandbox> {
+    if (this.#closed) throw new ConfigError('these pools are closed');
+    const { kind, environments, labels = {}, lifetimeMs } = this.#options;
+    const spec: SandboxSpec = { ...environments.specFor(task, kind, labels), ...extra };
+    if (lifetimeMs !== undefined) spec.lifetimeMs = lifetimeMs;
+    const sandbox = await this.#provider.create(spec, options);
+    try {
+      await environments.prepare(sandbox, task, kind, options);
+    } catch (error) {
+      await sandbox.terminate();
+      throw error;
+    }
+    return sandbox;
   }
 
   /** Sandboxes are single-use: terminate it (its pool refills). */

@@ -32,7 +32,7 @@ import { expect, inject } from 'vitest';
 import { qwen3Dir } from './tokenizer.js';
 import { type HarnessKind, installHarness } from '../install.js';
 import { agentOf, type HarnessRun, harnessSandboxSpec, runHarness } from '../run.js';
-
+import { fixOf, oneLineFix, type Script, toolResultsIn } from '../standin.js';
 
 interface Call {
   inputIds: Int32Array;
@@ -50,29 +50,6 @@ function recording(engine: Engine, calls: Call[]): Engine {
     },
   };
 }
-
-/** The one changed line of a single-hunk gold patch: Claude Code's Edit arguments. */
-export function oneLineFix(task: TaskSpec): { file: string; old: string; new: string } | undefined {
-  const patch = task.goldPatch ?? '';
-  const file = /^\+\+\+ [ab]\/(.+)$/m.exec(patch)?.[1];
-  const removed = patch.split('\n').filter((l) => l.startsWith('-') && !l.startsWith('---'));
-  const added = patch.split('\n').filter((l) => l.startsWith('+') && !l.startsWith('+++'));
-  if (!file || removed.length !== 1 || added.length !== 1) return undefined;
-  return { file, old: removed[0]!.slice(1), new: added[0]!.slice(1) };
-}
-
-export const toolCall = (name: string, args: Record<string, unknown>) =>
-  `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
-
-export interface Fix {
-  path: string;
-  old: string;
-  new: string;
-  goldPatch: string;
-}
-
-/** The scripted policy: the reply to a prompt that already holds `results` tool results. */
-export type Script = (results: number, fix: Fix) => string;
 
 export interface E2eOutcome {
   run: HarnessRun;
@@ -99,8 +76,7 @@ export async function harnessOnOfflineTask(
   const found = set.tasks.find((t) => oneLineFix(t) !== undefined);
   if (!found) throw new Error('the offline set has no task with a one-line gold patch');
   const task: TaskSpec = { ...found, metadata: { ...found.metadata, agent: kind } };
-  const line = oneLineFix(task)!;
-  const fix: Fix = { path: `${task.workdir}/${line.file}`, old: line.old, new: line.new, goldPatch: task.goldPatch! };
+  const fix = fixOf(task)!;
   expect(agentOf(task.metadata)).toBe(kind);
   const pools = new SwePools(bubblewrapProvider({ rootDir: join(work, 'grade') }), set.tasks, {
     kind: 'bubblewrap',
@@ -110,7 +86,7 @@ export async function harnessOnOfflineTask(
   const tokenizer = await loadTokenizer(qwen3Dir());
   const standIn = await startStandInEngine({
     tokenizer,
-    policy: ({ prompt }) => script(prompt.split('<tool_response>').length - 1, fix),
+    policy: ({ prompt }) => script(toolResultsIn(prompt), fix),
   });
   const calls: Call[] = [];
   const engine = sglangEngine(standIn.url);

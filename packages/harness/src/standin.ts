@@ -1,0 +1,82 @@
+/**
+ * Scripted stand-in policies for the harnesses (a stand-in for a model, never presented as one): each
+ * answers a harness's prompt in Qwen3's own `<tool_call>` format, which the capture proxy turns into the
+ * harness's dialect, so an unmodified harness fixes a task whose gold patch is known. Claude Code reads
+ * the buggy file, edits it and stops; Codex applies the fix with one shell command and stops. The
+ * conversation so far tells a script where it is (the number of tool results in the prompt).
+ */
+import type { TaskSpec } from '@vime/core';
+import type { HarnessKind } from './install.js';
+
+/** A tool call as Qwen3 writes it. */
+export const toolCall = (name: string, args: Record<string, unknown>) =>
+  `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
+
+export interface Fix {
+  /** Absolute path of the changed file in the sandbox. */
+  path: string;
+  /** The one changed line, before and after (absent when the gold patch is not a one-line change). */
+  old?: string | undefined;
+  new?: string | undefined;
+  goldPatch: string;
+}
+
+/** The one changed line of a single-hunk gold patch (Claude Code's Edit arguments), if it is one. */
+export function oneLineFix(
+  task: Pick<TaskSpec, 'goldPatch'>,
+): { file: string; old: string; new: string } | undefined {
+  const patch = task.goldPatch ?? '';
+  const file = /^\+\+\+ [ab]\/(.+)$/m.exec(patch)?.[1];
+  const removed = patch.split('\n').filter((l) => l.startsWith('-') && !l.startsWith('---'));
+  const added = patch.split('\n').filter((l) => l.startsWith('+') && !l.startsWith('+++'));
+  if (!file || removed.length !== 1 || added.length !== 1) return undefined;
+  return { file, old: removed[0]!.slice(1), new: added[0]!.slice(1) };
+}
+
+/** The fix a script applies for `task` (its gold patch), or undefined when the task has none. */
+export function fixOf(task: Pick<TaskSpec, 'goldPatch' | 'workdir'>): Fix | undefined {
+  if (!task.goldPatch) return undefined;
+  const line = oneLineFix(task);
+  const file = line?.file ?? /^\+\+\+ [ab]\/(.+)$/m.exec(task.goldPatch)?.[1] ?? '.';
+  return { path: `${task.workdir}/${file}`, old: line?.old, new: line?.new, goldPatch: task.goldPatch };
+}
+
+/** A scripted policy: the reply to a prompt that already holds `results` tool results. */
+export type Script = (results: number, fix: Fix) => string;
+
+const applyGold = (fix: Fix) => `git apply <<'VIME_PATCH'\n${fix.goldPatch}VIME_PATCH`;
+
+/** Claude Code: Read the file, Edit the line (Bash `git apply` when the fix is not one line), stop. */
+export const claudeCodeScript: Script = (results, fix) => {
+  if (results === 0) return `I will read the file first.\n${toolCall('Read', { file_path: fix.path })}`;
+  if (results === 1) {
+    return fix.old !== undefined && fix.new !== undefined
+      ? toolCall('Edit', { file_path: fix.path, old_string: fix.old, new_string: fix.new })
+      : toolCall('Bash', { command: applyGold(fix) });
+  }
+  return 'The bug is fixed.';
+};
+
+/** Codex: one `exec_command` that applies the gold patch, then stop. */
+export const codexScript: Script = (results, fix) => {
+  if (results === 0) return `I will apply the fix.\n${toolCall('exec_command', { cmd: applyGold(fix) })}`;
+  return 'The bug is fixed.';
+};
+
+export const HARNESS_SCRIPTS: Readonly<Record<HarnessKind, Script>> = {
+  'claude-code': claudeCodeScript,
+  codex: codexScript,
+};
+
+/** Tool results so far in a Qwen3-rendered prompt. */
+export const toolResultsIn = (prompt: string) => prompt.split('<tool_response>').length - 1;
+
+/**
+ * Which harness sent a Qwen3-rendered prompt, by the tools it declares (Codex's `exec_command`, Claude
+ * Code's `Edit`); undefined for a prompt without them (the coding-agent example's own agent).
+ */
+export function harnessOfPrompt(prompt: string): HarnessKind | undefined {
+  if (/"name":\s*"exec_command"/.test(prompt)) return 'codex';
+  if (/"name":\s*"Edit"/.test(prompt)) return 'claude-code';
+  return undefined;
+}
