@@ -6,18 +6,12 @@
  */
 import { dockerAvailable } from '@vime/sandbox/testing';
 import { describe, expect, it } from 'vitest';
-import { harnessOnOfflineTask, toolCall } from './__fixtures__/e2e.js';
+import { harnessOnOfflineTask } from './__fixtures__/e2e.js';
+import { claudeCodeScript, codexScript } from './standin.js';
 
 describe.runIf(process.getuid?.() === 0 || dockerAvailable())('harnesses in a docker sandbox', () => {
   it('codex fixes an offline task (reward 1) through the docker channel', async () => {
-    const { run, reward, engineCalls } = await harnessOnOfflineTask(
-      'codex',
-      (results, fix) =>
-        results === 0
-          ? `I will apply the fix.\n${toolCall('exec_command', { cmd: `git apply <<'VIME_PATCH'\n${fix.goldPatch}VIME_PATCH` })}`
-          : 'The bug is fixed.',
-      'docker',
-    );
+    const { run, reward, engineCalls } = await harnessOnOfflineTask('codex', codexScript, 'docker');
     expect(reward).toBe(1);
     expect(run.turns).toHaveLength(2);
     expect(engineCalls).toBe(2);
@@ -26,13 +20,7 @@ describe.runIf(process.getuid?.() === 0 || dockerAvailable())('harnesses in a do
   it('claude-code fixes an offline task (reward 1) through the docker channel', async () => {
     const { run, reward, engineCalls } = await harnessOnOfflineTask(
       'claude-code',
-      (results, fix) => {
-        if (results === 0) return `I will read the file first.\n${toolCall('Read', { file_path: fix.path })}`;
-        if (results === 1) {
-          return toolCall('Edit', { file_path: fix.path, old_string: fix.old, new_string: fix.new });
-        }
-        return 'The bug is fixed.';
-      },
+      claudeCodeScript,
       'docker',
     );
     expect(reward).toBe(1);

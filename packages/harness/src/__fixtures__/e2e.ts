@@ -10,6 +10,8 @@ import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
+  type CapturedTurn,
+  capturedTurnRecord,
   type Engine,
   type GenerateResult,
   loadTokenizer,
@@ -19,6 +21,7 @@ import {
   type TaskSpec,
 } from '@vime/core';
 import { startStandInEngine } from '@vime/core/standin';
+import { auditTokens } from '@vime/grpo';
 import { bubblewrapProvider, dockerProvider } from '@vime/sandbox';
 import {
   buildOfflineTaskSet,
@@ -48,6 +51,16 @@ function recording(engine: Engine, calls: Call[]): Engine {
       calls.push({ inputIds: Int32Array.from(request.inputIds), result });
       return result;
     },
+    // Harnesses stream their turns: the streamed path is recorded the same way.
+    ...(engine.generateStream
+      ? {
+          async generateStream(request, options) {
+            const result = await engine.generateStream!(request, options);
+            calls.push({ inputIds: Int32Array.from(request.inputIds), result });
+            return result;
+          },
+        }
+      : {}),
   };
 }
 
@@ -92,6 +105,8 @@ export async function harnessOnOfflineTask(
   const engine = sglangEngine(standIn.url);
   const socketPath = join(work, 'proxy.sock');
   const proxy = await startCaptureProxy({ engine: recording(engine, calls), tokenizer, socketPath });
+  const turnLog: CapturedTurn[] = [];
+  proxy.events.on('turn', (e) => turnLog.push(capturedTurnRecord(e.sessionId, e.turn)));
   const { image: rootfs, ...spec } = environments.specFor(task, 'bubblewrap');
   const sandbox = await (
     agentSandbox === 'docker' ? dockerProvider() : bubblewrapProvider({ rootDir: join(work, 'agent') })
@@ -147,6 +162,10 @@ export async function harnessOnOfflineTask(
     }
     expect(trained).toEqual(run.turns.flatMap((t) => Array.from(t.outputIds)));
     expect(trainedLogprobs).toEqual(run.turns.flatMap((t) => Array.from(t.logprobs)));
+    // The token audit: every trained span is exactly one captured turn, nothing captured goes untrained.
+    const audit = auditTokens(samples, turnLog);
+    expect(audit.verdict, JSON.stringify(audit.samples.filter((a) => !a.ok))).toBe('pass');
+    expect(audit.turns.matched).toBe(run.turns.length);
     return { run, reward, samples, engineCalls: calls.length };
   } finally {
     await sandbox.terminate();
