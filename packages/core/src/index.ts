@@ -39,13 +39,12 @@ export {
   type VimeErrorOptions,
 } from './errors.js';
 export type { ChatRequest, Dialect, TurnReply } from './proxy/dialects.js';
+export type { ProxyEvents, ProxyTurnEvent } from './proxy/events.js';
 export {
   type CaptureProxy,
   type CaptureProxyOptions,
   type CaptureSession,
   captureFetch,
-  type ProxyEvents,
-  type ProxyTurnEvent,
   type SessionOptions,
   startCaptureProxy,
 } from './proxy/proxy.js';

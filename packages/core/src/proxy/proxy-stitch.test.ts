@@ -10,7 +10,7 @@ import {
 } from '../__fixtures__/proxy-harness.js';
 import type { StandInPolicy } from '../standin/engine.js';
 import type { TemplateMessage } from '../tokenizer/template.js';
-import type { ProxyTurnEvent } from './proxy.js';
+import type { ProxyTurnEvent } from './events.js';
 import type { StitchInfo } from './stitch.js';
 
 afterEach(closeAll);

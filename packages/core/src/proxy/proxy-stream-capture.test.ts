@@ -17,7 +17,8 @@ import { qwen3 } from '../__fixtures__/tokenizer.js';
 import { sglangEngine } from '../engine/sglang.js';
 import { startStandInEngine } from '../standin/engine.js';
 import type { TemplateMessage } from '../tokenizer/template.js';
-import { captureFetch, type ProxyTurnEvent, startCaptureProxy } from './proxy.js';
+import type { ProxyTurnEvent } from './events.js';
+import { captureFetch, startCaptureProxy } from './proxy.js';
 import type { StitchKind } from './stitch.js';
 
 afterEach(closeAll);

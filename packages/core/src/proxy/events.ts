@@ -1,0 +1,43 @@
+/** The capture proxy's events: one per recorded turn, and the turn machinery's retries, aborts and overrides. */
+import type { Turn } from '../rollout.js';
+import type { Dialect } from './dialects.js';
+import type { StitchInfo } from './stitch.js';
+import type { WeightUpdatePolicy } from './turn.js';
+
+export interface ProxyTurnEvent {
+  sessionId: string;
+  dialect: Dialect;
+  turn: Turn;
+  promptTokens: number;
+  outputTokens: number;
+  durationMs: number;
+  /** The engines that produced the turn's output, in order (more than one when it moved mid-turn). */
+  engines: string[];
+  /** How the prompt was made: reused history, re-rendered, changed, or a new thread of the session. */
+  stitch: StitchInfo;
+}
+
+export interface ProxyEvents {
+  turn: (event: ProxyTurnEvent) => void;
+  /** Harness-sent sampling knobs that the session's sampling replaced. */
+  'sampling:override': (event: {
+    sessionId: string;
+    fields: Record<string, { sent: unknown; used: unknown }>;
+  }) => void;
+  /** A turn's upstream request was cancelled (client disconnect or session finish). */
+  'turn:abort': (event: { sessionId: string; rid: string; reason: string }) => void;
+  'turn:error': (event: { sessionId: string; error: Error }) => void;
+  /** A streamed answer's reasoning/content split turned out to differ from the final parse. */
+  'stream:inexact': (event: { sessionId: string; reason: string }) => void;
+  /** A request failed and was retried on a healthy engine (the turn goes on). */
+  'turn:retry': (event: { sessionId: string; url: string; error: Error; failures: number }) => void;
+  /** The engine cut the turn short (a weight update) and the proxy continued or restarted it. */
+  'turn:interrupted': (event: {
+    sessionId: string;
+    url: string;
+    outputTokens: number;
+    policy: WeightUpdatePolicy;
+  }) => void;
+  /** The session's token budget was spent; the turn was answered as truncated without calling the engine. */
+  'budget:exhausted': (event: { sessionId: string; promptTokens: number; maxContextTokens: number }) => void;
+}
