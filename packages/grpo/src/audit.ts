@@ -86,20 +86,7 @@ function shapeProblem(
   p: number,
   replay: Replay | undefined,
 ): AuditDifference | undefined {
-  const at = (
-    token: number,
-    field: AuditDifference['field'],
-    expected: string,
-    found: string,
-    message: string,
-  ) => ({
-    token,
-    position: p + token,
-    field,
-    expected,
-    found,
-    message,
-  });
+  const at = differenceAt(p);
   if (n > sample.tokens.length) {
     return at(
       0,
@@ -434,20 +421,7 @@ function compareReplay(
   m: number,
   p: number,
 ): AuditDifference | undefined {
-  const at = (
-    token: number,
-    field: AuditDifference['field'],
-    expected: string,
-    found: string,
-    message: string,
-  ) => ({
-    token,
-    position: p + token,
-    field,
-    expected,
-    found,
-    message,
-  });
+  const at = differenceAt(p);
   const ids = t.top_p_token_ids;
   const offsets = t.top_p_token_offsets;
   if (!ids || !offsets) {
@@ -512,4 +486,15 @@ function compareReplay(
     }
   }
   return undefined;
+}
+
+/** Builds the differences of a sample whose response starts at position `p` of its tokens. */
+function differenceAt(p: number) {
+  return (
+    token: number,
+    field: AuditDifference['field'],
+    expected: string,
+    found: string,
+    message: string,
+  ): AuditDifference => ({ token, position: p + token, field, expected, found, message });
 }
