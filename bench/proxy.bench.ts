@@ -6,13 +6,16 @@
  * 1,000 concurrent rollouts.
  */
 import { type ChildProcess, fork } from 'node:child_process';
-import { Agent, request } from 'node:http';
+import { Agent, createServer, request } from 'node:http';
 import { createRequire } from 'node:module';
+import type { AddressInfo } from 'node:net';
 import { availableParallelism, loadavg } from 'node:os';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
   type ChatTokenizer,
+  HttpClient,
+  JsonText,
   loadTokenizer,
   runRollouts,
   sglangEngine,
@@ -160,9 +163,8 @@ if (role === 'engine') {
   const promptIds = Array.from({ length: TURNS }, (_, k) =>
     Array.from(tokenizer.encodeChat(messagesAt(k), { tools: TOOLS })),
   );
-  const bodies = Array.from({ length: TURNS }, (_, k) =>
-    JSON.stringify({ model: 'policy', messages: messagesAt(k), tools: TOOLS, temperature: 0 }),
-  );
+  // Proxy sessions send back each answer as they got it, tool call ids included, as harnesses do.
+  const histories = new Map<number, unknown[]>();
   const sampling = { temperature: 1, max_new_tokens: 512, skip_special_tokens: false };
   const agent = new Agent({ keepAlive: true, maxSockets: 4096 });
   /** POST a JSON body over a keep-alive connection; resolves with the status and text. */
@@ -186,23 +188,32 @@ if (role === 'engine') {
     });
   process.on('message', async (msg: LoadCommand) => {
     const turn =
-      msg.mode === 'direct'
+      msg.mode !== 'proxy'
         ? async (_s: number, k: number) => {
             const body = JSON.stringify({
               input_ids: promptIds[k],
               sampling_params: sampling,
               return_logprob: true,
             });
-            const res = await post(`${msg.engineUrl}/generate`, {}, body);
+            const to = msg.mode === 'direct' ? msg.engineUrl : msg.forwarderUrl;
+            const res = await post(`${to}/generate`, {}, body);
             if (res.status !== 200) throw new Error(`engine answered ${res.status}: ${res.text}`);
           }
         : async (s: number, k: number) => {
+            const messages = k === 0 ? messagesAt(0) : histories.get(s)!;
             const res = await post(
               `${msg.proxyUrl}/v1/chat/completions`,
               { authorization: `Bearer ${msg.tag}-${s}` },
-              bodies[k]!,
+              JSON.stringify({ model: 'policy', messages, tools: TOOLS, temperature: 0 }),
             );
             if (res.status !== 200) throw new Error(`proxy answered ${res.status}: ${res.text}`);
+            const answer = JSON.parse(res.text).choices[0].message;
+            messages.push(answer);
+            for (const call of answer.tool_calls ?? []) {
+              messages.push({ role: 'tool', tool_call_id: call.id, content: OBSERVATION });
+            }
+            if (k < TURNS - 1) histories.set(s, messages);
+            else histories.delete(s);
           };
     const result = await load(msg.sessions, msg.durationMs, msg.thinkMs, turn, (s) => {
       if (msg.mode === 'proxy') process.send?.({ finished: `${msg.tag}-${s}` });
@@ -214,12 +225,14 @@ if (role === 'engine') {
 }
 
 interface LoadCommand {
-  mode: 'direct' | 'proxy';
+  /** `forward`: the direct request through a bare forwarder in the proxy's process (the floor of any proxy). */
+  mode: 'direct' | 'forward' | 'proxy';
   tag: string;
   sessions: number;
   durationMs: number;
   thinkMs: number;
   engineUrl: string;
+  forwarderUrl: string;
   proxyUrl: string;
 }
 
@@ -256,10 +269,42 @@ async function startEngineProcess(tokensPerSecond: number): Promise<{ url: strin
 
 type Run = (
   command: Pick<LoadCommand, 'mode' | 'sessions' | 'durationMs' | 'thinkMs'>,
-) => Promise<LoadResult & { cpuMsPerTurn: number }>;
+) => Promise<LoadResult & { cpuMsPerTurn: number; reusedTurns: number; laterTurns: number }>;
+
+/**
+ * The least any HTTP proxy in its own process adds: read the body, send it on with the same HTTP client
+ * the engine client uses, answer with the engine's body. No parsing, no capture.
+ */
+async function startForwarder(engineUrl: string): Promise<{ url: string; close(): Promise<void> }> {
+  const upstream = new HttpClient(engineUrl, { connections: 2048 });
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = new JsonText(Buffer.concat(chunks).toString('utf8'));
+      upstream.send({ method: 'POST', path: req.url ?? '/', body }).then(
+        (r) => {
+          res.writeHead(r.status, { 'content-type': 'application/json' });
+          res.end(r.text);
+        },
+        () => res.writeHead(502).end(),
+      );
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+      await upstream.close();
+    },
+  };
+}
 
 /** The proxy runs in this process; the client process opens sessions by API key and reports finished ones. */
 async function withProxy(tokenizer: ChatTokenizer, engineUrl: string, fn: (run: Run) => Promise<void>) {
+  const forwarder = await startForwarder(engineUrl);
   const upstream = sglangEngine(engineUrl, { connections: 2048 });
   const proxy = await startCaptureProxy({
     engine: upstream,
@@ -276,15 +321,35 @@ async function withProxy(tokenizer: ChatTokenizer, engineUrl: string, fn: (run: 
   try {
     await fn(async (command) => {
       const cpu0 = process.cpuUsage();
-      client.send({ ...command, tag: `r${runs++}`, engineUrl, proxyUrl: proxy.url });
+      const stitched = { reused: 0, later: 0 };
+      const onTurn = (e: { stitch: { kind: string } }) => {
+        if (e.stitch.kind === 'first') return;
+        stitched.later++;
+        if (e.stitch.kind === 'reused') stitched.reused++;
+      };
+      proxy.events.on('turn', onTurn);
+      client.send({
+        ...command,
+        tag: `r${runs++}`,
+        engineUrl,
+        forwarderUrl: forwarder.url,
+        proxyUrl: proxy.url,
+      });
       const result = await nextMessage(client, (m) => m.result as LoadResult | undefined);
       const cpu = process.cpuUsage(cpu0);
-      return { ...result, cpuMsPerTurn: (cpu.user + cpu.system) / 1000 / result.turns };
+      proxy.events.off('turn', onTurn);
+      return {
+        ...result,
+        cpuMsPerTurn: (cpu.user + cpu.system) / 1000 / result.turns,
+        reusedTurns: stitched.reused,
+        laterTurns: stitched.later,
+      };
     });
   } finally {
     client.disconnect();
     await proxy.close();
     await upstream.close();
+    await forwarder.close();
   }
 }
 
@@ -304,15 +369,20 @@ const bench: Bench = {
       await withProxy(tokenizer, engine.url, async (run) => {
         const rows: Table['rows'] = [];
         const checks: NonNullable<Table['checks']> = [];
-        // warm up both paths (JIT, connection pools, segment cache)
-        await run({ mode: 'direct', sessions: 16, durationMs: 1500, thinkMs: 0 });
-        await run({ mode: 'proxy', sessions: 16, durationMs: 1500, thinkMs: 0 });
+        const stitched = { reused: 0, later: 0 };
+        // warm up every path (JIT, connection pools, segment cache)
+        for (const mode of ['direct', 'forward', 'proxy'] as const)
+          await run({ mode, sessions: 16, durationMs: 1500, thinkMs: 0 });
         for (const sessions of [1, 64, 184, 1000]) {
           const thinkMs = sessions === 1 ? 0 : THINK_MS;
           const durationMs = sessions === 1 ? 4000 : 8000;
           const d = await run({ mode: 'direct', sessions, durationMs, thinkMs });
+          const f = await run({ mode: 'forward', sessions, durationMs, thinkMs });
           const p = await run({ mode: 'proxy', sessions, durationMs, thinkMs });
+          stitched.reused += p.reusedTurns;
+          stitched.later += p.laterTurns;
           const ds = d.latencies.sort((a, b) => a - b);
+          const fs = f.latencies.sort((a, b) => a - b);
           const ps = p.latencies.sort((a, b) => a - b);
           const added50 = quantile(ps, 0.5) - quantile(ds, 0.5);
           const added99 = quantile(ps, 0.99) - quantile(ds, 0.99);
@@ -326,6 +396,8 @@ const bench: Bench = {
             fmt.ms(quantile(ds, 0.99)),
             fmt.ms(quantile(ps, 0.99)),
             fmt.ms(added99),
+            fmt.ms(quantile(fs, 0.5) - quantile(ds, 0.5)),
+            fmt.ms(quantile(fs, 0.99) - quantile(ds, 0.99)),
             fmt.ms(p.cpuMsPerTurn),
           ]);
           checks.push(
@@ -349,6 +421,8 @@ const bench: Bench = {
             'direct p99',
             'proxy p99',
             'added p99',
+            'bare forwarder added p50',
+            'bare forwarder added p99',
             'proxy CPU/turn',
           ],
           rows,
@@ -358,6 +432,8 @@ const bench: Bench = {
               `sessions of ${TURNS} turns with prompts growing to ${longest} tokens.`,
             `1 session runs turns back to back; larger counts pause ~${THINK_MS} ms (exponential) between a session's turns, as a harness running tools does.`,
             'Proxy path: HTTP in (default limits: body and head caps, timeouts, connection cap), zod-validated chat request, Qwen3 render + tokenize, /generate, decode, tool-call parse, capture, HTTP out.',
+            'Bare forwarder: the direct request through a node:http server in the proxy process that sends the body on with the same HTTP client and returns the answer untouched: what the extra process hop alone costs.',
+            `Clients send each answer back as received (tool call ids included): ${stitched.reused} of ${stitched.later} later turns reused the captured history's tokens.`,
             `Load average at the end: ${loadavg()[0]!.toFixed(1)} on ${availableParallelism()} cores (shared machine).`,
           ],
         });
@@ -370,17 +446,20 @@ const bench: Bench = {
     const instant = await startEngineProcess(Number.POSITIVE_INFINITY);
     try {
       await withProxy(tokenizer, instant.url, async (run) => {
-        await run({ mode: 'direct', sessions: 32, durationMs: 1000, thinkMs: 0 });
-        await run({ mode: 'proxy', sessions: 32, durationMs: 1000, thinkMs: 0 });
+        for (const mode of ['direct', 'forward', 'proxy'] as const)
+          await run({ mode, sessions: 32, durationMs: 1000, thinkMs: 0 });
         const d = await run({ mode: 'direct', sessions: 64, durationMs: 5000, thinkMs: 0 });
+        const f = await run({ mode: 'forward', sessions: 64, durationMs: 5000, thinkMs: 0 });
         const p = await run({ mode: 'proxy', sessions: 64, durationMs: 5000, thinkMs: 0 });
         const dRate = d.turns / d.seconds;
+        const fRate = f.turns / f.seconds;
         const pRate = p.turns / p.seconds;
         tables.push({
           title: `Turns per second, 64 closed-loop sessions, instant stand-in engine (${availableParallelism()} cores)`,
           columns: ['path', 'turns/s', 'ratio to direct', 'proxy CPU/turn'],
           rows: [
             ['direct /generate', fmt.rate(dRate, 'turn'), fmt.ratio(1), '—'],
+            ['bare forwarder', fmt.rate(fRate, 'turn'), fmt.ratio(fRate / dRate), fmt.ms(f.cpuMsPerTurn)],
             ['through the proxy', fmt.rate(pRate, 'turn'), fmt.ratio(pRate / dRate), fmt.ms(p.cpuMsPerTurn)],
           ],
           checks: [

@@ -205,6 +205,7 @@ export {
   type HttpMethod,
   type HttpRequest,
   type HttpResponse,
+  JsonText,
 } from './util/http.js';
 export type { Logger } from './util/logger.js';
 export { type BackoffOptions, isRetryableError, type RetryOptions, retry } from './util/retry.js';
