@@ -4,7 +4,6 @@ import { turnNucleus } from '../engine/nucleus.js';
 import { newRequestId } from '../engine/request-id.js';
 import type { Engine, Sampling } from '../engine/types.js';
 import { ConfigError, EngineError, VimeError } from '../errors.js';
-import type { Turn } from '../rollout.js';
 import type { Sample } from '../sample.js';
 import type { ChatTokenizer, SpecialTokenText } from '../tokenizer/tokenizer.js';
 import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
@@ -26,7 +25,7 @@ import {
   startProxyServer,
   yieldToLoop,
 } from './server.js';
-import { finishThreads, replyMessage, SessionThreads, type StitchInfo } from './stitch.js';
+import { finishThreads, replyMessage, SessionThreads } from './stitch.js';
 import { generateTurn, type WeightUpdatePolicy } from './turn.js';
 import { listenUnixSocket } from './unix-socket.js';
 
