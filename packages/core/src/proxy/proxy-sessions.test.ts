@@ -227,8 +227,9 @@ describe('capture proxy: sessions, sampling, budgets, cancellation', () => {
         await Promise.all([...engines.map((e) => e.close()), ...standIns.map((e) => e.close())]);
       }
     }
-    const one = await batchMs(1);
-    const two = await batchMs(2);
+    // the faster of two batches each: a pause of the machine in one batch says nothing of the routing
+    const one = Math.min(await batchMs(1), await batchMs(1));
+    const two = Math.min(await batchMs(2), await batchMs(2));
     // 1,600 tokens at 4,000 tokens/s: 400 ms on one engine, 200 ms on two (plus HTTP and rendering)
     expect(one).toBeGreaterThanOrEqual(395);
     expect(two).toBeGreaterThanOrEqual(195);
