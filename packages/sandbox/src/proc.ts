@@ -20,21 +20,7 @@ export function killByExecMarker(execId: string): void {
 /** Kill every process whose environment carries `name=value` (Linux /proc scan). */
 export function killByEnv(name: string, value: string): void {
   const needle = Buffer.from(`${name}=${value}\0`);
-  let entries: string[];
-  try {
-    entries = readdirSync('/proc');
-  } catch {
-    return;
-  }
-  for (const entry of entries) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const env = readFileSync(`/proc/${entry}/environ`);
-      if (env.includes(needle)) process.kill(Number(entry), 'SIGKILL');
-    } catch {
-      // exited or not ours
-    }
-  }
+  killUntilGone((env) => env.includes(needle));
 }
 
 /**
@@ -43,23 +29,44 @@ export function killByEnv(name: string, value: string): void {
  */
 export function killByEnvPrefix(name: string, prefix: string, select: (value: string) => boolean): void {
   const needle = Buffer.from(`${name}=${prefix}`);
-  let entries: string[];
-  try {
-    entries = readdirSync('/proc');
-  } catch {
-    return;
-  }
-  for (const entry of entries) {
-    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+  killUntilGone((env) => {
+    const at = env.indexOf(needle);
+    if (at < 0 || (at > 0 && env[at - 1] !== 0)) return false;
+    const end = env.indexOf(0, at);
+    return select(env.subarray(at + name.length + 1, end < 0 ? env.length : end).toString());
+  });
+}
+
+/** How long a kill scans again for marked processes that are not gone yet. */
+const KILL_WAIT_MS = 2_000;
+const pause = new Int32Array(new SharedArrayBuffer(4));
+
+/**
+ * SIGKILL every other process whose environment is `marked`, then scan again until none is left: a
+ * process forked during a scan escapes it, and a killed one keeps its environment until it has exited
+ * (an exited child not yet reaped shows an empty one). Synchronous, for exit hooks.
+ */
+function killUntilGone(marked: (env: Buffer) => boolean): void {
+  const deadline = Date.now() + KILL_WAIT_MS;
+  for (;;) {
+    let entries: string[];
     try {
-      const env = readFileSync(`/proc/${entry}/environ`);
-      const at = env.indexOf(needle);
-      if (at < 0 || (at > 0 && env[at - 1] !== 0)) continue;
-      const end = env.indexOf(0, at);
-      const value = env.subarray(at + name.length + 1, end < 0 ? env.length : end).toString();
-      if (select(value)) process.kill(Number(entry), 'SIGKILL');
+      entries = readdirSync('/proc');
     } catch {
-      // exited or not ours
+      return;
     }
+    let found = 0;
+    for (const entry of entries) {
+      if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+      try {
+        if (!marked(readFileSync(`/proc/${entry}/environ`))) continue;
+        process.kill(Number(entry), 'SIGKILL');
+        found++;
+      } catch {
+        // exited or not ours
+      }
+    }
+    if (found === 0 || Date.now() >= deadline) return;
+    Atomics.wait(pause, 0, 0, 5);
   }
 }

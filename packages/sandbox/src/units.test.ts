@@ -1,5 +1,5 @@
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError } from '@vime/core';
@@ -7,6 +7,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { MAX_POOL_NAME_LENGTH, poolName } from './names.js';
 import { BoundedOutput } from './output.js';
+import { killByEnv } from './proc.js';
 import { packTar, unpackTar } from './tar.js';
 
 describe('BoundedOutput', () => {
@@ -130,5 +131,42 @@ describe('tar', () => {
         },
       ),
     );
+  });
+});
+
+describe('killByEnv', () => {
+  /** Processes (but this one) whose environment carries `name=value`. */
+  function marked(name: string, value: string): number[] {
+    const needle = Buffer.from(`${name}=${value}\0`);
+    return readdirSync('/proc').flatMap((e) => {
+      if (!/^\d+$/.test(e) || Number(e) === process.pid) return [];
+      try {
+        return readFileSync(`/proc/${e}/environ`).includes(needle) ? [Number(e)] : [];
+      } catch {
+        return [];
+      }
+    });
+  }
+
+  it('leaves no marked process, even children forked while it scans or not dead yet', async () => {
+    for (let round = 0; round < 5; round++) {
+      const value = `units-${process.pid}-${round}`;
+      // forks sleepers as fast as it can: one pass over /proc always misses the newest
+      const spawner = spawn('sh', ['-c', 'while :; do sleep 30 & done'], {
+        env: { ...process.env, VIME_TEST_MARK: value },
+        stdio: 'ignore',
+      });
+      try {
+        const started = Date.now();
+        while (marked('VIME_TEST_MARK', value).length < 20 && Date.now() - started < 10_000) {
+          await new Promise((r) => setTimeout(r, 10));
+        }
+        killByEnv('VIME_TEST_MARK', value);
+        expect(marked('VIME_TEST_MARK', value)).toEqual([]);
+      } finally {
+        spawner.kill('SIGKILL');
+        for (const pid of marked('VIME_TEST_MARK', value)) process.kill(pid, 'SIGKILL');
+      }
+    }
   });
 });
