@@ -70,15 +70,19 @@ export function checkAgents(tasks: readonly TaskSpec[], config: Config): Set<Age
   return kinds;
 }
 
+/** Whether any of these agents is a harness (reaching the proxy through its unix socket). */
+export function usesHarness(kinds: ReadonlySet<AgentKind>): boolean {
+  return [...kinds].some((k) => k !== 'mini-swe-agent');
+}
+
 /**
- * A unix socket path for the capture proxy when a run has harness agents: in a fresh folder every user
- * can walk (the harness runs as the sandbox's unprivileged uid), removed by `close`.
+ * A unix socket path for the capture proxy when `wanted` (the run has harness agents): in a fresh folder
+ * every user can walk (the harness runs as the sandbox's unprivileged uid), removed by `close`.
  */
 export async function harnessSocket(
-  kinds: ReadonlySet<AgentKind>,
+  wanted: boolean,
 ): Promise<{ socketPath: string | undefined; close: () => Promise<void> }> {
-  if (![...kinds].some((k) => k !== 'mini-swe-agent'))
-    return { socketPath: undefined, close: async () => {} };
+  if (!wanted) return { socketPath: undefined, close: async () => {} };
   const dir = await mkdtemp(join(tmpdir(), 'vime-proxy-'));
   await chmod(dir, 0o755);
   return { socketPath: join(dir, 'proxy.sock'), close: () => rm(dir, { recursive: true, force: true }) };

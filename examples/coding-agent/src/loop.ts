@@ -38,7 +38,7 @@ import type { RowVerdict } from '@vime/swe';
 import { type Config, ConfigSchema } from './config.js';
 import { startEngines } from './engines.js';
 import { createStepGroups, doneSiblings, rollOutGroups, type StepGroups, scoredOf } from './groups.js';
-import { checkAgents, harnessSocket } from './harness-rollout.js';
+import { checkAgents, harnessSocket, usesHarness } from './harness-rollout.js';
 import { sampleEngines, writeRunReport } from './report.js';
 import { codingAgentRollout } from './rollout.js';
 import { openRunSinks } from './sinks.js';
@@ -246,7 +246,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   let socket: Awaited<ReturnType<typeof harnessSocket>> = { socketPath: undefined, close: async () => {} };
   try {
     // Claude Code and Codex reach the proxy only through its unix socket, bound into their sandboxes.
-    socket = await harnessSocket(checkAgents(tasks, config));
+    socket = await harnessSocket(usesHarness(checkAgents(tasks, config)));
     engines = await startEngines(config, tasks, tokenizer, io.log, io.signal);
   } catch (error) {
     await pools.close();

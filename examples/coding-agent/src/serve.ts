@@ -29,6 +29,7 @@ import { rowToTask, SweEnvironments, SwePools, SweSmithRowSchema } from '@vime/s
 import { runEntry } from './cli.js';
 import { type Config, parseConfig, usage } from './config.js';
 import { startEngines } from './engines.js';
+import { checkAgents, harnessSocket } from './harness-rollout.js';
 import { bundledTokenizerDir } from './loop.js';
 import { codingAgentRollout } from './rollout.js';
 import { openRunSinks } from './sinks.js';
@@ -67,12 +68,17 @@ await runEntry('serve', async () => {
 
   const { dataset, tasks } = await readTasks(config, { log: (line) => console.error(line) });
   const known = new Map(tasks.map((t) => [t.id, t]));
+  checkAgents(tasks, config); // a bad row agent, or a harness row off bubblewrap, fails here
   const environments = await SweEnvironments.forDataset(dataset);
   const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
   const engines = await startEngines(config, tasks, tokenizer, (line) => console.error(line));
+  // Claude Code and Codex reach the proxy only through its unix socket. slime's samples pick their agent
+  // (`metadata.agent`), also on rows the dataset lacks, so a bubblewrap server always listens on one.
+  const socket = await harnessSocket(config.sandbox === 'bubblewrap');
   const proxy = await startCaptureProxy({
     engine: engines.engines,
     tokenizer,
+    socketPath: socket.socketPath,
     onWeightUpdate: config.onWeightUpdate,
     router: {
       healthIntervalMs: config.engineHealthIntervalMs,
@@ -112,11 +118,12 @@ await runEntry('serve', async () => {
   });
 
   // A row of the dataset is graded as it is there; one slime sends that the dataset lacks is mapped as given.
+  // The sample's own `metadata.agent`, when set, picks its agent either way.
   const taskOf = (metadata: Record<string, unknown>): TaskSpec => {
     const row = SweSmithRowSchema.parse(metadata);
-    return (
-      known.get(row.instance_id) ?? rowToTask(row, config.poolSuffix ? { runSuffix: config.poolSuffix } : {})
-    );
+    const task =
+      known.get(row.instance_id) ?? rowToTask(row, config.poolSuffix ? { runSuffix: config.poolSuffix } : {});
+    return row.agent === undefined ? task : { ...task, metadata: { ...task.metadata, agent: row.agent } };
   };
 
   const rolloutServer = await startRolloutServer({
@@ -217,6 +224,7 @@ await runEntry('serve', async () => {
       await sinks.close();
       await pools.close();
       await proxy.close();
+      await socket.close();
       await engines.close();
       resolve();
     };

@@ -4,7 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { afterAll, expect, it } from 'vitest';
+import { oneLineFix } from '@vime/harness/standin';
+import { buildOfflineTaskSet } from '@vime/swe';
+import { afterAll, expect, inject, it } from 'vitest';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 const NODE_ARGS = ['--import', 'tsx', '--conditions=@vime/source'];
@@ -30,7 +32,9 @@ function start(script: string, args: string[], ready: RegExp): Promise<string> {
   });
 }
 
-it('serves coding-agent rollouts to slime through the Python bridge', { timeout: 240_000 }, async () => {
+it('serves coding-agent rollouts to slime through the Python bridge, each sample on the agent its metadata names', {
+  timeout: 300_000,
+}, async () => {
   const engineUrl = await start(
     'examples/coding-agent/src/standin-server.ts',
     [],
@@ -53,9 +57,14 @@ it('serves coding-agent rollouts to slime through the Python bridge', { timeout:
     ],
     /rollout server on (http:\/\/\S+)/,
   );
-  const rows = (await readFile(join(root, 'runs/.cache/offline-tasks/instances.jsonl'), 'utf8'))
-    .trim()
-    .split('\n');
+  const set = await buildOfflineTaskSet({ dir: inject('offlineTasksDir') });
+  const rows = (await readFile(set.jsonlPath, 'utf8')).trim().split('\n');
+  // A third row as slime hands it over with `metadata.agent`: the real Claude Code binary runs it.
+  const harnessTask = set.tasks.find((t) => oneLineFix(t) !== undefined)!;
+  const harnessRow = {
+    ...JSON.parse(rows.find((r) => JSON.parse(r).instance_id === harnessTask.id)!),
+    agent: 'claude-code',
+  };
   const script = `
 import asyncio, json, sys, types
 import vime_bridge
@@ -68,19 +77,20 @@ async def main():
     flat = [x for o in out for x in (o if isinstance(o, list) else [o])]
     print(json.dumps([{"status": s.status.value, "reward": s.reward, "index": s.index, "group_index": s.group_index,
       "rl": s.response_length, "mask": len(s.loss_mask), "lp": len(s.rollout_log_probs), "masked": s.loss_mask.count(0),
-      "instance": s.metadata.get("instance_id")} for s in flat]))
+      "instance": s.metadata.get("instance_id"), "agent": s.metadata.get("agent")} for s in flat]))
 asyncio.run(main())`;
-  const { stdout } = await promisify(execFile)('/usr/bin/python3', ['-c', script, rows[0]!, rows[1]!], {
+  const args = ['-c', script, rows[0]!, rows[1]!, JSON.stringify(harnessRow)];
+  const { stdout } = await promisify(execFile)('/usr/bin/python3', args, {
     env: {
       ...process.env,
       PYTHONPATH: join(root, 'examples/slime-bridge/python'),
       VIME_ROLLOUT_URL: serverUrl,
       VIME_SAMPLE_CLASS: 'stand_in_sample:Sample',
     },
-    timeout: 200_000,
+    timeout: 260_000,
   });
   const samples = JSON.parse(stdout) as Array<Record<string, number | string | null>>;
-  expect(samples.length).toBeGreaterThanOrEqual(4);
+  expect(samples.length).toBeGreaterThanOrEqual(6);
   for (const s of samples) {
     expect(s.status).toBe('completed');
     expect([0, 1]).toContain(s.reward);
@@ -88,8 +98,11 @@ asyncio.run(main())`;
     expect(s.lp).toBe(s.rl);
     expect(s.masked).toBeGreaterThan(0); // observations are loss-masked
   }
-  expect(new Set(samples.map((s) => s.index))).toEqual(new Set([0, 1, 2, 3]));
+  expect(new Set(samples.map((s) => s.index))).toEqual(new Set([0, 1, 2, 3, 4, 5]));
   expect(samples.find((s) => s.index === 2)?.group_index).toBe(1);
+  // The row without an agent ran the example's own; the claude-code samples fixed their task.
+  for (const s of samples) expect(s.agent).toBe(s.group_index === 2 ? 'claude-code' : 'mini-swe-agent');
+  for (const s of samples.filter((s) => s.group_index === 2)) expect(s.reward).toBe(1);
   // The server's metric sink: one JSONL line per served rollout, its reward as graded.
   const lines = (await readFile(join(out, 'metrics.jsonl'), 'utf8'))
     .trimEnd()
@@ -97,6 +110,6 @@ asyncio.run(main())`;
     .map((l) => JSON.parse(l));
   expect(lines[0]).toMatchObject({ kind: 'run', schema: 'vime.metrics/1' });
   const served = lines.filter((l) => l.kind === 'rollout');
-  expect(served.map((l) => l.status)).toEqual(['completed', 'completed', 'completed', 'completed']);
+  expect(served.map((l) => l.status)).toEqual(new Array(6).fill('completed'));
   for (const l of served) expect([0, 1]).toContain(l.reward);
 });
