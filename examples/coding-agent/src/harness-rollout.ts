@@ -50,7 +50,7 @@ export function agentOfTask(task: TaskSpec, fallback: AgentKind): AgentKind {
 
 /**
  * The agents of a run's tasks, checked before anything starts: a row naming an unknown agent, or a
- * harness on a sandbox without the proxy channel (only bubblewrap has it), is a `ConfigError`.
+ * harness on a sandbox without the proxy channel (`local` has none), is a `ConfigError`.
  */
 export function checkAgents(tasks: readonly TaskSpec[], config: Config): Set<AgentKind> {
   const kinds = new Set<AgentKind>();
@@ -62,9 +62,9 @@ export function checkAgents(tasks: readonly TaskSpec[], config: Config): Set<Age
     }
   }
   const harnesses = [...kinds].filter((k) => k !== 'mini-swe-agent');
-  if (harnesses.length > 0 && config.sandbox !== 'bubblewrap') {
+  if (harnesses.length > 0 && config.sandbox === 'local') {
     throw new ConfigError(
-      `--sandbox ${config.sandbox}: the agent ${harnesses.join(', ')} reaches the capture proxy through a channel only the bubblewrap sandbox provides; use --sandbox bubblewrap or --agent mini-swe-agent`,
+      `--sandbox local: the agent ${harnesses.join(', ')} reaches the capture proxy through a channel only the bubblewrap and docker sandboxes provide; use --sandbox bubblewrap or docker, or --agent mini-swe-agent`,
     );
   }
   return kinds;

@@ -68,13 +68,14 @@ await runEntry('serve', async () => {
 
   const { dataset, tasks } = await readTasks(config, { log: (line) => console.error(line) });
   const known = new Map(tasks.map((t) => [t.id, t]));
-  checkAgents(tasks, config); // a bad row agent, or a harness row off bubblewrap, fails here
+  checkAgents(tasks, config); // a bad row agent, or a harness row on a local sandbox, fails here
   const environments = await SweEnvironments.forDataset(dataset);
   const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
   const engines = await startEngines(config, tasks, tokenizer, (line) => console.error(line));
   // Claude Code and Codex reach the proxy only through its unix socket. slime's samples pick their agent
-  // (`metadata.agent`), also on rows the dataset lacks, so a bubblewrap server always listens on one.
-  const socket = await harnessSocket(config.sandbox === 'bubblewrap');
+  // (`metadata.agent`), also on rows the dataset lacks, so a server whose sandboxes have the channel
+  // always listens on one.
+  const socket = await harnessSocket(config.sandbox !== 'local');
   const proxy = await startCaptureProxy({
     engine: engines.engines,
     tokenizer,

@@ -8,12 +8,14 @@
  * sampled replies and nothing else.
  */
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { decodeSamples, loadTokenizer, type Sample, type TaskSpec } from '@vime/core';
 import { claudeCodeScript, codexScript, fixOf, oneLineFix, type Script } from '@vime/harness/standin';
+import { defaultDockerSocket } from '@vime/sandbox';
 import { buildOfflineTaskSet } from '@vime/swe';
 import { afterAll, beforeAll, describe, expect, inject, it, onTestFinished } from 'vitest';
 import { bundledTokenizerDir } from '../src/loop.js';
@@ -156,6 +158,49 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
       expect(tokenizer.decode(ids)).toBe(replies);
       expect(logprobs.every((l) => Number.isFinite(l) && l <= 0)).toBe(true);
     }
+  });
+
+  const dockerReady = process.getuid?.() === 0 || existsSync(defaultDockerSocket());
+  it.runIf(dockerReady)(
+    'claude-code and codex fix their tasks in docker sandboxes too (reward 1)',
+    {
+      timeout: 300_000,
+    },
+    async () => {
+      const out = join(tmp, 'docker');
+      const run = await runCli(
+        [
+          ...['--dataset', dataset, '--out', out, '--sandbox', 'docker', '--steps', '1', '--prompts', '3'],
+          ...['--samples', '1', '--concurrency', '3', '--pool-replicas', '0', '--no-validate', '--quiet'],
+        ],
+        280_000,
+      );
+      expect(run.code, `${run.stdout.slice(-2000)}\n${run.stderr.slice(-3000)}`).toBe(0);
+      const results = JSON.parse(await readFile(join(out, 'steps', '1.results.json'), 'utf8')) as Array<{
+        taskId: string;
+        reward?: number;
+      }>;
+      for (const kind of ['claude-code', 'codex'] as const) {
+        const result = results.find((r) => r.taskId === tasks[kind].id);
+        expect(result, JSON.stringify(results)).toMatchObject({ reward: 1 });
+      }
+      const rows = decodeSamples(await readFile(join(out, 'steps', '1.msgpack')));
+      expect(new Set(rows.filter((r) => r.label === tasks.codex.id).map((r) => r.metadata.agent))).toEqual(
+        new Set(['codex']),
+      );
+    },
+  );
+
+  it('a harness on --sandbox local is one line naming the flag and the choices, exit 2', async () => {
+    const run = await runCli(
+      ['--dataset', dataset, '--sandbox', 'local', '--out', join(tmp, 'local')],
+      60_000,
+    );
+    expect(run.code).toBe(2);
+    expect(run.stderr).toMatch(
+      /--sandbox local: the agent claude-code, codex .*--sandbox bubblewrap or docker/,
+    );
+    expect(run.stderr).not.toMatch(/\n\s+at /);
   });
 
   it('a harness that cannot be installed fails its rollout as an infrastructure failure, never reward 0', {
