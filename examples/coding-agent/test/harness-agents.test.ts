@@ -82,6 +82,18 @@ afterAll(async () => {
   await rm(badDataset, { force: true });
 });
 
+interface StepResult {
+  taskId: string;
+  status: string;
+  reward?: number;
+  error?: unknown;
+}
+
+/** The per-rollout results of a run's first step. */
+async function stepResults(out: string): Promise<StepResult[]> {
+  return JSON.parse(await readFile(join(out, 'steps', '1.results.json'), 'utf8')) as StepResult[];
+}
+
 /** The mask-1 tokens of a rollout's rows, in order, with their log probs. */
 function trained(rows: Sample[]): { ids: number[]; logprobs: number[] } {
   const ids: number[] = [];
@@ -123,12 +135,7 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
       280_000,
     );
     expect(run.code, `${run.stdout.slice(-2000)}\n${run.stderr.slice(-3000)}`).toBe(0);
-    const results = JSON.parse(await readFile(join(out, 'steps', '1.results.json'), 'utf8')) as Array<{
-      taskId: string;
-      status: string;
-      reward?: number;
-      error?: unknown;
-    }>;
+    const results = await stepResults(out);
     const byTask = new Map(results.map((r) => [r.taskId, r]));
     expect(byTask.get(tasks['claude-code'].id), JSON.stringify(results)).toMatchObject({ reward: 1 });
     expect(byTask.get(tasks.codex.id), JSON.stringify(results)).toMatchObject({ reward: 1 });
@@ -176,10 +183,7 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
         280_000,
       );
       expect(run.code, `${run.stdout.slice(-2000)}\n${run.stderr.slice(-3000)}`).toBe(0);
-      const results = JSON.parse(await readFile(join(out, 'steps', '1.results.json'), 'utf8')) as Array<{
-        taskId: string;
-        reward?: number;
-      }>;
+      const results = await stepResults(out);
       for (const kind of ['claude-code', 'codex'] as const) {
         const result = results.find((r) => r.taskId === tasks[kind].id);
         expect(result, JSON.stringify(results)).toMatchObject({ reward: 1 });
@@ -223,12 +227,7 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
       { TMPDIR: fresh, VIME_HARNESS_CACHE: join(fresh, 'cache') },
     );
     expect(run.code, `${run.stdout.slice(-2000)}\n${run.stderr.slice(-3000)}`).toBe(0);
-    const results = JSON.parse(await readFile(join(out, 'steps', '1.results.json'), 'utf8')) as Array<{
-      taskId: string;
-      status: string;
-      reward?: number;
-      error?: unknown;
-    }>;
+    const results = await stepResults(out);
     for (const task of [tasks['claude-code'], tasks.codex]) {
       const result = results.find((r) => r.taskId === task.id)!;
       expect(result.status, JSON.stringify(result)).toBe('failed');
