@@ -151,8 +151,9 @@ describe('killByEnv', () => {
   it('leaves no marked process, even children forked while it scans or not dead yet', async () => {
     for (let round = 0; round < 5; round++) {
       const value = `units-${process.pid}-${round}`;
-      // forks sleepers as fast as it can: one pass over /proc always misses the newest
-      const spawner = spawn('sh', ['-c', 'while :; do sleep 30 & done'], {
+      // forks a sleeper every millisecond or so (gently: other tests share the machine), so one pass over
+      // /proc misses the newest
+      const spawner = spawn('sh', ['-c', 'while :; do sleep 30 & sleep 0.002; done'], {
         env: { ...process.env, VIME_TEST_MARK: value },
         stdio: 'ignore',
       });
