@@ -7,6 +7,8 @@ import { VimeError } from './errors.js';
 import { createSample, fromSlimeDict, type Sample, SLIME_SAMPLE_FIELDS, toSlimeDict } from './sample.js';
 
 const f32 = fc.float({ noDefaultInfinity: false, noNaN: false });
+// "__proto__" is refused at both ends (its own test below), so the round trip draws other keys.
+const key = fc.string({ unit: 'binary' }).filter((k) => k !== '__proto__');
 const json: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
   value: fc.oneof(
     { depthSize: 'small' },
@@ -16,7 +18,7 @@ const json: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
     fc.boolean(),
     fc.constant(null),
     fc.array(tie('value'), { maxLength: 4 }),
-    fc.dictionary(fc.string({ unit: 'binary' }), tie('value'), { maxKeys: 4 }),
+    fc.dictionary(key, tie('value'), { maxKeys: 4 }),
   ),
 })).value;
 
@@ -44,7 +46,7 @@ const sampleArb: fc.Arbitrary<Sample> = fc
       ),
     ),
     status: fc.constantFrom('pending', 'completed', 'truncated', 'aborted', 'failed' as const),
-    metadata: fc.dictionary(fc.string({ unit: 'binary' }), json, { maxKeys: 5 }),
+    metadata: fc.dictionary(key, json, { maxKeys: 5 }),
     ids: fc.tuple(fc.option(fc.nat()), fc.option(fc.nat()), fc.option(fc.nat())),
     session: fc.option(fc.string({ unit: 'binary' })),
     ngt: fc.double(),
@@ -131,6 +133,22 @@ describe('encodeSamples / decodeSamples', () => {
     const back = decodeSamples(encodeSamples([sample]));
     expect(back[0]!.extra).toEqual({ custom_field: { a: 1 } });
     expect(toSlimeDict(back[0]!)).toMatchObject({ custom_field: { a: 1 } });
+  });
+
+  it('refuses a "__proto__" key at either end, naming where it is', () => {
+    const nested = createSample({ tokens: [1] });
+    nested.metadata = JSON.parse('{"a": [{"b": 1}, {"__proto__": {"reward": 1}}]}');
+    expect(() => encodeSamples([nested])).toThrowError(
+      /^\[0\]\.metadata\.a\[1\]\.__proto__: the key "__proto__" cannot/,
+    );
+    const extra = createSample({ tokens: [1] });
+    extra.extra = JSON.parse('{"__proto__": 1}');
+    expect(() => encodeSamples([extra])).toThrowError(/^\[0\]\.__proto__: the key "__proto__" cannot/);
+    // what a Python peer could send: a field or a metadata key named __proto__
+    const field = encode([JSON.parse('{"tokens": [1], "__proto__": {"reward": 1}}')]);
+    expect(() => decodeSamples(field)).toThrowError(/^\[0\]\.__proto__: expected a field name other than/);
+    const meta = encode([JSON.parse('{"tokens": [1], "metadata": {"x": {"__proto__": 1}}}')]);
+    expect(() => decodeSamples(meta)).toThrowError(/^\[0\]\.metadata: the key "__proto__" cannot/);
   });
 
   it('names the field path, the kind found and what was expected', () => {

@@ -162,7 +162,33 @@ export function encodeSamples(samples: ReadonlyArray<Sample>): Uint8Array {
   return w.bytes.subarray(0, w.pos);
 }
 
+const PROTO = '__proto__';
+const PROTO_FIX = `the key "${PROTO}" cannot cross the sample wire (JavaScript would read it as an object's prototype); rename it`;
+
+/**
+ * Where a value holds an own `__proto__` key (`.a[2].__proto__`), if it does: @msgpack/msgpack refuses
+ * to decode one, and a plain object given one gets a new prototype instead of a field.
+ */
+function protoKeyPath(value: unknown, path = ''): string | undefined {
+  if (typeof value !== 'object' || value === null || ArrayBuffer.isView(value)) return undefined;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = protoKeyPath(value[i], `${path}[${i}]`);
+      if (found !== undefined) return found;
+    }
+    return undefined;
+  }
+  if (Object.hasOwn(value, PROTO)) return `${path}.${PROTO}`;
+  for (const [k, v] of Object.entries(value)) {
+    const found = protoKeyPath(v, `${path}.${k}`);
+    if (found !== undefined) return found;
+  }
+  return undefined;
+}
+
 function raw(value: unknown, index: number, key: string): FieldValue {
+  const proto = key === PROTO ? '' : protoKeyPath(value);
+  if (proto !== undefined) throw new ValidationError(`[${index}].${key}${proto}`, PROTO_FIX);
   try {
     return { kind: 'raw', value: encodeValue(value) };
   } catch (cause) {
@@ -376,6 +402,9 @@ class Reader {
     try {
       return this.decoder.decode(this.bytes.subarray(start, this.pos));
     } catch (cause) {
+      if ((cause as Error).message.includes(PROTO)) {
+        throw new ValidationError(path, PROTO_FIX, { code: 'decode_error', cause });
+      }
       throw new ValidationError(path, `malformed msgpack value (${(cause as Error).message})`, {
         code: 'decode_error',
         cause,
@@ -481,6 +510,7 @@ export function decodeSamples(bytes: Uint8Array, options: DecodeSamplesOptions =
       for (let f = 0; f < nFields; f++) {
         const key = r.string(`${root}{key ${f}}`);
         const path = `${root}.${key}`;
+        if (key === PROTO) r.fail(path, 'a field name other than "__proto__"');
         if (key === 'loss_mask') arrays[key] = r.typedArray(path, (n) => new Uint8Array(n));
         else if (INT_FIELDS.has(key)) arrays[key] = r.typedArray(path, (n) => new Int32Array(n));
         else if (F32_FIELDS.has(key)) arrays[key] = r.typedArray(path, (n) => new Float32Array(n));
