@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { ConfigError, deadlineSignal, SandboxError, sleep } from '@vime/core';
 import { FORWARDER, PROXY_SOCKET_IN_SANDBOX } from './bwrap-channel.js';
-import { BwrapSession } from './bwrap-session.js';
+import { BwrapSession, type SessionLaunch } from './bwrap-session.js';
 import { SUPERVISOR } from './bwrap-supervisor.js';
 import type { ExecCgroups } from './cgroup.js';
 import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
@@ -112,12 +112,13 @@ export class BwrapSandbox extends HostSandbox {
   /**
    * The launch chain: [cgroup attach as root] → [drop to the sandbox uid] → [prlimit] → bwrap. A session
    * applies rlimits per command inside instead, so the supervisor itself is not bounded by them, and the
-   * process count is counted in the sandbox's own user namespace.
+   * process count is counted in the sandbox's own user namespace. A per-exec launch also reports on fd 3
+   * that its cgroups were joined (a session's fd 3 is its channel, and its supervisor reports readiness).
    */
-  private launch(bwrapArgs: string[], withRlimits: boolean) {
+  private launch(bwrapArgs: string[], perExec: boolean): SessionLaunch & { launchReport?: boolean } {
     const { config } = this;
     let chain = [config.bwrap, ...bwrapArgs];
-    const rl = withRlimits
+    const rl = perExec
       ? Object.entries(config.rlimits)
           .filter(([k]) => k !== 'nproc')
           .map(([k, v]) => `--${k}=${v}`)
@@ -144,8 +145,10 @@ export class BwrapSandbox extends HostSandbox {
         ...chain,
       ];
     }
-    const attach = 'for g in $VIME_CGROUPS; do echo $$ > "$g/cgroup.procs" || exit 125; done; exec "$@"';
-    return { command: '/bin/sh', args: ['-c', attach, 'sh', ...chain], env };
+    // The report is closed before the chain runs, so no sandboxed command can forge it (see `launchReport`).
+    const report = perExec ? 'printf 1 >&3; exec 3>&-; ' : '';
+    const attach = `for g in $VIME_CGROUPS; do echo $$ > "$g/cgroup.procs" || exit 125; done; ${report}exec "$@"`;
+    return { command: '/bin/sh', args: ['-c', attach, 'sh', ...chain], env, launchReport: perExec };
   }
 
   /** Start (or restart) the sandbox's session and wait for its supervisor to report ready. */
@@ -257,6 +260,7 @@ export class BwrapSandbox extends HostSandbox {
     let pid: number | undefined;
     return runProcess(launch.command, launch.args, {
       env: launch.env,
+      ...(launch.launchReport ? { launchReport: true } : {}),
       ...(launch.uid === undefined ? {} : { uid: launch.uid, gid: launch.gid! }),
       ...(options.stdin === undefined ? {} : { stdin: options.stdin }),
       ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),

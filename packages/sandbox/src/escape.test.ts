@@ -3,13 +3,15 @@
  * backend (bubblewrap always; docker, which scripts/docker-up.sh starts and CI always has as root).
  */
 import { randomInt } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { SandboxError } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hostSleepers } from './__fixtures__/support.js';
 import { bubblewrapProvider } from './bubblewrap.js';
+import { findCgroups } from './cgroup.js';
 import { dockerProvider } from './docker.js';
 import { dockerAvailable, testImage } from './testing.js';
 import type { Sandbox, SandboxProvider, SandboxSpec } from './types.js';
@@ -181,6 +183,34 @@ describe.each(backends)('escape suite: %s', (_name, makeProvider, extra) => {
     }
   });
 
+  it.runIf(_name === 'bubblewrap (per-exec)')(
+    "cannot forge a launch failure: exit 125 and fd 3 are the command's own",
+    async () => {
+      const r = await sbx.exec('printf 1 >&3; exit 125');
+      expect(r.exitCode).toBe(125);
+      expect(r.stderr).toMatch(/3: Bad file descriptor/);
+    },
+  );
+
+  it.runIf(_name === 'bubblewrap (per-exec)' && isRoot)(
+    'a launch that cannot join its cgroups is a SandboxError, not an exit code of the command',
+    async () => {
+      const broken = await provider.create({ workdir: '/testbed', ...extra });
+      try {
+        const cgroups = findCgroups((name) => name === `vime-${broken.id}`);
+        expect(cgroups.length).toBeGreaterThan(0);
+        for (const cg of cgroups) rmdirSync(cg.dir); // empty between execs
+        const error = await broken.exec('echo never').catch((e: unknown) => e);
+        expect(SandboxError.isInstance(error), String(error)).toBe(true);
+        expect(String(error)).toMatch(
+          /the launch failed before the command started \(exit 125\).*cgroup\.procs/,
+        );
+      } finally {
+        await broken.terminate();
+      }
+    },
+  );
+
   it('timeout kills grandchildren and detached children', async () => {
     const base = 800_000 + randomInt(100_000);
     const tags = [base, base + 1, base + 2, base + 3, base + 4];
@@ -189,7 +219,7 @@ describe.each(backends)('escape suite: %s', (_name, makeProvider, extra) => {
         `nohup sleep ${tags[3]} >/dev/null 2>&1 & sleep ${tags[4]}`,
       { timeoutMs: 1000 },
     );
-    expect(r.timedOut).toBe(true);
+    expect(r.timedOut, r.stderr).toBe(true);
     expect(await eventually(() => hostSleepers(tags).length === 0)).toBe(true);
   });
 
@@ -198,7 +228,7 @@ describe.each(backends)('escape suite: %s', (_name, makeProvider, extra) => {
       maxOutputBytes: 1 << 20,
       timeoutMs: 120_000,
     });
-    expect(r.exitCode).toBe(0);
+    expect(r.exitCode, r.stderr.slice(-500)).toBe(0);
     expect(r.truncated).toBe(true);
     expect(r.stdout.length).toBeLessThan((1 << 20) + 200);
     expect(r.stdout.startsWith('ok\uFFFD\nok\uFFFD\n')).toBe(true);

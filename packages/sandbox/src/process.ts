@@ -24,6 +24,12 @@ export interface RunOptions {
   track?: (pid: number | undefined) => void;
   /** After a timeout or abort: kill what escaped the process group (e.g. `setsid` children). */
   afterKill?: () => void;
+  /**
+   * The command is a launch chain that writes a byte to fd 3 once it has set up (joined its cgroups) and
+   * closes fd 3 before the sandboxed command runs. No byte by the exit means the launch itself failed: a
+   * `SandboxError`, never an exit code the sandboxed command could have produced.
+   */
+  launchReport?: boolean;
 }
 
 export interface RunResult extends ExecResult {
@@ -54,7 +60,7 @@ export function runProcess(
     const child = spawn(command, args, {
       cwd: options.cwd,
       env: options.env,
-      stdio: ['pipe', 'pipe', 'pipe'],
+      stdio: options.launchReport ? ['pipe', 'pipe', 'pipe', 'pipe'] : ['pipe', 'pipe', 'pipe'],
       // Own process group, so a timeout can kill the whole tree with one signal.
       detached: true,
       ...(options.uid === undefined ? {} : { uid: options.uid }),
@@ -62,6 +68,11 @@ export function runProcess(
     });
     let timedOut = false;
     let aborted = false;
+    let launched = !options.launchReport;
+    const report = child.stdio[3] as Readable | undefined;
+    report?.once('data', () => {
+      launched = true;
+    });
     let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
     let settled = false;
     let graceTimer: NodeJS.Timeout | undefined;
@@ -97,8 +108,17 @@ export function runProcess(
       options.track?.(undefined);
       child.stdout?.destroy();
       child.stderr?.destroy();
+      report?.destroy();
       if (error !== undefined) return reject(error);
       if (aborted) return reject(signal?.reason);
+      if (!launched && !timedOut) {
+        return reject(
+          new SandboxError(
+            `the launch failed before the command started (exit ${exit?.code ?? exit?.signal}): ${stderr.text().trim()}`,
+            { data: { exitCode: exit?.code ?? null, stderr: stderr.text() } },
+          ),
+        );
+      }
       if (overflow) {
         return reject(
           new SandboxError(`output larger than ${options.maxRawBytes} bytes`, {
