@@ -160,7 +160,9 @@ describe('RayJobsClient', () => {
 
   it('gets, lists (an array, submissions first), tails, stops and deletes', async () => {
     // Lines 200 ms apart: the tail sees them in one chunk only if this process stalls for 600 ms.
-    const server = await ray({ script: { pendingMs: 400, lines: ['a', 'b', 'c', 'd'], lineIntervalMs: 200 } });
+    const server = await ray({
+      script: { pendingMs: 400, lines: ['a', 'b', 'c', 'd'], lineIntervalMs: 200 },
+    });
     const client = new RayJobsClient({ address: server.url });
     await client.submit({
       entrypoint: 'python3 train.py',
