@@ -7,7 +7,7 @@
  * after each step; async mode keeps rolling out the next step while the consumer takes the last one.
  * Metrics and the report cover every step.
  */
-import { appendFile, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { appendFile, mkdir, readFile, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import {
@@ -22,6 +22,7 @@ import {
   type Sample,
   type ScoredRollout,
   startCaptureProxy,
+  writeFileAtomic,
 } from '@vime/core';
 import { grpoAdvantages } from '@vime/grpo';
 import {
@@ -289,7 +290,7 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   let queue: GroupQueue;
   try {
     await mkdir(join(out, 'steps'), { recursive: true });
-    await writeFile(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
+    await writeFileAtomic(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
     queue = await GroupQueue.open(join(out, 'queue'), {
       maxAttempts: config.siblingAttempts,
       deadlineMs: config.rolloutGuardMs + 60_000,
@@ -405,10 +406,12 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
     });
     trainedRows.push(...rows);
     const batchPath = join(out, 'steps', `${step}.msgpack`);
-    await writeFile(batchPath, encodeSamples(rows));
+    // Atomic: a resume rewrites a step that was handed off but not committed, and a kill mid-write must
+    // leave the whole earlier file, never an empty one (a trainer may be reading it).
+    await writeFileAtomic(batchPath, encodeSamples(rows));
     // Trained before the step is recorded as handed off: a run killed mid-training trains it again.
     const train = io.trainer ? await io.trainer({ step, batchPath }, io.signal) : undefined;
-    await writeFile(stepResultsPath(out, step), `${JSON.stringify(results.map(summarize))}\n`);
+    await writeFileAtomic(stepResultsPath(out, step), `${JSON.stringify(results.map(summarize))}\n`);
     // The version the engines serve after this step (the trainer's, when it numbers it); staleness of
     // later samples is measured against it.
     const published =

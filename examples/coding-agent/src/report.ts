@@ -4,10 +4,9 @@
  * is labelled as such on the page and in the JSON.
  */
 import { execFile } from 'node:child_process';
-import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import type { RolloutResult } from '@vime/core';
+import { type RolloutResult, writeFileAtomic } from '@vime/core';
 import { capacityCurve, fitRun, observationFrom } from '@vime/launch';
 import {
   type CapacityInput,
@@ -166,10 +165,11 @@ export async function writeRunReport(
       "the engines' /metrics gave no load readings (SGLang needs --enable-metrics); run vime-metrics on their logs";
   const json = join(input.out, 'report.json');
   const html = join(input.out, 'report.html');
-  await writeFile(
+  // report.json last: a run folder that has it has the whole report (a resume checks for it).
+  await writeFileAtomic(html, renderHtmlReport(record, { title: 'Coding-agent RL run' }));
+  await writeFileAtomic(
     json,
     `${JSON.stringify({ ...record, rollout_metrics: input.overall, ...input.extra }, null, 2)}\n`,
   );
-  await writeFile(html, renderHtmlReport(record, { title: 'Coding-agent RL run' }));
   return { record, json, html };
 }

@@ -197,7 +197,13 @@ export {
 export type { RowReplay } from './trajectory/replay.js';
 export { type CapturedTurn, CapturedTurnSchema, capturedTurnRecord } from './trajectory/turn-log.js';
 export { parseDuration } from './util/duration.js';
-export { type CallerPathOptions, ensureDirectory, pathError, readTextFile } from './util/files.js';
+export {
+  type CallerPathOptions,
+  ensureDirectory,
+  pathError,
+  readTextFile,
+  writeFileAtomic,
+} from './util/files.js';
 export {
   describeCause,
   HttpClient,

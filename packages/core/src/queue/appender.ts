@@ -6,7 +6,7 @@
 import type { FileHandle } from 'node:fs/promises';
 import { open, readdir, truncate, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { ioError, listSegments, readIfExists, replaceFile, writeAll } from './files.js';
+import { ioError, listSegments, readIfExists, replaceQueueFile, writeAll } from './files.js';
 import {
   corrupt,
   FILE_HEADER_BYTES,
@@ -274,7 +274,7 @@ export class SegmentAppender {
       this.#active = undefined;
     }
     const path = this.#path(base);
-    const handle = await replaceFile(path, (h) => writeAll(h, fileHeader(SEGMENT_MAGIC, base), 0), {
+    const handle = await replaceQueueFile(path, (h) => writeAll(h, fileHeader(SEGMENT_MAGIC, base), 0), {
       keepOpen: true,
     });
     this.#active = { base, handle: handle!, size: FILE_HEADER_BYTES };

@@ -5,7 +5,7 @@
 import type { FileHandle } from 'node:fs/promises';
 import { open, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { listSegments, readIfExists, replaceFile, writeAll } from './files.js';
+import { listSegments, readIfExists, replaceQueueFile, writeAll } from './files.js';
 import {
   CURSOR_FILE,
   type Cursor,
@@ -43,7 +43,7 @@ export async function readCursor(dir: string): Promise<Cursor | undefined> {
 }
 
 export async function writeCursor(dir: string, cursor: Cursor): Promise<void> {
-  await replaceFile(join(dir, CURSOR_FILE), (h) =>
+  await replaceQueueFile(join(dir, CURSOR_FILE), (h) =>
     writeAll(h, Buffer.from(`${JSON.stringify(cursor)}\n`), 0),
   );
 }

@@ -1,7 +1,7 @@
 /** File-system steps the queue's writer, reader and repair share. */
 import type { FileHandle } from 'node:fs/promises';
-import { open, readdir, readFile, rename, unlink } from 'node:fs/promises';
-import { join } from 'node:path';
+import { readdir, readFile } from 'node:fs/promises';
+import { replaceFile } from '../util/files.js';
 import { QueueError, SEGMENT_NAME } from './format.js';
 
 /** First seqs of the segments in `dir`, ascending. */
@@ -12,16 +12,6 @@ export async function listSegments(dir: string): Promise<number[]> {
     if (m) bases.push(Number(m[1]));
   }
   return bases.sort((a, b) => a - b);
-}
-
-/** Flush a directory, so a file created, renamed or deleted in it stays so after a power loss. */
-export async function syncDir(dir: string): Promise<void> {
-  const handle = await open(dir, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
 }
 
 export const readIfExists = (path: string): Promise<Buffer | undefined> =>
@@ -48,32 +38,17 @@ export function ioError(what: string, error: unknown): QueueError {
   return new QueueError(`${what}: ${(error as Error).message}`, { cause: error });
 }
 
-/**
- * Open `<path>.tmp`, let `fill` write it, flush it, and rename it over `path` (then flush the
- * directory): readers see the old file or the new one, never a mix, whatever fails or crashes. On
- * failure the temporary file is removed. Returns the handle, still open, when `keepOpen`.
- */
-export async function replaceFile(
+/** `replaceFile` with failures as `QueueError`s (a full disk says the queue is intact). */
+export async function replaceQueueFile(
   path: string,
   fill: (handle: FileHandle) => Promise<void>,
   options: { keepOpen?: boolean } = {},
 ): Promise<FileHandle | undefined> {
-  const tmp = `${path}.tmp`;
-  let handle: FileHandle | undefined;
   try {
-    handle = await open(tmp, 'w');
-    await fill(handle);
-    await handle.sync();
-    await rename(tmp, path);
-    await syncDir(join(path, '..'));
+    return await replaceFile(path, fill, options);
   } catch (error) {
-    await handle?.close().catch(() => {});
-    await unlink(tmp).catch(() => {});
     throw ioError(`writing ${path}`, error);
   }
-  if (options.keepOpen) return handle;
-  await handle.close();
-  return undefined;
 }
 
 /** Write all of `data` at `position` (a write may be short, e.g. on a nearly full disk). */

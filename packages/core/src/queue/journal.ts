@@ -20,9 +20,10 @@ import { Decoder, Encoder } from '@msgpack/msgpack';
 import { z } from 'zod';
 import { encodeSamples } from '../codec.js';
 import type { Sample } from '../sample.js';
+import { syncDir } from '../util/files.js';
 import { parseWith } from '../validate.js';
 import { type FlushInfo, type RecordPosition, SegmentAppender } from './appender.js';
-import { ioError, listSegments, readIfExists, replaceFile, syncDir, writeAll } from './files.js';
+import { ioError, listSegments, readIfExists, replaceQueueFile, writeAll } from './files.js';
 import {
   corrupt,
   decodeRecordSamples,
@@ -178,7 +179,7 @@ export const cloneState = (state: UnitState): UnitState => decodeState(encodeSta
 export async function writeStateFile(path: string, state: UnitState): Promise<void> {
   // Header and body from the same instant: the state moves on while the file is being opened.
   const bytes = Buffer.concat([fileHeader(STATE_MAGIC, state.seq), frame(encodeState(state))]);
-  await replaceFile(path, (h) => writeAll(h, bytes, 0));
+  await replaceQueueFile(path, (h) => writeAll(h, bytes, 0));
 }
 
 export async function readStateFile(path: string): Promise<UnitState | undefined> {

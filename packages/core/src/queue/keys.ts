@@ -7,7 +7,8 @@
 import type { FileHandle } from 'node:fs/promises';
 import { open, readFile, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { ioError, listSegments, readIfExists, replaceFile, syncDir, writeAll } from './files.js';
+import { syncDir } from '../util/files.js';
+import { ioError, listSegments, readIfExists, replaceQueueFile, writeAll } from './files.js';
 import {
   corrupt,
   decodeKeyPairs,
@@ -99,7 +100,7 @@ export class KeysLog {
     const path = join(dir, KEYS_FILE);
     const existing = await readIfExists(path);
     if (!existing || scanKeys(existing, path).end === 0) {
-      const handle = await replaceFile(path, (h) => writeAll(h, fileHeader(KEYS_MAGIC, 0), 0), {
+      const handle = await replaceQueueFile(path, (h) => writeAll(h, fileHeader(KEYS_MAGIC, 0), 0), {
         keepOpen: true,
       });
       return new KeysLog(path, handle!, FILE_HEADER_BYTES, 0);
@@ -145,7 +146,7 @@ export class KeysLog {
     const pairs = [...seen].sort((a, b) => a[1] - b[1]);
     const frames = encodeFrames(pairs);
     const bytes = Buffer.concat([fileHeader(KEYS_MAGIC, 0), ...frames]);
-    const handle = await replaceFile(this.#path, (h) => writeAll(h, bytes, 0), { keepOpen: true });
+    const handle = await replaceQueueFile(this.#path, (h) => writeAll(h, bytes, 0), { keepOpen: true });
     await this.#handle.close();
     this.#handle = handle!;
     this.#size = bytes.length;

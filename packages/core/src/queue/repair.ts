@@ -8,7 +8,7 @@
 import { mkdir, readdir, readFile, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { encodeSamples } from '../codec.js';
-import { listSegments, readIfExists, replaceFile, writeAll } from './files.js';
+import { listSegments, readIfExists, replaceQueueFile, writeAll } from './files.js';
 import {
   CURSOR_FILE,
   type Cursor,
@@ -84,7 +84,7 @@ export async function repairQueue(dir: string): Promise<RepairReport> {
   const quarantine = async (file: string, buf: Buffer, offset: number, end: number) => {
     await mkdir(join(dir, QUARANTINE_DIR), { recursive: true });
     const to = `${QUARANTINE_DIR}/${file}@${offset}.bin`;
-    await replaceFile(join(dir, to), (h) => writeAll(h, buf.subarray(offset, end), 0));
+    await replaceQueueFile(join(dir, to), (h) => writeAll(h, buf.subarray(offset, end), 0));
     return to;
   };
 
@@ -174,7 +174,7 @@ export async function repairQueue(dir: string): Promise<RepairReport> {
     }
     const bytes = Buffer.concat(parts);
     const target = join(dir, segmentName(first));
-    await replaceFile(target, (h) => writeAll(h, bytes, 0));
+    await replaceQueueFile(target, (h) => writeAll(h, bytes, 0));
     if (first !== base) await unlink(path);
     report.rewritten.push(segmentName(first));
   }
@@ -225,7 +225,7 @@ async function repairKeys(
   }
   if (!changed) return;
   const bytes = Buffer.concat([header, ...frames]);
-  await replaceFile(path, (h) => writeAll(h, bytes, 0));
+  await replaceQueueFile(path, (h) => writeAll(h, bytes, 0));
   report.rewritten.push(KEYS_FILE);
 }
 
@@ -272,6 +272,6 @@ async function repairCursor(
     (cursor.version === 1 || cursor.last === fixed.last);
   report.cursor = !cursor ? 'reset' : same ? 'kept' : 'moved';
   if (same) return;
-  await replaceFile(path, (h) => writeAll(h, Buffer.from(`${JSON.stringify(fixed)}\n`), 0));
+  await replaceQueueFile(path, (h) => writeAll(h, Buffer.from(`${JSON.stringify(fixed)}\n`), 0));
   report.rewritten.push(CURSOR_FILE);
 }

@@ -1,4 +1,5 @@
-import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -58,5 +59,31 @@ describe('pathError', () => {
     const full = Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
     expect(pathError(full, '--out', 'x', 'write it')).toBe(full);
     expect(pathError(new TypeError('bug'), '--out', 'x', 'write it')).toBeInstanceOf(TypeError);
+  });
+});
+
+describe('writeFileAtomic', () => {
+  it('leaves the old content or the new, never a part, in a writer SIGKILLed mid-write', async () => {
+    const path = join(dir, 'atomic.bin');
+    const size = 4 << 20;
+    // A writer that rewrites the file forever, each time with a new digit (0..9) repeated `size` times.
+    const writer = `
+      import { writeFileAtomic } from ${JSON.stringify(new URL('./files.ts', import.meta.url).pathname)};
+      for (let i = 0; ; i++) {
+        await writeFileAtomic(process.argv[1], String(i % 10).repeat(${size}));
+        if (i === 0) process.stdout.write('wrote\\n');
+      }`;
+    for (let round = 0; round < 5; round++) {
+      const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', writer, path], {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      await new Promise<void>((resolve) => child.stdout!.once('data', () => resolve()));
+      await new Promise((r) => setTimeout(r, 20 + round * 37));
+      child.kill('SIGKILL');
+      await new Promise((r) => child.once('close', r));
+      const content = readFileSync(path, 'latin1');
+      expect(content.length, `round ${round}`).toBe(size);
+      expect(content).toBe(content[0]!.repeat(size));
+    }
   });
 });

@@ -1,5 +1,5 @@
-import { mkdir, readFile, stat } from 'node:fs/promises';
-import { dirname, resolve } from 'node:path';
+import { type FileHandle, mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
 import { ConfigError } from '../errors.js';
 
 /** Failures that say the named path itself is wrong (missing, a directory, not writable), not the disk. */
@@ -87,4 +87,50 @@ export async function ensureDirectory(
       throw pathError(error, field, path, `create ${level}`);
     }
   }
+}
+
+/** Flush a directory, so a file created, renamed or deleted in it stays so after a power loss. */
+export async function syncDir(dir: string): Promise<void> {
+  const handle = await open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * Open `<path>.tmp`, let `fill` write it, flush it, and rename it over `path` (then flush the
+ * directory): readers see the old file or the new one, never a mix, whatever fails or crashes. On
+ * failure the temporary file is removed. Returns the handle, still open, when `keepOpen`.
+ */
+export async function replaceFile(
+  path: string,
+  fill: (handle: FileHandle) => Promise<void>,
+  options: { keepOpen?: boolean } = {},
+): Promise<FileHandle | undefined> {
+  const tmp = `${path}.tmp`;
+  let handle: FileHandle | undefined;
+  try {
+    handle = await open(tmp, 'w');
+    await fill(handle);
+    await handle.sync();
+    await rename(tmp, path);
+    await syncDir(join(path, '..'));
+  } catch (error) {
+    await handle?.close().catch(() => {});
+    await unlink(tmp).catch(() => {});
+    throw error;
+  }
+  if (options.keepOpen) return handle;
+  await handle.close();
+  return undefined;
+}
+
+/**
+ * Write a whole file so that a reader, or a process killed at any moment, sees either the old content or
+ * the new, never an empty or partial file (`replaceFile` with the data).
+ */
+export async function writeFileAtomic(path: string, data: string | Uint8Array): Promise<void> {
+  await replaceFile(path, (handle) => handle.writeFile(data));
 }
