@@ -183,34 +183,6 @@ describe.each(backends)('escape suite: %s', (_name, makeProvider, extra) => {
     }
   });
 
-  it.runIf(_name === 'bubblewrap (per-exec)')(
-    "cannot forge a launch failure: exit 125 and fd 3 are the command's own",
-    async () => {
-      const r = await sbx.exec('printf 1 >&3; exit 125');
-      expect(r.exitCode).toBe(125);
-      expect(r.stderr).toMatch(/3: Bad file descriptor/);
-    },
-  );
-
-  it.runIf(_name === 'bubblewrap (per-exec)' && isRoot)(
-    'a launch that cannot join its cgroups is a SandboxError, not an exit code of the command',
-    async () => {
-      const broken = await provider.create({ workdir: '/testbed', ...extra });
-      try {
-        const cgroups = findCgroups((name) => name === `vime-${broken.id}`);
-        expect(cgroups.length).toBeGreaterThan(0);
-        for (const cg of cgroups) rmdirSync(cg.dir); // empty between execs
-        const error = await broken.exec('echo never').catch((e: unknown) => e);
-        expect(SandboxError.isInstance(error), String(error)).toBe(true);
-        expect(String(error)).toMatch(
-          /the launch failed before the command started \(exit 125\).*cgroup\.procs/,
-        );
-      } finally {
-        await broken.terminate();
-      }
-    },
-  );
-
   it('timeout kills grandchildren and detached children', async () => {
     const base = 800_000 + randomInt(100_000);
     const tags = [base, base + 1, base + 2, base + 3, base + 4];
@@ -237,4 +209,39 @@ describe.each(backends)('escape suite: %s', (_name, makeProvider, extra) => {
     const elided = Number(/\[… (\d+) bytes elided/.exec(r.stdout)![1]);
     expect(elided).toBe(100_000_000 + 'tail-marker\n'.length - (1 << 20));
   });
+});
+
+describe('escape suite: the bubblewrap per-exec launcher', () => {
+  const provider = bubblewrapProvider({ rootDir, execMode: 'per-exec' });
+
+  it("cannot forge a launch failure: exit 125 and fd 3 are the command's own", async () => {
+    const sbx = await provider.create({ workdir: '/testbed' });
+    try {
+      const r = await sbx.exec('printf 1 >&3; exit 125');
+      expect(r.exitCode).toBe(125);
+      expect(r.stderr).toMatch(/3: Bad file descriptor/);
+    } finally {
+      await sbx.terminate();
+    }
+  });
+
+  // Only root gets cgroups here (an unprivileged user has no writable one to join).
+  it.runIf(isRoot)(
+    'a launch that cannot join its cgroups is a SandboxError, not an exit code of the command',
+    async () => {
+      const broken = await provider.create({ workdir: '/testbed' });
+      try {
+        const cgroups = findCgroups((name) => name === `vime-${broken.id}`);
+        expect(cgroups.length).toBeGreaterThan(0);
+        for (const cg of cgroups) rmdirSync(cg.dir); // empty between execs
+        const error = await broken.exec('echo never').catch((e: unknown) => e);
+        expect(SandboxError.isInstance(error), String(error)).toBe(true);
+        expect(String(error)).toMatch(
+          /the launch failed before the command started \(exit 125\).*cgroup\.procs/,
+        );
+      } finally {
+        await broken.terminate();
+      }
+    },
+  );
 });
