@@ -183,6 +183,12 @@ export class BwrapSandbox extends HostSandbox {
       ]);
     } catch (error) {
       session.close();
+      if (this.terminatedFor === 'lifetime') {
+        throw new SandboxError(
+          `sandbox ${this.id} reached the end of its lifetime (lifetimeMs ${this.spec.lifetimeMs}) before its session was ready; give it a longer lifetimeMs`,
+          { code: 'sandbox_terminated', cause: error },
+        );
+      }
       throw SandboxError.isInstance(error) || signal?.aborted
         ? error
         : new SandboxError(`the bubblewrap session of sandbox ${this.id} did not start: ${String(error)}`, {

@@ -55,6 +55,8 @@ export abstract class HostSandbox implements Sandbox {
   protected readonly state: HostState;
   protected readonly events: SandboxEmitter;
   private terminating: Promise<void> | undefined;
+  /** Why the sandbox is being terminated, once it is. */
+  protected terminatedFor: TerminateReason | undefined;
   private readonly unregister: () => void;
   private readonly running = new Set<AbortController>();
 
@@ -139,6 +141,7 @@ export abstract class HostSandbox implements Sandbox {
   }
 
   terminateWith(reason: TerminateReason): Promise<void> {
+    this.terminatedFor ??= reason;
     this.terminating ??= (async () => {
       const started = performance.now();
       for (const c of this.running)

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { SandboxError } from '@vime/core';
 import { afterAll, describe, expect, it } from 'vitest';
 import { hostSleepers } from './__fixtures__/support.js';
 import { bubblewrapProvider } from './bubblewrap.js';
@@ -215,10 +216,22 @@ describe('leak-proofing', () => {
     const provider = bubblewrapProvider({ rootDir });
     const reasons: string[] = [];
     provider.events.on('terminate', (e) => reasons.push(e.reason));
-    const sbx = await provider.create({ workdir: '/w', lifetimeMs: 300 });
-    expect(await eventually(() => reasons.length > 0, 5000)).toBe(true);
+    // Long enough for the session to start on a loaded host (it counts from the create).
+    const sbx = await provider.create({ workdir: '/w', lifetimeMs: 2000 });
+    expect(await eventually(() => reasons.length > 0, 10_000)).toBe(true);
     expect(reasons).toEqual(['lifetime']);
     expect(await sbx.isAlive()).toBe(false);
+    expect(sandboxDirs(rootDir)).toEqual([]);
+  });
+
+  it('a lifetime that ends before the session is ready fails the create, saying so, and leaves nothing', async () => {
+    const rootDir = newRoot();
+    const provider = bubblewrapProvider({ rootDir });
+    const error = await provider.create({ workdir: '/w', lifetimeMs: 1 }).catch((e: unknown) => e);
+    expect(SandboxError.isInstance(error), String(error)).toBe(true);
+    expect((error as Error).message).toMatch(
+      /reached the end of its lifetime \(lifetimeMs 1\) before its session was ready; give it a longer lifetimeMs/,
+    );
     expect(sandboxDirs(rootDir)).toEqual([]);
   });
 

@@ -37,7 +37,10 @@ export interface SandboxSpec {
   limits?: ResourceLimits | 'none';
   /** Labels stamped on everything created (the run label makes `reapOrphans` possible). */
   labels?: Record<string, string>;
-  /** Maximum lifetime in milliseconds: terminated when it ends (and `reapOrphans({ olderThanMs })` finds leftovers). */
+  /**
+   * Maximum lifetime in milliseconds, counted from the create: terminated when it ends (and
+   * `reapOrphans({ olderThanMs })` finds leftovers). A lifetime that ends before the sandbox is ready fails the create.
+   */
   lifetimeMs?: number;
   /**
    * The one endpoint the sandbox may reach (bubblewrap, docker): a host unix socket served inside the sandbox's own

@@ -29,7 +29,8 @@ export class Scheduler {
   readonly kvTokens: number;
   readonly running = new Set<Job>();
   readonly queue: Job[] = [];
-  generated = 0;
+  /** Tokens of jobs no longer running: whole for finished ones, so a finished count reads exact. */
+  #decoded = 0;
   /** Frozen: running jobs make no progress and nothing is admitted (a pause that keeps the cache). */
   #frozen = false;
   #last = performance.now();
@@ -44,6 +45,13 @@ export class Scheduler {
 
   get instant(): boolean {
     return this.tokensPerSecond === Number.POSITIVE_INFINITY && this.perRequest === Number.POSITIVE_INFINITY;
+  }
+
+  /** Tokens decoded so far (fractional while jobs run); `/metrics` reports it floored. */
+  get generated(): number {
+    let n = this.#decoded;
+    for (const j of this.running) n += j.done;
+    return n;
   }
 
   /** Tokens held in the KV cache by running requests. */
@@ -63,7 +71,8 @@ export class Scheduler {
   /** Remove a job wherever it is (client gone or aborted); frees its slot at once. */
   cancel(job: Job): void {
     this.#advance();
-    if (!this.running.delete(job)) {
+    if (this.running.delete(job)) this.#decoded += job.done;
+    else {
       const i = this.queue.indexOf(job);
       if (i >= 0) this.queue.splice(i, 1);
     }
@@ -101,13 +110,13 @@ export class Scheduler {
     const step = this.#rate() * dt;
     const finished: Job[] = [];
     for (const job of this.running) {
-      const before = job.done;
       job.done = Math.min(job.tokens, job.done + step);
-      this.generated += job.done - before;
       if (job.tokens - job.done < 1e-6) finished.push(job);
     }
     for (const job of finished) {
       this.running.delete(job);
+      job.done = job.tokens;
+      this.#decoded += job.tokens;
       job.onDone();
     }
   }
@@ -116,7 +125,7 @@ export class Scheduler {
     while (!this.#frozen && this.running.size < this.slots && this.queue.length > 0) {
       const job = this.queue.shift()!;
       if (this.instant || job.tokens === 0) {
-        this.generated += job.tokens;
+        this.#decoded += job.tokens;
         job.done = job.tokens;
         job.onDone();
         continue;
