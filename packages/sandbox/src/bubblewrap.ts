@@ -16,6 +16,7 @@ import { type CgroupPlan, createCgroups, ExecCgroups, planCgroups } from './cgro
 import { defaultRootDir, HostState } from './host-state.js';
 import { forwardWarnings, newSandboxId, runOf, sandboxLabels, withTrackedCreate } from './lifecycle.js';
 import {
+  checkLifetime,
   type EffectiveLimits,
   hardOpenFiles,
   type Rlimits,
@@ -120,6 +121,7 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
       async create(spec: SandboxSpec, op: OpOptions = {}): Promise<Sandbox> {
         op.signal?.throwIfAborted();
         const workdir = resolveWorkdir(spec?.workdir);
+        checkLifetime(spec.lifetimeMs);
         const requested = resolveLimits(spec.limits);
         const channel = resolveChannel(spec, user);
         const binds = resolveBinds(spec, workdir, user);

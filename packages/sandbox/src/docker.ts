@@ -18,7 +18,7 @@ import {
   sandboxLabels,
   withTrackedCreate,
 } from './lifecycle.js';
-import { type EffectiveLimits, resolveLimits, resolveWorkdir } from './limits.js';
+import { checkLifetime, type EffectiveLimits, resolveLimits, resolveWorkdir } from './limits.js';
 import { packTar } from './tar.js';
 import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
 
@@ -118,6 +118,7 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
         signal?.throwIfAborted();
         const started = performance.now();
         const workdir = resolveWorkdir(spec?.workdir);
+        checkLifetime(spec.lifetimeMs);
         const limits = resolveLimits(spec.limits);
         // The engine mounts as its own user: only the sandbox user's access to the files themselves matters.
         const channel = resolveChannel(spec, undefined);

@@ -106,6 +106,29 @@ describe.each(backends)('%s refuses bad limits and work dirs', (_name, makeProvi
     expect(readdirSync(rootDir).filter((n) => n.startsWith('sbx-'))).toEqual([]);
   });
 
+  // Node fires a timer longer than 2^31 − 1 ms after 1 ms: a 30-day lifetime would end at once.
+  it.each([
+    ['30 days', 30 * 86_400_000],
+    ['negative', -5],
+    ['zero', 0],
+    ['fractional', 1.5],
+    ['NaN', Number.NaN],
+    ['Infinity', Number.POSITIVE_INFINITY],
+    ['a string', '1h'],
+  ])('lifetimeMs: %s', async (_what, lifetimeMs) => {
+    const error = await provider
+      .create({ workdir: '/testbed', lifetimeMs: lifetimeMs as number, ...extra })
+      .then(
+        (s) => s.terminate().then(() => undefined),
+        (e: unknown) => e,
+      );
+    expect(ConfigError.isInstance(error), String(error)).toBe(true);
+    expect((error as Error).message).toMatch(
+      /^spec\.lifetimeMs must be whole milliseconds from 1 to 2147483647 \(24\.8 days\), got /,
+    );
+    expect(readdirSync(rootDir).filter((n) => n.startsWith('sbx-'))).toEqual([]);
+  });
+
   it.each(badWorkdirs)('workdir: %s', async (_what, workdir, message) => {
     const error = await provider.create({ workdir: workdir as string, ...extra }).then(
       (s) => s.terminate().then(() => undefined),

@@ -165,3 +165,22 @@ export function resolveWorkdir(workdir: unknown, field = 'spec.workdir'): string
   }
   return normalized;
 }
+
+/** The longest timer Node keeps (a longer one fires after 1 ms). */
+const MAX_LIFETIME_MS = 2 ** 31 - 1;
+
+/** Validate `spec.lifetimeMs`: absent, or whole milliseconds from 1 to 2^31 − 1 (24.8 days). */
+export function checkLifetime(lifetimeMs: unknown, field = 'spec.lifetimeMs'): void {
+  if (lifetimeMs === undefined) return;
+  if (
+    typeof lifetimeMs !== 'number' ||
+    !Number.isInteger(lifetimeMs) ||
+    lifetimeMs < 1 ||
+    lifetimeMs > MAX_LIFETIME_MS
+  ) {
+    throw new ConfigError(
+      `${field} must be whole milliseconds from 1 to ${MAX_LIFETIME_MS} (24.8 days), got ${show(lifetimeMs)}; ` +
+        'e.g. lifetimeMs: 2 * 3600_000, or leave it out for no lifetime',
+    );
+  }
+}

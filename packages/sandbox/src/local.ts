@@ -10,7 +10,7 @@ import { refuseChannel } from './bwrap-channel.js';
 import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
 import { defaultRootDir, HostState } from './host-state.js';
 import { forwardWarnings, newSandboxId, runOf, sandboxLabels, withTrackedCreate } from './lifecycle.js';
-import { type EffectiveLimits, resolveLimits, resolveWorkdir, rlimitsOf } from './limits.js';
+import { checkLifetime, type EffectiveLimits, resolveLimits, resolveWorkdir, rlimitsOf } from './limits.js';
 import { DEFAULT_MAX_READ_BYTES, readCap, tooLarge } from './output.js';
 import { EXEC_MARKER_ENV, killByExecMarker, newExecId, SANDBOX_MARKER_ENV } from './proc.js';
 import { type RunResult, runProcess } from './process.js';
@@ -60,6 +60,7 @@ export function localProvider(options: LocalProviderOptions = {}): SandboxProvid
           );
         }
         resolveWorkdir(spec?.workdir);
+        checkLifetime(spec.lifetimeMs);
         // Local sandboxes are for trusted code: only the limits a spec names apply (as rlimits).
         const limits = resolveLimits(spec.limits, { defaults: false });
         const unenforced = (['memoryBytes', 'pids', 'cpus', 'tmpBytes'] as const).filter(
