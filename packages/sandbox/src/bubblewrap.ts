@@ -127,7 +127,7 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
         const binds = resolveBinds(spec, workdir, user);
         const rootfs = spec.image === undefined ? undefined : resolveImage(spec.image, options.images);
         if (rootfs) await assertDir(rootfs, 'spec.image');
-        probe ??= probeBwrap(bwrap, user);
+        probe ??= probeBwrap(bwrap, systemArgs, user);
         // A failed probe is not cached: the fix (installing bwrap) may happen while the process runs.
         await probe.catch((error) => {
           probe = undefined;
@@ -376,7 +376,16 @@ async function prepareRoot(
   return root;
 }
 
-async function probeBwrap(bwrap: string, user: { uid: number; gid: number } | undefined): Promise<void> {
+/**
+ * Run `bwrap … true` with the system folders a sandbox gets, as the sandbox user. Not `--ro-bind / /`:
+ * that re-mounts every mount of the host, and one another sandbox is mounting or unmounting at that
+ * moment makes bwrap fail (EINVAL).
+ */
+async function probeBwrap(
+  bwrap: string,
+  systemArgs: readonly string[],
+  user: { uid: number; gid: number } | undefined,
+): Promise<void> {
   const fix =
     'Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap). On Ubuntu >= 23.10 unprivileged user ' +
     'namespaces are restricted by AppArmor: install an AppArmor profile for bwrap or set ' +
@@ -387,7 +396,7 @@ async function probeBwrap(bwrap: string, user: { uid: number; gid: number } | un
   try {
     result = await runProcess(
       bwrap,
-      ['--ro-bind', '/', '/', '--unshare-all', '--die-with-parent', '--new-session', 'true'],
+      [...systemArgs, '--unshare-all', '--die-with-parent', '--new-session', 'true'],
       { env: { PATH: process.env.PATH ?? '/usr/bin:/bin' }, timeoutMs: 10_000, ...(user ?? {}) },
     );
   } catch (error) {

@@ -311,6 +311,30 @@ describe('bubblewrap specifics', () => {
     }
   });
 
+  it("probes bwrap with a sandbox's own system folders, not the host's whole mount tree", async () => {
+    // `--ro-bind / /` re-mounts every host mount, so another sandbox's overlay coming or going failed it.
+    const bin = mkdtempSync(join(tmpdir(), 'vime-bwrap-args-'));
+    chmodSync(bin, 0o755);
+    const real = execFileSync('sh', ['-c', 'command -v bwrap'], { encoding: 'utf8' }).trim();
+    const log = join(bin, 'calls');
+    writeFileSync(log, '');
+    chmodSync(log, 0o666);
+    writeFileSync(join(bin, 'bwrap'), `#!/bin/sh\necho "$*" >> ${log}\nexec ${real} "$@"\n`, { mode: 0o755 });
+    try {
+      const sbx = await bubblewrapProvider({ rootDir, bwrapPath: join(bin, 'bwrap') }).create({
+        workdir: '/work',
+      });
+      await sbx.terminate();
+      const probe = readFileSync(log, 'utf8')
+        .split('\n')
+        .find((l) => l.endsWith(' true'))!;
+      expect(probe).toMatch(/^--ro-bind \/usr \/usr .*--ro-bind \/etc \/etc --unshare-all/);
+      expect(probe).not.toMatch(/--ro-bind \/ \//);
+    } finally {
+      rmSync(bin, { recursive: true, force: true });
+    }
+  });
+
   it('fails closed with an actionable error when bwrap is missing', async () => {
     const provider = bubblewrapProvider({ rootDir, bwrapPath: '/nonexistent/bwrap' });
     await expect(provider.create({ workdir: '/work' })).rejects.toThrow(/apt-get install bubblewrap/);
