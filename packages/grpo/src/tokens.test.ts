@@ -42,7 +42,7 @@ describe('broadcastToTokens', () => {
     ]);
   });
 
-  it('long responses (fill-then-zero path) match a per-token reference', () => {
+  it('long responses (native fill, fill-then-zero) match a per-token reference in both modes', () => {
     fc.assert(
       fc.property(
         fc.array(
@@ -56,7 +56,8 @@ describe('broadcastToTokens', () => {
           },
         ),
         fc.nat(7),
-        (samples, shift) => {
+        fc.constantFrom('allTokens', 'maskedTokens') as fc.Arbitrary<'allTokens' | 'maskedTokens'>,
+        (samples, shift, mode) => {
           const lens = samples.map((s) => s.len);
           const backing = new Uint8Array(shift + lens.reduce((x, y) => x + y, 0));
           const mask = backing.subarray(shift).fill(1);
@@ -66,10 +67,12 @@ describe('broadcastToTokens', () => {
             at += s.len;
           }
           const a = samples.map((_, i) => i + 0.5);
-          const out = broadcastToTokens(a, lens, mask, { mode: 'maskedTokens' });
+          const out = broadcastToTokens(a, lens, mask, { mode });
           let t = 0;
           for (let i = 0; i < samples.length; i++) {
-            for (let k = 0; k < lens[i]!; k++, t++) if (out[t] !== (mask[t] ? a[i] : 0)) return false;
+            for (let k = 0; k < lens[i]!; k++, t++) {
+              if (out[t] !== (mode === 'allTokens' || mask[t] ? a[i] : 0)) return false;
+            }
           }
           return true;
         },

@@ -245,6 +245,11 @@ function fillF32(
       if (t < to && t & 1) i32[t++] = b;
       const end = to >> 1;
       let k = t >> 1;
+      // A long span is one native fill (memset speed); below ~128 pairs the call costs more than it saves.
+      if (end - k >= 128) {
+        f64.fill(pair, k, end);
+        k = end;
+      }
       for (; k + 4 <= end; k += 4) {
         f64[k] = pair;
         f64[k + 1] = pair;
