@@ -1,6 +1,7 @@
 import { describeValue, ValidationError } from '@vime/core';
 import { allocate, type Dtype, type FloatArray, rounder, sumF64, torchSumF32 } from './f32.js';
 import type { BroadcastMode } from './presets.js';
+import { broadcastSimd } from './simd/broadcast.js';
 
 /** Loss masks: one array per sample, or one flat array over all response tokens (concatenated). */
 export type LossMasks = ReadonlyArray<ArrayLike<number>> | Uint8Array;
@@ -150,7 +151,12 @@ export function broadcastToTokens(
   // Hot loops are written once per array type: a loop that sees both Float32Array and Float64Array
   // runs many times slower.
   if (out instanceof Float32Array) {
-    fillF32(out, prepared!, responseLengths, mode === 'maskedTokens' ? mask! : null);
+    const tokenMask = mode === 'maskedTokens' ? mask! : null;
+    // SIMD for finite values, unless only long spans are to be filled: one native fill each is faster.
+    const simd = prepared!.finite && (tokenMask !== null || total < 256 * n);
+    if (!(simd && broadcastSimd(prepared!.bits, responseLengths, tokenMask, out))) {
+      fillF32(out, prepared!, responseLengths, tokenMask);
+    }
   } else {
     for (let i = 0; i < n; i++) out.fill(advantages[i]!, offsets![i]!, offsets![i + 1]!);
     if (mode === 'maskedTokens') for (let t = 0; t < total; t++) if (mask![t] === 0) out[t] = out[t]! * 0;
