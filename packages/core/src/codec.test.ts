@@ -40,7 +40,7 @@ const sampleArb: fc.Arbitrary<Sample> = fc
       fc.constant(null),
       // A reward dict is written like free-form data, where a -0 becomes 0 (documented in the README).
       fc.dictionary(
-        fc.string(),
+        fc.string().filter((k) => k !== '__proto__'),
         fc.double({ noNaN: true }).map((x) => (Object.is(x, -0) ? 0 : x)),
         { maxKeys: 3 },
       ),
@@ -149,6 +149,14 @@ describe('encodeSamples / decodeSamples', () => {
     expect(() => decodeSamples(field)).toThrowError(/^\[0\]\.__proto__: expected a field name other than/);
     const meta = encode([JSON.parse('{"tokens": [1], "metadata": {"x": {"__proto__": 1}}}')]);
     expect(() => decodeSamples(meta)).toThrowError(/^\[0\]\.metadata: the key "__proto__" cannot/);
+    // a reward dict (slime allows one) at either end
+    const reward = createSample({ tokens: [1] });
+    reward.reward = JSON.parse('{"acc": 1, "__proto__": 0}');
+    expect(() => encodeSamples([reward])).toThrowError(
+      /^\[0\]\.reward\.__proto__: the key "__proto__" cannot/,
+    );
+    const sent = encode([JSON.parse('{"tokens": [1], "reward": {"__proto__": 0}}')]);
+    expect(() => decodeSamples(sent)).toThrowError(/^\[0\]\.reward: the key "__proto__" cannot/);
   });
 
   it('names the field path, the kind found and what was expected', () => {
