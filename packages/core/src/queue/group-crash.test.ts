@@ -69,7 +69,8 @@ function lcg(seed: number): () => number {
 describe('GroupQueue under SIGKILL of the whole process tree', () => {
   it('recovers a fully async run killed 20 times: every group handed off once, no reward computed twice, no stale commit', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'vime-group-crash-'));
-    const [groups, n, steps, perStep] = [96, 4, 48, 2];
+    // 512 sibling submits: 20 kills after at most 12 submits and a few more each leave most of them to do.
+    const [groups, n, steps, perStep] = [128, 4, 64, 2];
     const args = [dir, String(groups), String(n), String(steps), String(perStep)];
     const random = lcg(21);
     try {
@@ -77,13 +78,16 @@ describe('GroupQueue under SIGKILL of the whole process tree', () => {
         const run = start(args);
         await Promise.race([run.ready, run.exit]);
         // Anywhere in the work (leases, engine calls, partials, grades, submits, hand-offs, GC): after a
-        // random number of submits, then a random few milliseconds, so the kill lands in the work however
+        // random number of submits, then a random few milliseconds (cut short after 4 more submits, so a
+        // fast machine does not finish the work between kills), so the kill lands in the work however
         // fast the machine is.
         const submits = 1 + Math.floor(random() * 12);
         const submitted = () => run.output().split('submitted\n').length - 1;
         while (submitted() < submits && run.child.exitCode === null)
           await new Promise((r) => setTimeout(r, 2));
-        await new Promise((r) => setTimeout(r, random() * 30));
+        const jitterEnd = performance.now() + random() * 30;
+        while (performance.now() < jitterEnd && submitted() < submits + 4 && run.child.exitCode === null)
+          await new Promise((r) => setTimeout(r, 1));
         killTree(run.child.pid!);
         const code = await run.exit;
         trees.delete(run.child.pid!);
