@@ -1,5 +1,5 @@
 ;; The token broadcast's kernel in WebAssembly SIMD: 16 tokens per step, four 16-byte stores.
-;; `broadcast-wasm.ts` holds this module compiled (`node packages/grpo/scripts/build-wasm.mjs`).
+;; `broadcast-wasm.ts` holds this module compiled (`node --import tsx scripts/build-wasm.ts`).
 (module
   (memory (export "memory") 1)
   ;; Where in its response the last call stopped.
