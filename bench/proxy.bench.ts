@@ -8,9 +8,10 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { Agent, createServer, request } from 'node:http';
 import { createRequire } from 'node:module';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, connect, createServer as createTcpServer } from 'node:net';
 import { availableParallelism, loadavg } from 'node:os';
 import { dirname } from 'node:path';
+import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import {
   type ChatTokenizer,
@@ -195,7 +196,8 @@ if (role === 'engine') {
               sampling_params: sampling,
               return_logprob: true,
             });
-            const to = msg.mode === 'direct' ? msg.engineUrl : msg.forwarderUrl;
+            const to =
+              msg.mode === 'direct' ? msg.engineUrl : msg.mode === 'relay' ? msg.relayUrl : msg.forwarderUrl;
             const res = await post(`${to}/generate`, {}, body);
             if (res.status !== 200) throw new Error(`engine answered ${res.status}: ${res.text}`);
           }
@@ -225,13 +227,17 @@ if (role === 'engine') {
 }
 
 interface LoadCommand {
-  /** `forward`: the direct request through a bare forwarder in the proxy's process (the floor of any proxy). */
-  mode: 'direct' | 'forward' | 'proxy';
+  /**
+   * The direct request through the proxy's process: `relay` copies its bytes over a TCP relay (the
+   * floor of any proxy process), `forward` through a bare HTTP forwarder (the floor of any HTTP proxy).
+   */
+  mode: 'direct' | 'relay' | 'forward' | 'proxy';
   tag: string;
   sessions: number;
   durationMs: number;
   thinkMs: number;
   engineUrl: string;
+  relayUrl: string;
   forwarderUrl: string;
   proxyUrl: string;
 }
@@ -267,9 +273,41 @@ async function startEngineProcess(tokensPerSecond: number): Promise<{ url: strin
   return { url, child };
 }
 
+/** What the proxy's process did during a run besides its turns: its GC pauses and event-loop delay. */
+interface ProcessReadings {
+  cpuMsPerTurn: number;
+  gcPauseMaxMs: number;
+  /** GC pause time per second of the run. */
+  gcMsPerSecond: number;
+  loopDelayP99Ms: number;
+}
+
 type Run = (
   command: Pick<LoadCommand, 'mode' | 'sessions' | 'durationMs' | 'thinkMs'>,
-) => Promise<LoadResult & { cpuMsPerTurn: number; reusedTurns: number; laterTurns: number }>;
+) => Promise<LoadResult & ProcessReadings & { reusedTurns: number; laterTurns: number }>;
+
+/**
+ * The least any proxy in its own process adds: every byte of a connection copied to a connection of
+ * its own to the engine and back, with no HTTP parsing at all (two more socket hops and two wake-ups).
+ */
+async function startRelay(engineUrl: string): Promise<{ url: string; close(): Promise<void> }> {
+  const { hostname, port } = new URL(engineUrl);
+  const server = createTcpServer({ noDelay: true }, (client) => {
+    const upstream = connect({ host: hostname, port: Number(port), noDelay: true });
+    client.pipe(upstream).pipe(client);
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', end).on('close', end);
+    upstream.on('error', end).on('close', end);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
+}
 
 /**
  * The least any HTTP proxy in its own process adds: read the body, send it on with the same HTTP client
@@ -304,6 +342,7 @@ async function startForwarder(engineUrl: string): Promise<{ url: string; close()
 
 /** The proxy runs in this process; the client process opens sessions by API key and reports finished ones. */
 async function withProxy(tokenizer: ChatTokenizer, engineUrl: string, fn: (run: Run) => Promise<void>) {
+  const relay = await startRelay(engineUrl);
   const forwarder = await startForwarder(engineUrl);
   const upstream = sglangEngine(engineUrl, { connections: 2048 });
   const proxy = await startCaptureProxy({
@@ -320,6 +359,16 @@ async function withProxy(tokenizer: ChatTokenizer, engineUrl: string, fn: (run: 
   let runs = 0;
   try {
     await fn(async (command) => {
+      const gc = { max: 0, total: 0 };
+      const gcObserver = new PerformanceObserver((list) => {
+        for (const e of list.getEntries()) {
+          gc.max = Math.max(gc.max, e.duration);
+          gc.total += e.duration;
+        }
+      });
+      gcObserver.observe({ entryTypes: ['gc'] });
+      const loopDelay = monitorEventLoopDelay({ resolution: 1 });
+      loopDelay.enable();
       const cpu0 = process.cpuUsage();
       const stitched = { reused: 0, later: 0 };
       const onTurn = (e: { stitch: { kind: string } }) => {
@@ -332,15 +381,22 @@ async function withProxy(tokenizer: ChatTokenizer, engineUrl: string, fn: (run: 
         ...command,
         tag: `r${runs++}`,
         engineUrl,
+        relayUrl: relay.url,
         forwarderUrl: forwarder.url,
         proxyUrl: proxy.url,
       });
       const result = await nextMessage(client, (m) => m.result as LoadResult | undefined);
       const cpu = process.cpuUsage(cpu0);
+      loopDelay.disable();
+      gcObserver.disconnect();
       proxy.events.off('turn', onTurn);
       return {
         ...result,
         cpuMsPerTurn: (cpu.user + cpu.system) / 1000 / result.turns,
+        gcPauseMaxMs: gc.max,
+        gcMsPerSecond: gc.total / result.seconds,
+        // the histogram counts the 1 ms sampling timer's own period; what is left is delay
+        loopDelayP99Ms: Math.max(0, loopDelay.percentile(99) / 1e6 - 1),
         reusedTurns: stitched.reused,
         laterTurns: stitched.later,
       };
@@ -350,6 +406,7 @@ async function withProxy(tokenizer: ChatTokenizer, engineUrl: string, fn: (run: 
     await proxy.close();
     await upstream.close();
     await forwarder.close();
+    await relay.close();
   }
 }
 
@@ -368,24 +425,30 @@ const bench: Bench = {
     try {
       await withProxy(tokenizer, engine.url, async (run) => {
         const rows: Table['rows'] = [];
+        const floorRows: Table['rows'] = [];
         const checks: NonNullable<Table['checks']> = [];
         const stitched = { reused: 0, later: 0 };
         // warm up every path (JIT, connection pools, segment cache)
-        for (const mode of ['direct', 'forward', 'proxy'] as const)
+        for (const mode of ['direct', 'relay', 'forward', 'proxy'] as const)
           await run({ mode, sessions: 16, durationMs: 1500, thinkMs: 0 });
         for (const sessions of [1, 64, 184, 1000]) {
           const thinkMs = sessions === 1 ? 0 : THINK_MS;
           const durationMs = sessions === 1 ? 4000 : 8000;
           const d = await run({ mode: 'direct', sessions, durationMs, thinkMs });
+          const r = await run({ mode: 'relay', sessions, durationMs, thinkMs });
           const f = await run({ mode: 'forward', sessions, durationMs, thinkMs });
           const p = await run({ mode: 'proxy', sessions, durationMs, thinkMs });
           stitched.reused += p.reusedTurns;
           stitched.later += p.laterTurns;
-          const ds = d.latencies.sort((a, b) => a - b);
-          const fs = f.latencies.sort((a, b) => a - b);
-          const ps = p.latencies.sort((a, b) => a - b);
-          const added50 = quantile(ps, 0.5) - quantile(ds, 0.5);
-          const added99 = quantile(ps, 0.99) - quantile(ds, 0.99);
+          const [ds, rs, fs, ps] = [d, r, f, p].map((x) => x.latencies.sort((a, b) => a - b)) as [
+            number[],
+            number[],
+            number[],
+            number[],
+          ];
+          const added = (xs: number[], q: number) => quantile(xs, q) - quantile(ds, q);
+          const added50 = added(ps, 0.5);
+          const added99 = added(ps, 0.99);
           rows.push([
             sessions,
             p.turns,
@@ -396,9 +459,18 @@ const bench: Bench = {
             fmt.ms(quantile(ds, 0.99)),
             fmt.ms(quantile(ps, 0.99)),
             fmt.ms(added99),
-            fmt.ms(quantile(fs, 0.5) - quantile(ds, 0.5)),
-            fmt.ms(quantile(fs, 0.99) - quantile(ds, 0.99)),
             fmt.ms(p.cpuMsPerTurn),
+            fmt.ms(p.loopDelayP99Ms),
+            fmt.ms(p.gcPauseMaxMs),
+          ]);
+          floorRows.push([
+            sessions,
+            fmt.ms(added(rs, 0.5)),
+            fmt.ms(added(rs, 0.99)),
+            fmt.ms(added(fs, 0.5)),
+            fmt.ms(added(fs, 0.99)),
+            fmt.ms(added50),
+            fmt.ms(added99),
           ]);
           checks.push(
             {
@@ -409,34 +481,55 @@ const bench: Bench = {
             { target: `${sessions} sessions: p99 added < 2 ms`, measured: fmt.ms(added99), ok: added99 < 2 },
           );
         }
-        tables.push({
-          title: 'Added latency per turn (proxy − direct, same engine, same run)',
-          columns: [
-            'sessions',
-            'turns via proxy',
-            'rate',
-            'direct p50',
-            'proxy p50',
-            'added p50',
-            'direct p99',
-            'proxy p99',
-            'added p99',
-            'bare forwarder added p50',
-            'bare forwarder added p99',
-            'proxy CPU/turn',
-          ],
-          rows,
-          checks,
-          notes: [
-            `Turns decode ${Math.min(...outputTokens)}–${Math.max(...outputTokens)} tokens at ${DECODE_TOKENS_PER_S} tokens/s per request; ` +
-              `sessions of ${TURNS} turns with prompts growing to ${longest} tokens.`,
-            `1 session runs turns back to back; larger counts pause ~${THINK_MS} ms (exponential) between a session's turns, as a harness running tools does.`,
-            'Proxy path: HTTP in (default limits: body and head caps, timeouts, connection cap), zod-validated chat request, Qwen3 render + tokenize, /generate, decode, tool-call parse, capture, HTTP out.',
-            'Bare forwarder: the direct request through a node:http server in the proxy process that sends the body on with the same HTTP client and returns the answer untouched: what the extra process hop alone costs.',
-            `Clients send each answer back as received (tool call ids included): ${stitched.reused} of ${stitched.later} later turns reused the captured history's tokens.`,
-            `Load average at the end: ${loadavg()[0]!.toFixed(1)} on ${availableParallelism()} cores (shared machine).`,
-          ],
-        });
+        tables.push(
+          {
+            title: 'Added latency per turn (proxy − direct, same engine, same run)',
+            columns: [
+              'sessions',
+              'turns via proxy',
+              'rate',
+              'direct p50',
+              'proxy p50',
+              'added p50',
+              'direct p99',
+              'proxy p99',
+              'added p99',
+              'proxy CPU/turn',
+              'event-loop delay p99',
+              'longest GC pause',
+            ],
+            rows,
+            checks,
+            notes: [
+              `Turns decode ${Math.min(...outputTokens)}–${Math.max(...outputTokens)} tokens at ${DECODE_TOKENS_PER_S} tokens/s per request; ` +
+                `sessions of ${TURNS} turns with prompts growing to ${longest} tokens.`,
+              `1 session runs turns back to back; larger counts pause ~${THINK_MS} ms (exponential) between a session's turns, as a harness running tools does.`,
+              'Proxy path: HTTP in (default limits: body and head caps, timeouts, connection cap), zod-validated chat request, Qwen3 render + tokenize, /generate, decode, tool-call parse, capture, HTTP out.',
+              "Event-loop delay and GC pauses are the proxy process's own during its run (perf_hooks).",
+              `Clients send each answer back as received (tool call ids included): ${stitched.reused} of ${stitched.later} later turns reused the captured history's tokens.`,
+              `Load average at the end: ${loadavg()[0]!.toFixed(1)} on ${availableParallelism()} cores (shared machine); ` +
+                `the proxy process's heap holds ${fmt.bytes(process.memoryUsage().heapUsed)}, most of it the tokenizer's vocabulary and merges, which every full GC marks.`,
+            ],
+          },
+          {
+            title:
+              'The floors under the proxy: the same direct requests through its process (added vs direct, same run)',
+            columns: [
+              'sessions',
+              'TCP relay p50',
+              'TCP relay p99',
+              'bare HTTP forwarder p50',
+              'bare HTTP forwarder p99',
+              'capture proxy p50',
+              'capture proxy p99',
+            ],
+            rows: floorRows,
+            notes: [
+              'TCP relay: each client connection copied byte for byte to a connection of its own to the engine, no HTTP parsing: the least any proxy in its own process adds (two more socket hops, two more wake-ups).',
+              'Bare HTTP forwarder: a node:http server that sends the body on with the HTTP client the proxy uses and returns the answer untouched: the least any HTTP proxy on Node adds.',
+            ],
+          },
+        );
       });
     } finally {
       engine.child.disconnect();
@@ -446,12 +539,14 @@ const bench: Bench = {
     const instant = await startEngineProcess(Number.POSITIVE_INFINITY);
     try {
       await withProxy(tokenizer, instant.url, async (run) => {
-        for (const mode of ['direct', 'forward', 'proxy'] as const)
+        for (const mode of ['direct', 'relay', 'forward', 'proxy'] as const)
           await run({ mode, sessions: 32, durationMs: 1000, thinkMs: 0 });
         const d = await run({ mode: 'direct', sessions: 64, durationMs: 5000, thinkMs: 0 });
+        const r = await run({ mode: 'relay', sessions: 64, durationMs: 5000, thinkMs: 0 });
         const f = await run({ mode: 'forward', sessions: 64, durationMs: 5000, thinkMs: 0 });
         const p = await run({ mode: 'proxy', sessions: 64, durationMs: 5000, thinkMs: 0 });
         const dRate = d.turns / d.seconds;
+        const rRate = r.turns / r.seconds;
         const fRate = f.turns / f.seconds;
         const pRate = p.turns / p.seconds;
         tables.push({
@@ -459,7 +554,13 @@ const bench: Bench = {
           columns: ['path', 'turns/s', 'ratio to direct', 'proxy CPU/turn'],
           rows: [
             ['direct /generate', fmt.rate(dRate, 'turn'), fmt.ratio(1), '—'],
-            ['bare forwarder', fmt.rate(fRate, 'turn'), fmt.ratio(fRate / dRate), fmt.ms(f.cpuMsPerTurn)],
+            ['TCP relay', fmt.rate(rRate, 'turn'), fmt.ratio(rRate / dRate), fmt.ms(r.cpuMsPerTurn)],
+            [
+              'bare HTTP forwarder',
+              fmt.rate(fRate, 'turn'),
+              fmt.ratio(fRate / dRate),
+              fmt.ms(f.cpuMsPerTurn),
+            ],
             ['through the proxy', fmt.rate(pRate, 'turn'), fmt.ratio(pRate / dRate), fmt.ms(p.cpuMsPerTurn)],
           ],
           checks: [
