@@ -451,10 +451,15 @@ async function readJson(
  */
 export async function loadTokenizer(dir: string, options: LoadTokenizerOptions = {}): Promise<ChatTokenizer> {
   const { signal, ...rest } = options;
-  const [json, config] = await Promise.all([
+  // Both reads run at once; when both fail, the error is tokenizer.json's, whichever failed first.
+  const [jsonRead, configRead] = await Promise.allSettled([
     readJson(join(dir, 'tokenizer.json'), signal),
     readJson(join(dir, 'tokenizer_config.json'), signal),
   ]);
+  if (jsonRead.status === 'rejected') throw jsonRead.reason;
+  if (configRead.status === 'rejected') throw configRead.reason;
+  const json = jsonRead.value;
+  const config = configRead.value;
   let chatTemplate = rest.chatTemplate;
   if (chatTemplate === undefined) {
     chatTemplate = await readFile(join(dir, 'chat_template.jinja'), 'utf8').catch(() => undefined);
