@@ -1,7 +1,9 @@
 /**
  * Capture-proxy overhead: the same multi-turn agent sessions, once through the proxy (OpenAI chat
  * messages in; render, tokenize, capture, parse) and once as direct `/generate` calls with the prompt
- * ids precomputed, against one stand-in engine. Harness client, proxy and engine are separate processes.
+ * ids precomputed, against one stand-in engine; the direct calls also go through a TCP relay and a bare
+ * HTTP forwarder in the proxy's process, the floors under any proxy. Harness client, proxy and engine
+ * are separate processes.
  * Also: turns/s on this machine, and the rollout runner holding min(batch, cap) rollouts in flight for
  * 1,000 concurrent rollouts.
  */
@@ -277,8 +279,6 @@ async function startEngineProcess(tokensPerSecond: number): Promise<{ url: strin
 interface ProcessReadings {
   cpuMsPerTurn: number;
   gcPauseMaxMs: number;
-  /** GC pause time per second of the run. */
-  gcMsPerSecond: number;
   loopDelayP99Ms: number;
 }
 
@@ -359,12 +359,9 @@ async function withProxy(tokenizer: ChatTokenizer, engineUrl: string, fn: (run: 
   let runs = 0;
   try {
     await fn(async (command) => {
-      const gc = { max: 0, total: 0 };
+      let gcPauseMaxMs = 0;
       const gcObserver = new PerformanceObserver((list) => {
-        for (const e of list.getEntries()) {
-          gc.max = Math.max(gc.max, e.duration);
-          gc.total += e.duration;
-        }
+        for (const e of list.getEntries()) gcPauseMaxMs = Math.max(gcPauseMaxMs, e.duration);
       });
       gcObserver.observe({ entryTypes: ['gc'] });
       const loopDelay = monitorEventLoopDelay({ resolution: 1 });
@@ -393,8 +390,7 @@ async function withProxy(tokenizer: ChatTokenizer, engineUrl: string, fn: (run: 
       return {
         ...result,
         cpuMsPerTurn: (cpu.user + cpu.system) / 1000 / result.turns,
-        gcPauseMaxMs: gc.max,
-        gcMsPerSecond: gc.total / result.seconds,
+        gcPauseMaxMs,
         // the histogram counts the 1 ms sampling timer's own period; what is left is delay
         loopDelayP99Ms: Math.max(0, loopDelay.percentile(99) / 1e6 - 1),
         reusedTurns: stitched.reused,
@@ -440,12 +436,8 @@ const bench: Bench = {
           const p = await run({ mode: 'proxy', sessions, durationMs, thinkMs });
           stitched.reused += p.reusedTurns;
           stitched.later += p.laterTurns;
-          const [ds, rs, fs, ps] = [d, r, f, p].map((x) => x.latencies.sort((a, b) => a - b)) as [
-            number[],
-            number[],
-            number[],
-            number[],
-          ];
+          const sorted = (x: LoadResult) => x.latencies.sort((a, b) => a - b);
+          const [ds, rs, fs, ps] = [sorted(d), sorted(r), sorted(f), sorted(p)];
           const added = (xs: number[], q: number) => quantile(xs, q) - quantile(ds, q);
           const added50 = added(ps, 0.5);
           const added99 = added(ps, 0.99);
