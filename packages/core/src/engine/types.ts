@@ -104,7 +104,7 @@ export interface Engine {
   generateStream?(request: GenerateRequest, options: GenerateStreamOptions): Promise<GenerateResult>;
   /** Abort one request by id (SGLang `/abort_request`); resolves once the engine acknowledged. */
   abort(rid: string, options?: { signal?: AbortSignal }): Promise<void>;
-  /** True when the engine answers its health endpoint with 200. */
+  /** True when the engine answers its health endpoint with 200; rejects, naming why, when it cannot be reached. */
   health(options?: { signal?: AbortSignal }): Promise<boolean>;
   modelInfo(options?: { signal?: AbortSignal }): Promise<ModelInfo>;
   /** Weight-update controls, where the engine has them (SGLang). */

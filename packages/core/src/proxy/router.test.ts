@@ -103,7 +103,7 @@ describe('engine router in the capture proxy', () => {
 
   it('removes a dead engine at the next rollout completion and moves its sessions with the same token ids', async () => {
     const { proxy, standIns, sent, tokenizer } = await fleet(2, (r) => `turn ${r.requestIndex}`);
-    const downs: Array<{ url: string; trigger: string }> = [];
+    const downs: Array<{ url: string; trigger: string; cause: string }> = [];
     proxy.router.events.on('engine:down', (e) => downs.push(e));
     const a = proxy.openSession('a');
     proxy.openSession('b');
@@ -116,6 +116,11 @@ describe('engine router in the capture proxy', () => {
     proxy.finishSession('b', { reward: 1 });
     await until(() => downs.length === 1);
     expect(downs[0]).toMatchObject({ url: deadUrl, trigger: 'completion' });
+    // The cause is how the connection failed (a kept-alive socket closed, a refused connect), not a
+    // bare "did not answer 200".
+    expect(downs[0]!.cause).toMatch(
+      new RegExp(`^${deadUrl.replaceAll('.', '\\.')}/health: (connect |UND_ERR_SOCKET|ECONNRESET)`),
+    );
     const history = [
       { role: 'user', content: 'hello' },
       { role: 'assistant', content: first.json.choices[0].message.content },

@@ -377,7 +377,7 @@ export class EngineRouter {
         else if (!ok)
           cause = `${member.engine.url}/health did not answer 200${failure ? ` (after: ${failure})` : ''}`;
       } catch (error) {
-        cause = describeCause(error);
+        cause = `${member.engine.url}/health: ${describeCause(error)}`;
       }
       if (!member.removed) this.#setHealthy(member, ok, cause, trigger);
       return ok && !member.removed;

@@ -206,7 +206,7 @@ describe('stand-in engine over the SGLang wire', () => {
     engine.setHealthy(false);
     expect(await sg.health()).toBe(false);
     const dead = client(sglangEngine('http://127.0.0.1:9'));
-    expect(await dead.health()).toBe(false);
+    await expect(dead.health()).rejects.toThrow(/health failed: .*ECONNREFUSED.*is the engine running/);
     const error = (await dead
       .generate({ inputIds: [1], sampling: {} })
       .catch((e: unknown) => e)) as EngineError;

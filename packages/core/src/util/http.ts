@@ -143,14 +143,12 @@ export class HttpClient {
     }
   }
 
-  /** GET `path` and report whether it answered 200 (connection failures count as unhealthy). */
+  /**
+   * GET `path` and report whether it answered 200. A server that cannot be reached throws the
+   * `EngineError` naming why (a refused connection says more than "unhealthy").
+   */
   async ok(path: string, signal?: AbortSignal): Promise<boolean> {
-    try {
-      return (await this.#once({ method: 'GET', path, signal })).status === 200;
-    } catch {
-      if (signal?.aborted) throw signal.reason;
-      return false;
-    }
+    return (await this.#once({ method: 'GET', path, signal })).status === 200;
   }
 
   async close(): Promise<void> {
