@@ -12,9 +12,16 @@ import { ConfigError, type Logger, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { resolveBinds, resolveChannel } from './bwrap-channel.js';
 import { assertDir, type BwrapConfig, BwrapSandbox } from './bwrap-sandbox.js';
-import { type CgroupPlan, createCgroups, ExecCgroups, planCgroups } from './cgroup.js';
+import { type CgroupPlan, createCgroups, ExecCgroups, markCgroupOwner, planCgroups } from './cgroup.js';
 import { defaultRootDir, HostState } from './host-state.js';
-import { forwardWarnings, newSandboxId, runOf, sandboxLabels, withTrackedCreate } from './lifecycle.js';
+import {
+  forwardWarnings,
+  newSandboxId,
+  OWNER_LABEL,
+  runOf,
+  sandboxLabels,
+  withTrackedCreate,
+} from './lifecycle.js';
 import {
   checkLifetime,
   type EffectiveLimits,
@@ -169,6 +176,7 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
           await state.saveMeta();
           op.signal?.throwIfAborted();
           createCgroups(plan.cgroups, requested, user);
+          markCgroupOwner(plan.cgroups.dirs, labels[OWNER_LABEL]!);
           const tracking = python ? plan.cgroups.tracking : undefined;
           const sandbox = new BwrapSandbox(
             {

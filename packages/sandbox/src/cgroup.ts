@@ -196,6 +196,29 @@ export function createCgroups(
     chownSync(join(plan.tracking.dir, 'cgroup.procs'), owner.uid, owner.gid);
 }
 
+/**
+ * cgroupfs holds no files of ours, so an empty child cgroup's name records who owns a sandbox's cgroups:
+ * a reaper that cannot see the sandbox's folder (it lives under another root folder) can still tell
+ * whether its owner is alive.
+ */
+const OWNER_MARK = 'vime-owner=';
+
+/** Record a sandbox's owner label (`ownerLabel()`) in the first of its cgroups. */
+export function markCgroupOwner(dirs: readonly string[], owner: string): void {
+  if (dirs[0] !== undefined) mkdirSync(join(dirs[0], OWNER_MARK + owner));
+}
+
+/** The owner label a sandbox cgroup's mark names, if it has one. */
+export function cgroupOwner(dir: string): string | undefined {
+  try {
+    return readdirSync(dir)
+      .find((name) => name.startsWith(OWNER_MARK))
+      ?.slice(OWNER_MARK.length);
+  } catch {
+    return undefined;
+  }
+}
+
 function procs(dir: string): number[] {
   return readText(join(dir, 'cgroup.procs')).split('\n').filter(Boolean).map(Number);
 }

@@ -7,7 +7,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
-import { cgroupHasProcesses, findCgroups, removeCgroupTree } from './cgroup.js';
+import { cgroupHasProcesses, cgroupOwner, findCgroups, removeCgroupTree } from './cgroup.js';
 import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
 import { cleanupSandboxDir, defaultRootDir, listSandboxDirs } from './host-state.js';
 import {
@@ -141,12 +141,18 @@ export async function reapOrphans(selector: string | number | ReapOptions): Prom
   }
   for (const [id, cgs] of byId) {
     const createdAt = Math.min(...cgs.map((c) => c.createdAt));
-    // Selected by age alone, a cgroup could belong to a live sandbox under another root folder: only
-    // empty ones go then.
-    if (options.run === undefined && cgs.some((c) => cgroupHasProcesses(c.dir))) continue;
     const labels = options.run === undefined ? {} : { [RUN_LABEL]: options.run };
     const { match, reason } = matches(labels, createdAt, options);
     if (!match) continue;
+    // Selected by age alone, a cgroup could belong to a live sandbox under another root folder (a
+    // per-exec one is empty between commands): it goes only when empty and its owner is gone.
+    if (options.run === undefined) {
+      if (cgs.some((c) => cgroupHasProcesses(c.dir))) continue;
+      if (!options.includeLive && cgs.some((c) => isOwnerAlive(cgroupOwner(c.dir)))) {
+        report.skippedLive++;
+        continue;
+      }
+    }
     if (!options.dryRun) {
       try {
         for (const cg of cgs) await removeCgroupTree(cg.dir);

@@ -14,6 +14,7 @@ import {
   readFileSync,
   rmSync,
   truncateSync,
+  utimesSync,
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
@@ -35,6 +36,7 @@ import {
   startFixture,
   userDir,
 } from './__fixtures__/support.js';
+import { bubblewrapProvider } from './bubblewrap.js';
 import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
 
 const withDocker = isRoot || dockerAvailable();
@@ -278,6 +280,47 @@ describe.runIf(isRoot)('what a crash leaves, found by run id', () => {
     const reaped = await reap(r);
     expect(reaped.code, reaped.stdout).toBe(0);
     expect(await left(r)).toEqual(nothing);
+  });
+
+  it('an age-only reap from another root folder keeps a live per-exec sandbox and removes a crashed one', async () => {
+    // A live sandbox of this process: per exec, its cgroups are empty between commands.
+    const liveRoot = userDir('vime-signals-', false);
+    const otherRoot = userDir('vime-signals-', false);
+    dirs.push(liveRoot, otherRoot);
+    const live = await bubblewrapProvider({ rootDir: liveRoot, execMode: 'per-exec' }).create({
+      workdir: '/w',
+    });
+    try {
+      const liveCgroups = (
+        JSON.parse(readFileSync(join(liveRoot, live.id, 'meta.json'), 'utf8')) as { cgroups: string[] }
+      ).cgroups;
+      expect(liveCgroups.length).toBeGreaterThan(0);
+      expect((await live.exec('true')).exitCode).toBe(0);
+      // A crashed run's per-exec sandboxes whose folders are gone.
+      const r = start('per-exec');
+      await reach(r, 'created');
+      const deadCgroups = metas(r).flatMap((m) => m.cgroups ?? []);
+      r.child.kill('SIGKILL');
+      await exited(r.child);
+      for (const d of sandboxDirs(r)) rmSync(d, { recursive: true, force: true });
+      expect(deadCgroups.length).toBeGreaterThan(0);
+      // Two days old, so that a one-day sweep selects nothing of the tests running beside this one.
+      const old = new Date(Date.now() - 2 * 86_400_000);
+      for (const cg of [...liveCgroups, ...deadCgroups]) utimesSync(cg, old, old);
+      const { stdout } = await promisify(execFile)(
+        process.execPath,
+        [...nodeArgs, cli, 'reap', '--older-than', '1d', '--root', otherRoot, '--no-docker'],
+        { cwd: repoRoot },
+      );
+      expect(stdout).not.toContain(live.id);
+      expect(liveCgroups.every((cg) => existsSync(cg))).toBe(true);
+      expect((await live.exec('echo ok')).stdout).toBe('ok\n');
+      expect(stdout).toContain('cgroup without a sandbox folder');
+      expect(deadCgroups.filter((cg) => existsSync(cg))).toEqual([]);
+      expect(await left(r)).toEqual(nothing);
+    } finally {
+      await live.terminate();
+    }
   });
 
   it('a cgroup with a process in it whose sandbox folder is gone', async () => {
