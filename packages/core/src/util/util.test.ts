@@ -204,7 +204,7 @@ describe('HttpClient (against a real server on loopback)', () => {
       .catch((e: unknown) => e)) as EngineError;
     expect(error.isRetryable).toBe(true);
     expect(error.message).toMatch(/ECONNREFUSED.*is the engine running\?/);
-    expect(await refused.ok('/health')).toBe(false);
+    await expect(refused.ok('/health')).rejects.toThrow(/GET .*\/health failed: .*ECONNREFUSED/);
 
     server = createServer(() => {}); // never answers
     await new Promise<void>((resolve) => server!.listen(0, '127.0.0.1', resolve));
