@@ -434,7 +434,7 @@ const bench: Bench = {
           await run({ mode, sessions: 16, durationMs: 1500, thinkMs: 0 });
         for (const sessions of [1, 64, 184, 1000]) {
           const thinkMs = sessions === 1 ? 0 : THINK_MS;
-          // One session needs ~20 s for ~230 turns, so that its p99 is not simply its slowest turn.
+          // One session needs ~20 s for ~200 turns, so that its p99 is not simply its slowest turn.
           const durationMs = sessions === 1 ? 20_000 : 8000;
           const d = await run({ mode: 'direct', sessions, durationMs, thinkMs });
           const r = await run({ mode: 'relay', sessions, durationMs, thinkMs });
