@@ -176,7 +176,7 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
           await state.saveMeta();
           op.signal?.throwIfAborted();
           createCgroups(plan.cgroups, requested, user);
-          markCgroupOwner(plan.cgroups.dirs, labels[OWNER_LABEL]!);
+          markCgroupOwner(plan.cgroups, labels[OWNER_LABEL]!);
           const tracking = python ? plan.cgroups.tracking : undefined;
           const sandbox = new BwrapSandbox(
             {

@@ -203,9 +203,12 @@ export function createCgroups(
  */
 const OWNER_MARK = 'vime-owner=';
 
-/** Record a sandbox's owner label (`ownerLabel()`) in the first of its cgroups. */
-export function markCgroupOwner(dirs: readonly string[], owner: string): void {
-  if (dirs[0] !== undefined) mkdirSync(join(dirs[0], OWNER_MARK + owner));
+/**
+ * Record a sandbox's owner label (`ownerLabel()`) in its tracking cgroup: the pids hierarchy where there
+ * is one, where a child cgroup costs the kernel least.
+ */
+export function markCgroupOwner(plan: CgroupPlan, owner: string): void {
+  if (plan.tracking) mkdirSync(join(plan.tracking.dir, OWNER_MARK + owner));
 }
 
 /** The owner label a sandbox cgroup's mark names, if it has one. */
