@@ -27,10 +27,10 @@ const QWEN3_DIR =
     ),
   );
 
-async function post(url: string, session: string, content: string): Promise<void> {
+async function post(url: string, sessionKey: string, content: string): Promise<void> {
   const res = await fetch(url, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${session}` },
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${sessionKey}` },
     body: JSON.stringify({ messages: [{ role: 'user', content }] }),
   });
   if (res.status !== 200) throw new Error(`proxy answered ${res.status}: ${await res.text()}`);
@@ -79,7 +79,7 @@ async function overhead(): Promise<Table> {
   for (const proxy of proxies) for (let i = 0; i < 48; i++) proxy.openSession(`s${i}`);
   const turn = async (proxy: (typeof proxies)[number], k: number) => {
     const t0 = performance.now();
-    await post(`${proxy.url}/v1/chat/completions`, `s${k % 48}`, 'go');
+    await post(`${proxy.url}/v1/chat/completions`, proxy.session(`s${k % 48}`)!.apiKey, 'go');
     return performance.now() - t0;
   };
   const single: number[] = [];
@@ -188,7 +188,7 @@ async function step(count: number, kill: boolean): Promise<number> {
     Array.from({ length: SESSIONS }, async (_, s) => {
       const session = proxy.openSession(`st${s}`);
       for (let k = 0; k < TURNS; k++) {
-        await post(`${session.baseURL}/chat/completions`, session.id, `turn ${k}`);
+        await post(`${session.baseURL}/chat/completions`, session.apiKey, `turn ${k}`);
         if (kill && ++turns === total / 2) {
           const victim = standIns[count - 1]!;
           const port = Number(new URL(victim.url).port);

@@ -90,7 +90,7 @@ const bench: Bench = {
       const proxied: number[] = [];
       for (let i = 0; i < WARMUP + ITERATIONS; i++) {
         const id = `s${n++}`;
-        proxy.openSession(id);
+        const session = proxy.openSession(id);
         // interleaved, so both see the same machine load
         const e = await firstMatch(
           `${engine.url}/generate`,
@@ -103,7 +103,7 @@ const bench: Bench = {
           /"output_token_logprobs":\[\[/,
         );
         const p = await firstMatch(
-          `${proxy.url}/sessions/${id}/v1/chat/completions`,
+          `${session.baseURL}/chat/completions`,
           { model: 'policy', messages, stream: true, max_tokens: 64 },
           /"content":"[^"]/,
         );

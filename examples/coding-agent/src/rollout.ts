@@ -55,13 +55,13 @@ export function codingAgentRollout(deps: RolloutDeps) {
     proxy.events.on('turn', onTurn);
     try {
       const swe = await ctx.phase('setup', () => setupSweTask(sandbox, task, { signal }));
-      proxy.openSession(sessionId, {
+      const session = proxy.openSession(sessionId, {
         sampling: { temperature: config.temperature, topP: config.topP, maxTokens: config.maxTokensPerTurn },
         maxContextTokens: config.maxContextTokens,
       });
       opened = true;
-      // A standard OpenAI client: the session id is its API key, as any harness would send it.
-      const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: sessionId, maxRetries: 0 });
+      // A standard OpenAI client: the session's key is its API key, as any harness would send it.
+      const client = new OpenAI({ baseURL: `${proxy.url}/v1`, apiKey: session.apiKey, maxRetries: 0 });
       const transcript: string[] = [];
       let execMs = 0;
       const execCallsMs: number[] = [];

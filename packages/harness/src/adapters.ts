@@ -15,7 +15,8 @@ export interface HarnessLaunchInput {
   installed: InstalledHarness;
   /** Base URL of the proxy as the sandbox sees it (`http://127.0.0.1:<port>`). */
   baseUrl: string;
-  sessionId: string;
+  /** The capture session's key (`CaptureSession.apiKey`), sent as the harness's API key. */
+  sessionKey: string;
   model: string;
   prompt: string;
   /** Claude Code's built-in tools (`--tools`); ignored by Codex, whose tools are its own. */
@@ -63,7 +64,7 @@ export function claudeCodeLaunch(input: HarnessLaunchInput): HarnessLaunch {
       PATH: pathWith(input.installed),
       HOME: HARNESS_HOME,
       ANTHROPIC_BASE_URL: input.baseUrl,
-      ANTHROPIC_API_KEY: input.sessionId,
+      ANTHROPIC_API_KEY: input.sessionKey,
       // Only the turns: no telemetry, error reports, update checks or other background requests.
       CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
       DISABLE_TELEMETRY: '1',
@@ -122,7 +123,7 @@ export function codexLaunch(input: HarnessLaunchInput): HarnessLaunch {
       PATH: pathWith(input.installed),
       HOME: HARNESS_HOME,
       CODEX_HOME: codexHome,
-      VIME_SESSION_KEY: input.sessionId,
+      VIME_SESSION_KEY: input.sessionKey,
     },
     files: { [`${codexHome}/config.toml`]: config },
   };

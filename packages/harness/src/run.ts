@@ -45,7 +45,7 @@ export interface HarnessRunOptions {
   installed: InstalledHarness;
   sandbox: Sandbox;
   proxy: CaptureProxy;
-  /** The open capture session; its id is the harness's API key. */
+  /** The open capture session; its key (`CaptureSession.apiKey`) is the harness's API key. */
   sessionId: string;
   prompt: string;
   /** Model name the harness asks for (the proxy serves whatever its engine runs). */
@@ -80,7 +80,8 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
   const { installed, sandbox, proxy, sessionId } = options;
   const harness = installed.kind;
   const launcher = HARNESS_LAUNCHERS[harness];
-  if (!proxy.trajectories.has(sessionId)) {
+  const session = proxy.session(sessionId);
+  if (!session) {
     throw new ConfigError(`runHarness: session ${JSON.stringify(sessionId)} is not open on the proxy`);
   }
   if (!(Number.isFinite(options.timeoutMs) && options.timeoutMs > 0)) {
@@ -89,7 +90,7 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
   const launch = launcher({
     installed,
     baseUrl: `http://127.0.0.1:${options.port ?? PROXY_CHANNEL_PORT}`,
-    sessionId,
+    sessionKey: session.apiKey,
     model: options.model,
     prompt: options.prompt,
     tools: options.tools ?? CLAUDE_CODE_TOOLS,

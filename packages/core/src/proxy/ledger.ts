@@ -21,7 +21,7 @@ interface Entry {
 const KEPT_ANSWERS = 8;
 /** Hashed in slices this long, other work running in between (a 30 MB body hashes for ~100 ms). */
 const HASH_SLICE_CHARS = 1 << 20;
-/** Finished session ids remembered for their 409 (oldest forgotten first). */
+/** Finished session keys remembered for their 409 (oldest forgotten first). */
 const KEPT_FINISHED = 10_000;
 
 /** The `x-stainless-retry-count` header as a number (0 when absent or not a count). */
@@ -110,22 +110,17 @@ export class TurnLedger {
   }
 }
 
-/** Ids of finished sessions with the reason, so a late request gets a 409 that says why. */
+/** Keys of finished sessions with the reason, so a late request gets a 409 that says why. */
 export class FinishedSessions {
   readonly #reasons = new Map<string, string>();
 
-  add(id: string, reason: string): void {
-    this.#reasons.delete(id);
-    this.#reasons.set(id, reason);
+  add(key: string, reason: string): void {
+    this.#reasons.delete(key);
+    this.#reasons.set(key, reason);
     if (this.#reasons.size > KEPT_FINISHED) this.#reasons.delete(this.#reasons.keys().next().value!);
   }
 
-  /** Forget an id (it was opened again). */
-  delete(id: string): void {
-    this.#reasons.delete(id);
-  }
-
-  reason(id: string): string | undefined {
-    return this.#reasons.get(id);
+  reason(key: string): string | undefined {
+    return this.#reasons.get(key);
   }
 }

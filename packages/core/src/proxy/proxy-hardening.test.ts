@@ -13,6 +13,7 @@ import {
   startAttacker,
 } from '../__fixtures__/proxy-attack.js';
 import { closeAll, closers, setup } from '../__fixtures__/proxy-harness.js';
+import type { CaptureProxy } from './proxy.js';
 import type { ProxyLimits } from './server.js';
 
 afterEach(closeAll);
@@ -26,7 +27,7 @@ async function attacked(limits: ProxyLimits = {}) {
   const { proxy } = await setup(() => 'pong', { proxy: { limits } });
   proxy.openSession('victim');
   proxy.openSession('attacker');
-  const legit = new LegitClient(proxy.url, 'victim');
+  const legit = new LegitClient(proxy.url, proxy.session('victim')!.apiKey);
   closers.push(async () => legit.close());
   await legit.turns(3); // warm up: JIT, the keep-alive socket, the engine connection
   const baseline = await legit.turns(15);
@@ -46,12 +47,15 @@ describe('capture proxy hardening: oversize bodies', () => {
         url: `${proxy.url}/v1/chat/completions`,
         bytes: MB600,
         headers: declared
-          ? { authorization: 'Bearer attacker', 'content-length': String(MB600 + 48) }
-          : { authorization: 'Bearer attacker', 'transfer-encoding': 'chunked' },
+          ? {
+              authorization: `Bearer ${proxy.session('attacker')!.apiKey}`,
+              'content-length': String(MB600 + 48),
+            }
+          : { authorization: `Bearer ${proxy.session('attacker')!.apiKey}`, 'transfer-encoding': 'chunked' },
       });
       const anthropic = attacker.run({
         op: 'stream',
-        url: `${proxy.url}/sessions/attacker/v1/messages`,
+        url: `${proxy.session('attacker')!.baseURL}/messages`,
         bytes: MB600,
         headers: declared ? { 'content-length': String(MB600 + 48) } : {},
       });
@@ -129,7 +133,11 @@ describe('capture proxy hardening: oversize bodies', () => {
     ] as const;
     for (const [dialect, body] of bodies) {
       const path = dialect === 'openai' ? '/v1/chat/completions' : '/v1/messages';
-      const res = await send(undefined, `${proxy.url}/sessions/attacker${path}`, body);
+      const res = await send(
+        undefined,
+        `${proxy.url}/sessions/${proxy.session('attacker')!.apiKey}${path}`,
+        body,
+      );
       expect(res.status).toBe(400);
       expect(JSON.parse(res.text).error.message).toMatch(/limits\.maxJsonDepth/);
     }
@@ -146,7 +154,7 @@ describe('capture proxy hardening: large inputs are tokenized off the event loop
       const { proxy } = await setup(() => 'pong');
       proxy.openSession('victim');
       proxy.openSession('big');
-      const legit = new LegitClient(proxy.url, 'victim');
+      const legit = new LegitClient(proxy.url, proxy.session('victim')!.apiKey);
       closers.push(async () => legit.close());
       await legit.turns(3);
       const bound = latencyBound(await legit.turns(15));
@@ -154,7 +162,7 @@ describe('capture proxy hardening: large inputs are tokenized off the event loop
       proxy.events.on('turn', (e) => turns.push(e.sessionId));
       const big = attacker.run({
         op: 'stream',
-        url: `${proxy.url}/sessions/big/v1/${dialect === 'openai' ? 'chat/completions' : 'messages'}`,
+        url: `${proxy.session('big')!.baseURL}/${dialect === 'openai' ? 'chat/completions' : 'messages'}`,
         bytes: 30 * 1024 * 1024,
         headers: {},
         fill: FILL,
@@ -172,8 +180,9 @@ describe('capture proxy hardening: large inputs are tokenized off the event loop
 
 describe('capture proxy hardening: slow and idle clients, connection floods', () => {
   const limits = { headersTimeoutMs: 600, requestTimeoutMs: 1_200, keepAliveTimeoutMs: 500 };
-  const POST_HEAD =
-    'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer attacker\r\nContent-Type: application/json\r\n';
+  /** A turn's head from the attacker's own session (its key is valid: the proxy waits for the body). */
+  const postHead = (proxy: CaptureProxy) =>
+    `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${proxy.session('attacker')!.apiKey}\r\nContent-Type: application/json\r\n`;
 
   it('drops slow-header clients (several spellings) with a 408 while a session is served', async () => {
     const { proxy, legit, bound } = await attacked(limits);
@@ -181,7 +190,7 @@ describe('capture proxy hardening: slow and idle clients, connection floods', ()
       op: 'sockets',
       url: proxy.url,
       scripts: [
-        `${POST_HEAD}Content-Length: 10\r\n\r\n{"a": 1}\r\n`, // a byte at a time
+        `${postHead(proxy)}Content-Length: 10\r\n\r\n{"a": 1}\r\n`, // a byte at a time
         'GET /v1/models HTTP/1.1\r\nHost: x\r\n', // a head that never ends
         '', // connect and say nothing
       ],
@@ -202,8 +211,8 @@ describe('capture proxy hardening: slow and idle clients, connection floods', ()
       op: 'sockets',
       url: proxy.url,
       scripts: [
-        { now: `${POST_HEAD}Content-Length: 5000\r\n\r\n{"messages"`, dribble: ' '.repeat(4989) },
-        { now: `${POST_HEAD}Transfer-Encoding: chunked\r\n\r\n4\r\n{"me\r\n`, dribble: '' },
+        { now: `${postHead(proxy)}Content-Length: 5000\r\n\r\n{"messages"`, dribble: ' '.repeat(4989) },
+        { now: `${postHead(proxy)}Transfer-Encoding: chunked\r\n\r\n4\r\n{"me\r\n`, dribble: '' },
       ],
       // the heads arrive at once; the bodies never finish
       everyMs: 50,
@@ -248,7 +257,9 @@ describe('capture proxy hardening: slow and idle clients, connection floods', ()
     const flood = attacker.run({
       op: 'sockets',
       url: proxy.url,
-      scripts: Array.from({ length: 1_100 }, (_, i) => (i % 2 ? POST_HEAD : 'GET /v1/models HTTP/1.1\r\n')),
+      scripts: Array.from({ length: 1_100 }, (_, i) =>
+        i % 2 ? postHead(proxy) : 'GET /v1/models HTTP/1.1\r\n',
+      ),
       everyMs: 150,
       waitMs: 10 * limits.headersTimeoutMs,
     });
@@ -275,7 +286,7 @@ describe('capture proxy hardening: slow and idle clients, connection floods', ()
     });
     expect(p99(during)).toBeLessThan(bound);
     // once the flood is dropped, new connections are served again
-    const fresh = new LegitClient(proxy.url, 'victim');
+    const fresh = new LegitClient(proxy.url, proxy.session('victim')!.apiKey);
     closers.push(async () => fresh.close());
     expect(await fresh.turn()).toBeLessThan(bound);
   });

@@ -74,7 +74,7 @@ describe('capture proxy: retry-safe capture', () => {
     expect((await send(`${a.baseURL}/responses`, body)).text).toMatch(/secret answer of A/);
     for (const headers of [{ 'x-stainless-retry-count': '1' }, {}]) {
       const other = await send(`${proxy.url}/v1/responses`, body, {
-        authorization: 'Bearer owner-b',
+        authorization: `Bearer ${b.apiKey}`,
         ...headers,
       });
       expect(other.headers.get('x-vime-replayed')).toBeNull();
@@ -175,7 +175,7 @@ async function heldProxy() {
     const socket = connect(Number(port), hostname);
     socket.on('error', () => {});
     socket.write(
-      `POST /sessions/${sessionId}/v1/${route} HTTP/1.1\r\nHost: ${hostname}\r\nContent-Type: application/json\r\n` +
+      `POST /sessions/${proxy.session(sessionId)!.apiKey}/v1/${route} HTTP/1.1\r\nHost: ${hostname}\r\nContent-Type: application/json\r\n` +
         `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
     );
     await wasGenerated;
@@ -296,9 +296,12 @@ describe('capture proxy: turn caps and finished sessions', () => {
     expect((await send(`${session.baseURL}/chat/completions`, FIRST_TURN.openai.body)).status).toBe(200);
     proxy.finishSession('done-1', { reward: 1 });
     const attempts = [
-      send(`${proxy.url}/sessions/done-1/v1/chat/completions`, FIRST_TURN.openai.body),
-      send(`${proxy.url}/v1/chat/completions`, FIRST_TURN.openai.body, { authorization: 'Bearer done-1' }),
-      send(`${proxy.url}/v1/messages`, FIRST_TURN.anthropic.body, { 'x-api-key': 'done-1' }),
+      send(`${session.baseURL}/chat/completions`, FIRST_TURN.openai.body),
+      send(`${proxy.url}/v1/chat/completions`, FIRST_TURN.openai.body, {
+        authorization: `Bearer ${session.apiKey}`,
+      }),
+      send(`${proxy.url}/v1/messages`, FIRST_TURN.anthropic.body, { 'x-api-key': session.apiKey }),
+      // auto-open takes a bare id as a new session's key, never a finished one's
       send(`${proxy.url}/v1/responses`, FIRST_TURN.responses.body, { authorization: 'Bearer done-1' }),
     ];
     for (const res of await Promise.all(attempts)) {
@@ -310,10 +313,8 @@ describe('capture proxy: turn caps and finished sessions', () => {
     expect(proxy.size).toBe(0);
     expect(proxy.trajectories.has('done-1')).toBe(false);
     // opened again on purpose, it is a new session
-    proxy.openSession('done-1');
-    expect(
-      (await send(`${proxy.url}/sessions/done-1/v1/chat/completions`, FIRST_TURN.openai.body)).status,
-    ).toBe(200);
+    const again = proxy.openSession('done-1');
+    expect((await send(`${again.baseURL}/chat/completions`, FIRST_TURN.openai.body)).status).toBe(200);
   });
 
   it('a turn in flight when its session is finished is answered 409', async () => {

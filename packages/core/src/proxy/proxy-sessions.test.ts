@@ -106,7 +106,9 @@ describe('capture proxy: sessions, sampling, budgets, cancellation', () => {
       messages: [{ role: 'user', content: 'x' }],
     });
     expect(noSession.status).toBe(401);
-    expect(JSON.parse(noSession.text).error.message).toMatch(/Authorization: Bearer <id>/);
+    expect(JSON.parse(noSession.text).error.message).toMatch(
+      /^no session key: send the session's apiKey \(Authorization: Bearer <apiKey> or x-api-key\)/,
+    );
     const unknown = await post(`${proxy.url}/sessions/ghost/v1/messages`, {
       max_tokens: 5,
       messages: [{ role: 'user', content: 'x' }],
@@ -114,13 +116,13 @@ describe('capture proxy: sessions, sampling, budgets, cancellation', () => {
     expect(unknown.status).toBe(401);
     expect(JSON.parse(unknown.text)).toMatchObject({
       type: 'error',
-      error: { message: 'no open session "ghost"' },
+      error: { message: expect.stringMatching(/^no open session has this key: send the session's apiKey/) },
     });
     proxy.openSession('s-1');
     const bad = await post(
       `${proxy.url}/v1/chat/completions`,
       { messages: [] },
-      { authorization: 'Bearer s-1' },
+      { authorization: `Bearer ${proxy.session('s-1')!.apiKey}` },
     );
     expect(bad.status).toBe(400);
     expect(JSON.parse(bad.text).error.message).toMatch(/messages/);

@@ -40,7 +40,7 @@ async function toolLoop(
   if (dialect === 'openai') {
     const messages: TemplateMessage[] = [{ role: 'user', content: 'Fix the failing test.' }];
     for (let k = 0; k < 3; k++) {
-      const res = await post(`${proxy.url}/sessions/${id}/v1/chat/completions`, {
+      const res = await post(`${proxy.session(id)!.baseURL}/chat/completions`, {
         model: 'policy',
         messages,
         tools,
@@ -59,7 +59,7 @@ async function toolLoop(
       { role: 'user', content: 'Fix the failing test.' },
     ];
     for (let k = 0; k < 3; k++) {
-      const res = await post(`${proxy.url}/sessions/${id}/v1/messages`, {
+      const res = await post(`${proxy.session(id)!.baseURL}/messages`, {
         model: 'policy',
         max_tokens: 512,
         messages,
@@ -164,7 +164,7 @@ describe('capture proxy streaming: timing, disconnects and engine faults', () =>
     const started = performance.now();
     // the first content delta (not just the role chunk)
     const s = await openStream(
-      `${proxy.url}/sessions/slow/v1/chat/completions`,
+      `${proxy.session('slow')!.baseURL}/chat/completions`,
       { messages: [{ role: 'user', content: 'go' }], stream: true },
       /"content":"[^"]/,
     );
@@ -183,7 +183,7 @@ describe('capture proxy streaming: timing, disconnects and engine faults', () =>
     proxy.openSession('gone');
     const aborts: string[] = [];
     proxy.events.on('turn:abort', (e) => aborts.push(e.reason));
-    const s = await openStream(`${proxy.url}/sessions/gone/v1/messages`, {
+    const s = await openStream(`${proxy.session('gone')!.baseURL}/messages`, {
       max_tokens: 512,
       messages: [{ role: 'user', content: 'go' }],
       stream: true,
@@ -231,7 +231,7 @@ describe('capture proxy streaming: timing, disconnects and engine faults', () =>
     proxy.openSession('moved', { engine: a.engine });
     const retries: string[] = [];
     proxy.events.on('turn:retry', (e) => retries.push(e.url));
-    const res = await post(`${proxy.url}/sessions/moved/v1/chat/completions`, {
+    const res = await post(`${proxy.session('moved')!.baseURL}/chat/completions`, {
       messages: [{ role: 'user', content: 'go' }],
       stream: true,
     });
@@ -270,7 +270,7 @@ describe('capture proxy streaming: timing, disconnects and engine faults', () =>
     const proxy = await startCaptureProxy({ engine, tokenizer });
     closers.push(() => proxy.close());
     proxy.openSession('lost');
-    const res = await post(`${proxy.url}/sessions/lost/v1/chat/completions`, {
+    const res = await post(`${proxy.session('lost')!.baseURL}/chat/completions`, {
       messages: [{ role: 'user', content: 'go' }],
       stream: true,
     });
@@ -295,7 +295,7 @@ describe('capture proxy streaming: timing, disconnects and engine faults', () =>
     const proxy = await startCaptureProxy({ engine, tokenizer });
     closers.push(() => proxy.close());
     proxy.openSession('early');
-    const res = await post(`${proxy.url}/sessions/early/v1/messages`, {
+    const res = await post(`${proxy.session('early')!.baseURL}/messages`, {
       max_tokens: 64,
       messages: [{ role: 'user', content: 'go' }],
       stream: true,
@@ -325,7 +325,7 @@ describe('capture proxy streaming: weight updates mid-stream', () => {
     const policies: string[] = [];
     proxy.events.on('turn:interrupted', (e) => policies.push(e.policy));
     const s = await openStream(
-      `${proxy.url}/sessions/w/v1/chat/completions`,
+      `${proxy.session('w')!.baseURL}/chat/completions`,
       { messages: [{ role: 'user', content: 'go' }], stream: true },
       /"content":"[^"]/,
     );

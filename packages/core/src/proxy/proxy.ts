@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { EventEmitter } from 'eventemitter3';
 import { turnNucleus } from '../engine/nucleus.js';
@@ -45,9 +46,13 @@ export interface SessionOptions {
 /** An open capture session: point a harness at `baseURL` with `apiKey`, or give a client `fetch`. */
 export interface CaptureSession {
   id: string;
-  /** OpenAI/Anthropic base URL routed to this session (`<proxy>/sessions/<id>/v1`). */
+  /** OpenAI/Anthropic base URL routed to this session (`<proxy>/sessions/<apiKey>/v1`). */
   baseURL: string;
-  /** The session id, for clients that route by `Authorization: Bearer` / `x-api-key`. */
+  /**
+   * The session's credential, `<id>.<secret>` (128 random bits), for clients that route by
+   * `Authorization: Bearer` / `x-api-key`: an agent that knows or guesses another session's id cannot
+   * post turns into it.
+   */
   apiKey: string;
   /** A `fetch` that runs turns in-process (no HTTP hop); see `captureFetch`. */
   fetch: typeof fetch;
@@ -89,7 +94,11 @@ export interface CaptureProxyOptions {
   defaultMaxTokens?: number;
   /** Model name reported to harnesses (`/v1/models`, responses). Default `vime-policy`. */
   modelName?: string;
-  /** Open unknown session ids on first use instead of answering 401 (default false). */
+  /**
+   * Open a session for any unknown key on first use, the key being its id and credential, instead of
+   * answering 401 (default false). Only for clients that are all trusted: any of them can post into any
+   * session whose key it knows.
+   */
   autoOpenSessions?: boolean;
   /** Default per-session turn cap (`SessionOptions.maxTurns`); none when omitted. */
   maxTurns?: number | undefined;
@@ -112,6 +121,8 @@ export interface CaptureProxy {
   /** The engine router: status, `add`/`remove` at run time, health, the circuit breaker, weight updates. */
   router: EngineRouter;
   openSession(id: string, options?: SessionOptions): CaptureSession;
+  /** The open session `id` (its `apiKey` and `baseURL`), if there is one. */
+  session(id: string): CaptureSession | undefined;
   /** Close a session and return its slime-wire training rows (see `TrajectoryManager.finish`). */
   finishSession(id: string, options?: FinishOptions): Sample[];
   /** Number of open sessions. */
@@ -123,6 +134,9 @@ export interface CaptureProxy {
 
 interface SessionState {
   id: string;
+  /** What a request names the session by (`CaptureSession.apiKey`). */
+  key: string;
+  handle: CaptureSession;
   sampling: Sampling;
   maxContextTokens: number | undefined;
   templateKwargs: Record<string, unknown> | undefined;
@@ -152,6 +166,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     options.trajectories ?? new TrajectoryManager({ decode: (ids) => tokenizer.decode(ids) });
   const events = new EventEmitter<ProxyEvents>();
   const sessions = new Map<string, SessionState>();
+  const byKey = new Map<string, SessionState>();
   const onWeightUpdate = options.onWeightUpdate ?? 'continue';
   if (onWeightUpdate !== 'continue' && onWeightUpdate !== 'restart') {
     throw new ConfigError(
@@ -170,7 +185,11 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
   const finished = new FinishedSessions();
   let url = '';
 
-  function openSession(id: string, sessionOptions: SessionOptions = {}): CaptureSession {
+  function openSession(
+    id: string,
+    sessionOptions: SessionOptions = {},
+    key = `${id}.${randomBytes(16).toString('base64url')}`,
+  ): CaptureSession {
     if (typeof id !== 'string' || id === '' || /[\s/]/.test(id)) {
       throw new ConfigError(
         `session id must be a non-empty string without spaces or '/', found ${JSON.stringify(id)}`,
@@ -183,10 +202,17 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     }
     const maxTurns = checkMaxTurns(sessionOptions.maxTurns, 'maxTurns') ?? defaultMaxTurns;
     trajectories.open(id);
-    finished.delete(id);
     if (sessionOptions.engine) router.place(id, sessionOptions.engine.url);
-    sessions.set(id, {
+    const handle: CaptureSession = {
       id,
+      baseURL: `${url}/sessions/${encodeURIComponent(key)}/v1`,
+      apiKey: key,
+      fetch: inProcessFetch(key, dispatch, limits.maxBodyBytes),
+    };
+    const state: SessionState = {
+      id,
+      key,
+      handle,
       sampling: sessionOptions.sampling ?? options.defaultSampling ?? {},
       maxContextTokens,
       templateKwargs: sessionOptions.templateKwargs,
@@ -195,19 +221,16 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       toolArgs: new Map(),
       threads: new SessionThreads(id, tokenizer),
       ledger: new TurnLedger(maxTurns),
-    });
-    const handle: CaptureSession = {
-      id,
-      baseURL: `${url}/sessions/${encodeURIComponent(id)}/v1`,
-      apiKey: id,
-      fetch: inProcessFetch(id, dispatch, limits.maxBodyBytes),
     };
+    sessions.set(id, state);
+    byKey.set(key, state);
     return handle;
   }
 
   function closeSession(state: SessionState, reason: string): void {
     for (const c of state.inflight) c.abort(new Error(reason));
     sessions.delete(state.id);
+    byKey.delete(state.key);
     router.release(state.id);
   }
 
@@ -215,10 +238,10 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     const state = sessions.get(id);
     if (!state) throw new ConfigError(`finishSession: no open session ${JSON.stringify(id)}`);
     closeSession(state, 'session finished');
-    finished.add(
-      id,
-      `session ${JSON.stringify(id)} is finished (finishSession); open a new session for a new rollout`,
-    );
+    const reason = `session ${JSON.stringify(id)} is finished (finishSession); open a new session for a new rollout`;
+    finished.add(state.key, reason);
+    // auto-open takes a bare id as a key: it must not bring a finished session back
+    if (options.autoOpenSessions) finished.add(id, reason);
     // A rollout completed: check the engines now, so a dead one is gone before its sessions' next turn.
     void router.checkNow('completion');
     const status = finish.status ?? (state.truncated ? 'truncated' : undefined);
@@ -296,7 +319,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       state.inflight.delete(controller);
     }
     const endedAt = performance.now();
-    if (!sessions.has(state.id))
+    if (sessions.get(state.id) !== state)
       throw new RequestError(409, `session ${state.id} was finished during the turn`);
     let topP: ReturnType<typeof turnNucleus>;
     try {
@@ -319,7 +342,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     // Recorded once the answer was handed over: a turn the client never got is no part of its trajectory,
     // and the next request does not stitch onto it.
     const record = () => {
-      if (!sessions.has(state.id)) return false;
+      if (sessions.get(state.id) !== state) return false;
       const turn = trajectories.record(planned.thread.key, {
         promptIds,
         outputIds: result.outputIds,
@@ -356,7 +379,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     };
   }
 
-  /** Route one request; `sessionFromPath` wins over the credential headers. */
+  /** Route one request; a session key in the path wins over the credential headers. */
   async function dispatch(
     method: string,
     pathname: string,
@@ -366,10 +389,10 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     retryCount = 0,
   ): Promise<Reply> {
     let path = pathname;
-    let sessionId = credential;
+    let key = credential;
     const m = /^\/sessions\/([^/]+)(\/.*)?$/.exec(path);
     if (m) {
-      sessionId = decodeURIComponent(m[1]!);
+      key = decodeURIComponent(m[1]!);
       path = m[2] ?? '/';
     }
     if (!m && path.startsWith('/admin/')) {
@@ -403,17 +426,16 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     if (method !== 'POST' || (!turnPath && !countOnly)) {
       return json(404, errorBody(dialect, 404, `no route ${method} ${pathname}`));
     }
-    let state = sessionId ? sessions.get(sessionId) : undefined;
-    const gone = !state && sessionId ? finished.reason(sessionId) : undefined;
+    let state = key ? byKey.get(key) : undefined;
+    const gone = !state && key ? finished.reason(key) : undefined;
     if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);
-    if (!state && sessionId && options.autoOpenSessions) {
-      openSession(sessionId);
-      state = sessions.get(sessionId);
+    if (!state && key && options.autoOpenSessions && !sessions.has(key)) {
+      openSession(key, {}, key);
+      state = byKey.get(key);
     }
     if (!state) {
-      const why = sessionId
-        ? `no open session ${JSON.stringify(sessionId)}`
-        : 'no session id: send it as the API key (Authorization: Bearer <id> or x-api-key) or use the /sessions/<id>/v1 base URL';
+      // The same answer for a wrong secret and an unknown id: a guess learns nothing.
+      const why = `${key ? 'no open session has this key' : 'no session key'}: send the session's apiKey (Authorization: Bearer <apiKey> or x-api-key) or use its baseURL (/sessions/<apiKey>/v1)`;
       return json(401, errorBody(dialect, 401, why));
     }
     const session = state;
@@ -484,7 +506,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       };
       return { ...reply, commit, abandon: end };
     } catch (error) {
-      const gone = sessions.has(session.id) ? undefined : finished.reason(session.id);
+      const gone = byKey.has(session.key) ? undefined : finished.reason(session.key);
       if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);
       if (error instanceof RequestError)
         return json(error.status, errorBody(dialect, error.status, error.message));
@@ -532,7 +554,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     events,
     trajectories,
     router,
-    openSession,
+    openSession: (id, sessionOptions) => openSession(id, sessionOptions),
+    session: (id) => sessions.get(id)?.handle,
     finishSession,
     get size() {
       return sessions.size;

@@ -71,7 +71,7 @@ async function fleet(
 }
 
 const chat = (proxy: CaptureProxy, session: string, content: string, history: unknown[] = []) =>
-  post(`${proxy.url}/sessions/${session}/v1/chat/completions`, {
+  post(`${proxy.session(session)!.baseURL}/chat/completions`, {
     messages: [...history, { role: 'user', content }],
   });
 

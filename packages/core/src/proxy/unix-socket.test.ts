@@ -43,8 +43,8 @@ describe('capture proxy on a unix socket', () => {
     const { proxy } = await setup(() => 'hello over the socket', { proxy: { socketPath } });
     expect(proxy.socketPath).toBe(socketPath);
     expect(statSync(socketPath).mode & 0o777).toBe(0o666);
-    proxy.openSession('s1');
-    const r = await post(socketPath, '/v1/messages', 's1', {
+    const session = proxy.openSession('s1');
+    const r = await post(socketPath, '/v1/messages', session.apiKey, {
       max_tokens: 32,
       messages: [{ role: 'user', content: 'hi' }],
     });
@@ -56,7 +56,7 @@ describe('capture proxy on a unix socket', () => {
     await proxy.close();
     closers.pop();
     expect(existsSync(socketPath)).toBe(false);
-    await expect(post(socketPath, '/v1/messages', 's1', {})).rejects.toThrow(/ENOENT/);
+    await expect(post(socketPath, '/v1/messages', session.apiKey, {})).rejects.toThrow(/ENOENT/);
   });
 
   it('replaces a stale socket and refuses any other file or a relative path', async () => {
