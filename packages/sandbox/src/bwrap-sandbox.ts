@@ -183,7 +183,7 @@ export class BwrapSandbox extends HostSandbox {
       ]);
     } catch (error) {
       session.close();
-      if (this.terminatedFor === 'lifetime') {
+      if (this.ops.reason === 'lifetime') {
         throw new SandboxError(
           `sandbox ${this.id} reached the end of its lifetime (lifetimeMs ${this.spec.lifetimeMs}) before its session was ready; give it a longer lifetimeMs`,
           { code: 'sandbox_terminated', cause: error },
@@ -286,7 +286,7 @@ export class BwrapSandbox extends HostSandbox {
     options: OpOptions & Pick<RunExecOptions, 'stdin'>,
     maxRawBytes?: number,
   ): Promise<RunResult> {
-    return this.track(options, async (signal) => {
+    return this.ops.track(options, async (signal) => {
       const result = await this.runWith(
         argv,
         { signal, ...(options.stdin === undefined ? {} : { stdin: options.stdin }) },

@@ -10,6 +10,7 @@ import { ConfigError, SandboxError } from '@vime/core';
 import type { DockerEngine } from './docker-engine.js';
 import { sandboxPath } from './host-sandbox.js';
 import { register } from './lifecycle.js';
+import { SandboxOps } from './ops.js';
 import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8, readCap, tailOf, tooLarge } from './output.js';
 import { EXEC_MARKER_ENV, killByExecMarker, newExecId } from './proc.js';
 import { packTar, unpackTar } from './tar.js';
@@ -71,10 +72,8 @@ export class DockerSandbox implements Sandbox {
   private readonly engine: DockerEngine;
   private readonly owner: { uid: number; gid: number };
   private readonly events: SandboxEmitter;
-  private readonly unregister: () => void;
   private readonly dropExitHook: () => void;
-  private readonly running = new Set<AbortController>();
-  private terminating: Promise<void> | undefined;
+  private readonly ops: SandboxOps;
 
   constructor(init: DockerSandboxInit) {
     this.id = init.id;
@@ -85,26 +84,11 @@ export class DockerSandbox implements Sandbox {
     this.labels = init.labels;
     this.owner = init.owner;
     this.events = init.events;
-    this.unregister = register(this, {
+    const unregister = register(this, {
       handleSignals: init.handleSignals,
       ...(init.lifetimeMs === undefined ? {} : { lifetimeMs: init.lifetimeMs }),
     });
-  }
-
-  private async track<T>(options: OpOptions, fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
-    if (this.terminating) {
-      throw new SandboxError(`sandbox ${this.id} was terminated; claim or create a new one`, {
-        code: 'sandbox_terminated',
-      });
-    }
-    const controller = new AbortController();
-    this.running.add(controller);
-    const signal = options.signal ? AbortSignal.any([options.signal, controller.signal]) : controller.signal;
-    try {
-      return await fn(signal);
-    } finally {
-      this.running.delete(controller);
-    }
+    this.ops = new SandboxOps({ id: this.id, provider: this.provider, events: this.events, unregister });
   }
 
   /** Create and run one exec to completion, demultiplexing its output. */
@@ -160,7 +144,7 @@ export class DockerSandbox implements Sandbox {
   }
 
   async exec(command: string | readonly string[], options: ExecOptions = {}): Promise<ExecResult> {
-    const result = await this.track(options, async (signal) => {
+    const result = await this.ops.track(options, async (signal) => {
       const started = performance.now();
       const execId = newExecId();
       let argv = typeof command === 'string' ? ['sh', '-c', command] : [...command];
@@ -192,7 +176,7 @@ export class DockerSandbox implements Sandbox {
         });
       } catch (error) {
         // The process keeps running in the container when only our connection goes away.
-        if (signal.aborted && !this.terminating) await this.killMarked(execId);
+        if (signal.aborted && !this.ops.terminating) await this.killMarked(execId);
         throw error;
       }
       const durationMs = performance.now() - started;
@@ -252,7 +236,7 @@ export class DockerSandbox implements Sandbox {
     options: OpOptions & { mode?: number } = {},
   ): Promise<void> {
     const target = sandboxPath(this.workdir, path);
-    await this.track(options, (signal) =>
+    await this.ops.track(options, (signal) =>
       this.putArchive(
         posix.dirname(target),
         () =>
@@ -272,7 +256,7 @@ export class DockerSandbox implements Sandbox {
 
   async readFile(path: string, options: ReadOptions = {}): Promise<Uint8Array> {
     const cap = readCap(options.maxBytes);
-    return this.track(options, async (signal) => {
+    return this.ops.track(options, async (signal) => {
       let target = sandboxPath(this.workdir, path);
       for (let hops = 0; hops < 16; hops++) {
         const query = { path: target };
@@ -334,7 +318,7 @@ export class DockerSandbox implements Sandbox {
     if (!st?.isDirectory())
       throw new ConfigError(`copyIn hostDir: ${JSON.stringify(hostDir)} is not a folder`);
     const target = sandboxPath(this.workdir, path);
-    await this.track(options, async (signal) => {
+    await this.ops.track(options, async (signal) => {
       await this.mkdirs(target, signal);
       const tar = spawn(
         'tar',
@@ -372,7 +356,7 @@ export class DockerSandbox implements Sandbox {
   }
 
   async isAlive(options: OpOptions = {}): Promise<boolean> {
-    if (this.terminating) return false;
+    if (this.ops.terminating) return false;
     try {
       const info = await this.engine.json<{ State?: { Running?: boolean } }>(
         'GET',
@@ -390,32 +374,18 @@ export class DockerSandbox implements Sandbox {
   }
 
   terminateWith(reason: TerminateReason): Promise<void> {
-    this.terminating ??= (async () => {
-      const started = performance.now();
-      for (const c of this.running)
-        c.abort(new SandboxError(`sandbox ${this.id} was terminated (${reason})`));
-      try {
+    return this.ops.terminate(
+      reason,
+      async () => {
         await this.engine.request('DELETE', `/containers/${this.containerId}`, {
           query: { force: true, v: true },
           ok: [404],
           signal: AbortSignal.timeout(60_000),
         });
         this.dropExitHook();
-      } catch (error) {
-        this.events.emit('warning', {
-          message: `removing container of sandbox ${this.id} failed`,
-          cause: error,
-        });
-      }
-      this.unregister();
-      this.events.emit('terminate', {
-        id: this.id,
-        provider: 'docker',
-        reason,
-        durationMs: performance.now() - started,
-      });
-    })();
-    return this.terminating;
+      },
+      `removing container of sandbox ${this.id} failed`,
+    );
   }
 }
 

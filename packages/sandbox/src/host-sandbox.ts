@@ -1,6 +1,6 @@
 /**
  * What the bubblewrap and local sandboxes share: on-disk state, registration for leak-proofing, exec
- * bookkeeping and events, and an idempotent terminate.
+ * events, and terminate (through `SandboxOps`, as every provider).
  */
 import { access } from 'node:fs/promises';
 import { posix } from 'node:path';
@@ -8,6 +8,7 @@ import type { Readable } from 'node:stream';
 import { SandboxError } from '@vime/core';
 import type { HostState } from './host-state.js';
 import { register } from './lifecycle.js';
+import { SandboxOps } from './ops.js';
 import type { RunResult } from './process.js';
 import type {
   ExecOptions,
@@ -54,11 +55,7 @@ export abstract class HostSandbox implements Sandbox {
   protected readonly spec: SandboxSpec;
   protected readonly state: HostState;
   protected readonly events: SandboxEmitter;
-  private terminating: Promise<void> | undefined;
-  /** Why the sandbox is being terminated, once it is. */
-  protected terminatedFor: TerminateReason | undefined;
-  private readonly unregister: () => void;
-  private readonly running = new Set<AbortController>();
+  protected readonly ops: SandboxOps;
 
   constructor(init: HostSandboxInit) {
     this.id = init.id;
@@ -68,10 +65,11 @@ export abstract class HostSandbox implements Sandbox {
     this.spec = init.spec;
     this.state = init.state;
     this.events = init.events;
-    this.unregister = register(this, {
+    const unregister = register(this, {
       handleSignals: init.handleSignals,
       ...(init.spec.lifetimeMs === undefined ? {} : { lifetimeMs: init.spec.lifetimeMs }),
     });
+    this.ops = new SandboxOps({ id: this.id, provider: this.provider, events: this.events, unregister });
   }
 
   protected abstract run(
@@ -80,29 +78,10 @@ export abstract class HostSandbox implements Sandbox {
     raw: boolean,
   ): Promise<RunResult>;
 
-  protected assertUsable(): void {
-    if (this.terminating) {
-      throw new SandboxError(`sandbox ${this.id} was terminated; claim or create a new one`, {
-        code: 'sandbox_terminated',
-      });
-    }
-  }
-
-  /** Runs one command; aborts in-flight commands when the sandbox is terminated. */
-  protected async track<T>(options: OpOptions, fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
-    this.assertUsable();
-    const controller = new AbortController();
-    this.running.add(controller);
-    const signal = options.signal ? AbortSignal.any([options.signal, controller.signal]) : controller.signal;
-    try {
-      return await fn(signal);
-    } finally {
-      this.running.delete(controller);
-    }
-  }
-
   async exec(command: string | readonly string[], options: ExecOptions = {}): Promise<ExecResult> {
-    const result = await this.track(options, (signal) => this.run(command, { ...options, signal }, false));
+    const result = await this.ops.track(options, (signal) =>
+      this.run(command, { ...options, signal }, false),
+    );
     this.events.emit('exec', {
       id: this.id,
       provider: this.provider,
@@ -127,7 +106,7 @@ export abstract class HostSandbox implements Sandbox {
   }
 
   async isAlive(_options: OpOptions = {}): Promise<boolean> {
-    if (this.terminating) return false;
+    if (this.ops.terminating) return false;
     try {
       await access(this.state.dir);
       return true;
@@ -141,29 +120,10 @@ export abstract class HostSandbox implements Sandbox {
   }
 
   terminateWith(reason: TerminateReason): Promise<void> {
-    this.terminatedFor ??= reason;
-    this.terminating ??= (async () => {
-      const started = performance.now();
-      for (const c of this.running)
-        c.abort(
-          new SandboxError(`sandbox ${this.id} was terminated (${reason})`, { code: 'sandbox_terminated' }),
-        );
-      try {
-        await this.state.cleanup();
-      } catch (error) {
-        this.events.emit('warning', {
-          message: `cleanup of sandbox ${this.id} was incomplete`,
-          cause: error,
-        });
-      }
-      this.unregister();
-      this.events.emit('terminate', {
-        id: this.id,
-        provider: this.provider,
-        reason,
-        durationMs: performance.now() - started,
-      });
-    })();
-    return this.terminating;
+    return this.ops.terminate(
+      reason,
+      () => this.state.cleanup(),
+      `cleanup of sandbox ${this.id} was incomplete`,
+    );
   }
 }

@@ -196,7 +196,7 @@ class LocalSandbox extends HostSandbox {
     options: OpOptions,
     fn: (signal: AbortSignal) => Promise<T>,
   ) {
-    return this.track(options, async (signal) => {
+    return this.ops.track(options, async (signal) => {
       try {
         return await fn(signal);
       } catch (error) {

@@ -203,6 +203,15 @@ describe.each(backends)('%s provider', (name, makeProvider, image) => {
     await expect(other.exec('true')).rejects.toSatisfy((e) => SandboxError.isInstance(e));
     if (name !== 'docker') expect(existsSync(join(rootDir, other.id))).toBe(false);
   });
+
+  it('a command in flight when the sandbox is terminated fails as sandbox_terminated, as one sent after', async () => {
+    const other = await provider.create({ workdir: '/testbed', ...(image ? { image } : {}) });
+    const inFlight = expect(other.exec('sleep 30')).rejects.toMatchObject({ code: 'sandbox_terminated' });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    await other.terminate();
+    await inFlight;
+    await expect(other.exec('true')).rejects.toMatchObject({ code: 'sandbox_terminated' });
+  });
 });
 
 describe.runIf(isRoot || dockerAvailable())('docker specifics', () => {
