@@ -287,6 +287,13 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
   proxy.router.events.on('session:moved', () => sessionMoves++);
   proxy.events.on('turn:retry', () => turnRetries++);
   proxy.events.on('turn:interrupted', () => turnInterruptions++);
+  /** A start that fails before the first rollout stops everything it started; a fresh run leaves no folder. */
+  const abandonStart = async (error: unknown): Promise<never> => {
+    await Promise.all([proxy.close(), pools.close(), engines.close()]);
+    await socket.close();
+    if (fresh) await rm(out, { recursive: true, force: true });
+    throw error;
+  };
   let queue: GroupQueue;
   try {
     await mkdir(join(out, 'steps'), { recursive: true });
@@ -296,15 +303,18 @@ export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSum
       deadlineMs: config.rolloutGuardMs + 60_000,
     });
   } catch (error) {
-    await Promise.all([proxy.close(), pools.close(), engines.close()]);
-    await socket.close();
-    if (fresh) await rm(out, { recursive: true, force: true });
-    throw error;
+    return abandonStart(error);
   }
   io.log(
     `dataset: ${dataset} (${tasks.length} tasks); sandboxes: ${config.sandbox}, pools: ${pools.names.join(', ')}`,
   );
-  await pools.ready(io.signal ? { signal: io.signal } : {});
+  try {
+    // Sandboxes that cannot be made end the start here, with the cause (`ready` gives up on them).
+    await pools.ready(io.signal ? { signal: io.signal } : {});
+  } catch (error) {
+    await queue.close();
+    return abandonStart(error);
+  }
   const rollout = codingAgentRollout({
     config,
     proxy,

@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
@@ -208,5 +208,61 @@ describe('WarmPool', () => {
     await pool.release(held);
     const next = await pool.claim({ signal: AbortSignal.timeout(5000) });
     await pool.release(next);
+  });
+});
+
+describe('WarmPool.ready when sandboxes cannot be made', () => {
+  const stillWaiting = (ms: number) =>
+    new Promise((resolve) => setTimeout(() => resolve('still waiting'), ms).unref());
+
+  it('rejects naming the pool and the cause when prepare always fails, or the provider cannot create', async () => {
+    const notADir = join(rootDir, 'not-a-dir');
+    writeFileSync(notADir, '');
+    const broken: Array<[string, WarmPool]> = [
+      [
+        'the checkout failed',
+        new WarmPool(bubblewrapProvider({ rootDir }), {
+          spec,
+          size: 2,
+          name: 'bad-prepare',
+          prepare: async () => {
+            throw new Error('the checkout failed');
+          },
+        }),
+      ],
+      [
+        'not-a-dir',
+        new WarmPool(bubblewrapProvider({ rootDir: notADir }), { spec, size: 2, name: 'bad-root' }),
+      ],
+    ];
+    for (const [cause, pool] of broken) {
+      track(pool);
+      const outcome = await Promise.race([
+        pool.ready().then(
+          () => 'ready',
+          (e: unknown) => e,
+        ),
+        stillWaiting(20_000),
+      ]);
+      expect(outcome).toSatisfy((e) => SandboxError.isInstance(e));
+      expect((outcome as Error).message).toMatch(new RegExp(`^pool ${pool.name} cannot fill: .*${cause}`));
+      expect(pool.stats().refillFailures).toBeGreaterThanOrEqual(3);
+    }
+  });
+
+  it('one failed create is retried: ready still resolves', async () => {
+    let failures = 1;
+    const pool = track(
+      new WarmPool(bubblewrapProvider({ rootDir }), {
+        spec,
+        size: 2,
+        name: 'flaky-prepare',
+        prepare: async () => {
+          if (failures-- > 0) throw new Error('a transient failure');
+        },
+      }),
+    );
+    await pool.ready();
+    expect(pool.stats()).toMatchObject({ idle: 2, refillFailures: 1 });
   });
 });

@@ -8,6 +8,8 @@ import { poolName } from './names.js';
 import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
 
 export const POOL_LABEL = 'vime.pool';
+/** Background creates failing in a row after which `ready()` gives up (the first may be a fluke). */
+const READY_FAILURES = 3;
 
 export interface WarmPoolOptions {
   /** What every sandbox of the pool is created from. */
@@ -107,6 +109,9 @@ export class WarmPool {
   private readonly waiters: Waiter[] = [];
   private closed = false;
   private refillBackoffMs = 0;
+  /** Background creates failed since the last one that succeeded, and the latest cause. */
+  private refillFailuresInARow = 0;
+  private refillError: unknown;
   private refillTimer: NodeJS.Timeout | undefined;
   private readonly inflight = new Set<Promise<unknown>>();
   private readonly counters = { warmHits: 0, fallbacks: 0, deadOnClaim: 0, refillFailures: 0 };
@@ -164,10 +169,21 @@ export class WarmPool {
     };
   }
 
-  /** Resolves once `size` sandboxes are idle (or the signal aborts). */
+  /**
+   * Resolves once `size` sandboxes are idle (or the signal aborts). Rejects, naming the pool and the
+   * cause, once `READY_FAILURES` background creates in a row have failed: a provider or `prepare` that
+   * cannot make a sandbox would otherwise keep it waiting forever (one failure is retried).
+   */
   async ready(options: OpOptions = {}): Promise<void> {
     while (this.idle.length < this.size && !this.closed) {
       options.signal?.throwIfAborted();
+      if (this.refillFailuresInARow >= READY_FAILURES) {
+        const cause = this.refillError;
+        throw new SandboxError(
+          `pool ${this.name} cannot fill: creating a sandbox failed: ${cause instanceof Error ? cause.message : String(cause)}`,
+          { code: SandboxError.isInstance(cause) ? cause.code : 'setup_failed', cause },
+        );
+      }
       await new Promise((r) => setTimeout(r, 10));
     }
   }
@@ -345,6 +361,7 @@ export class WarmPool {
         (sandbox) => {
           this.creatingWarm--;
           this.refillBackoffMs = 0;
+          this.refillFailuresInARow = 0;
           if (this.closed || this.idle.length >= this.size) {
             void sandbox.terminate();
             return;
@@ -356,6 +373,8 @@ export class WarmPool {
         (error) => {
           this.creatingWarm--;
           this.counters.refillFailures++;
+          this.refillFailuresInARow++;
+          this.refillError = error;
           this.events.emit('warning', {
             message: `pool ${this.name}: background create failed`,
             cause: error,
