@@ -1,5 +1,5 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,11 +23,12 @@ interface CliRun {
   stderr: string;
 }
 
-function runCli(args: string[], timeoutMs = 300_000): Promise<CliRun> {
+function runCli(args: string[], timeoutMs = 300_000, env = process.env): Promise<CliRun> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [...NODE_ARGS, CLI, ...args], {
       cwd: root,
       stdio: ['ignore', 'pipe', 'pipe'],
+      env,
     });
     let stdout = '';
     let stderr = '';
@@ -322,10 +323,17 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
       '2',
       '--quiet',
     ];
+    // The killed run and its resume keep their sandboxes in a temp folder of their own: a resume elsewhere
+    // in the suite reaps every dead run's sandboxes in the shared one, and could take these first.
+    const ownTmp = join(tmp, 'resume-tmp');
+    mkdirSync(ownTmp, { mode: 0o755 });
+    chmodSync(tmp, 0o755); // the sandbox user enters the sandboxes' folders (mkdtemp makes 0700)
+    const env = { ...process.env, TMPDIR: ownTmp };
     const child: ChildProcess = spawn(process.execPath, [...NODE_ARGS, CLI, ...args], {
       cwd: root,
       stdio: 'ignore',
       detached: true,
+      env,
     });
     // A graded rollout of step 2: its metrics line is written once the queue recorded it (receipted).
     const gradedInStep2 = async () =>
@@ -352,7 +360,7 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
     await new Promise((r) => child.once('exit', r));
     expect(existsSync(join(out, 'steps', '2.msgpack'))).toBe(false);
 
-    const resumed = await runCli(['--resume', out, '--quiet']);
+    const resumed = await runCli(['--resume', out, '--quiet'], 300_000, env);
     expect(resumed.code, resumed.stderr.slice(-3000)).toBe(0);
     const skipped = Number(/resumed: (\d+) completed rollouts/.exec(resumed.stdout)?.[1] ?? 0);
     expect(skipped).toBeGreaterThanOrEqual(1 + 8); // step 1 in full (8) plus what step 2 had finished

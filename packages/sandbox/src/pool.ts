@@ -172,7 +172,7 @@ export class WarmPool {
   /**
    * Resolves once `size` sandboxes are idle (or the signal aborts). Rejects, naming the pool and the
    * cause, once `READY_FAILURES` background creates in a row have failed: a provider or `prepare` that
-   * cannot make a sandbox would otherwise keep it waiting forever (one failure is retried).
+   * cannot make a sandbox would otherwise keep it waiting forever (fewer failures are retried).
    */
   async ready(options: OpOptions = {}): Promise<void> {
     while (this.idle.length < this.size && !this.closed) {
