@@ -134,8 +134,7 @@ export interface CaptureProxy {
 
 interface SessionState {
   id: string;
-  /** What a request names the session by (`CaptureSession.apiKey`). */
-  key: string;
+  /** What `openSession` returned; a request names the session by its `apiKey`. */
   handle: CaptureSession;
   sampling: Sampling;
   maxContextTokens: number | undefined;
@@ -211,7 +210,6 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     };
     const state: SessionState = {
       id,
-      key,
       handle,
       sampling: sessionOptions.sampling ?? options.defaultSampling ?? {},
       maxContextTokens,
@@ -230,7 +228,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
   function closeSession(state: SessionState, reason: string): void {
     for (const c of state.inflight) c.abort(new Error(reason));
     sessions.delete(state.id);
-    byKey.delete(state.key);
+    byKey.delete(state.handle.apiKey);
     router.release(state.id);
   }
 
@@ -239,7 +237,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     if (!state) throw new ConfigError(`finishSession: no open session ${JSON.stringify(id)}`);
     closeSession(state, 'session finished');
     const reason = `session ${JSON.stringify(id)} is finished (finishSession); open a new session for a new rollout`;
-    finished.add(state.key, reason);
+    finished.add(state.handle.apiKey, reason);
     // auto-open takes a bare id as a key: it must not bring a finished session back
     if (options.autoOpenSessions) finished.add(id, reason);
     // A rollout completed: check the engines now, so a dead one is gone before its sessions' next turn.
@@ -506,7 +504,8 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       };
       return { ...reply, commit, abandon: end };
     } catch (error) {
-      const gone = byKey.has(session.key) ? undefined : finished.reason(session.key);
+      const { apiKey } = session.handle;
+      const gone = byKey.has(apiKey) ? undefined : finished.reason(apiKey);
       if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);
       if (error instanceof RequestError)
         return json(error.status, errorBody(dialect, error.status, error.message));
