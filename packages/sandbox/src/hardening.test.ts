@@ -119,7 +119,21 @@ const limitCases: Array<{
     name: 'three processes of 800 MiB each exceed the sandbox memory together',
     steps: () => [
       {
-        cmd: 'for i in 1 2 3; do (python3 -c "x = open(\\"/dev/zero\\", \\"rb\\").read(800 << 20); import time; time.sleep(3)"; echo rc=$?) & done; wait',
+        // Each holds its memory until all three hold theirs (bounded), so they overlap however slow the host.
+        cmd: [
+          'sh',
+          '-c',
+          'for i in 1 2 3; do (python3 -c "$1"; echo rc=$?) & done; wait',
+          'sh',
+          [
+            'import os, time',
+            'x = open("/dev/zero", "rb").read(800 << 20)',
+            'open(f"/tmp/held.{os.getpid()}", "w").close()',
+            'deadline = time.time() + 30',
+            'while time.time() < deadline and sum(n.startswith("held.") for n in os.listdir("/tmp")) < 3:',
+            '    time.sleep(0.05)',
+          ].join('\n'),
+        ],
         timeoutMs: 60_000,
       },
     ],
