@@ -1,6 +1,6 @@
 /**
  * The attacker of the capture-proxy hardening tests, run as its own process (see `startAttacker`):
- * streams oversize bodies and opens raw sockets that dribble bytes, then reports what the proxy did.
+ * streams oversize bodies, posts bodies of many tiny items and opens raw sockets that dribble bytes, then reports what the proxy did.
  */
 import { request } from 'node:http';
 import { connect, type Socket } from 'node:net';
@@ -8,6 +8,8 @@ import { connect, type Socket } from 'node:net';
 export type AttackCommand =
   /** POST `{"messages": [{"role": "user", "content": "<bytes of fill>"}], "max_tokens": 16}`, 1 MiB at a time. */
   | { op: 'stream'; url: string; bytes: number; headers: Record<string, string>; fill?: string }
+  /** POST a turn of `count` tiny items of one kind (see `manyItems`), all at once. */
+  | { op: 'items'; url: string; dialect: 'openai' | 'anthropic'; shape: ItemShape; count: number }
   | {
       op: 'sockets';
       url: string;
@@ -21,7 +23,9 @@ export type AttackCommand =
       waitMs: number;
     };
 
-export type AttackResult<C extends AttackCommand> = C extends { op: 'stream' }
+export type ItemShape = 'messages' | 'parts' | 'tools' | 'toolCalls';
+
+export type AttackResult<C extends AttackCommand> = C extends { op: 'stream' | 'items' }
   ? { status: number; text: string } | { error: string }
   : Array<{ closed: boolean; received: string }>;
 
@@ -98,11 +102,57 @@ async function openSocket(
   return { closed: result, received };
 }
 
+/** A turn's body holding `count` distinct tiny messages, content parts, tools or tool calls. */
+function manyItems(dialect: 'openai' | 'anthropic', shape: ItemShape, count: number): string {
+  const n = Array.from({ length: count }, (_, i) => i);
+  const user = (content: unknown) => ({ role: 'user', content });
+  const openai = dialect === 'openai';
+  const body = {
+    messages: [user('hi')] as unknown[],
+    tools: [] as unknown[],
+    max_tokens: 16,
+  };
+  if (shape === 'messages') body.messages = n.map((i) => ({ role: i % 2 ? 'assistant' : 'user', content: `note ${i}` }));
+  if (shape === 'parts') body.messages = [user(n.map((i) => ({ type: 'text', text: `part ${i}` })))];
+  if (shape === 'tools') {
+    body.tools = n.map((i) =>
+      openai
+        ? { type: 'function', function: { name: `t${i}`, parameters: { type: 'object' } } }
+        : { name: `t${i}`, input_schema: { type: 'object' } },
+    );
+  }
+  if (shape === 'toolCalls') {
+    const calls = openai
+      ? { content: '', tool_calls: n.map((i) => ({ id: `c${i}`, type: 'function', function: { name: 'f', arguments: '{}' } })) }
+      : { content: n.map((i) => ({ type: 'tool_use', id: `c${i}`, name: 'f', input: {} })) };
+    body.messages = [user('hi'), { role: 'assistant', ...calls }, user('go on')];
+  }
+  return JSON.stringify(body);
+}
+
+/** POST a whole body; resolves with the answer, or the socket error. */
+function post(url: string, body: string): Promise<{ status: number; text: string } | { error: string }> {
+  return new Promise((resolve) => {
+    const req = request(url, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => {
+        text += c;
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+    });
+    req.on('error', (e) => resolve({ error: (e as NodeJS.ErrnoException).code ?? e.message }));
+    req.end(body);
+  });
+}
+
 process.on('message', async ({ id, command }: { id: number; command: AttackCommand }) => {
   const result =
     command.op === 'stream'
       ? await stream(command.url, command.bytes, command.headers, command.fill)
-      : await Promise.all(command.scripts.map((s) => openSocket(command.url, s, command.everyMs, command.waitMs)));
+      : command.op === 'items'
+        ? await post(command.url, manyItems(command.dialect, command.shape, command.count))
+        : await Promise.all(command.scripts.map((s) => openSocket(command.url, s, command.everyMs, command.waitMs)));
   process.send?.({ id, result });
 });
 process.send?.({ ready: true });

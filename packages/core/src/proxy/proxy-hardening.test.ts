@@ -178,6 +178,61 @@ describe('capture proxy hardening: large inputs are tokenized off the event loop
   }
 });
 
+describe('capture proxy hardening: bodies of many tiny items', () => {
+  // Parsing, validating and rendering cost grows with the number of JSON values, not bytes: 17 MB of
+  // tiny messages held the event loop for seconds and took minutes to tokenize.
+  const shapes = ['messages', 'parts', 'tools', 'toolCalls'] as const;
+  for (const dialect of ['openai', 'anthropic'] as const) {
+    const route = dialect === 'openai' ? 'chat/completions' : 'messages';
+    it(`refuses ${dialect} bodies of 400k messages, parts, tools or tool calls with a 413 while others are served`, async () => {
+      const { proxy, legit, bound } = await attacked();
+      for (const shape of shapes) {
+        const big = attacker.run({
+          op: 'items',
+          url: `${proxy.session('attacker')!.baseURL}/${route}`,
+          dialect,
+          shape,
+          count: 400_000,
+        });
+        let answered = false;
+        void big.then(() => {
+          answered = true;
+        });
+        const during: number[] = [];
+        while (!answered) during.push(await legit.turn());
+        const flow = flowing(during, bound);
+        expect(flow.ok, JSON.stringify({ shape, ...flow, bound })).toBe(true);
+        const res = await big;
+        expect(res, shape).toMatchObject({ status: 413 });
+        expect(JSON.parse((res as { text: string }).text).error.message).toMatch(/limits\.maxJsonValues/);
+      }
+    });
+  }
+
+  it('answers a body of 30k distinct messages under the cap while other turns flow', async () => {
+    const { proxy, legit, bound } = await attacked();
+    const turns: string[] = [];
+    proxy.events.on('turn', (e) => turns.push(e.sessionId));
+    const big = attacker.run({
+      op: 'items',
+      url: `${proxy.session('attacker')!.baseURL}/chat/completions`,
+      dialect: 'openai',
+      shape: 'messages',
+      count: 30_000,
+    });
+    let answered = false;
+    void big.then(() => {
+      answered = true;
+    });
+    const during: number[] = [];
+    while (!answered) during.push(await legit.turn());
+    expect(await big).toMatchObject({ status: 200 });
+    expect(turns).toContain('attacker');
+    const flow = flowing(during, bound);
+    expect(flow.ok, JSON.stringify({ ...flow, bound })).toBe(true);
+  });
+});
+
 describe('capture proxy hardening: slow and idle clients, connection floods', () => {
   const limits = { headersTimeoutMs: 600, requestTimeoutMs: 1_200, keepAliveTimeoutMs: 500 };
   /** A turn's head from the attacker's own session (its key is valid: the proxy waits for the body). */

@@ -19,7 +19,7 @@ import { json, NO_RETRY, type Reply, SSE_TYPE, write } from './reply.js';
 import { EngineRouter, type EngineRouterOptions } from './router.js';
 import { resolveSampling } from './sampling.js';
 import {
-  checkDepth,
+  checkJsonShape,
   type ProxyLimits,
   readBody,
   resolveLimits,
@@ -444,6 +444,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       const replayed = turnPath ? session.ledger.replay(key, retryCount) : undefined;
       if (replayed) return { ...replayed, commit: () => session.ledger.commit(key) };
       // A large body's long steps each let other sessions' work run in between.
+      await checkJsonShape(text, limits);
       const large = text.length > LARGE_BODY_CHARS;
       if (large) await yieldToLoop();
       let body: unknown;
@@ -452,9 +453,9 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       } catch {
         throw new RequestError(400, 'request body is not valid JSON');
       }
-      checkDepth(body, limits.maxJsonDepth);
       if (large) await yieldToLoop();
       const parsed = parseTurnRequest(dialect, body, state.toolArgs, countOnly);
+      if (large) await yieldToLoop();
       const { req } = parsed;
       if (countOnly) {
         const ids = await tokenizer.encodeChatAsync(req.messages, {

@@ -1,7 +1,7 @@
 /**
  * The proxy's HTTP server, hardened for hostile clients (agents reach it): a body cap read as a stream
  * (a larger body is refused before it is buffered), a header cap, header / request / keep-alive
- * timeouts, a cap on open sockets (503 with `Retry-After` past it), and a JSON depth cap. Refusals that
+ * timeouts, a cap on open sockets (503 with `Retry-After` past it), and JSON depth and value caps. Refusals that
  * happen before a route is known carry one JSON body both dialects read (`error.message`, `error.type`).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -28,6 +28,11 @@ export interface ProxyLimits {
   maxConnections?: number | undefined;
   /** Deepest JSON nesting accepted in a request body (default 64); deeper is a 400. */
   maxJsonDepth?: number | undefined;
+  /**
+   * Most JSON values in a request body (default 100,000: objects + arrays + commas between items); more
+   * is a 413. Bounds the time a body of many tiny messages, parts or tools holds the event loop.
+   */
+  maxJsonValues?: number | undefined;
 }
 
 export type ResolvedLimits = { [K in keyof ProxyLimits]-?: number };
@@ -40,6 +45,7 @@ export const DEFAULT_PROXY_LIMITS: ResolvedLimits = {
   keepAliveTimeoutMs: 65_000,
   maxConnections: 4096,
   maxJsonDepth: 64,
+  maxJsonValues: 100_000,
 };
 
 /** The limits with defaults filled in; a bad value is a `ConfigError` naming the field. */
@@ -252,17 +258,63 @@ export function readBody(req: IncomingMessage, maxBytes: number): Promise<string
 /** Let other work run (between the long steps of handling a large request). */
 export const yieldToLoop = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
-/** Throw a 400 `RequestError` when `value` nests deeper than `maxDepth` (checked without recursion). */
-export function checkDepth(value: unknown, maxDepth: number): void {
-  const stack: Array<[unknown, number]> = [[value, 1]];
-  while (stack.length > 0) {
-    const [v, depth] = stack.pop()!;
-    if (v === null || typeof v !== 'object') continue;
-    if (depth > maxDepth) {
-      throw new RequestError(400, `request JSON nests deeper than ${maxDepth} levels (limits.maxJsonDepth)`);
+/** Characters of a large body scanned between yields to other work. */
+const SCAN_SLICE_CHARS = 1 << 20;
+
+/**
+ * Refuse a body that nests deeper than `maxJsonDepth` (400) or holds more than `maxJsonValues` values
+ * (413), read from its text before it is parsed: parsing, validating and rendering cost grows with the
+ * number of values, and 30 MB of tiny messages would hold the event loop for seconds. Values are
+ * counted as objects + arrays + commas (each item after a container's first); strings are skipped whole.
+ * Text that is not JSON is left to the parser to refuse.
+ */
+export async function checkJsonShape(
+  text: string,
+  limits: Pick<ResolvedLimits, 'maxJsonDepth' | 'maxJsonValues'>,
+): Promise<void> {
+  const { maxJsonDepth, maxJsonValues } = limits;
+  let depth = 0;
+  let values = 0;
+  let nextYield = SCAN_SLICE_CHARS;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) {
+      // to the closing quote: the next one not escaped by an odd run of backslashes
+      let end = text.indexOf('"', i + 1);
+      while (end > 0 && escapedAt(text, end)) end = text.indexOf('"', end + 1);
+      if (end < 0) return;
+      i = end;
+    } else if (c === OPEN_BRACE || c === OPEN_BRACKET) {
+      values++;
+      if (++depth > maxJsonDepth) {
+        throw new RequestError(
+          400,
+          `request JSON nests deeper than ${maxJsonDepth} levels (limits.maxJsonDepth)`,
+        );
+      }
+    } else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) depth--;
+    else if (c === COMMA) values++;
+    if (values > maxJsonValues) {
+      throw new RequestError(
+        413,
+        `request JSON holds more than ${maxJsonValues} values (objects, arrays and their items; limits.maxJsonValues)`,
+      );
     }
-    for (const child of Array.isArray(v) ? v : Object.values(v)) {
-      if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+    if (i >= nextYield) {
+      nextYield = i + SCAN_SLICE_CHARS;
+      await yieldToLoop();
     }
   }
+}
+
+const [QUOTE, COMMA, OPEN_BRACE, CLOSE_BRACE, OPEN_BRACKET, CLOSE_BRACKET] = [...'",{}[]'].map((c) =>
+  c.charCodeAt(0),
+);
+const BACKSLASH = 0x5c;
+
+/** Whether the character at `at` is escaped (preceded by an odd number of backslashes). */
+function escapedAt(text: string, at: number): boolean {
+  let k = at - 1;
+  while (k >= 0 && text.charCodeAt(k) === BACKSLASH) k--;
+  return (at - 1 - k) % 2 === 1;
 }

@@ -99,6 +99,8 @@ export class SessionThreads {
       specialTokenText: req.specialTokenText,
     };
     const text = tokenizer.renderChat(req.messages, options);
+    // rendering a long chat took a while, and splitting it will too: let other sessions' work run
+    if (text.length > LONG_RENDER_CHARS) await new Promise((resolve) => setImmediate(resolve));
     const encode = (t: string) =>
       tokenizer.encodeRenderedAsync(t, { specialTokenText: req.specialTokenText, signal: req.signal });
     const extended = this.list.find((t) => extends_(t, req));
@@ -200,6 +202,9 @@ export class SessionThreads {
     return text.slice(cut + (sampledEos ? eos.length : 0));
   }
 }
+
+/** A rendered prompt this long yields to other work before it is tokenized. */
+const LONG_RENDER_CHARS = 1 << 20;
 
 /** Content of the stand-in exchange that the new messages are rendered after. */
 const PROBE = 'vime-stitch-probe';

@@ -56,7 +56,7 @@ export class EncodePool {
 
   /**
    * Encode each piece (split at added tokens by the caller already); a `plain` piece is encoded by a
-   * tokenizer without the special tokens.
+   * tokenizer without the special tokens. The arrays returned are views into one buffer.
    */
   encode(pieces: string[], plain: boolean[], signal?: AbortSignal): Promise<Int32Array[]> {
     if (this.#closed) return Promise.reject(new Error('the tokenizer worker pool is closed'));
@@ -104,12 +104,13 @@ export class EncodePool {
   #spawn(slot: Slot): Worker {
     const worker = new Worker(WORKER_URL, { workerData: this.#source() });
     worker.unref();
-    worker.on('message', ({ ids }: { ids: Int32Array[] }) => {
+    worker.on('message', ({ flat, ends }: { flat: Int32Array; ends: Uint32Array }) => {
       if (slot.worker !== worker) return; // a terminated worker's last word
       const task = slot.task;
       slot.task = undefined;
       worker.unref();
-      task?.resolve(ids);
+      // views into the one buffer the worker sent
+      task?.resolve(Array.from(ends, (end, i) => flat.subarray(i === 0 ? 0 : ends[i - 1], end)));
       this.#pump();
     });
     worker.on('error', (error) => {

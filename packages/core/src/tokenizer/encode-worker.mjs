@@ -16,12 +16,16 @@ const plain = () => {
   return plainTokenizer;
 };
 
+// All pieces' ids go back in one buffer with their end offsets: transferring one buffer per piece costs
+// the receiving thread seconds for 100k pieces.
 parentPort.on('message', ({ id, pieces, plain: plainPieces }) => {
-  const ids = pieces.map((p, i) =>
-    Int32Array.from((plainPieces[i] ? plain() : tokenizer).encode(p, { add_special_tokens: false }).ids),
+  const parts = pieces.map(
+    (p, i) => (plainPieces[i] ? plain() : tokenizer).encode(p, { add_special_tokens: false }).ids,
   );
-  parentPort.postMessage(
-    { id, ids },
-    ids.map((a) => a.buffer),
-  );
+  const ends = new Uint32Array(parts.length);
+  let total = 0;
+  for (let i = 0; i < parts.length; i++) ends[i] = total += parts[i].length;
+  const flat = new Int32Array(total);
+  for (let i = 0; i < parts.length; i++) flat.set(parts[i], i === 0 ? 0 : ends[i - 1]);
+  parentPort.postMessage({ id, flat, ends }, [flat.buffer, ends.buffer]);
 });

@@ -226,13 +226,16 @@ export class ChatTokenizer {
       }),
       this.#encodeWorkers,
     );
-    const plain = todo.map((i) => escaped && SpecialTextEscaper.holdsEscapes(pieces[i]!));
-    const texts = todo.map((i, k) => (plain[k] ? this.#escaper.unescape(pieces[i]!) : pieces[i]!));
+    // A chat of many short messages repeats its pieces (role headers, newlines): each is encoded once.
+    const unique = [...new Set(todo.map((i) => pieces[i]!))];
+    const plain = unique.map((piece) => escaped && SpecialTextEscaper.holdsEscapes(piece));
+    const texts = unique.map((piece, k) => (plain[k] ? this.#escaper.unescape(piece) : piece));
     const ids = await this.#pool.encode(texts, plain, signal);
-    todo.forEach((at, k) => {
-      parts[at] = ids[k]!;
-      if (this.#addedSplit) this.#remember(pieces[at]!, ids[k]!, escaped);
-    });
+    const byPiece = new Map(unique.map((piece, k) => [piece, ids[k]!]));
+    for (const at of todo) parts[at] = byPiece.get(pieces[at]!)!;
+    // a copy, so the cache does not keep the worker's whole answer alive
+    if (this.#addedSplit)
+      for (const [k, piece] of unique.entries()) this.#remember(piece, ids[k]!.slice(), escaped);
     return concat(parts as Int32Array[]);
   }
 
