@@ -37,8 +37,10 @@ describe('capture proxy: session keys', () => {
         await post(`${proxy.url}/sessions/${encodeURIComponent(key)}/v1/responses`, { input: 'x' }),
       );
     }
-    // the id spelled with percent escapes in the path
-    answers.push(await post(`${proxy.url}/sessions/rollout%2D7/v1/chat/completions`, CHAT));
+    // the id spelled with percent escapes in the path, and escapes that decode to nothing (a 500 was
+    // retried by harness SDKs as a server fault)
+    for (const segment of ['rollout%2D7', 'rollout-7%', '%ZZ', 'rollout-7.%E0%A4%A', '%C0%AF'])
+      answers.push(await post(`${proxy.url}/sessions/${segment}/v1/chat/completions`, CHAT));
     for (const answer of answers) {
       expect(answer.status).toBe(401);
       // a wrong secret and an unknown id read the same: a guess learns nothing

@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
 import { EventEmitter } from 'eventemitter3';
 import { turnNucleus } from '../engine/nucleus.js';
 import { newRequestId } from '../engine/request-id.js';
@@ -20,6 +19,8 @@ import { EngineRouter, type EngineRouterOptions } from './router.js';
 import { resolveSampling } from './sampling.js';
 import {
   checkJsonShape,
+  credentialOf,
+  decodePathSegment,
   type ProxyLimits,
   readBody,
   resolveLimits,
@@ -390,7 +391,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     let key = credential;
     const m = /^\/sessions\/([^/]+)(\/.*)?$/.exec(path);
     if (m) {
-      key = decodeURIComponent(m[1]!);
+      key = decodePathSegment(m[1]!);
       path = m[2] ?? '/';
     }
     if (!m && path.startsWith('/admin/')) {
@@ -574,13 +575,6 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
 /** Output ids without the final stop token (it is markup, not text for the harness). */
 function stripStop(ids: Int32Array, eos: number): Int32Array {
   return ids.length > 0 && ids[ids.length - 1] === eos ? ids.subarray(0, ids.length - 1) : ids;
-}
-
-function credentialOf(req: IncomingMessage): string | undefined {
-  const auth = req.headers.authorization;
-  if (auth?.startsWith('Bearer ')) return auth.slice(7).trim();
-  const key = req.headers['x-api-key'];
-  return typeof key === 'string' ? key : undefined;
 }
 
 /**

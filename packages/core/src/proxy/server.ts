@@ -318,3 +318,20 @@ function escapedAt(text: string, at: number): boolean {
   while (k >= 0 && text.charCodeAt(k) === BACKSLASH) k--;
   return (at - 1 - k) % 2 === 1;
 }
+
+/** A path segment's text, or the segment as it is when it is not valid percent-encoding (never a 500). */
+export function decodePathSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
+/** The API key a request carries: `Authorization: Bearer <key>` or `x-api-key`. */
+export function credentialOf(req: IncomingMessage): string | undefined {
+  const auth = req.headers.authorization;
+  if (auth?.startsWith('Bearer ')) return auth.slice(7).trim();
+  const key = req.headers['x-api-key'];
+  return typeof key === 'string' ? key : undefined;
+}
