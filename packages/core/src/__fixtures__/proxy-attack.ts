@@ -79,14 +79,15 @@ export function latencyBound(baseline: number[]): number {
 
 /**
  * For attacks that make the proxy move or parse tens of megabytes: turns keep flowing (a held event loop
- * stalls every one of them for the whole attack) when the median turn stays within the bound and none
- * passes five times it; receiving, parsing and splitting that much text still costs the main thread a
- * few pauses of some hundred milliseconds on a small loaded machine, spread over a few turns.
+ * stalls every one of them for the whole attack: 4.5 s and 15 s in the cases these tests guard) when
+ * the median turn stays within the bound and none passes five times it, or 1 s. Receiving, parsing and
+ * splitting that much text still costs the main thread a few pauses of some hundred milliseconds, and a
+ * loaded 2-core CI machine leaves a process unscheduled for over half a second at times.
  */
 export function flowing(during: number[], bound: number): { median: number; max: number; ok: boolean } {
   const med = median(during);
   const max = Math.max(...during);
-  return { median: med, max, ok: med < bound && max < 5 * bound };
+  return { median: med, max, ok: med < bound && max < Math.max(5 * bound, 1000) };
 }
 
 export function p99(xs: number[]): number {

@@ -233,9 +233,7 @@ export class ChatTokenizer {
     const ids = await this.#pool.encode(texts, plain, signal);
     const byPiece = new Map(unique.map((piece, k) => [piece, ids[k]!]));
     for (const at of todo) parts[at] = byPiece.get(pieces[at]!)!;
-    // a copy, so the cache does not keep the worker's whole answer alive
-    if (this.#addedSplit)
-      for (const [k, piece] of unique.entries()) this.#remember(piece, ids[k]!.slice(), escaped);
+    if (this.#addedSplit) for (const [k, piece] of unique.entries()) this.#remember(piece, ids[k]!, escaped);
     return concat(parts as Int32Array[]);
   }
 
@@ -280,7 +278,9 @@ export class ChatTokenizer {
       this.#escapedSegments.clear();
       this.#segmentChars = 0;
     }
-    (escaped ? this.#escapedSegments : this.#segments).set(piece, ids);
+    // a view is copied, so the cache does not keep the whole buffer it points into alive
+    const own = ids.byteLength === ids.buffer.byteLength ? ids : ids.slice();
+    (escaped ? this.#escapedSegments : this.#segments).set(piece, own);
     this.#segmentChars += piece.length;
   }
 
