@@ -33,4 +33,20 @@ describe('rolloutProgressBar', () => {
     run.emit('end', run.stats);
     expect(output.length).toBe(before);
   });
+
+  it('draws an empty bar, not a full one, while no rollout has started', async () => {
+    const stream = new PassThrough();
+    let output = '';
+    stream.on('data', (chunk: Buffer) => {
+      output += chunk.toString('utf8');
+    });
+    const run = runRollouts([], () => ({ reward: 1 }), { concurrency: 1, guardMs: 1000 });
+    rolloutProgressBar(run, { stream, label: 'step 1', noTTYOutput: true, notTTYSchedule: 10 });
+    for await (const _ of run) {
+      // drain
+    }
+    const last = output.trim().split('\n').at(-1) ?? '';
+    expect(last).toContain('0/0');
+    expect(last).toMatch(/\[░+\]/); // shades_classic: '░' to do, '█' done
+  });
 });

@@ -34,7 +34,7 @@ export function rolloutProgressBar<T extends TaskLike>(
   const bar = new SingleBar(
     {
       stream: options.stream ?? process.stderr,
-      format: `${options.label ?? 'rollouts'} [{bar}] {value}/{total} | in flight {inFlight} | ok {completed} trunc {truncated} fail {failed} abort {aborted} | reward {reward} | {duration_formatted}`,
+      format: `${options.label ?? 'rollouts'} [{bar}] {done}/{all} | in flight {inFlight} | ok {completed} trunc {truncated} fail {failed} abort {aborted} | reward {reward} | {duration_formatted}`,
       hideCursor: false,
       noTTYOutput: options.noTTYOutput ?? false,
       notTTYSchedule: options.notTTYSchedule ?? 2000,
@@ -45,13 +45,20 @@ export function rolloutProgressBar<T extends TaskLike>(
   let rewardSum = 0;
   let scored = 0;
   const payload = () => ({
+    done: run.stats.finished,
+    all: total(),
     inFlight: run.stats.inFlight,
     ...run.stats.byStatus,
     reward: scored === 0 ? '-' : (rewardSum / scored).toFixed(3),
   });
   // Skipped rollouts (resume) do not count; unknown totals (async task sources) grow as rollouts start.
   const total = () => (run.total ?? run.stats.started + run.stats.skipped) - run.stats.skipped;
-  bar.start(total(), 0, payload());
+  // The bar's own total is at least 1: cli-progress draws 0 of 0 as a full bar.
+  const draw = () => {
+    bar.setTotal(Math.max(1, total()));
+    bar.update(run.stats.finished, payload());
+  };
+  bar.start(Math.max(1, total()), 0, payload());
 
   const onEvent = (event: RolloutEvent) => {
     if (event.type === 'rollout:finish') {
@@ -60,8 +67,7 @@ export function rolloutProgressBar<T extends TaskLike>(
         scored++;
       }
     } else if (event.type !== 'rollout:start') return;
-    bar.setTotal(total());
-    bar.update(run.stats.finished, payload());
+    draw();
   };
   let stopped = false;
   const stop = () => {
@@ -69,8 +75,7 @@ export function rolloutProgressBar<T extends TaskLike>(
     stopped = true;
     run.off('event', onEvent);
     run.off('end', stop);
-    bar.setTotal(total());
-    bar.update(run.stats.finished, payload());
+    draw();
     bar.stop();
   };
   run.on('event', onEvent);
