@@ -178,6 +178,17 @@ describe('capture proxy hardening: large inputs are tokenized off the event loop
   }
 });
 
+/** The legitimate session's turn latencies while `attack` is under way (one at least). */
+async function turnsDuring(legit: LegitClient, attack: Promise<unknown>): Promise<number[]> {
+  let answered = false;
+  void attack.then(() => {
+    answered = true;
+  });
+  const during: number[] = [];
+  while (!answered) during.push(await legit.turn());
+  return during;
+}
+
 describe('capture proxy hardening: bodies of many tiny items', () => {
   // Parsing, validating and rendering cost grows with the number of JSON values, not bytes: 17 MB of
   // tiny messages held the event loop for seconds and took minutes to tokenize.
@@ -194,12 +205,7 @@ describe('capture proxy hardening: bodies of many tiny items', () => {
           shape,
           count: 400_000,
         });
-        let answered = false;
-        void big.then(() => {
-          answered = true;
-        });
-        const during: number[] = [];
-        while (!answered) during.push(await legit.turn());
+        const during = await turnsDuring(legit, big);
         const flow = flowing(during, bound);
         expect(flow.ok, JSON.stringify({ shape, ...flow, bound })).toBe(true);
         const res = await big;
@@ -220,12 +226,7 @@ describe('capture proxy hardening: bodies of many tiny items', () => {
       shape: 'messages',
       count: 30_000,
     });
-    let answered = false;
-    void big.then(() => {
-      answered = true;
-    });
-    const during: number[] = [];
-    while (!answered) during.push(await legit.turn());
+    const during = await turnsDuring(legit, big);
     expect(await big).toMatchObject({ status: 200 });
     expect(turns).toContain('attacker');
     const flow = flowing(during, bound);
