@@ -6,6 +6,8 @@ const base = packageBuild({
   standin: 'src/standin/index.ts',
   // run by the tokenizer's worker threads (see src/tokenizer/encode-pool.ts); plain JavaScript, no types
   'encode-worker': 'src/tokenizer/encode-worker.mjs',
+  // the sharded capture proxy's worker threads (see src/proxy/shards/sharded.ts)
+  'shard-worker': 'src/proxy/shards/worker.ts',
 });
 const dts = typeof base.dts === 'object' ? base.dts : {};
 

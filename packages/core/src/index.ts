@@ -57,6 +57,13 @@ export {
   type RouterEvents,
 } from './proxy/router.js';
 export { DEFAULT_PROXY_LIMITS, type ProxyLimits } from './proxy/server.js';
+export {
+  type EngineSpec,
+  type ShardedCaptureProxy,
+  type ShardedCaptureProxyOptions,
+  type ShardedProxyEvents,
+  startShardedCaptureProxy,
+} from './proxy/shards/sharded.js';
 export type { StitchInfo, StitchKind, StitchTotals } from './proxy/stitch.js';
 export type { VersionRun, WeightUpdatePolicy } from './proxy/turn.js';
 export { QueueError } from './queue/format.js';

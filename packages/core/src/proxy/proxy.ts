@@ -5,133 +5,32 @@ import { newRequestId } from '../engine/request-id.js';
 import type { Engine, Sampling } from '../engine/types.js';
 import { ConfigError, EngineError, VimeError } from '../errors.js';
 import type { Sample } from '../sample.js';
-import type { ChatTokenizer, SpecialTokenText } from '../tokenizer/tokenizer.js';
 import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
 import { adminRoute } from './admin.js';
 import { encodeTurn, parseTurnRequest, turnEncoder } from './answer.js';
+import type { CaptureProxy, CaptureProxyOptions, CaptureSession, SessionOptions } from './api.js';
 import { type ChatRequest, type Dialect, errorBody, RequestError, type TurnReply } from './dialects.js';
 import type { ProxyEvents } from './events.js';
 import { inProcessFetch } from './in-process.js';
 import { checkMaxTurns, FinishedSessions, retryCountOf, TurnLedger } from './ledger.js';
 import { type LiveTurn, streamTurn } from './live.js';
-import { json, NO_RETRY, type Reply, SSE_TYPE, write } from './reply.js';
-import { EngineRouter, type EngineRouterOptions } from './router.js';
+import { holdLastChunk, json, NO_RETRY, type Reply, SSE_TYPE, write } from './reply.js';
+import { EngineRouter } from './router.js';
 import { resolveSampling } from './sampling.js';
 import {
   checkJsonShape,
   credentialOf,
   decodePathSegment,
-  type ProxyLimits,
   readBody,
   resolveLimits,
   startProxyServer,
   yieldToLoop,
 } from './server.js';
 import { finishThreads, replyMessage, SessionThreads } from './stitch.js';
-import { generateTurn, type WeightUpdatePolicy } from './turn.js';
+import { generateTurn } from './turn.js';
 import { listenUnixSocket } from './unix-socket.js';
 
-export interface SessionOptions {
-  /** Sampling for every turn of the session; what the harness sends is overridden (and reported). */
-  sampling?: Sampling;
-  /** Whole-trajectory token budget: each turn's `max_new_tokens` is clamped to what is left of it. */
-  maxContextTokens?: number;
-  /** Place the session on this engine while it is healthy (default: the least-loaded healthy engine). */
-  engine?: Engine;
-  /** Extra chat-template variables for this session, e.g. `{ enable_thinking: false }`. */
-  templateKwargs?: Record<string, unknown>;
-  /** Most turns the session may record; past them a new turn is answered 429 (default: the proxy's). */
-  maxTurns?: number | undefined;
-}
-
-/** An open capture session: point a harness at `baseURL` with `apiKey`, or give a client `fetch`. */
-export interface CaptureSession {
-  id: string;
-  /** OpenAI/Anthropic base URL routed to this session (`<proxy>/sessions/<apiKey>/v1`). */
-  baseURL: string;
-  /**
-   * The session's credential, `<id>.<secret>` (128 random bits), for clients that route by
-   * `Authorization: Bearer` / `x-api-key`: an agent that knows or guesses another session's id cannot
-   * post turns into it.
-   */
-  apiKey: string;
-  /** A `fetch` that runs turns in-process (no HTTP hop); see `captureFetch`. */
-  fetch: typeof fetch;
-}
-
-export interface CaptureProxyOptions {
-  /**
-   * One engine, or several behind the router: a session sticks to its engine while that one is healthy,
-   * new sessions go to the least-loaded healthy engine (see `EngineRouter`).
-   */
-  engine: Engine | readonly Engine[];
-  /** Router settings: in-flight caps, health-check interval, how long a turn waits for a healthy engine. */
-  router?: EngineRouterOptions;
-  /**
-   * A turn the engine cuts short (SGLang aborts in-flight requests for a weight update): `continue` (the
-   * default) resumes from the tokens already produced, so the turn spans two weight versions; `restart`
-   * discards them and regenerates the turn on the new weights.
-   */
-  onWeightUpdate?: WeightUpdatePolicy;
-  /**
-   * Bearer token of the admin routes (`GET|POST|DELETE /admin/engines`: list, add, remove engines at run
-   * time). Without one the admin routes do not exist: agents reach this server too.
-   */
-  adminToken?: string;
-  tokenizer: ChatTokenizer;
-  host?: string;
-  /** Default 0: any free port. */
-  port?: number;
-  /**
-   * Also listen on this unix socket (absolute path; created mode 0666, a stale socket replaced): the way a
-   * sandbox without a network reaches the proxy (see `@vime/sandbox`'s `SandboxSpec.proxy`).
-   */
-  socketPath?: string | undefined;
-  /** Where turns are recorded (default: a new manager that decodes `prompt`/`response` text). */
-  trajectories?: TrajectoryManager;
-  /** Sampling for sessions opened without their own. */
-  defaultSampling?: Sampling;
-  /** Default per-turn cap on new tokens when neither the session nor the harness sets one (4096). */
-  defaultMaxTokens?: number;
-  /** Model name reported to harnesses (`/v1/models`, responses). Default `vime-policy`. */
-  modelName?: string;
-  /**
-   * Open a session for any unknown key on first use, the key being its id and credential, instead of
-   * answering 401 (default false). Only for clients that are all trusted: any of them can post into any
-   * session whose key it knows.
-   */
-  autoOpenSessions?: boolean;
-  /** Default per-session turn cap (`SessionOptions.maxTurns`); none when omitted. */
-  maxTurns?: number | undefined;
-  /**
-   * What special-token text (`<|im_start|>`, …) in user, system and tool content becomes: `special` (the
-   * default: what SGLang and vLLM do when they tokenize a rendered chat, so captures match the engine's own
-   * chat endpoints token for token) or `text` (encoded as plain text: content cannot inject markup).
-   */
-  specialTokenText?: SpecialTokenText | undefined;
-  /** Caps and timeouts against hostile or broken clients (body and header size, slow clients, socket count). */
-  limits?: ProxyLimits | undefined;
-}
-
-export interface CaptureProxy {
-  url: string;
-  /** The unix socket the proxy also listens on (`options.socketPath`), if any. */
-  socketPath: string | undefined;
-  events: EventEmitter<ProxyEvents>;
-  trajectories: TrajectoryManager;
-  /** The engine router: status, `add`/`remove` at run time, health, the circuit breaker, weight updates. */
-  router: EngineRouter;
-  openSession(id: string, options?: SessionOptions): CaptureSession;
-  /** The open session `id` (its `apiKey` and `baseURL`), if there is one. */
-  session(id: string): CaptureSession | undefined;
-  /** Close a session and return its slime-wire training rows (see `TrajectoryManager.finish`). */
-  finishSession(id: string, options?: FinishOptions): Sample[];
-  /** Number of open sessions. */
-  readonly size: number;
-  /** Open client sockets (capped by `limits.maxConnections`). */
-  readonly connections: number;
-  close(): Promise<void>;
-}
+export type { CaptureProxy, CaptureProxyOptions, CaptureSession, SessionOptions } from './api.js';
 
 interface SessionState {
   id: string;
@@ -152,12 +51,48 @@ interface SessionState {
 
 const LARGE_BODY_CHARS = 1 << 20;
 
+/** Check a session's id and options (the sharded proxy checks them before a shard sees them). */
+export function checkSession(id: string, options: SessionOptions): void {
+  if (typeof id !== 'string' || id === '' || /[\s/]/.test(id)) {
+    throw new ConfigError(
+      `session id must be a non-empty string without spaces or '/', found ${JSON.stringify(id)}`,
+    );
+  }
+  const { maxContextTokens } = options;
+  if (maxContextTokens !== undefined && !(Number.isInteger(maxContextTokens) && maxContextTokens > 0)) {
+    throw new ConfigError(`maxContextTokens must be a positive integer, found ${maxContextTokens}`);
+  }
+  checkMaxTurns(options.maxTurns, 'maxTurns');
+}
+
+/** What a shard worker adds to the proxy it runs (see `shards/`). */
+export interface ShardHooks {
+  /** A request named a key no open session has: take in the sessions the main thread opened since. */
+  unknownKey(): void;
+  /** A turn's answer is about to be handed over: false once the main thread finished the session. */
+  enter(sessionId: string): boolean;
+  /** That answer was handed over (and recorded) or given up. */
+  leave(sessionId: string): void;
+}
+
+/** The proxy, and what a shard worker drives it with: sessions opened under a given key, and dropped. */
+export interface ProxyCore {
+  proxy: CaptureProxy;
+  open(id: string, options: SessionOptions, key: string): CaptureSession;
+  /** End a session and forget its turns (its main thread keeps them). */
+  discard(id: string): void;
+}
+
 /**
  * Start the capture proxy: an OpenAI Chat Completions + Responses + Anthropic Messages server in front of
  * token-in/token-out engines. Any agent harness talks to it unchanged; every turn's prompt ids,
  * output ids, log probs, finish reason, policy version and timings are recorded per session.
  */
 export async function startCaptureProxy(options: CaptureProxyOptions): Promise<CaptureProxy> {
+  return (await startProxyCore(options)).proxy;
+}
+
+export async function startProxyCore(options: CaptureProxyOptions, shard?: ShardHooks): Promise<ProxyCore> {
   const engines = Array.isArray(options.engine) ? [...options.engine] : [options.engine as Engine];
   if (engines.length === 0) throw new ConfigError('startCaptureProxy: `engine` needs at least one engine');
   const { tokenizer } = options;
@@ -190,17 +125,10 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     sessionOptions: SessionOptions = {},
     key = `${id}.${randomBytes(16).toString('base64url')}`,
   ): CaptureSession {
-    if (typeof id !== 'string' || id === '' || /[\s/]/.test(id)) {
-      throw new ConfigError(
-        `session id must be a non-empty string without spaces or '/', found ${JSON.stringify(id)}`,
-      );
-    }
+    checkSession(id, sessionOptions);
     if (sessions.has(id)) throw new ConfigError(`session ${JSON.stringify(id)} is already open`);
     const { maxContextTokens } = sessionOptions;
-    if (maxContextTokens !== undefined && !(Number.isInteger(maxContextTokens) && maxContextTokens > 0)) {
-      throw new ConfigError(`maxContextTokens must be a positive integer, found ${maxContextTokens}`);
-    }
-    const maxTurns = checkMaxTurns(sessionOptions.maxTurns, 'maxTurns') ?? defaultMaxTurns;
+    const maxTurns = sessionOptions.maxTurns ?? defaultMaxTurns;
     trajectories.open(id);
     if (sessionOptions.engine) router.place(id, sessionOptions.engine.url);
     const handle: CaptureSession = {
@@ -233,9 +161,9 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     router.release(state.id);
   }
 
-  function finishSession(id: string, finish: FinishOptions = {}): Sample[] {
+  function endSession(id: string, where: string): SessionState {
     const state = sessions.get(id);
-    if (!state) throw new ConfigError(`finishSession: no open session ${JSON.stringify(id)}`);
+    if (!state) throw new ConfigError(`${where}: no open session ${JSON.stringify(id)}`);
     closeSession(state, 'session finished');
     const reason = `session ${JSON.stringify(id)} is finished (finishSession); open a new session for a new rollout`;
     finished.add(state.handle.apiKey, reason);
@@ -243,8 +171,35 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
     if (options.autoOpenSessions) finished.add(id, reason);
     // A rollout completed: check the engines now, so a dead one is gone before its sessions' next turn.
     void router.checkNow('completion');
+    return state;
+  }
+
+  function finishSession(id: string, finish: FinishOptions = {}): Sample[] {
+    const state = endSession(id, 'finishSession');
     const status = finish.status ?? (state.truncated ? 'truncated' : undefined);
     return finishThreads(trajectories, state.threads, { ...finish, ...(status ? { status } : {}) });
+  }
+
+  /** The commit and abandon of a turn's answer, or undefined when a shard's session was finished. */
+  function handOver(session: SessionState, commit: () => void, abandon: () => void) {
+    if (!shard) return { commit, abandon };
+    if (!shard.enter(session.id)) return undefined;
+    let left = false;
+    const leave = () => {
+      if (left) return;
+      left = true;
+      shard.leave(session.id);
+    };
+    return {
+      commit: () => {
+        commit();
+        leave();
+      },
+      abandon: () => {
+        abandon();
+        leave();
+      },
+    };
   }
 
   async function runTurn(
@@ -426,6 +381,10 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       return json(404, errorBody(dialect, 404, `no route ${method} ${pathname}`));
     }
     let state = key ? byKey.get(key) : undefined;
+    if (!state && key && shard) {
+      shard.unknownKey();
+      state = byKey.get(key);
+    }
     const gone = !state && key ? finished.reason(key) : undefined;
     if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);
     if (!state && key && options.autoOpenSessions && !sessions.has(key)) {
@@ -443,7 +402,15 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       // A retry of an answered turn gets the same answer: no second sample, no fork.
       const key = turnPath ? await TurnLedger.key(path, text) : '';
       const replayed = turnPath ? session.ledger.replay(key, retryCount) : undefined;
-      if (replayed) return { ...replayed, commit: () => session.ledger.commit(key) };
+      if (replayed) {
+        const handover = handOver(
+          session,
+          () => session.ledger.commit(key),
+          () => {},
+        );
+        if (!handover) throw new RequestError(409, `session ${session.id} was finished`);
+        return { ...replayed, ...handover };
+      }
       // A large body's long steps each let other sessions' work run in between.
       await checkJsonShape(text, limits);
       const large = text.length > LARGE_BODY_CHARS;
@@ -492,7 +459,21 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
           end();
           if (kept) session.ledger.commit(key);
         };
-        return { status: 200, contentType: SSE_TYPE, body: '', stream, commit, abandon: end };
+        if (!shard) return { status: 200, contentType: SSE_TYPE, body: '', stream, commit, abandon: end };
+        // The last event goes out only while the session is open (see `ShardHooks.enter`).
+        let handover: ReturnType<typeof handOver>;
+        const held = holdLastChunk(stream, () => {
+          handover = handOver(session, commit, end);
+          return handover !== undefined;
+        });
+        return {
+          status: 200,
+          contentType: SSE_TYPE,
+          body: '',
+          stream: held,
+          commit: () => (handover ? handover.commit() : end()),
+          abandon: () => (handover ? handover.abandon() : end()),
+        };
       }
       const turn = await runTurn(session, dialect, req, signal).catch((error: unknown) => {
         end();
@@ -504,7 +485,12 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         end();
         session.ledger.commit(key);
       };
-      return { ...reply, commit, abandon: end };
+      const handover = handOver(session, commit, end);
+      if (!handover) {
+        end();
+        throw new RequestError(409, `session ${session.id} was finished during the turn`);
+      }
+      return { ...reply, ...handover };
     } catch (error) {
       const { apiKey } = session.handle;
       const gone = byKey.has(apiKey) ? undefined : finished.reason(apiKey);
@@ -549,7 +535,7 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
       })
     : undefined;
 
-  return {
+  const proxy: CaptureProxy = {
     url,
     socketPath: unix?.path,
     events,
@@ -569,6 +555,15 @@ export async function startCaptureProxy(options: CaptureProxyOptions): Promise<C
         for (const state of [...sessions.values()]) closeSession(state, 'proxy closed');
         void Promise.all([http.close(), unix?.close()]).then(() => router.close().then(resolve));
       }),
+  };
+  return {
+    proxy,
+    open: openSession,
+    discard(id) {
+      const state = endSession(id, 'discard');
+      for (const thread of state.threads.list) trajectories.discard(thread.key);
+      trajectories.discard(id);
+    },
   };
 }
 

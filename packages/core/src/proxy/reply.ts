@@ -91,3 +91,16 @@ export function responseBody(
     },
   });
 }
+
+/** The stream's chunks; the last one only when `release()` says so, once every other chunk was yielded. */
+export async function* holdLastChunk(
+  stream: AsyncIterable<string>,
+  release: () => boolean,
+): AsyncGenerator<string> {
+  let held: string | undefined;
+  for await (const chunk of stream) {
+    if (held !== undefined) yield held;
+    held = chunk;
+  }
+  if (release() && held !== undefined) yield held;
+}

@@ -81,6 +81,23 @@ export interface PlanRequest {
   signal: AbortSignal;
 }
 
+export function emptyTotals(): StitchTotals {
+  return {
+    reused_tokens: 0,
+    rendered_tokens: 0,
+    retokenized_tokens: 0,
+    turns: { first: 0, reused: 0, rerendered: 0, changed: 0, branch: 0 },
+  };
+}
+
+/** Add one turn's stitch counts to its thread's totals. */
+export function addStitch(totals: StitchTotals, stitch: StitchInfo): void {
+  totals.reused_tokens += stitch.reusedTokens;
+  totals.rendered_tokens += stitch.renderedTokens;
+  totals.retokenized_tokens += stitch.retokenizedTokens;
+  totals.turns[stitch.kind]++;
+}
+
 /** The threads of one capture session. */
 export class SessionThreads {
   readonly list: Thread[] = [];
@@ -142,11 +159,7 @@ export class SessionThreads {
       outputIds,
       reply,
     };
-    const totals = thread.totals;
-    totals.reused_tokens += stitch.reusedTokens;
-    totals.rendered_tokens += stitch.renderedTokens;
-    totals.retokenized_tokens += stitch.retokenizedTokens;
-    totals.turns[stitch.kind]++;
+    addStitch(thread.totals, stitch);
   }
 
   #open(parent: number | undefined): Thread {
@@ -156,12 +169,7 @@ export class SessionThreads {
       key: index === 0 ? this.sessionId : `${this.sessionId}/${index}`,
       parent,
       last: undefined,
-      totals: {
-        reused_tokens: 0,
-        rendered_tokens: 0,
-        retokenized_tokens: 0,
-        turns: { first: 0, reused: 0, rerendered: 0, changed: 0, branch: 0 },
-      },
+      totals: emptyTotals(),
     };
     this.list.push(thread);
     return thread;
@@ -232,7 +240,7 @@ function plan(
  */
 export function finishThreads(
   trajectories: TrajectoryManager,
-  threads: SessionThreads,
+  threads: { sessionId: string; list: readonly Pick<Thread, 'index' | 'key' | 'parent' | 'totals'>[] },
   finish: FinishOptions,
 ): Sample[] {
   const base = finish.baseSample ?? {};

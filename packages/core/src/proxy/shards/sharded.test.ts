@@ -1,0 +1,239 @@
+/**
+ * The sharded capture proxy against a stand-in engine over HTTP: the same rows as the one-thread proxy,
+ * sessions spread over shards that each know only their own, and `finishSession` exact while answers
+ * are on their way.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { QWEN3_DIR, qwen3 } from '../../__fixtures__/tokenizer.js';
+import { sglangEngine } from '../../engine/sglang.js';
+import { ConfigError } from '../../errors.js';
+import type { Sample } from '../../sample.js';
+import type { StandInEngine } from '../../standin/engine.js';
+import { startStandInEngine } from '../../standin/engine.js';
+import { startCaptureProxy } from '../proxy.js';
+import {
+  type ShardedCaptureProxy,
+  type ShardedCaptureProxyOptions,
+  startShardedCaptureProxy,
+} from './sharded.js';
+
+const closers: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  while (closers.length > 0) await closers.pop()!();
+});
+
+const ANSWER = (k: number) =>
+  `<think>\nstep ${k}\n</think>\n\nRunning.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls ${k}"}}\n</tool_call>`;
+const TOOLS = [
+  {
+    type: 'function',
+    function: { name: 'bash', parameters: { type: 'object', properties: { cmd: { type: 'string' } } } },
+  },
+];
+
+async function engine(tokensPerSecond = Number.POSITIVE_INFINITY): Promise<StandInEngine> {
+  const e = await startStandInEngine({
+    tokenizer: await qwen3(),
+    policy: (r) => ANSWER(r.prompt.split('<tool_response>').length - 1),
+    service: { slots: 1000, maxTokensPerSecondPerRequest: tokensPerSecond },
+  });
+  closers.push(() => e.close());
+  return e;
+}
+
+async function sharded(
+  url: string,
+  options: Partial<ShardedCaptureProxyOptions> = {},
+): Promise<ShardedCaptureProxy> {
+  const proxy = await startShardedCaptureProxy({
+    shards: 2,
+    engines: [{ kind: 'sglang', url }],
+    tokenizerDir: QWEN3_DIR,
+    defaultSampling: { temperature: 0 },
+    ...options,
+  });
+  closers.push(() => proxy.close());
+  return proxy;
+}
+
+/** A harness's loop: each answer sent back as received, with one tool result per call. */
+async function converse(baseURL: string, turns: number, body: Record<string, unknown> = {}) {
+  const messages: unknown[] = [{ role: 'user', content: 'fix the failing test' }];
+  for (let k = 0; k < turns; k++) {
+    const res = await fetch(`${baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'policy', messages, tools: TOOLS, ...body }),
+    });
+    expect(res.status).toBe(200);
+    const answer = (
+      (await res.json()) as { choices: Array<{ message: { tool_calls?: Array<{ id: string }> } }> }
+    ).choices[0]!.message;
+    messages.push(answer);
+    for (const call of answer.tool_calls ?? [])
+      messages.push({ role: 'tool', tool_call_id: call.id, content: `file${k}.py` });
+  }
+}
+
+const tokens = (rows: Sample[]) => rows.map((r) => ({ tokens: r.tokens, loss_mask: r.loss_mask }));
+
+describe('sharded capture proxy', () => {
+  it('records the same rows as the one-thread proxy, and relays its events', async () => {
+    const e = await engine();
+    const single = await startCaptureProxy({
+      engine: sglangEngine(e.url),
+      tokenizer: await qwen3(),
+      defaultSampling: { temperature: 0 },
+    });
+    closers.push(() => single.close());
+    const proxy = await sharded(e.url);
+    const seen: string[] = [];
+    proxy.events.on('turn', (t) => seen.push(`${t.sessionId}:${t.turn.index}:${t.stitch.kind}`));
+    const overrides: string[] = [];
+    proxy.events.on('sampling:override', (o) => overrides.push(Object.keys(o.fields).join()));
+
+    await converse(single.openSession('task-1').baseURL, 3);
+    await converse(proxy.openSession('task-1').baseURL, 3, { temperature: 0.7 });
+    const want = single.finishSession('task-1', { reward: 1 });
+    const got = proxy.finishSession('task-1', { reward: 1 });
+    expect(got).toHaveLength(1);
+    expect(tokens(got)).toEqual(tokens(want));
+    expect(got[0]!.rollout_log_probs).toEqual(want[0]!.rollout_log_probs);
+    expect(got[0]!.response).toBe(want[0]!.response);
+    expect((got[0]!.metadata as { lineage: unknown }).lineage).toEqual(
+      (want[0]!.metadata as { lineage: unknown }).lineage,
+    );
+    expect(seen).toEqual(['task-1:0:first', 'task-1:1:reused', 'task-1:2:reused']);
+    expect(overrides).toEqual(['temperature', 'temperature', 'temperature']);
+  });
+
+  it('spreads sessions over its shards; a shard serves only its own, and every other key is a 401', async () => {
+    const e = await engine();
+    const proxy = await sharded(e.url, { shards: 3 });
+    expect(new Set(proxy.urls).size).toBe(3);
+    const handles = Array.from({ length: 6 }, (_, i) => proxy.openSession(`rollout-${i}`));
+    const origins = handles.map((h) => new URL(h.baseURL).origin);
+    expect(new Set(origins).size).toBe(3);
+    expect(proxy.session('rollout-4')).toBe(handles[4]);
+    const victim = handles[0]!;
+    const wrongShard = proxy.urls.find((u) => u !== new URL(victim.baseURL).origin)!;
+    const chat = JSON.stringify({ messages: [{ role: 'user', content: 'x' }] });
+    const attempts = [
+      [`${wrongShard}/sessions/${encodeURIComponent(victim.apiKey)}/v1/chat/completions`, {}],
+      [`${new URL(victim.baseURL).origin}/sessions/rollout-0/v1/chat/completions`, {}],
+      [`${new URL(victim.baseURL).origin}/v1/chat/completions`, { authorization: 'Bearer rollout-0' }],
+      [
+        `${new URL(victim.baseURL).origin}/v1/chat/completions`,
+        { authorization: `Bearer ${handles[1]!.id}.x` },
+      ],
+    ] as const;
+    for (const [url, headers] of attempts) {
+      const res = await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: chat,
+      });
+      expect(res.status).toBe(401);
+    }
+    // through its shard, by path, by bearer and through its fetch
+    const origin = new URL(victim.baseURL).origin;
+    const byBearer = await fetch(`${origin}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${victim.apiKey}` },
+      body: chat,
+    });
+    expect(byBearer.status).toBe(200);
+    const viaFetch = await victim.fetch('http://vime/v1/chat/completions', { method: 'POST', body: chat });
+    expect(viaFetch.status).toBe(200);
+    await viaFetch.text();
+    // the same opening twice: two threads of the session, a row each
+    const rows = proxy.finishSession('rollout-0', { reward: 1 });
+    expect(rows.map((r) => r.session_id)).toEqual(['rollout-0', 'rollout-0']);
+    expect(proxy.trajectories.has('rollout-1')).toBe(true);
+    // a finished session's key gets the shard's 409
+    const late = await fetch(`${victim.baseURL}/chat/completions`, { method: 'POST', body: chat });
+    expect(late.status).toBe(409);
+    expect(proxy.size).toBe(5);
+  });
+
+  it('finishSession, called the moment an answer arrives, returns every turn answered and no other', async () => {
+    const e = await engine();
+    const proxy = await sharded(e.url);
+    const recorded: number[] = [];
+    await Promise.all(
+      Array.from({ length: 40 }, async (_, i) => {
+        const session = proxy.openSession(`r${i}`);
+        await converse(session.baseURL, 1 + (i % 3));
+        // no pause: the shard's report of the last turn may still be on its way to this thread
+        const rows = proxy.finishSession(session.id, { reward: 1 });
+        expect(rows).toHaveLength(1);
+        const { turns } = (rows[0]!.metadata as { lineage: { stitch: { turns: Record<string, number> } } })
+          .lineage.stitch;
+        recorded[i] = Object.values(turns).reduce((a, b) => a + b, 0);
+      }),
+    );
+    expect(recorded).toEqual(Array.from({ length: 40 }, (_, i) => 1 + (i % 3)));
+  });
+
+  it('a streamed answer cut by finishSession is not recorded and does not reach its client whole', async () => {
+    const e = await engine(50);
+    const proxy = await sharded(e.url);
+    const session = proxy.openSession('slow');
+    const res = await fetch(`${session.baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'x' }], stream: true }),
+    });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    await reader.read(); // the stream has begun
+    expect(proxy.finishSession('slow', { reward: 0.5 })).toEqual([]);
+    let text = '';
+    try {
+      for (let r = await reader.read(); !r.done; r = await reader.read())
+        text += new TextDecoder().decode(r.value);
+    } catch {
+      // the shard cut the stream
+    }
+    expect(text).not.toContain('[DONE]');
+  });
+
+  it('refuses options it cannot honour, naming them and the fix', async () => {
+    const base = {
+      engines: [{ kind: 'sglang' as const, url: 'http://127.0.0.1:9' }],
+      tokenizerDir: QWEN3_DIR,
+    };
+    const cases: Array<[Record<string, unknown>, RegExp]> = [
+      [{ ...base, engine: {} }, /option `engine` is not for the sharded proxy: give `engines/],
+      [{ ...base, socketPath: '/tmp/s' }, /`socketPath`.*startCaptureProxy/],
+      [{ ...base, autoOpenSessions: true }, /`autoOpenSessions`/],
+      [{ ...base, shardz: 2 }, /unknown option `shardz`/],
+      [{ ...base, engines: [] }, /`engines` needs at least one/],
+      [
+        { ...base, engines: [{ kind: 'tgi', url: 'x' }] },
+        /engines\[0\]: expected \{ kind: 'sglang' \| 'vllm', url \}/,
+      ],
+      [{ ...base, shards: 0 }, /shards: expected a positive integer, found 0/],
+      [{ ...base, tokenizerDir: '/nonexistent/tok' }, /\/nonexistent\/tok/],
+      [{ ...base, trajectories: undefined, tokenizerDir: '' }, /`tokenizerDir` is required/],
+    ];
+    for (const [options, message] of cases) {
+      const error = await startShardedCaptureProxy(options as unknown as ShardedCaptureProxyOptions).then(
+        (p) => p.close().then(() => undefined),
+        (err: unknown) => err,
+      );
+      expect(error, JSON.stringify(options)).toBeInstanceOf(ConfigError);
+      expect((error as Error).message).toMatch(message);
+    }
+    const e = await engine();
+    const proxy = await sharded(e.url);
+    expect(() => proxy.openSession('a b')).toThrow(/without spaces/);
+    expect(() => proxy.openSession('x', { maxContextTokens: -1 })).toThrow(/maxContextTokens/);
+    expect(() => proxy.openSession('x', { engine: sglangEngine('http://127.0.0.1:1') })).toThrow(
+      /is not one of the proxy's engines/,
+    );
+    proxy.openSession('x');
+    expect(() => proxy.openSession('x')).toThrow(/already open/);
+    expect(() => proxy.finishSession('nope')).toThrow(/no open session "nope"/);
+  });
+});

@@ -1,0 +1,405 @@
+/**
+ * The capture proxy on several threads. Sessions are placed on shards, each a whole capture proxy in a
+ * worker thread with its own port, tokenizer and engine clients; a session's `baseURL` is on its shard.
+ * The main thread keeps what `startCaptureProxy` keeps on its one thread: the sessions, their
+ * trajectories and the events, with `finishSession` as synchronous and as exact (see `gate.ts`).
+ */
+import { randomBytes } from 'node:crypto';
+import { availableParallelism } from 'node:os';
+import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from 'node:worker_threads';
+import { EventEmitter } from 'eventemitter3';
+import { ConfigError, EngineError } from '../../errors.js';
+import type { Sample } from '../../sample.js';
+import { loadTokenizer } from '../../tokenizer/tokenizer.js';
+import { type FinishOptions, TrajectoryManager } from '../../trajectory/manager.js';
+import type { CaptureSession, SessionOptions } from '../api.js';
+import type { ProxyEvents, ProxyTurnEvent } from '../events.js';
+import { checkSession } from '../proxy.js';
+import { addStitch, emptyTotals, finishThreads, type StitchTotals } from '../stitch.js';
+import { HandoverGate } from './gate.js';
+import type { EngineSpec, FromShard, ShardData, ShardProxyOptions, ToShard } from './wire.js';
+
+export type { EngineSpec } from './wire.js';
+
+export interface ShardedCaptureProxyOptions extends ShardProxyOptions {
+  /** Worker threads, each serving its share of the sessions (default: half the cores, 1 to 8). */
+  shards?: number | undefined;
+  /** The engines, as each shard builds its own client for them. */
+  engines: readonly EngineSpec[];
+  /** The tokenizer's directory (`tokenizer.json`, `tokenizer_config.json`); each shard loads its own. */
+  tokenizerDir: string;
+  /** Where turns are recorded (default: a new manager that decodes `prompt`/`response` text). */
+  trajectories?: TrajectoryManager | undefined;
+  /** Most sessions open on one shard at once (default 65,536). */
+  sessionsPerShard?: number | undefined;
+  /** How long `finishSession` waits for an answer on its way to its client (default 1,000 ms). */
+  handoverWaitMs?: number | undefined;
+}
+
+export interface ShardedProxyEvents extends ProxyEvents {
+  /** A shard's thread ended before `close`: its sessions' turns are gone (their `finishSession` throws). */
+  'shard:exit': (event: { shard: number; cause: string }) => void;
+}
+
+export interface ShardedCaptureProxy {
+  /** Each shard's URL (a session's `baseURL` is on its shard's). */
+  urls: string[];
+  events: EventEmitter<ShardedProxyEvents>;
+  trajectories: TrajectoryManager;
+  /** Open a session on the least-loaded shard; its `fetch` sends turns to that shard over HTTP. */
+  openSession(id: string, options?: SessionOptions): CaptureSession;
+  session(id: string): CaptureSession | undefined;
+  /** Close a session and return its slime-wire training rows, as `CaptureProxy.finishSession`. */
+  finishSession(id: string, options?: FinishOptions): Sample[];
+  readonly size: number;
+  close(): Promise<void>;
+}
+
+const OPTION_KEYS = new Set([
+  'shards',
+  'engines',
+  'tokenizerDir',
+  'trajectories',
+  'sessionsPerShard',
+  'handoverWaitMs',
+  'onWeightUpdate',
+  'host',
+  'defaultSampling',
+  'defaultMaxTokens',
+  'modelName',
+  'maxTurns',
+  'specialTokenText',
+  'limits',
+  'router',
+]);
+
+/** What a single-thread option needs instead here. */
+const NOT_SHARDED: Record<string, string> = {
+  engine: 'give `engines: [{ kind, url }]` (engine objects do not cross threads)',
+  tokenizer: 'give `tokenizerDir` (each shard loads its own)',
+  socketPath: 'use startCaptureProxy for a unix socket',
+  adminToken: 'use startCaptureProxy for the admin routes',
+  autoOpenSessions: 'open sessions with openSession (a shard serves only the sessions placed on it)',
+  port: 'each shard takes a free port (`urls`)',
+};
+
+// `worker-entry.mjs` loads `worker.ts` in a source checkout; the build makes `shard-worker.js`.
+const WORKER_URL = new URL(
+  import.meta.url.endsWith('.ts') ? './worker-entry.mjs' : './shard-worker.js',
+  import.meta.url,
+);
+
+interface Shard {
+  index: number;
+  worker: Worker;
+  control: MessagePort;
+  reports: MessagePort;
+  url: string;
+  gate: HandoverGate;
+  free: number[];
+  next: number;
+  open: number;
+  /** Why its thread ended, if it did. */
+  exited: string | undefined;
+  closed: Promise<void>;
+}
+
+interface ThreadMirror {
+  index: number;
+  key: string;
+  parent: number | undefined;
+  totals: StitchTotals;
+}
+
+interface SessionMirror {
+  handle: CaptureSession;
+  shard: Shard;
+  slot: number;
+  threads: Map<number, ThreadMirror>;
+  truncated: boolean;
+}
+
+function positiveInteger(value: unknown, name: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isInteger(value) || (value as number) < 1)
+    throw new ConfigError(`${name}: expected a positive integer, found ${JSON.stringify(value)}`);
+  return value as number;
+}
+
+function checkOptions(options: ShardedCaptureProxyOptions): void {
+  for (const key of Object.keys(options)) {
+    if (OPTION_KEYS.has(key)) continue;
+    const fix = NOT_SHARDED[key];
+    throw new ConfigError(
+      fix
+        ? `startShardedCaptureProxy: option \`${key}\` is not for the sharded proxy: ${fix}`
+        : `startShardedCaptureProxy: unknown option \`${key}\``,
+    );
+  }
+  const { engines } = options;
+  if (!Array.isArray(engines) || engines.length === 0)
+    throw new ConfigError('startShardedCaptureProxy: `engines` needs at least one { kind, url }');
+  for (const [i, e] of engines.entries()) {
+    if (!e || (e.kind !== 'sglang' && e.kind !== 'vllm') || typeof e.url !== 'string')
+      throw new ConfigError(
+        `engines[${i}]: expected { kind: 'sglang' | 'vllm', url }, found ${JSON.stringify(e)}`,
+      );
+  }
+  if (typeof options.tokenizerDir !== 'string' || options.tokenizerDir === '')
+    throw new ConfigError('startShardedCaptureProxy: `tokenizerDir` is required (the tokenizer directory)');
+}
+
+/** A `fetch` that sends a session's requests to its shard, whatever URL it is given (as `captureFetch`). */
+function shardFetch(shardUrl: string, key: string): typeof fetch {
+  return (input, init) => {
+    const given = new URL(input instanceof Request ? input.url : String(input));
+    const url = `${shardUrl}/sessions/${encodeURIComponent(key)}${given.pathname}${given.search}`;
+    return fetch(input instanceof Request ? new Request(url, input) : url, init);
+  };
+}
+
+/**
+ * Start the capture proxy on `shards` worker threads: the same routes, sessions, capture and limits as
+ * `startCaptureProxy`, for turn rates one thread cannot serve. What it leaves out: run-time engine
+ * changes (each shard's router has the engines it started with), the admin routes, unix sockets and
+ * `autoOpenSessions`.
+ */
+export async function startShardedCaptureProxy(
+  options: ShardedCaptureProxyOptions,
+): Promise<ShardedCaptureProxy> {
+  checkOptions(options);
+  const count = positiveInteger(
+    options.shards,
+    'shards',
+    Math.min(8, Math.max(1, Math.floor(availableParallelism() / 2))),
+  );
+  const capacity = positiveInteger(options.sessionsPerShard, 'sessionsPerShard', 65_536);
+  const waitMs = positiveInteger(options.handoverWaitMs, 'handoverWaitMs', 1000);
+  const {
+    shards: _,
+    engines,
+    tokenizerDir,
+    trajectories: given,
+    sessionsPerShard,
+    handoverWaitMs,
+    ...rest
+  } = options;
+  const trajectories =
+    given ??
+    new TrajectoryManager({
+      decode: (
+        (t) => (ids) =>
+          t.decode(ids)
+      )(await loadTokenizer(tokenizerDir)),
+    });
+  const events = new EventEmitter<ShardedProxyEvents>();
+  const sessions = new Map<string, SessionMirror>();
+  let closing = false;
+
+  function recordTurn(s: SessionMirror, event: ProxyTurnEvent): void {
+    const { index, parent } = {
+      index: event.stitch.thread,
+      parent: event.stitch.thread === 0 ? undefined : 0,
+    };
+    let thread = s.threads.get(index);
+    if (!thread) {
+      const key = index === 0 ? s.handle.id : `${s.handle.id}/${index}`;
+      thread = { index, key, parent, totals: emptyTotals() };
+      s.threads.set(index, thread);
+    }
+    const { index: _, ...turn } = event.turn;
+    const recorded = trajectories.record(thread.key, turn);
+    addStitch(thread.totals, event.stitch);
+    if (turn.finishReason === 'length') s.truncated = true;
+    events.emit('turn', { ...event, turn: recorded });
+  }
+
+  function onReport(shard: Shard, m: FromShard): void {
+    if (m.kind === 'released') {
+      shard.free.push(m.slot);
+      return;
+    }
+    if (m.kind !== 'event') return;
+    const s = sessions.get(m.payload.sessionId as string);
+    const mine = s?.shard === shard ? s : undefined;
+    // a turn recorded after its session was finished is no part of it
+    if (m.name === 'turn') return void (mine && recordTurn(mine, m.payload as unknown as ProxyTurnEvent));
+    if (m.name === 'budget:exhausted' && mine) mine.truncated = true;
+    const payload = { ...m.payload };
+    const error = payload.error as { name: string; message: string; code?: unknown } | undefined;
+    if (error) payload.error = Object.assign(new Error(error.message), error);
+    (events.emit as (name: string, payload: unknown) => boolean)(m.name, payload);
+  }
+
+  /** Take in every report a shard has sent so far (its turns recorded before now). */
+  function drain(shard: Shard): void {
+    for (let m = receiveMessageOnPort(shard.reports); m; m = receiveMessageOnPort(shard.reports))
+      onReport(shard, m.message as FromShard);
+  }
+
+  async function startShard(index: number): Promise<Shard> {
+    const control = new MessageChannel();
+    const reports = new MessageChannel();
+    const gate = new HandoverGate(capacity);
+    const data: ShardData = {
+      index,
+      tokenizerDir,
+      engines: engines.map((e) => ({
+        kind: e.kind,
+        url: e.url,
+        ...(e.options ? { options: e.options } : {}),
+      })),
+      options: rest,
+      cells: gate.cells.buffer as SharedArrayBuffer,
+      control: control.port2,
+      reports: reports.port2,
+    };
+    let worker: Worker;
+    try {
+      worker = new Worker(WORKER_URL, { workerData: data, transferList: [control.port2, reports.port2] });
+    } catch (error) {
+      throw new ConfigError(
+        `startShardedCaptureProxy: options cannot cross to a shard: ${(error as Error).message}`,
+      );
+    }
+    let exitCause: string | undefined;
+    worker.on('error', (error) => {
+      exitCause = error.message;
+    });
+    const url = await new Promise<string>((resolve, reject) => {
+      reports.port1.once('message', (m: FromShard) => {
+        if (m.kind === 'ready') resolve(m.url);
+        else
+          reject(
+            new ConfigError(`shard ${index} did not start: ${m.kind === 'failed' ? m.message : m.kind}`),
+          );
+      });
+      worker.once('exit', (code) =>
+        reject(
+          new ConfigError(`shard ${index} did not start: ${exitCause ?? `its thread exited with ${code}`}`),
+        ),
+      );
+    });
+    const shard: Shard = {
+      index,
+      worker,
+      control: control.port1,
+      reports: reports.port1,
+      url,
+      gate,
+      free: [],
+      next: 0,
+      open: 0,
+      exited: undefined,
+      closed: new Promise((resolve) => worker.once('exit', () => resolve())),
+    };
+    reports.port1.on('message', (m: FromShard) => onReport(shard, m));
+    worker.once('exit', (code) => {
+      if (closing) return;
+      shard.exited = exitCause ?? `its thread exited with ${code}`;
+      events.emit('shard:exit', { shard: index, cause: shard.exited });
+    });
+    return shard;
+  }
+
+  const started = await Promise.allSettled(Array.from({ length: count }, (_, i) => startShard(i)));
+  const shards = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  const failed = started.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) {
+    closing = true;
+    await Promise.all(shards.map((s) => s.worker.terminate()));
+    throw failed.reason;
+  }
+
+  function openSession(id: string, sessionOptions: SessionOptions = {}): CaptureSession {
+    checkSession(id, sessionOptions);
+    if (closing) throw new ConfigError('openSession: the proxy is closed');
+    if (sessions.has(id)) throw new ConfigError(`session ${JSON.stringify(id)} is already open`);
+    const { engine, ...options } = sessionOptions;
+    if (engine && !engines.some((e) => e.url === engine.url))
+      throw new ConfigError(`openSession: engine ${engine.url} is not one of the proxy's engines`);
+    const live = shards.filter((s) => !s.exited);
+    if (live.length === 0) throw new EngineError('openSession: every shard of the proxy has exited');
+    const shard = live.reduce((a, b) => (b.open < a.open ? b : a));
+    const slot = shard.free.pop() ?? (shard.next < capacity ? shard.next++ : undefined);
+    if (slot === undefined)
+      throw new ConfigError(
+        `openSession: shard ${shard.index} has ${capacity} sessions open (sessionsPerShard)`,
+      );
+    const key = `${id}.${randomBytes(16).toString('base64url')}`;
+    const open: ToShard = {
+      op: 'open',
+      id,
+      key,
+      slot,
+      options: { ...options, ...(engine ? { engineUrl: engine.url } : {}) },
+    };
+    shard.gate.open(slot);
+    try {
+      shard.control.postMessage(open);
+    } catch (error) {
+      shard.free.push(slot);
+      throw new ConfigError(`openSession: options cannot cross to a shard: ${(error as Error).message}`);
+    }
+    trajectories.open(id);
+    const handle: CaptureSession = {
+      id,
+      baseURL: `${shard.url}/sessions/${encodeURIComponent(key)}/v1`,
+      apiKey: key,
+      fetch: shardFetch(shard.url, key),
+    };
+    shard.open++;
+    sessions.set(id, { handle, shard, slot, threads: new Map(), truncated: false });
+    return handle;
+  }
+
+  function finishSession(id: string, finish: FinishOptions = {}): Sample[] {
+    const s = sessions.get(id);
+    if (!s) throw new ConfigError(`finishSession: no open session ${JSON.stringify(id)}`);
+    const { shard } = s;
+    drain(shard);
+    if (!shard.exited) {
+      shard.gate.close(s.slot, waitMs);
+      drain(shard);
+    }
+    sessions.delete(id);
+    shard.open--;
+    const list = [...s.threads.values()].sort((a, b) => a.index - b.index);
+    if (shard.exited) {
+      for (const t of list) trajectories.discard(t.key);
+      trajectories.discard(id);
+      throw new EngineError(
+        `finishSession: the shard of session ${JSON.stringify(id)} ended (${shard.exited}); its turns are lost`,
+        { isRetryable: true },
+      );
+    }
+    shard.control.postMessage({ op: 'finish', id } satisfies ToShard);
+    const status = finish.status ?? (s.truncated ? 'truncated' : undefined);
+    return finishThreads(trajectories, { sessionId: id, list }, { ...finish, ...(status ? { status } : {}) });
+  }
+
+  return {
+    urls: shards.map((s) => s.url),
+    events,
+    trajectories,
+    openSession,
+    session: (id) => sessions.get(id)?.handle,
+    finishSession,
+    get size() {
+      return sessions.size;
+    },
+    async close() {
+      if (closing) return;
+      closing = true;
+      sessions.clear();
+      for (const shard of shards)
+        if (!shard.exited) shard.control.postMessage({ op: 'close' } satisfies ToShard);
+      // a shard that does not close in time is stopped
+      const timer = setTimeout(() => {
+        for (const shard of shards) void shard.worker.terminate();
+      }, 10_000);
+      await Promise.all(shards.map((s) => s.closed));
+      clearTimeout(timer);
+    },
+  };
+}
