@@ -232,6 +232,10 @@ describe('sharded capture proxy', () => {
     expect(() => proxy.openSession('x', { engine: sglangEngine('http://127.0.0.1:1') })).toThrow(
       /is not one of the proxy's engines/,
     );
+    // a value that cannot be copied to a thread: refused, and the id stays free
+    expect(() => proxy.openSession('x', { templateKwargs: { f: () => 1 } })).toThrow(
+      /cannot cross to a shard/,
+    );
     proxy.openSession('x');
     expect(() => proxy.openSession('x')).toThrow(/already open/);
     expect(() => proxy.finishSession('nope')).toThrow(/no open session "nope"/);

@@ -321,11 +321,13 @@ export async function startShardedCaptureProxy(
     const live = shards.filter((s) => !s.exited);
     if (live.length === 0) throw new EngineError('openSession: every shard of the proxy has exited');
     const shard = live.reduce((a, b) => (b.open < a.open ? b : a));
-    const slot = shard.free.pop() ?? (shard.next < capacity ? shard.next++ : undefined);
-    if (slot === undefined)
+    if (shard.free.length === 0 && shard.next >= capacity)
       throw new ConfigError(
         `openSession: shard ${shard.index} has ${capacity} sessions open (sessionsPerShard)`,
       );
+    // throws for an id the manager already holds, before a slot is taken
+    trajectories.open(id);
+    const slot = shard.free.pop() ?? shard.next++;
     const key = `${id}.${randomBytes(16).toString('base64url')}`;
     const open: ToShard = {
       op: 'open',
@@ -339,9 +341,9 @@ export async function startShardedCaptureProxy(
       shard.control.postMessage(open);
     } catch (error) {
       shard.free.push(slot);
+      trajectories.discard(id);
       throw new ConfigError(`openSession: options cannot cross to a shard: ${(error as Error).message}`);
     }
-    trajectories.open(id);
     const handle: CaptureSession = {
       id,
       baseURL: `${shard.url}/sessions/${encodeURIComponent(key)}/v1`,
