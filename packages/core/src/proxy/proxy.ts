@@ -26,7 +26,7 @@ import {
   startProxyServer,
   yieldToLoop,
 } from './server.js';
-import { finishThreads, replyMessage, SessionThreads } from './stitch.js';
+import { checkFinish, finishThreads, replyMessage, SessionThreads } from './stitch.js';
 import { generateTurn } from './turn.js';
 import { listenUnixSocket } from './unix-socket.js';
 
@@ -175,9 +175,13 @@ export async function startProxyCore(options: CaptureProxyOptions, shard?: Shard
   }
 
   function finishSession(id: string, finish: FinishOptions = {}): Sample[] {
+    const open = sessions.get(id);
+    const status = finish.status ?? (open?.truncated ? 'truncated' : undefined);
+    const options = { ...finish, ...(status ? { status } : {}) };
+    // bad options end nothing: the call can be made again with the rows intact
+    if (open) checkFinish(trajectories, open.threads, options);
     const state = endSession(id, 'finishSession');
-    const status = finish.status ?? (state.truncated ? 'truncated' : undefined);
-    return finishThreads(trajectories, state.threads, { ...finish, ...(status ? { status } : {}) });
+    return finishThreads(trajectories, state.threads, options);
   }
 
   /** The commit and abandon of a turn's answer, or undefined when a shard's session was finished. */

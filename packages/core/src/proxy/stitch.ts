@@ -234,25 +234,55 @@ function plan(
   };
 }
 
+type SessionThreadList = {
+  sessionId: string;
+  list: readonly Pick<Thread, 'index' | 'key' | 'parent' | 'totals'>[];
+};
+
+/**
+ * The threads that hold a trajectory: the first always, a branch once a turn of it was answered (a
+ * branch whose first turn was dropped, by a fault or by its client, has nothing to finish).
+ */
+function recorded(trajectories: TrajectoryManager, threads: SessionThreadList) {
+  return threads.list.filter((t) => t.index === 0 || trajectories.has(t.key));
+}
+
+/**
+ * Throw what `finishThreads` would throw for these options, changing nothing: a proxy checks them
+ * before it ends the session, so a call with a missing or bad reward can be made again, rows intact.
+ */
+export function checkFinish(
+  trajectories: TrajectoryManager,
+  threads: SessionThreadList,
+  finish: FinishOptions,
+): void {
+  const list = recorded(trajectories, threads);
+  if (list.length === 0) trajectories.check(threads.sessionId, finish);
+  for (const thread of list) trajectories.check(thread.key, finish);
+}
+
 /**
  * Finish every thread of a session: one trajectory each, sharing the rollout id; every row's
  * `metadata.lineage` names the session, its thread, the thread it branched from and its stitch counts.
+ * Every thread's options are checked before any is finished.
  */
 export function finishThreads(
   trajectories: TrajectoryManager,
-  threads: { sessionId: string; list: readonly Pick<Thread, 'index' | 'key' | 'parent' | 'totals'>[] },
+  threads: SessionThreadList,
   finish: FinishOptions,
 ): Sample[] {
+  checkFinish(trajectories, threads, finish);
   const base = finish.baseSample ?? {};
   let rolloutId = base.rollout_id;
   const rows: Sample[] = [];
-  if (threads.list.length === 0) return trajectories.finish(threads.sessionId, finish);
-  for (const thread of threads.list) {
+  const list = recorded(trajectories, threads);
+  if (list.length === 0) return trajectories.finish(threads.sessionId, finish);
+  for (const thread of list) {
     const lineage = {
       id: threads.sessionId,
       thread: thread.index,
       parent: thread.parent ?? null,
-      threads: threads.list.length,
+      threads: list.length,
       stitch: thread.totals,
     };
     const part = trajectories.finish(thread.key, {

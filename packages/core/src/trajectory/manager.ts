@@ -99,29 +99,7 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
   finish(sessionId: string, options: FinishOptions = {}): Sample[] {
     const state = this.#require(sessionId);
     const base = options.baseSample ?? {};
-    const last = state.turns[state.turns.length - 1];
-    const status: SampleStatus =
-      options.status ??
-      (base.status && base.status !== 'pending' ? base.status : undefined) ??
-      (last?.finishReason === 'length'
-        ? 'truncated'
-        : last?.finishReason === 'abort'
-          ? 'aborted'
-          : 'completed');
-    const reward = options.reward;
-    if (reward === undefined && status !== 'failed' && status !== 'aborted') {
-      throw new ValidationError(
-        'reward',
-        `finishSession(${JSON.stringify(sessionId)}) needs a numeric reward for a ${status} rollout; pass { reward } or { status: 'failed' }`,
-      );
-    }
-    if (reward !== undefined && !Number.isFinite(reward)) {
-      throw new ValidationError('reward', `expected a finite number, found ${reward}`);
-    }
-    const split = options.rewardSplit ?? this.#options.rewardSplit ?? 'copy';
-    if (split !== 'copy' && split !== 'divide') {
-      throw new ValidationError('rewardSplit', `expected 'copy' or 'divide', found ${JSON.stringify(split)}`);
-    }
+    const { status, reward, split } = this.#settle(sessionId, state, options);
     const { rows, drift } = packTurns(state.turns, this.#options);
     const broken = rows.find((r) => r.replay?.error);
     if (broken) throw new ValidationError('turns.topP', broken.replay!.error!);
@@ -168,6 +146,42 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
         },
       });
     });
+  }
+
+  /**
+   * Throw what `finish` would throw for these options (a missing or non-finite reward, an unknown
+   * split), changing nothing: a caller finishing several sessions as one checks them all first.
+   */
+  check(sessionId: string, options: FinishOptions = {}): void {
+    this.#settle(sessionId, this.#require(sessionId), options);
+  }
+
+  #settle(sessionId: string, state: SessionState, options: FinishOptions) {
+    const base = options.baseSample ?? {};
+    const last = state.turns[state.turns.length - 1];
+    const status: SampleStatus =
+      options.status ??
+      (base.status && base.status !== 'pending' ? base.status : undefined) ??
+      (last?.finishReason === 'length'
+        ? 'truncated'
+        : last?.finishReason === 'abort'
+          ? 'aborted'
+          : 'completed');
+    const reward = options.reward;
+    if (reward === undefined && status !== 'failed' && status !== 'aborted') {
+      throw new ValidationError(
+        'reward',
+        `finishSession(${JSON.stringify(sessionId)}) needs a numeric reward for a ${status} rollout; pass { reward } or { status: 'failed' }`,
+      );
+    }
+    if (reward !== undefined && !Number.isFinite(reward)) {
+      throw new ValidationError('reward', `expected a finite number, found ${reward}`);
+    }
+    const split = options.rewardSplit ?? this.#options.rewardSplit ?? 'copy';
+    if (split !== 'copy' && split !== 'divide') {
+      throw new ValidationError('rewardSplit', `expected 'copy' or 'divide', found ${JSON.stringify(split)}`);
+    }
+    return { status, reward, split };
   }
 
   #require(sessionId: string): SessionState {

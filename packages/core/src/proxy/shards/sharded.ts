@@ -15,7 +15,7 @@ import { type FinishOptions, TrajectoryManager } from '../../trajectory/manager.
 import type { CaptureSession, SessionOptions } from '../api.js';
 import type { ProxyEvents, ProxyTurnEvent } from '../events.js';
 import { checkSession } from '../proxy.js';
-import { addStitch, emptyTotals, finishThreads, type StitchTotals } from '../stitch.js';
+import { addStitch, checkFinish, emptyTotals, finishThreads, type StitchTotals } from '../stitch.js';
 import { HandoverGate } from './gate.js';
 import type { EngineSpec, FromShard, ShardData, ShardProxyOptions, ToShard } from './wire.js';
 
@@ -359,14 +359,27 @@ export async function startShardedCaptureProxy(
     const s = sessions.get(id);
     if (!s) throw new ConfigError(`finishSession: no open session ${JSON.stringify(id)}`);
     const { shard } = s;
+    const threads = () => ({
+      sessionId: id,
+      list: [...s.threads.values()].sort((a, b) => a.index - b.index),
+    });
+    const options = (): FinishOptions => {
+      const status = finish.status ?? (s.truncated ? 'truncated' : undefined);
+      return status ? { ...finish, status } : finish;
+    };
     drain(shard);
     if (!shard.exited) {
+      // bad options end nothing: the call can be made again with the rows intact
+      checkFinish(trajectories, threads(), options());
       shard.gate.close(s.slot, waitMs);
       drain(shard);
+      // a late turn can change the status the options are checked against: the session then takes
+      // no more answers, and a call with fitting options still returns every row
+      checkFinish(trajectories, threads(), options());
     }
     sessions.delete(id);
     shard.open--;
-    const list = [...s.threads.values()].sort((a, b) => a.index - b.index);
+    const { list } = threads();
     if (shard.exited) {
       for (const t of list) trajectories.discard(t.key);
       trajectories.discard(id);
@@ -376,8 +389,7 @@ export async function startShardedCaptureProxy(
       );
     }
     shard.control.postMessage({ op: 'finish', id } satisfies ToShard);
-    const status = finish.status ?? (s.truncated ? 'truncated' : undefined);
-    return finishThreads(trajectories, { sessionId: id, list }, { ...finish, ...(status ? { status } : {}) });
+    return finishThreads(trajectories, { sessionId: id, list }, options());
   }
 
   return {
