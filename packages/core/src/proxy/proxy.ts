@@ -18,6 +18,7 @@ import { holdLastChunk, json, NO_RETRY, type Reply, SSE_TYPE, write } from './re
 import { EngineRouter } from './router.js';
 import { resolveSampling } from './sampling.js';
 import {
+  type ConnectionCount,
   checkJsonShape,
   credentialOf,
   decodePathSegment,
@@ -73,6 +74,8 @@ export interface ShardHooks {
   enter(sessionId: string): boolean;
   /** That answer was handed over (and recorded) or given up. */
   leave(sessionId: string): void;
+  /** The open sockets `limits.maxConnections` caps: all shards' together. */
+  connections: ConnectionCount;
 }
 
 /** The proxy, and what a shard worker drives it with: sessions opened under a given key, and dropped. */
@@ -530,6 +533,7 @@ export async function startProxyCore(options: CaptureProxyOptions, shard?: Shard
           write(req, res, json(500, errorBody('openai', 500, (error as Error).message))),
         );
     },
+    shard?.connections,
   );
   url = http.url;
   const unix = options.socketPath

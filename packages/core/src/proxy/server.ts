@@ -100,6 +100,32 @@ function refuse(socket: Socket, answer: string): void {
   setTimeout(() => socket.destroy(), 1_000).unref();
 }
 
+/** The open client sockets a connection cap counts: one server's own, or those of several sharing it. */
+export interface ConnectionCount {
+  /** Count a new socket unless `max` are open already; false when it is refused. */
+  tryOpen(max: number): boolean;
+  /** A counted socket closed. */
+  close(): void;
+  readonly value: number;
+}
+
+/** A count in shared memory (`Int32Array` of one cell): shard servers on several threads keep one cap. */
+export function sharedConnectionCount(cell: Int32Array): ConnectionCount {
+  return {
+    tryOpen(max) {
+      for (;;) {
+        const n = Atomics.load(cell, 0);
+        if (n >= max) return false;
+        if (Atomics.compareExchange(cell, 0, n, n + 1) === n) return true;
+      }
+    },
+    close: () => void Atomics.sub(cell, 0, 1),
+    get value() {
+      return Atomics.load(cell, 0);
+    },
+  };
+}
+
 export interface ProxyServer {
   server: Server;
   url: string;
@@ -108,11 +134,15 @@ export interface ProxyServer {
   close(): Promise<void>;
 }
 
-/** Start the hardened server; `handle` gets each request that passed the connection cap. */
+/**
+ * Start the hardened server; `handle` gets each request that passed the connection cap, counted by
+ * `count` (default: this server's own sockets).
+ */
 export async function startProxyServer(
   limits: ResolvedLimits,
   listen: { host: string; port: number },
   handle: (req: IncomingMessage, res: ServerResponse) => void,
+  count: ConnectionCount = sharedConnectionCount(new Int32Array(1)),
 ): Promise<ProxyServer> {
   const open = new Set<Socket>();
   const refused = new WeakSet<Socket>();
@@ -131,21 +161,24 @@ export async function startProxyServer(
     },
   );
   server.on('connection', (socket: Socket) => {
-    if (open.size >= limits.maxConnections) {
+    if (!count.tryOpen(limits.maxConnections)) {
       refused.add(socket);
       refuse(
         socket,
         rawResponse(
           503,
           'Service Unavailable',
-          `the proxy has ${open.size} open connections (limits.maxConnections); retry shortly`,
+          `the proxy has ${count.value} open connections (limits.maxConnections); retry shortly`,
           'Retry-After: 1\r\n',
         ),
       );
       return;
     }
     open.add(socket);
-    socket.once('close', () => open.delete(socket));
+    socket.once('close', () => {
+      open.delete(socket);
+      count.close();
+    });
   });
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Socket) => {
     if (error.code === 'ECONNRESET' || !socket.writable || refused.has(socket)) {

@@ -3,6 +3,7 @@
  * sessions spread over shards that each know only their own, and `finishSession` exact while answers
  * are on their way.
  */
+import { connect as netConnect, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { QWEN3_DIR, qwen3 } from '../../__fixtures__/tokenizer.js';
 import { sglangEngine } from '../../engine/sglang.js';
@@ -72,6 +73,15 @@ async function converse(baseURL: string, turns: number, body: Record<string, unk
     messages.push(answer);
     for (const call of answer.tool_calls ?? [])
       messages.push({ role: 'tool', tool_call_id: call.id, content: `file${k}.py` });
+  }
+}
+
+/** Wait (bounded) until `ready` holds. */
+async function until(ready: () => boolean, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!ready()) {
+    if (Date.now() > deadline) throw new Error('timed out waiting');
+    await new Promise((r) => setTimeout(r, 10));
   }
 }
 
@@ -239,5 +249,45 @@ describe('sharded capture proxy', () => {
     proxy.openSession('x');
     expect(() => proxy.openSession('x')).toThrow(/already open/);
     expect(() => proxy.finishSession('nope')).toThrow(/no open session "nope"/);
+  });
+
+  it.each([
+    ['one shard filled, then the other', [0, 0, 0, 0, 1, 1, 1, 1]],
+    ['both shards in turn', [0, 1, 0, 1, 0, 1, 0, 1]],
+    ['the cap reached on one shard, the flood on the other', [1, 1, 1, 1, 0, 0, 0, 0]],
+  ])('limits.maxConnections caps the whole proxy, not each shard (%s)', async (_, order) => {
+    const e = await engine();
+    const proxy = await sharded(e.url, { limits: { maxConnections: 4 } });
+    const sockets: Array<{ socket: Socket; received: string }> = [];
+    closers.push(async () => {
+      for (const s of sockets) s.socket.destroy();
+    });
+    const connect = (shard: number) => {
+      const { hostname, port } = new URL(proxy.urls[shard]!);
+      const entry = { socket: netConnect(Number(port), hostname), received: '' };
+      entry.socket.on('data', (d) => {
+        entry.received += d;
+      });
+      entry.socket.on('error', () => {});
+      sockets.push(entry);
+    };
+    // idle sockets that send nothing, as a slow flood does: the first four fill the cap
+    for (const shard of order.slice(0, 4)) connect(shard);
+    await until(() => proxy.connections === 4);
+    for (const shard of order.slice(4)) connect(shard);
+    await until(() => sockets.slice(4).every((s) => s.received.includes('\r\n\r\n')));
+    expect(sockets.slice(0, 4).map((s) => s.received)).toEqual(['', '', '', '']);
+    for (const s of sockets.slice(4)) {
+      expect(s.received).toMatch(/^HTTP\/1\.1 503 /);
+      expect(s.received).toMatch(/Retry-After: 1/);
+      expect(s.received).toMatch(/the proxy has 4 open connections \(limits\.maxConnections\)/);
+    }
+    expect(proxy.connections).toBe(4);
+    // the flood gone, a session is served again on either shard
+    for (const s of sockets) s.socket.destroy();
+    await until(() => proxy.connections === 0);
+    await converse(proxy.openSession('after-1').baseURL, 1);
+    await converse(proxy.openSession('after-2').baseURL, 1);
+    expect(proxy.finishSession('after-1', { reward: 1 })).toHaveLength(1);
   });
 });

@@ -52,6 +52,8 @@ export interface ShardedCaptureProxy {
   /** Close a session and return its slime-wire training rows, as `CaptureProxy.finishSession`. */
   finishSession(id: string, options?: FinishOptions): Sample[];
   readonly size: number;
+  /** Open client sockets now, every shard's (what `limits.maxConnections` caps). */
+  readonly connections: number;
   close(): Promise<void>;
 }
 
@@ -237,6 +239,10 @@ export async function startShardedCaptureProxy(
       onReport(shard, m.message as FromShard);
   }
 
+  // one count of every shard's client sockets: `limits.maxConnections` caps the whole proxy
+  const connections = new SharedArrayBuffer(4);
+  const connectionCount = new Int32Array(connections);
+
   async function startShard(index: number): Promise<Shard> {
     const control = new MessageChannel();
     const reports = new MessageChannel();
@@ -251,6 +257,7 @@ export async function startShardedCaptureProxy(
       })),
       options: rest,
       cells: gate.cells.buffer as SharedArrayBuffer,
+      connections,
       control: control.port2,
       reports: reports.port2,
     };
@@ -401,6 +408,9 @@ export async function startShardedCaptureProxy(
     finishSession,
     get size() {
       return sessions.size;
+    },
+    get connections() {
+      return Atomics.load(connectionCount, 0);
     },
     async close() {
       if (closing) return;

@@ -32,6 +32,8 @@ export interface ShardData {
   options: ShardProxyOptions;
   /** The handover gate's counters (see `gate.ts`). */
   cells: SharedArrayBuffer;
+  /** All shards' open client sockets, one count that `limits.maxConnections` caps. */
+  connections: SharedArrayBuffer;
   /** Main → shard: `ToShard`. */
   control: MessagePort;
   /** Shard → main: `FromShard`, in the order things happened. */

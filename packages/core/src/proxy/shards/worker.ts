@@ -11,6 +11,7 @@ import { loadTokenizer } from '../../tokenizer/tokenizer.js';
 import { TrajectoryManager } from '../../trajectory/manager.js';
 import type { ProxyEvents } from '../events.js';
 import { startProxyCore } from '../proxy.js';
+import { sharedConnectionCount } from '../server.js';
 import { HandoverGate } from './gate.js';
 import type { FromShard, ShardData, ToShard } from './wire.js';
 
@@ -64,6 +65,7 @@ try {
         s.handovers++;
         return true;
       },
+      connections: sharedConnectionCount(new Int32Array(data.connections)),
       leave(id) {
         const s = local.get(id);
         if (!s) return;
