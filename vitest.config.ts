@@ -1,10 +1,17 @@
 import { configDefaults, defineConfig } from 'vitest/config';
 
 /**
- * Files whose checks are latencies under attack (a held event loop against a bound from its own
- * baseline): they run after the rest, one at a time, so no other file's load moves what they measure.
+ * Files whose checks need the machine to themselves: latencies under attack (a held event loop against
+ * a bound from its own baseline), and process floods, fork bombs and memory hogs that must reach a
+ * sandbox limit within a timeout. They run after the rest, one at a time, so no other file's load moves
+ * what they measure (beside the suite's heaviest files on 2 cores, a python flood did not reach the pids
+ * limit within its 20 s, and a fork-bombed docker sandbox answered nothing).
  */
-const TIMED = ['packages/core/src/proxy/proxy-hardening.test.ts'];
+const TIMED = [
+  'packages/core/src/proxy/proxy-hardening.test.ts',
+  'packages/sandbox/src/hardening.test.ts',
+  'packages/sandbox/src/escape.test.ts',
+];
 
 export default defineConfig({
   resolve: { conditions: ['@vime/source'] },

@@ -10,7 +10,9 @@ export async function runEntry(name: string, main: () => Promise<number | undefi
       process.exitCode = 2;
     } else if (VimeError.isInstance(error)) {
       console.error(`${name}: ${error.message}`);
-      process.exitCode = 1;
+      // a stop by signal exits as the shell reports one (128 + its number)
+      const code = error.data?.exitCode;
+      process.exitCode = typeof code === 'number' ? code : 1;
     } else {
       console.error(error instanceof Error ? (error.stack ?? error.message) : error);
       process.exitCode = 1;

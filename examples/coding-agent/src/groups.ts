@@ -160,6 +160,10 @@ export async function rollOutGroups(
     const item = byRun.get(raw.rolloutId)!;
     byRun.delete(raw.rolloutId);
     const result = relabel(raw, item, n);
+    // The run is stopping (a signal): an attempt it cut short is no result. Its lease is left as a crash
+    // leaves it, so a resumed run runs that sibling again; a failure recorded here would drop its whole
+    // group for good, siblings already graded included.
+    if (!isScored(result) && o.signal?.aborted) continue;
     const key = `${item.attempt.group}/${item.attempt.slot}`;
     last.set(key, result);
     if (isScored(result)) {

@@ -226,8 +226,13 @@ function zeroVarianceGroups(results: RolloutResult[]): number {
   return [...rewards.values()].filter((s) => s.size === 1).length;
 }
 
+/** `runs/<start time>`: where a run without `--out` writes. */
+export function defaultRunFolder(): string {
+  return join('runs', new Date().toISOString().replace(/[:.]/g, '-'));
+}
+
 export async function runCodingAgent(config: Config, io: LoopIO): Promise<RunSummary> {
-  const out = resolve(config.out ?? join('runs', new Date().toISOString().replace(/[:.]/g, '-')));
+  const out = resolve(config.out ?? defaultRunFolder());
   const fresh = !config.resume;
   const runId = `ca-${Date.now().toString(36)}`;
   const labels = { 'vime.run': runId };

@@ -2,9 +2,13 @@
  * `pnpm coding-agent -- [flags]`: the coding-agent RL loop as a CLI. See `--help`.
  */
 import { setMaxListeners } from 'node:events';
+import { existsSync } from 'node:fs';
+import { constants as osConstants } from 'node:os';
+import { join, resolve } from 'node:path';
+import { VimeError } from '@vime/core';
 import { runEntry } from './cli.js';
 import { parseConfig, usage } from './config.js';
-import { type RunSummary, readConfigOf, runCodingAgent } from './loop.js';
+import { defaultRunFolder, type RunSummary, readConfigOf, runCodingAgent } from './loop.js';
 
 function pct(v: number | null | undefined): string {
   return v === null || v === undefined ? '-' : `${(v * 100).toFixed(1)}%`;
@@ -85,12 +89,37 @@ async function main(): Promise<number> {
       out: config.resume,
       quiet: config.quiet,
     };
+  // The run folder is named here, so a stop by signal can say where its finished steps are.
+  config = { ...config, out: resolve(config.out ?? defaultRunFolder()) };
+  const out = config.out!;
   const controller = new AbortController();
   // Every rollout and queue read listens to this one signal.
   setMaxListeners(0, controller.signal);
-  process.once('SIGINT', () => controller.abort(new Error('interrupted')));
-  process.once('SIGTERM', () => controller.abort(new Error('terminated')));
-  const summary = await runCodingAgent(config, { log: (l) => console.log(l), signal: controller.signal });
+  const stopped = new Map<AbortSignal['reason'], NodeJS.Signals>();
+  for (const name of ['SIGINT', 'SIGTERM'] as const) {
+    // A handler that stays: the sandboxes' own handler then leaves the exit to this program. A second
+    // signal ends the process at once.
+    process.on(name, () => {
+      if (controller.signal.aborted) process.exit(128 + osConstants.signals[name]);
+      const reason = new Error(`stopped by ${name}`);
+      stopped.set(reason, name);
+      controller.abort(reason);
+    });
+  }
+  let summary: RunSummary;
+  try {
+    summary = await runCodingAgent(config, { log: (l) => console.log(l), signal: controller.signal });
+  } catch (error) {
+    const signal = controller.signal.aborted ? stopped.get(controller.signal.reason) : undefined;
+    if (!signal) throw error;
+    // A stop is no crash: one line, where the finished work is, and the shell's exit code for the signal.
+    const kept = existsSync(join(out, 'config.json'))
+      ? `; its finished steps and rollouts are kept in ${out}: \`--resume ${out}\` goes on from there`
+      : '; the run had not started, and left nothing behind';
+    throw new VimeError('aborted', `stopped by ${signal}${kept}`, {
+      data: { exitCode: 128 + osConstants.signals[signal] },
+    });
+  }
   printSummary(summary);
   const scored = summary.overall.rollouts.completed + summary.overall.rollouts.truncated;
   if (scored === 0 && summary.overall.rollouts.total > 0) {
