@@ -10,7 +10,8 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { GroupQueue, RolloutQueue, type Sample, type ScoredRollout } from '@vime/core';
+import type { Sample, ScoredRollout } from '@vime/core';
+import { GroupQueue, RolloutQueue } from '@vime/core/queue';
 import { type Bench, fmt, type Table } from './harness.js';
 import { type Cost, lcg, sampleOf } from './runner.bench.js';
 

@@ -15,18 +15,11 @@ import { availableParallelism, loadavg } from 'node:os';
 import { dirname } from 'node:path';
 import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-import {
-  type ChatTokenizer,
-  HttpClient,
-  JsonText,
-  loadTokenizer,
-  runRollouts,
-  sglangEngine,
-  startCaptureProxy,
-  startShardedCaptureProxy,
-  type TemplateMessage,
-} from '@vime/core';
+import { type ChatTokenizer, loadTokenizer, sglangEngine, type TemplateMessage } from '@vime/core/engine';
+import { startCaptureProxy, startShardedCaptureProxy } from '@vime/core/proxy';
+import { runRollouts } from '@vime/core/runner';
 import { startStandInEngine } from '@vime/core/standin';
+import { HttpClient, JsonText } from '@vime/core/utils';
 import { type Bench, fmt, type Table } from './harness.js';
 
 /** The Qwen3 tokenizer files (a dev dependency of @vime/core); `VIME_TOKENIZER_DIR` points elsewhere. */

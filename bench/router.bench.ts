@@ -8,14 +8,8 @@
  */
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
-import {
-  type Engine,
-  EngineRouter,
-  type GenerateResult,
-  loadTokenizer,
-  sglangEngine,
-  startCaptureProxy,
-} from '@vime/core';
+import { type Engine, type GenerateResult, loadTokenizer, sglangEngine } from '@vime/core/engine';
+import { EngineRouter, startCaptureProxy } from '@vime/core/proxy';
 import { type StandInEngine, startStandInEngine } from '@vime/core/standin';
 import { type Bench, fmt, type Table, time } from './harness.js';
 

@@ -6,12 +6,11 @@ import {
   decodeSamples,
   encodeSamples,
   type RolloutEvent,
-  RolloutQueue,
-  runRollouts,
   type Sample,
-  SampleQueue,
   type ScoredRollout,
 } from '@vime/core';
+import { RolloutQueue, SampleQueue } from '@vime/core/queue';
+import { runRollouts } from '@vime/core/runner';
 import { type Bench, fmt, type Table } from './harness.js';
 
 export function lcg(seed: number): () => number {

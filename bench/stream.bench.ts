@@ -9,7 +9,8 @@ import { request } from 'node:http';
 import { createRequire } from 'node:module';
 import { loadavg } from 'node:os';
 import { dirname } from 'node:path';
-import { loadTokenizer, sglangEngine, startCaptureProxy, type TemplateMessage } from '@vime/core';
+import { loadTokenizer, sglangEngine, type TemplateMessage } from '@vime/core/engine';
+import { startCaptureProxy } from '@vime/core/proxy';
 import { startStandInEngine } from '@vime/core/standin';
 import { type Bench, fmt, type Table } from './harness.js';
 

@@ -3,7 +3,8 @@
  * @vime/metrics computes it), and the change between two passes on the same tasks with a paired
  * bootstrap interval (tasks resampled together, so task difficulty cancels out).
  */
-import { isScored, type RolloutResult, seededRandom } from '@vime/core';
+import { isScored, type RolloutResult } from '@vime/core';
+import { seededRandom } from '@vime/core/utils';
 import { rolloutMetrics } from '@vime/metrics';
 
 export interface PassAt1 {

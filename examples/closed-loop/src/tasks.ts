@@ -7,7 +7,8 @@
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
-import { ConfigError, seededRandom } from '@vime/core';
+import { ConfigError } from '@vime/core';
+import { seededRandom } from '@vime/core/utils';
 import { buildOfflineTaskSet, ENVIRONMENTS_FILE } from '@vime/swe';
 
 export interface TaskSplit {

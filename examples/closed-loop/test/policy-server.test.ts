@@ -6,15 +6,10 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  type ChatTokenizer,
-  type Engine,
-  loadTokenizer,
-  type Sample,
-  seededRandom,
-  sglangEngine,
-  startCaptureProxy,
-} from '@vime/core';
+import type { Sample } from '@vime/core';
+import { type ChatTokenizer, type Engine, loadTokenizer, sglangEngine } from '@vime/core/engine';
+import { startCaptureProxy } from '@vime/core/proxy';
+import { seededRandom } from '@vime/core/utils';
 import { torchPythonOrSkip } from '@vime/example-megatron-trainer/python-testing';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

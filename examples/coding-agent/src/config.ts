@@ -4,7 +4,8 @@
  * and what is accepted.
  */
 import { parseArgs } from 'node:util';
-import { ConfigError, parseDuration } from '@vime/core';
+import { ConfigError } from '@vime/core';
+import { parseDuration } from '@vime/core/utils';
 import { AGENT_KINDS, type AgentKind } from '@vime/harness';
 import { z } from 'zod';
 

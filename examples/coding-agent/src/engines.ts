@@ -2,14 +2,8 @@
  * The run's inference engines: the given SGLang/vLLM URLs (waited for until healthy, bounded), or
  * stand-in engines serving the scripted coding policy (labelled as a stand-in everywhere it shows).
  */
-import {
-  type ChatTokenizer,
-  ConfigError,
-  type Engine,
-  sglangEngine,
-  type TaskSpec,
-  vllmEngine,
-} from '@vime/core';
+import { ConfigError, type TaskSpec } from '@vime/core';
+import { type ChatTokenizer, type Engine, sglangEngine, vllmEngine } from '@vime/core/engine';
 import { type StandInEngine, startStandInEngine } from '@vime/core/standin';
 import { waitForEngines } from '@vime/launch';
 import type { Config } from './config.js';

@@ -3,7 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { createSample, GroupQueue, type TaskSpec } from '@vime/core';
+import { createSample, type TaskSpec } from '@vime/core';
+import { GroupQueue } from '@vime/core/queue';
 import { describe, expect, it } from 'vitest';
 import { createStepGroups, rollOutGroups } from './groups.js';
 

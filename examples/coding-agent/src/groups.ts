@@ -8,20 +8,10 @@
  * Every sibling ends the step with one result: graded (handed off, or kept out because its group was
  * dropped), failed (its last attempt's error), or aborted (its group was dropped before it finished).
  */
-import {
-  deadlineSignal,
-  type GroupQueue,
-  isScored,
-  type RolloutFunction,
-  type RolloutResult,
-  type RolloutRun,
-  runRollouts,
-  type SampleVersions,
-  type ScoredRollout,
-  type SiblingAttempt,
-  type TaskSpec,
-  VimeError,
-} from '@vime/core';
+import { isScored, type RolloutResult, type ScoredRollout, type TaskSpec, VimeError } from '@vime/core';
+import type { GroupQueue, SampleVersions, SiblingAttempt } from '@vime/core/queue';
+import { type RolloutFunction, type RolloutRun, runRollouts } from '@vime/core/runner';
+import { deadlineSignal } from '@vime/core/utils';
 
 export interface GroupPayload {
   step: number;

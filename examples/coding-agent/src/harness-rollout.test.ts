@@ -7,7 +7,9 @@
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadTokenizer, type RolloutContext, sglangEngine, startCaptureProxy } from '@vime/core';
+import { loadTokenizer, sglangEngine } from '@vime/core/engine';
+import { startCaptureProxy } from '@vime/core/proxy';
+import type { RolloutContext } from '@vime/core/runner';
 import { startStandInEngine } from '@vime/core/standin';
 import { claudeCodeScript, fixOf, oneLineFix, toolResultsIn } from '@vime/harness/standin';
 import { bubblewrapProvider } from '@vime/sandbox';

@@ -13,14 +13,9 @@ import { randomUUID } from 'node:crypto';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  type CaptureProxy,
-  ConfigError,
-  GradingError,
-  type RolloutContext,
-  type RolloutOutcome,
-  type TaskSpec,
-} from '@vime/core';
+import { ConfigError, GradingError, type TaskSpec } from '@vime/core';
+import type { CaptureProxy } from '@vime/core/proxy';
+import type { RolloutContext, RolloutOutcome } from '@vime/core/runner';
 import {
   type AgentKind,
   agentOf,

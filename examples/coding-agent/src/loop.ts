@@ -14,16 +14,16 @@ import {
   ConfigError,
   decodeSamples,
   encodeSamples,
-  GroupQueue,
   isScored,
-  loadTokenizer,
   type RolloutResult,
-  rolloutProgressBar,
   type Sample,
   type ScoredRollout,
-  startCaptureProxy,
-  writeFileAtomic,
 } from '@vime/core';
+import { loadTokenizer } from '@vime/core/engine';
+import { startCaptureProxy } from '@vime/core/proxy';
+import { GroupQueue } from '@vime/core/queue';
+import { rolloutProgressBar } from '@vime/core/runner';
+import { writeFileAtomic } from '@vime/core/utils';
 import { grpoAdvantages } from '@vime/grpo';
 import {
   type EngineInput,

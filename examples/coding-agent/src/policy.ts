@@ -5,7 +5,7 @@
  * the harness scripts of `@vime/harness/standin` (tool calls in Qwen3's format that apply the gold fix). It is stateless: the conversation so
  * far (the prompt text the engine receives) tells it where it is.
  */
-import { seededRandom } from '@vime/core';
+import { seededRandom } from '@vime/core/utils';
 import { fixOf, HARNESS_SCRIPTS, harnessOfPrompt, toolResultsIn } from '@vime/harness/standin';
 import { ACTION_FENCE, SUBMIT_SENTINEL } from './templates.js';
 

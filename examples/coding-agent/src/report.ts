@@ -6,7 +6,8 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { type RolloutResult, writeFileAtomic } from '@vime/core';
+import type { RolloutResult } from '@vime/core';
+import { writeFileAtomic } from '@vime/core/utils';
 import { capacityCurve, fitRun, observationFrom } from '@vime/launch';
 import {
   type CapacityInput,

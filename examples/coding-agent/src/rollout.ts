@@ -6,13 +6,9 @@
  * agent's patch causes is graded, and a hack scores 0 (counted by kind in the metadata).
  */
 import { randomUUID } from 'node:crypto';
-import {
-  type CaptureProxy,
-  EngineError,
-  type RolloutContext,
-  type RolloutOutcome,
-  type TaskSpec,
-} from '@vime/core';
+import { EngineError, type TaskSpec } from '@vime/core';
+import type { CaptureProxy } from '@vime/core/proxy';
+import type { RolloutContext, RolloutOutcome } from '@vime/core/runner';
 import { type SwePools, setupSweTask } from '@vime/swe';
 import OpenAI from 'openai';
 import { runAgent } from './agent.js';

@@ -13,15 +13,15 @@ import { join, resolve } from 'node:path';
 import {
   ConfigError,
   createSample,
-  GroupQueue,
-  loadTokenizer,
-  type RolloutOutcome,
   type RolloutResult,
   type Sample,
-  startCaptureProxy,
   type TaskSpec,
   VimeError,
 } from '@vime/core';
+import { loadTokenizer } from '@vime/core/engine';
+import { startCaptureProxy } from '@vime/core/proxy';
+import { GroupQueue } from '@vime/core/queue';
+import type { RolloutOutcome } from '@vime/core/runner';
 import { startRolloutServer } from '@vime/launch';
 import { rolloutRecordOf } from '@vime/metrics';
 import { providerFor } from '@vime/sandbox';

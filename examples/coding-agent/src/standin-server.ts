@@ -6,7 +6,8 @@
  *   node --import tsx --conditions=@vime/source examples/coding-agent/src/standin-server.ts [flags]
  */
 import { parseArgs } from 'node:util';
-import { ConfigError, loadTokenizer } from '@vime/core';
+import { ConfigError } from '@vime/core';
+import { loadTokenizer } from '@vime/core/engine';
 import { startStandInEngine } from '@vime/core/standin';
 import { runEntry } from './cli.js';
 import { checkConfig } from './config.js';

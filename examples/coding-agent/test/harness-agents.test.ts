@@ -13,7 +13,8 @@ import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { decodeSamples, loadTokenizer, type Sample, type TaskSpec } from '@vime/core';
+import { decodeSamples, type Sample, type TaskSpec } from '@vime/core';
+import { loadTokenizer } from '@vime/core/engine';
 import { claudeCodeScript, codexScript, fixOf, oneLineFix, type Script } from '@vime/harness/standin';
 import { defaultDockerSocket } from '@vime/sandbox';
 import { buildOfflineTaskSet } from '@vime/swe';

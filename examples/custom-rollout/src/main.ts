@@ -6,7 +6,10 @@
  */
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
-import { loadTokenizer, type RolloutResult, runRollouts, sglangEngine, startCaptureProxy } from '@vime/core';
+import type { RolloutResult } from '@vime/core';
+import { loadTokenizer, sglangEngine } from '@vime/core/engine';
+import { startCaptureProxy } from '@vime/core/proxy';
+import { runRollouts } from '@vime/core/runner';
 import { startStandInEngine } from '@vime/core/standin';
 import { grpoAdvantages } from '@vime/grpo';
 import { passAtK } from '@vime/metrics';

@@ -1,4 +1,5 @@
-import { createSample, type Sample, seededRandom } from '@vime/core';
+import { createSample, type Sample } from '@vime/core';
+import { seededRandom } from '@vime/core/utils';
 
 export interface DemoBatchOptions {
   /** Token ids are drawn from `[0, vocabSize)`; the trainer's model must have at least this vocabulary. */

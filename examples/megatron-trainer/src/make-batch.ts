@@ -5,7 +5,8 @@
  */
 import { writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
-import { ConfigError, encodeSamples, pathError, VimeError } from '@vime/core';
+import { ConfigError, encodeSamples, VimeError } from '@vime/core';
+import { pathError } from '@vime/core/utils';
 import { makeDemoBatch } from './batch.js';
 
 const HELP = `Usage: make-batch.ts [--out FILE] [--vocab N] [--seed N]

@@ -3,11 +3,11 @@ import {
   type CapturedTurn,
   CapturedTurnSchema,
   fromSlimeDict,
-  nucleusProblem,
   parseWith,
   type Sample,
   ValidationError,
 } from '@vime/core';
+import { nucleusProblem } from '@vime/core/engine';
 
 /** JSON values of a file: one JSON document (an array, or an object with `samples`), or JSON lines. */
 function jsonValues(text: string, what: string): Array<{ value: unknown; where: string }> {

@@ -4,14 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import {
-  type CapturedTurn,
-  capturedTurnRecord,
-  createSample,
-  type Sample,
-  TrajectoryManager,
-  type Turn,
-} from '@vime/core';
+import { type CapturedTurn, capturedTurnRecord, createSample, type Sample, type Turn } from '@vime/core';
+import { TrajectoryManager } from '@vime/core/proxy';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ProxyRun, proxyRun } from './__fixtures__/proxy-run.js';
 import { auditTokens } from './audit.js';

@@ -7,7 +7,9 @@
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigError, loadTokenizer, sglangEngine, startCaptureProxy } from '@vime/core';
+import { ConfigError } from '@vime/core';
+import { loadTokenizer, sglangEngine } from '@vime/core/engine';
+import { startCaptureProxy } from '@vime/core/proxy';
 import { startStandInEngine } from '@vime/core/standin';
 import { bubblewrapProvider } from '@vime/sandbox';
 import { afterAll, describe, expect, it } from 'vitest';

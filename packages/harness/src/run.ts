@@ -4,8 +4,9 @@
  * `harnessSandboxSpec` (the proxy channel and the binary bound read-only); the capture session must be
  * open on the proxy. Finishing the session (with the graded reward) stays with the caller.
  */
-import type { CaptureProxy, Turn } from '@vime/core';
+import type { Turn } from '@vime/core';
 import { ConfigError } from '@vime/core';
+import type { CaptureProxy } from '@vime/core/proxy';
 import { PROXY_CHANNEL_PORT, type Sandbox, type SandboxSpec } from '@vime/sandbox';
 import { CLAUDE_CODE_TOOLS, HARNESS_LAUNCHERS, HARNESS_MOUNT } from './adapters.js';
 import { HarnessError } from './errors.js';

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { seededRandom } from '@vime/core';
+import { seededRandom } from '@vime/core/utils';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { percentile, percentiles, QuantileSketch, summarize } from './percentile.js';

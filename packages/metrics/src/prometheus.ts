@@ -1,4 +1,5 @@
-import { EngineError, HttpClient, sleep, VimeError } from '@vime/core';
+import { EngineError, VimeError } from '@vime/core';
+import { HttpClient, sleep } from '@vime/core/utils';
 import type { Dispatcher } from 'undici';
 
 /** One sample line of the Prometheus text exposition format (0.0.4). */

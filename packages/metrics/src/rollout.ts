@@ -7,9 +7,9 @@ import {
   type RolloutResult,
   type Sample,
   type SampleStatus,
-  seededRandom,
   ValidationError,
 } from '@vime/core';
+import { seededRandom } from '@vime/core/utils';
 import { passAtK, passHatK, powersOfTwoUpTo } from './pass-at-k.js';
 import { percentileOfSorted, type Summary, summarize } from './percentile.js';
 

@@ -8,7 +8,8 @@ import { accessSync, constants, existsSync, lstatSync, readlinkSync, statSync } 
 import { chmod, chown, mkdir, writeFile } from 'node:fs/promises';
 import { release } from 'node:os';
 import { dirname, isAbsolute, join } from 'node:path';
-import { ConfigError, type Logger, SandboxError } from '@vime/core';
+import { ConfigError, SandboxError } from '@vime/core';
+import type { Logger } from '@vime/core/utils';
 import { EventEmitter } from 'eventemitter3';
 import { resolveBinds, resolveChannel } from './bwrap-channel.js';
 import { assertDir, type BwrapConfig, BwrapSandbox } from './bwrap-sandbox.js';

@@ -5,7 +5,8 @@
  */
 import { spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
-import { ConfigError, deadlineSignal, SandboxError, sleep } from '@vime/core';
+import { ConfigError, SandboxError } from '@vime/core';
+import { deadlineSignal, sleep } from '@vime/core/utils';
 import { FORWARDER, PROXY_SOCKET_IN_SANDBOX } from './bwrap-channel.js';
 import { BwrapSession, type SessionLaunch } from './bwrap-session.js';
 import { SUPERVISOR } from './bwrap-supervisor.js';

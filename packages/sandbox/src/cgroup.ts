@@ -19,7 +19,7 @@ import {
 } from 'node:fs';
 import { rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { sleep } from '@vime/core';
+import { sleep } from '@vime/core/utils';
 import type { EffectiveLimits } from './limits.js';
 
 export type Controller = 'memory' | 'pids' | 'cpu';

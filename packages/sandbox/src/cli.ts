@@ -4,7 +4,8 @@
  */
 import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { parseDuration, VimeError } from '@vime/core';
+import { VimeError } from '@vime/core';
+import { parseDuration } from '@vime/core/utils';
 import { defaultDockerSocket } from './docker-engine.js';
 import { type ReapOptions, reapOrphans } from './reap.js';
 

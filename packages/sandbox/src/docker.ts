@@ -4,7 +4,8 @@
  * limits, files moved with the archive endpoints. Timeouts are enforced inside the container, because
  * dropping an attached exec's HTTP connection does not stop the process there.
  */
-import { ConfigError, type Logger, SandboxError } from '@vime/core';
+import { ConfigError, SandboxError } from '@vime/core';
+import type { Logger } from '@vime/core/utils';
 import { EventEmitter } from 'eventemitter3';
 import { resolveBinds, resolveChannel } from './bwrap-channel.js';
 import { channelMounts, startForwarder } from './docker-channel.js';

@@ -3,7 +3,8 @@
  * commands that survive a dropped exec stream.
  */
 import { randomBytes } from 'node:crypto';
-import { retry, SandboxError, type StagedFile, shellQuote, sleep } from '@vime/core';
+import { SandboxError, type StagedFile } from '@vime/core';
+import { retry, shellQuote, sleep } from '@vime/core/utils';
 import { BoundedOutput, tailOf } from './output.js';
 import type { ExecOptions, ExecResult, OpOptions, Sandbox } from './types.js';
 

@@ -5,7 +5,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { type Logger, SandboxError } from '@vime/core';
+import { SandboxError } from '@vime/core';
+import type { Logger } from '@vime/core/utils';
 import type { SandboxEmitter, SandboxProvider, TerminateReason } from './types.js';
 
 /** Label naming the run that created a sandbox; `reapOrphans({ run })` matches it. */

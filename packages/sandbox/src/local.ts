@@ -4,7 +4,8 @@
  */
 import { cp, mkdir, open, stat, writeFile } from 'node:fs/promises';
 import { dirname, join, posix } from 'node:path';
-import { type Logger, SandboxError } from '@vime/core';
+import { SandboxError } from '@vime/core';
+import type { Logger } from '@vime/core/utils';
 import { EventEmitter } from 'eventemitter3';
 import { refuseChannel } from './bwrap-channel.js';
 import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';

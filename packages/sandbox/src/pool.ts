@@ -3,7 +3,8 @@
  * none is ready (counted as a fallback), background refill, a bound on live sandboxes (creating + idle +
  * claimed: a semaphore around create→terminate, not around requests) and on the creation rate.
  */
-import { ConfigError, SandboxError, sleep } from '@vime/core';
+import { ConfigError, SandboxError } from '@vime/core';
+import { sleep } from '@vime/core/utils';
 import { poolName } from './names.js';
 import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
 

@@ -4,7 +4,7 @@
  * play no part and are left as they were. Ignored files stay behind (the repository's `.gitignore` rules
  * apply), and the patch is the only thing that leaves the agent's sandbox.
  */
-import { shellQuote } from '@vime/core';
+import { shellQuote } from '@vime/core/utils';
 import { sh } from './git.js';
 import { type SweSession, snapshotGit } from './setup.js';
 

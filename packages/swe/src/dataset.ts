@@ -3,15 +3,8 @@
  * and the mapping of a row to a dataset-agnostic `TaskSpec`.
  */
 import { readFile } from 'node:fs/promises';
-import {
-  ConfigError,
-  formatPath,
-  seededRandom,
-  shellQuote,
-  type TaskSpec,
-  TaskSpecSchema,
-  ValidationError,
-} from '@vime/core';
+import { ConfigError, formatPath, type TaskSpec, TaskSpecSchema, ValidationError } from '@vime/core';
+import { seededRandom, shellQuote } from '@vime/core/utils';
 import { poolName } from '@vime/sandbox';
 import { z } from 'zod';
 import { resolveProfile, type SweProfile, testCommandFor } from './profiles.js';

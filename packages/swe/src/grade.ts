@@ -6,7 +6,8 @@
  * wrong once the patch is in is the patch's doing and scores 0 with its outcome named, so an agent cannot
  * turn its own failure into an excused infrastructure error.
  */
-import { GradingError, SandboxError, shellJoin, type TaskSpec } from '@vime/core';
+import { GradingError, SandboxError, type TaskSpec } from '@vime/core';
+import { shellJoin } from '@vime/core/utils';
 import { execDetached, type Sandbox } from '@vime/sandbox';
 import {
   exitCodeMismatch,

@@ -5,7 +5,8 @@
  * read from `.git`), and the work dir is snapshotted into a private git dir, against which the agent's
  * change is captured later.
  */
-import { GradingError, shellJoin, type TaskSpec } from '@vime/core';
+import { GradingError, type TaskSpec } from '@vime/core';
+import { shellJoin } from '@vime/core/utils';
 import { runSetup, type Sandbox, stageFiles } from '@vime/sandbox';
 import { GIT_ENV, shOk } from './git.js';
 import { REMOVE_TESTS_SUBJECT } from './layout.js';

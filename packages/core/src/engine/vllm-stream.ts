@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { EngineError } from '../errors.js';
-import { type HttpClient, type JsonText, jsonWithIds } from '../util/http.js';
+import { type HttpClient, type JsonText, jsonWithIds } from '../utils/http.js';
 import { parseWith } from '../validate.js';
 import { newRequestId } from './request-id.js';
 import { concat, finishReason, parseJson, streamError } from './sglang-stream.js';

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { EngineError } from '../errors.js';
-import { HttpClient } from '../util/http.js';
+import { HttpClient } from '../utils/http.js';
 import { newRequestId } from './request-id.js';
 import type { Engine, EngineFinishReason, EngineOptions, GenerateResult } from './types.js';
 import { completionBody, vllmGenerateStream } from './vllm-stream.js';

@@ -1,12 +1,12 @@
 /** The capture proxy's public shapes: its options, its sessions and the running proxy. */
 import type { EventEmitter } from 'eventemitter3';
+import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokenizer.js';
 import type { Engine, Sampling } from '../engine/types.js';
 import type { Sample } from '../sample.js';
-import type { ChatTokenizer, SpecialTokenText } from '../tokenizer/tokenizer.js';
-import type { FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
 import type { ProxyEvents } from './events.js';
 import type { EngineRouter, EngineRouterOptions } from './router.js';
 import type { ProxyLimits } from './server.js';
+import type { FinishOptions, TrajectoryManager } from './trajectory/manager.js';
 import type { WeightUpdatePolicy } from './turn.js';
 
 export interface SessionOptions {

@@ -4,8 +4,8 @@
  * becomes a JSON answer (its SSE stream is written by the encoders of `sse.ts`).
  */
 import { z } from 'zod';
-import type { ParsedResponse } from '../tokenizer/parsers.js';
-import type { TemplateMessage, ToolDefinition } from '../tokenizer/template.js';
+import type { ParsedResponse } from '../engine/tokenizer/parsers.js';
+import type { TemplateMessage, ToolDefinition } from '../engine/tokenizer/template.js';
 
 export type Dialect = 'openai' | 'anthropic' | 'responses';
 

@@ -6,10 +6,10 @@
  * error event. The turn is captured by the same path as a non-streamed one, so the tokens are the same.
  */
 
+import { IncrementalDecoder, IncrementalParser } from '../engine/tokenizer/incremental.js';
+import type { ChatTokenizer } from '../engine/tokenizer/tokenizer.js';
 import type { TokenChunk } from '../engine/types.js';
 import { EngineError } from '../errors.js';
-import { IncrementalDecoder, IncrementalParser } from '../tokenizer/incremental.js';
-import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
 import { type Dialect, RequestError, type TurnReply } from './dialects.js';
 import type { StreamEncoder, StreamMeta } from './sse.js';
 

@@ -11,10 +11,10 @@ import { sglangEngine } from '../engine/sglang.js';
 import { ValidationError } from '../errors.js';
 import type { Sample } from '../sample.js';
 import { type StandInFault, startStandInEngine } from '../standin/engine.js';
-import type { FinishOptions } from '../trajectory/manager.js';
 import type { ProxyEvents } from './events.js';
 import { startCaptureProxy } from './proxy.js';
 import { startShardedCaptureProxy } from './shards/sharded.js';
+import type { FinishOptions } from './trajectory/manager.js';
 
 const closers: Array<() => Promise<void>> = [];
 afterEach(async () => {

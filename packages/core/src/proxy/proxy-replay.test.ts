@@ -12,12 +12,12 @@ import {
 } from '../__fixtures__/proxy-harness.js';
 import { qwen3 } from '../__fixtures__/tokenizer.js';
 import { sglangEngine } from '../engine/sglang.js';
+import type { TemplateMessage } from '../engine/tokenizer/template.js';
 import type { Engine } from '../engine/types.js';
 import { vllmEngine } from '../engine/vllm.js';
 import { startStandInEngine } from '../standin/engine.js';
-import type { TemplateMessage } from '../tokenizer/template.js';
-import { capturedTurnRecord } from '../trajectory/turn-log.js';
 import { startCaptureProxy } from './proxy.js';
+import { capturedTurnRecord } from './trajectory/turn-log.js';
 
 afterEach(closeAll);
 

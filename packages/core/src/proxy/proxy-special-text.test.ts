@@ -2,7 +2,7 @@
 // tokenizer gives in the configured mode.
 import { afterEach, describe, expect, it } from 'vitest';
 import { closeAll, post, setup } from '../__fixtures__/proxy-harness.js';
-import type { TemplateMessage } from '../tokenizer/template.js';
+import type { TemplateMessage } from '../engine/tokenizer/template.js';
 
 afterEach(closeAll);
 

@@ -8,8 +8,8 @@ import {
   setup,
   tools,
 } from '../__fixtures__/proxy-harness.js';
+import type { TemplateMessage } from '../engine/tokenizer/template.js';
 import type { StandInPolicy } from '../standin/engine.js';
-import type { TemplateMessage } from '../tokenizer/template.js';
 import type { ProxyTurnEvent } from './events.js';
 import type { StitchInfo } from './stitch.js';
 

@@ -15,8 +15,8 @@ import {
 } from '../__fixtures__/proxy-harness.js';
 import { qwen3 } from '../__fixtures__/tokenizer.js';
 import { sglangEngine } from '../engine/sglang.js';
+import type { TemplateMessage } from '../engine/tokenizer/template.js';
 import { startStandInEngine } from '../standin/engine.js';
-import type { TemplateMessage } from '../tokenizer/template.js';
 import type { ProxyTurnEvent } from './events.js';
 import { captureFetch, startCaptureProxy } from './proxy.js';
 import type { StitchKind } from './stitch.js';

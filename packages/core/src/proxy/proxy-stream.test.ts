@@ -17,8 +17,8 @@ import {
 } from '../__fixtures__/proxy-harness.js';
 import { qwen3 } from '../__fixtures__/tokenizer.js';
 import { sglangEngine } from '../engine/sglang.js';
+import type { TemplateMessage } from '../engine/tokenizer/template.js';
 import { startStandInEngine } from '../standin/engine.js';
-import type { TemplateMessage } from '../tokenizer/template.js';
 import { startCaptureProxy } from './proxy.js';
 
 afterEach(closeAll);

@@ -13,7 +13,7 @@ import {
   tools,
 } from '../__fixtures__/proxy-harness.js';
 import { qwen3 } from '../__fixtures__/tokenizer.js';
-import type { TemplateMessage } from '../tokenizer/template.js';
+import type { TemplateMessage } from '../engine/tokenizer/template.js';
 
 afterEach(closeAll);
 

@@ -5,7 +5,6 @@ import { newRequestId } from '../engine/request-id.js';
 import type { Engine, Sampling } from '../engine/types.js';
 import { ConfigError, EngineError, VimeError } from '../errors.js';
 import type { Sample } from '../sample.js';
-import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
 import { adminRoute } from './admin.js';
 import { encodeTurn, parseTurnRequest, turnEncoder } from './answer.js';
 import type { CaptureProxy, CaptureProxyOptions, CaptureSession, SessionOptions } from './api.js';
@@ -28,6 +27,7 @@ import {
   yieldToLoop,
 } from './server.js';
 import { checkFinish, finishThreads, replyMessage, SessionThreads } from './stitch.js';
+import { type FinishOptions, TrajectoryManager } from './trajectory/manager.js';
 import { generateTurn } from './turn.js';
 import { listenUnixSocket } from './unix-socket.js';
 

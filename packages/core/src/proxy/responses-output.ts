@@ -3,7 +3,7 @@
  * stream, built from event builders (`begin`, `reasoning*`, `message*`, `toolCall`, `end`) that the
  * Responses `StreamEncoder` drives token by token. Each event carries a `sequence_number`; items carry ids.
  */
-import type { ParsedToolCall } from '../tokenizer/parsers.js';
+import type { ParsedToolCall } from '../engine/tokenizer/parsers.js';
 import type { TurnReply } from './dialects.js';
 import type { ResponsesEcho, ResponsesTool } from './responses.js';
 import { playTurn, type StreamEncoder, type StreamMeta } from './sse.js';

@@ -11,7 +11,7 @@ import {
   TOOL_LOOP,
   tools,
 } from '../__fixtures__/proxy-harness.js';
-import type { TemplateMessage } from '../tokenizer/template.js';
+import type { TemplateMessage } from '../engine/tokenizer/template.js';
 import { captureFetch } from './proxy.js';
 import { flatToolName } from './responses.js';
 

@@ -6,7 +6,7 @@
  * `conversation`, `store: true` and `background: true` are refused.
  */
 import { z } from 'zod';
-import type { TemplateMessage, ToolDefinition } from '../tokenizer/template.js';
+import type { TemplateMessage, ToolDefinition } from '../engine/tokenizer/template.js';
 import { type ChatRequest, RequestError } from './dialects.js';
 
 /** What a tool name the model calls stands for on the Responses wire. */

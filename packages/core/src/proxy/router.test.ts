@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { qwen3 } from '../__fixtures__/tokenizer.js';
 import { sglangEngine } from '../engine/sglang.js';
+import type { ChatTokenizer } from '../engine/tokenizer/tokenizer.js';
 import { type StandInEngine, type StandInPolicy, startStandInEngine } from '../standin/engine.js';
-import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
 import { type CaptureProxy, type CaptureProxyOptions, startCaptureProxy } from './proxy.js';
 
 const closers: Array<() => Promise<void>> = [];

@@ -9,8 +9,8 @@
 import { EventEmitter } from 'eventemitter3';
 import type { Engine, PauseMode, WeightUpdateRequest } from '../engine/types.js';
 import { ConfigError, EngineError } from '../errors.js';
-import { describeCause } from '../util/http.js';
-import type { Logger } from '../util/logger.js';
+import { describeCause } from '../utils/http.js';
+import type { Logger } from '../utils/logger.js';
 
 export interface EngineRouterOptions {
   /** Most requests in flight on one engine; more wait for one of its slots (default 256). */

@@ -9,10 +9,11 @@
  * one (a subagent, a conversation restarted from a compaction summary) starts a thread of its own,
  * recorded as its own trajectory and linked to the session by its lineage.
  */
+
+import type { TemplateMessage, TemplateToolCall, ToolDefinition } from '../engine/tokenizer/template.js';
+import type { ChatTokenizer, EncodeChatOptions } from '../engine/tokenizer/tokenizer.js';
 import type { Sample } from '../sample.js';
-import type { TemplateMessage, TemplateToolCall, ToolDefinition } from '../tokenizer/template.js';
-import type { ChatTokenizer, EncodeChatOptions } from '../tokenizer/tokenizer.js';
-import type { FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
+import type { FinishOptions, TrajectoryManager } from './trajectory/manager.js';
 
 /**
  * How a turn's prompt was made:

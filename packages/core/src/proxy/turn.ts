@@ -15,8 +15,8 @@ import type {
   TokenChunk,
 } from '../engine/types.js';
 import { EngineError } from '../errors.js';
-import { backoffDelay, isRetryableError } from '../util/retry.js';
-import { sleep } from '../util/sleep.js';
+import { backoffDelay, isRetryableError } from '../utils/retry.js';
+import { sleep } from '../utils/sleep.js';
 import type { EngineRouter } from './router.js';
 
 /** What a turn interrupted by a weight update does: resume from its tokens, or regenerate on the new weights. */

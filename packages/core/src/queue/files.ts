@@ -1,7 +1,7 @@
 /** File-system steps the queue's writer, reader and repair share. */
 import type { FileHandle } from 'node:fs/promises';
 import { readdir, readFile } from 'node:fs/promises';
-import { replaceFile } from '../util/files.js';
+import { replaceFile } from '../utils/files.js';
 import { QueueError, SEGMENT_NAME } from './format.js';
 
 /** First seqs of the segments in `dir`, ascending. */

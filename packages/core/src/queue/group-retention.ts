@@ -8,7 +8,7 @@
 import { copyFile, link, mkdir, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError, describeValue } from '../errors.js';
-import { syncDir } from '../util/files.js';
+import { syncDir } from '../utils/files.js';
 import { listSegments } from './files.js';
 import { QueueError, segmentName } from './format.js';
 import { cutAt, horizonOf, pruneState, refsOf } from './group-state.js';

@@ -20,7 +20,7 @@ import { Decoder, Encoder } from '@msgpack/msgpack';
 import { z } from 'zod';
 import { encodeSamples } from '../codec.js';
 import type { Sample } from '../sample.js';
-import { syncDir } from '../util/files.js';
+import { syncDir } from '../utils/files.js';
 import { parseWith } from '../validate.js';
 import { type FlushInfo, type RecordPosition, SegmentAppender } from './appender.js';
 import { ioError, listSegments, readIfExists, replaceQueueFile, writeAll } from './files.js';

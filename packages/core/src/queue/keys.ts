@@ -7,7 +7,7 @@
 import type { FileHandle } from 'node:fs/promises';
 import { open, readFile, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { syncDir } from '../util/files.js';
+import { syncDir } from '../utils/files.js';
 import { ioError, listSegments, readIfExists, replaceQueueFile, writeAll } from './files.js';
 import {
   corrupt,

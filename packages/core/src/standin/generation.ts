@@ -5,9 +5,9 @@
  */
 import type { EventEmitter } from 'eventemitter3';
 import { newRequestId } from '../engine/request-id.js';
+import type { ChatTokenizer } from '../engine/tokenizer/tokenizer.js';
 import type { EngineFinishReason } from '../engine/types.js';
-import type { ChatTokenizer } from '../tokenizer/tokenizer.js';
-import { sleep } from '../util/sleep.js';
+import { sleep } from '../utils/sleep.js';
 import type { StandInEvents, StandInFault, StandInPolicy } from './engine.js';
 import { type Job, Scheduler, type ServiceModel } from './scheduler.js';
 import { type TokenFeed, tokenFeed } from './stream.js';

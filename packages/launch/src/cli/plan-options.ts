@@ -3,7 +3,8 @@
  * resolved into a `LaunchPlan`. Errors name what the user wrote: the flag, or the file with its line and
  * column (syntax) or its key path (schema).
  */
-import { ConfigError, describeValue, formatPath, readTextFile } from '@vime/core';
+import { ConfigError, describeValue, formatPath } from '@vime/core';
+import { readTextFile } from '@vime/core/utils';
 import { parseConfigText } from '../internal/config-text.js';
 import { type LaunchConfig, LaunchConfigSchema, type LaunchPlan, resolvePlan } from '../plan.js';
 import { type CliIo, positiveInt } from './command.js';

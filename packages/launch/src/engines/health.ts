@@ -2,7 +2,8 @@
  * Engine health gate: poll every inference engine until each answers healthy, with per-engine backoff,
  * and fail after a deadline naming the engines that never came up and the first error each one gave.
  */
-import { deadlineSignal, describeCause, EngineError, HttpClient, parseDuration, retry } from '@vime/core';
+import { EngineError } from '@vime/core';
+import { deadlineSignal, describeCause, HttpClient, parseDuration, retry } from '@vime/core/utils';
 import type { Dispatcher } from 'undici';
 import { httpUrl } from '../internal/http-url.js';
 import type { EngineKind } from '../skypilot/render.js';

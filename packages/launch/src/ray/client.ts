@@ -6,15 +6,8 @@
  * never start a second job: the dashboard answers "already exists" and the client returns the first.
  */
 import { randomBytes } from 'node:crypto';
-import {
-  EngineError,
-  type EngineErrorOptions,
-  HttpClient,
-  type HttpMethod,
-  parseWith,
-  retry,
-  sleep,
-} from '@vime/core';
+import { EngineError, type EngineErrorOptions, parseWith } from '@vime/core';
+import { HttpClient, type HttpMethod, retry, sleep } from '@vime/core/utils';
 import { EventEmitter } from 'eventemitter3';
 import type { Dispatcher } from 'undici';
 import type { z } from 'zod';

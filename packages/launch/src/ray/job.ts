@@ -3,7 +3,7 @@
  * the rollout actors (which read their env from Ray, not the launching shell) the trainer's settings.
  * Secrets travel only in `runtime_env.env_vars`, never in the entrypoint.
  */
-import { shellJoin, shellQuote } from '@vime/core';
+import { shellJoin, shellQuote } from '@vime/core/utils';
 import { BRIDGE_PYTHON, type LaunchPlan } from '../plan.js';
 import { JOBGROUP_NAME_ENV } from '../skypilot/render.js';
 import { slimeArgs } from '../slime/args.js';

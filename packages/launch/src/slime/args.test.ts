@@ -1,4 +1,5 @@
-import { ConfigError, shellJoin, VimeError } from '@vime/core';
+import { ConfigError, VimeError } from '@vime/core';
+import { shellJoin } from '@vime/core/utils';
 import { describe, expect, it } from 'vitest';
 import { resolvePlan } from '../plan.js';
 import { checkSlimeConfig, type SlimeConfig, slimeArgs } from './args.js';

@@ -19,17 +19,9 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { decode } from '@msgpack/msgpack';
-import {
-  ConfigError,
-  createSample,
-  deadlineSignal,
-  encodeSamples,
-  fromSlimeDict,
-  type GroupQueue,
-  retry,
-  type Sample,
-  VimeError,
-} from '@vime/core';
+import { ConfigError, createSample, encodeSamples, fromSlimeDict, type Sample, VimeError } from '@vime/core';
+import type { GroupQueue } from '@vime/core/queue';
+import { deadlineSignal, retry } from '@vime/core/utils';
 import { handOffAnswered, runSampleUnit, UnitDropped, unitKey } from './sample-units.js';
 
 export interface RolloutRequest {

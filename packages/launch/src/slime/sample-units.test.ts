@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { encode } from '@msgpack/msgpack';
-import { createSample, decodeSamples, GroupQueue, type Sample, SandboxError, toSlimeDict } from '@vime/core';
+import { createSample, decodeSamples, type Sample, SandboxError, toSlimeDict } from '@vime/core';
+import { GroupQueue } from '@vime/core/queue';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type RolloutServer, startRolloutServer } from './rollout-server.js';
 

@@ -6,7 +6,9 @@
  * then the unit is dropped (counted as `infra_failed`) and answered with a failure row. Answered units
  * are handed off at once (one step each) and kept for `retain` more answers, then collected.
  */
-import { deadlineSignal, type GroupQueue, type Sample, type SampleVersions, VimeError } from '@vime/core';
+import { type Sample, VimeError } from '@vime/core';
+import type { GroupQueue, SampleVersions } from '@vime/core/queue';
+import { deadlineSignal } from '@vime/core/utils';
 
 export interface UnitRun {
   rows: Sample[];

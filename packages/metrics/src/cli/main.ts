@@ -8,16 +8,8 @@ import { createReadStream } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import {
-  ConfigError,
-  EngineError,
-  ensureDirectory,
-  parseDuration,
-  pathError,
-  readTextFile,
-  sleep,
-  VimeError,
-} from '@vime/core';
+import { ConfigError, EngineError, VimeError } from '@vime/core';
+import { ensureDirectory, parseDuration, pathError, readTextFile, sleep } from '@vime/core/utils';
 import { renderHtmlReport, renderTerminalReport } from '../html.js';
 import { type PrometheusScrape, type ScrapeSeries, scrapeEngines, scrapePrometheus } from '../prometheus.js';
 import { type EngineInput, runReport } from '../report.js';

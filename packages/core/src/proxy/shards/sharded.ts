@@ -8,14 +8,14 @@ import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from 'node:worker_threads';
 import { EventEmitter } from 'eventemitter3';
+import { loadTokenizer } from '../../engine/tokenizer/tokenizer.js';
 import { ConfigError, EngineError } from '../../errors.js';
 import type { Sample } from '../../sample.js';
-import { loadTokenizer } from '../../tokenizer/tokenizer.js';
-import { type FinishOptions, TrajectoryManager } from '../../trajectory/manager.js';
 import type { CaptureSession, SessionOptions } from '../api.js';
 import type { ProxyEvents, ProxyTurnEvent } from '../events.js';
 import { checkSession } from '../proxy.js';
 import { addStitch, checkFinish, emptyTotals, finishThreads, type StitchTotals } from '../stitch.js';
+import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
 import { HandoverGate } from './gate.js';
 import type { EngineSpec, FromShard, ShardData, ShardProxyOptions, ToShard } from './wire.js';
 

@@ -5,13 +5,13 @@
  */
 import { receiveMessageOnPort, workerData } from 'node:worker_threads';
 import { sglangEngine } from '../../engine/sglang.js';
+import { loadTokenizer } from '../../engine/tokenizer/tokenizer.js';
 import type { Engine } from '../../engine/types.js';
 import { vllmEngine } from '../../engine/vllm.js';
-import { loadTokenizer } from '../../tokenizer/tokenizer.js';
-import { TrajectoryManager } from '../../trajectory/manager.js';
 import type { ProxyEvents } from '../events.js';
 import { startProxyCore } from '../proxy.js';
 import { sharedConnectionCount } from '../server.js';
+import { TrajectoryManager } from '../trajectory/manager.js';
 import { HandoverGate } from './gate.js';
 import type { FromShard, ShardData, ToShard } from './wire.js';
 

@@ -1,5 +1,6 @@
 /** `vime engines wait [URL...]`: gate on every inference engine being healthy. */
-import { ConfigError, parseDuration, VimeError } from '@vime/core';
+import { ConfigError, VimeError } from '@vime/core';
+import { parseDuration } from '@vime/core/utils';
 import { type EngineStatus, waitForEngines } from '../../engines/health.js';
 import { httpUrl } from '../../internal/http-url.js';
 import { expandEnv } from '../../plan.js';

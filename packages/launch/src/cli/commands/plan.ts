@@ -1,5 +1,6 @@
 /** `vime plan`: the resolved plan and its preflight report. */
-import { ConfigError, shellJoin } from '@vime/core';
+import { ConfigError } from '@vime/core';
+import { shellJoin } from '@vime/core/utils';
 import type { LaunchPlan } from '../../plan.js';
 import { preflight } from '../../preflight.js';
 import { slimeArgs } from '../../slime/args.js';

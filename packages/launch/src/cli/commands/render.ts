@@ -1,7 +1,8 @@
 /** `vime skypilot render --out DIR`: the Job Group and volume YAML, checked before they are written. */
 import { writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { ConfigError, ensureDirectory, pathError } from '@vime/core';
+import { ConfigError } from '@vime/core';
+import { ensureDirectory, pathError } from '@vime/core/utils';
 import { renderJobGroup, renderVolume } from '../../skypilot/render.js';
 import { formatProblem, validateSkyPilotYaml } from '../../skypilot/validate.js';
 import { type Command, EXIT, parseFlags } from '../command.js';

@@ -4,7 +4,8 @@
  * then predict the plan's step time and queue depth for 1..N engines and, with `--target-step`, the
  * fewest engines and sandboxes that reach it.
  */
-import { ConfigError, parseDuration, readTextFile } from '@vime/core';
+import { ConfigError } from '@vime/core';
+import { parseDuration, readTextFile } from '@vime/core/utils';
 import type { LaunchPlan } from '../../plan.js';
 import {
   type CapacityAnswer,

@@ -1,5 +1,5 @@
 /** `vime slime args`: slime's argv for the plan. */
-import { shellJoin } from '@vime/core';
+import { shellJoin } from '@vime/core/utils';
 import { slimeArgs } from '../../slime/args.js';
 import { type Command, EXIT, parseFlags } from '../command.js';
 import { PLAN_HELP, PLAN_OPTIONS, planFrom } from '../plan-options.js';

@@ -1,5 +1,6 @@
 /** `vime skypilot validate FILE...`: SkyPilot YAML against SkyPilot's loader rules. */
-import { ConfigError, readTextFile } from '@vime/core';
+import { ConfigError } from '@vime/core';
+import { readTextFile } from '@vime/core/utils';
 import { formatProblem, type SkyPilotYamlKind, validateSkyPilotYaml } from '../../skypilot/validate.js';
 import { type Command, EXIT, parseFlags } from '../command.js';
 

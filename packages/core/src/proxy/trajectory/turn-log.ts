@@ -4,7 +4,7 @@
  * checks a training batch against (`vime-grpo audit`).
  */
 import { z } from 'zod';
-import type { Turn } from '../rollout.js';
+import type { Turn } from '../../rollout.js';
 
 const int = z.number().int();
 

@@ -3,7 +3,7 @@
  * slime stores them (`rollout_top_p_token_offsets` has one entry per response token plus one), with
  * an empty span on every token that was not sampled (observations, re-tokenised realigned text).
  */
-import type { Turn } from '../rollout.js';
+import type { Turn } from '../../rollout.js';
 
 export interface RowReplay {
   ids: Int32Array;

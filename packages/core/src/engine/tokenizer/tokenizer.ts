@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
-import { ConfigError } from '../errors.js';
+import { ConfigError } from '../../errors.js';
 import { EncodePool } from './encode-pool.js';
 import {
   hermesToolParser,

@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { describe, expect, it } from 'vitest';
-import { QWEN3_DIR, qwen3 } from '../__fixtures__/tokenizer.js';
+import { QWEN3_DIR, qwen3 } from '../../__fixtures__/tokenizer.js';
 import { withoutAddedTokens } from './special-text.js';
 import type { TemplateMessage } from './template.js';
 import { ChatTokenizer, INLINE_ENCODE_CHARS } from './tokenizer.js';

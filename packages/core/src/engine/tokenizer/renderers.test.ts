@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { qwen3 } from '../__fixtures__/tokenizer.js';
+import { qwen3 } from '../../__fixtures__/tokenizer.js';
 import { nativeRenderer, qwen3Renderer } from './renderers.js';
 import type { TemplateMessage, ToolDefinition } from './template.js';
 

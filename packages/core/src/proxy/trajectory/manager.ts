@@ -1,7 +1,7 @@
 import { EventEmitter } from 'eventemitter3';
-import { ConfigError, ValidationError } from '../errors.js';
-import type { Trajectory, Turn } from '../rollout.js';
-import { createSample, type Sample, type SampleInit, type SampleStatus } from '../sample.js';
+import { ConfigError, ValidationError } from '../../errors.js';
+import type { Trajectory, Turn } from '../../rollout.js';
+import { createSample, type Sample, type SampleInit, type SampleStatus } from '../../sample.js';
 import { type DriftCounts, type PackOptions, packTurns } from './pack.js';
 
 /** How a rollout's reward is given to its rows when the trajectory forked into several. */

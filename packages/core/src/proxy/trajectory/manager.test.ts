@@ -1,8 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, ValidationError } from '../errors.js';
-import type { Turn } from '../rollout.js';
-import { assertSampleInvariants } from '../sample.js';
+import { ConfigError, ValidationError } from '../../errors.js';
+import type { Turn } from '../../rollout.js';
+import { assertSampleInvariants } from '../../sample.js';
 import { type DriftReport, TrajectoryManager } from './manager.js';
 import { packTurns } from './pack.js';
 

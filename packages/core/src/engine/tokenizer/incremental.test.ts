@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { qwen3 } from '../__fixtures__/tokenizer.js';
+import { qwen3 } from '../../__fixtures__/tokenizer.js';
 import { IncrementalDecoder, IncrementalParser, type StreamDelta } from './incremental.js';
 import { type ParsedResponse, parseResponse } from './parsers.js';
 

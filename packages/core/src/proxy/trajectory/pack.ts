@@ -1,4 +1,4 @@
-import type { Turn } from '../rollout.js';
+import type { Turn } from '../../rollout.js';
 import { type RowReplay, rowReplay } from './replay.js';
 
 /** One training row under construction: a prompt and the response region that follows it. */

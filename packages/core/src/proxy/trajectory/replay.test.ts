@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { ValidationError } from '../errors.js';
-import type { Turn } from '../rollout.js';
-import { assertSampleInvariants, fromSlimeDict, toSlimeDict } from '../sample.js';
+import { ValidationError } from '../../errors.js';
+import type { Turn } from '../../rollout.js';
+import { assertSampleInvariants, fromSlimeDict, toSlimeDict } from '../../sample.js';
 import { TrajectoryManager } from './manager.js';
 import { packTurns } from './pack.js';
 

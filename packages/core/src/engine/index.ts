@@ -1,0 +1,54 @@
+// @vime/core/engine: inference engine clients (SGLang, vLLM), the tokenizer and chat templates.
+export {
+  type NucleusCheck,
+  type NucleusReplay,
+  nucleusProblem,
+  readSglangNucleus,
+  wantsNucleus,
+} from './nucleus.js';
+export { sglangEngine } from './sglang.js';
+export {
+  IncrementalDecoder,
+  IncrementalParser,
+  type IncrementalParserOptions,
+  type StreamDelta,
+} from './tokenizer/incremental.js';
+export {
+  hermesToolParser,
+  type ParsedResponse,
+  type ParsedToolCall,
+  parseResponse,
+  type ReasoningParser,
+  type ToolCallParser,
+  thinkReasoningParser,
+} from './tokenizer/parsers.js';
+export type { ChatRenderer } from './tokenizer/renderers.js';
+export type {
+  RenderOptions,
+  TemplateMessage,
+  TemplateToolCall,
+  ToolDefinition,
+} from './tokenizer/template.js';
+export {
+  ChatTokenizer,
+  type EncodeChatOptions,
+  INLINE_ENCODE_CHARS,
+  type LoadTokenizerOptions,
+  loadTokenizer,
+  type SpecialTokenText,
+} from './tokenizer/tokenizer.js';
+export type {
+  Engine,
+  EngineFinishReason,
+  EngineOptions,
+  GenerateRequest,
+  GenerateResult,
+  GenerateStreamOptions,
+  ModelInfo,
+  PauseMode,
+  Sampling,
+  TokenChunk,
+  WeightControl,
+  WeightUpdateRequest,
+} from './types.js';
+export { type VllmEngineOptions, vllmEngine } from './vllm.js';
