@@ -1,8 +1,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ConfigSchema } from '../examples/coding-agent/src/config.js';
-import { runCodingAgent } from '../examples/coding-agent/src/loop.js';
+import { ConfigSchema, runLoop } from '@vime/loop';
 import { type Bench, fmt } from './harness.js';
 
 /**
@@ -32,7 +31,7 @@ export default {
         quiet: true,
       });
       const started = performance.now();
-      const summary = await runCodingAgent(config, { log: () => {} });
+      const summary = await runLoop(config, { log: () => {} });
       const wall = (performance.now() - started) / 1000;
       const rollouts = summary.steps.reduce((n, s) => n + s.rollouts, 0);
       // Step 2 is the steady state (step 1 also warms the sandbox pool).

@@ -9,6 +9,7 @@ const entries = {
   queue: 'src/queue/index.ts',
   runner: 'src/runner/index.ts',
   standin: 'src/standin/index.ts',
+  testing: 'src/testing/index.ts',
 };
 const base = packageBuild({
   ...entries,

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /** `vime-closed-loop <phase> [flags]`: the closed RL loop from the command line. See `--help`. */
 import { setMaxListeners } from 'node:events';
-import { runEntry } from '@vime/example-coding-agent/cli';
+import { runEntry } from '@vime/loop';
 import { parseCli, runPhase, usage } from './command.js';
 
 async function main(): Promise<number> {

@@ -8,7 +8,7 @@ import { createRequire } from 'node:module';
 import { delimiter, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { EngineError } from '@vime/core';
-import { findTorchPython } from '@vime/example-megatron-trainer/python';
+import { findPython } from '@vime/core/utils';
 
 /** The example folder: `vime_policy` is importable from here. */
 export const exampleDir = fileURLToPath(new URL('..', import.meta.url));
@@ -31,7 +31,7 @@ export interface PolicyServerOptions {
   modelPath: string;
   /** Folder with tokenizer.json (default: the bundled Qwen3 tokenizer). */
   tokenizerPath?: string | undefined;
-  /** Python with torch (default: `findTorchPython()`, honouring `VIME_PYTHON`). */
+  /** Python with torch (default: `findPython()`, honouring `VIME_PYTHON`). */
   python?: string | undefined;
   host?: string | undefined;
   /** Default 0: a free port, read from the server's first line. */
@@ -58,7 +58,7 @@ export interface RunningPolicyServer {
 export async function startPolicyServer(options: PolicyServerOptions): Promise<RunningPolicyServer> {
   let python = options.python;
   if (!python) {
-    const found = findTorchPython();
+    const found = findPython();
     if ('missing' in found)
       throw new EngineError(`no Python with torch for the policy server: ${found.missing}`);
     python = found.python;

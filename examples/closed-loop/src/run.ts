@@ -18,9 +18,8 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { ConfigError, type RolloutResult, type Sample } from '@vime/core';
-import { checkConfig } from '@vime/example-coding-agent/config';
-import { runCodingAgent } from '@vime/example-coding-agent/loop';
-import { findTorchPython } from '@vime/example-megatron-trainer/python';
+import { findPython } from '@vime/core/utils';
+import { checkConfig, runLoop } from '@vime/loop';
 import { bundledTokenizerDir, exampleDir, pythonEnv, startPolicyServer } from './policy-server.js';
 import { type PassAt1, passAt1 } from './stats.js';
 import { hasSplit, splitTasks, type TaskSplit } from './tasks.js';
@@ -129,7 +128,7 @@ export function loopConfig(options: ClosedLoopOptions, fields: Record<string, un
 }
 
 function torchPython(): string {
-  const found = findTorchPython();
+  const found = findPython();
   if ('missing' in found) throw new ConfigError(`--python: no Python with torch found (${found.missing})`);
   return found.python;
 }
@@ -181,7 +180,7 @@ export async function warmstart(options: ClosedLoopOptions): Promise<string> {
       // The stand-in's own budget: its replies are short, every rollout should finish.
       maxTokensPerTurn: 1024,
     });
-    await runCodingAgent(config, { log: options.log, ...(options.signal ? { signal: options.signal } : {}) });
+    await runLoop(config, { log: options.log, ...(options.signal ? { signal: options.signal } : {}) });
   }
   options.log(`warm start: supervised training of ${w.init} on ${p.warmData}/steps -> ${p.warmCkpt}`);
   await runPython(options, [
@@ -250,7 +249,7 @@ export async function evaluate(
       promptsPerStep: tasks,
       samplesPerPrompt: options.evalSamples,
     });
-    await runCodingAgent(config, { log: options.log, ...(options.signal ? { signal: options.signal } : {}) });
+    await runLoop(config, { log: options.log, ...(options.signal ? { signal: options.signal } : {}) });
     return passAt1(await stepResults(out), options.evalSamples);
   };
   try {

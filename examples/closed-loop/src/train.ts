@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { appendFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { decodeSamples, type Sample } from '@vime/core';
-import { type RunSummary, runCodingAgent, type TrainResult } from '@vime/example-coding-agent/loop';
+import { type RunSummary, runLoop, type TrainResult } from '@vime/loop';
 import { checkStep, type StepChecks } from './checks.js';
 import { startPolicyServer } from './policy-server.js';
 import { type ClosedLoopOptions, loopConfig, paths, scoreRow, taskSplit, tokenizerOf } from './run.js';
@@ -128,7 +128,7 @@ export async function train(options: ClosedLoopOptions, model: string): Promise<
       mode: options.mode,
       ...(resume ? { resume: p.train } : {}),
     });
-    const summary = await runCodingAgent(config, {
+    const summary = await runLoop(config, {
       log: options.log,
       ...(options.signal ? { signal: options.signal } : {}),
       trainer: async ({ step, batchPath }, signal) => {

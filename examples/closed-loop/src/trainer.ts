@@ -6,8 +6,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { EngineError, ValidationError } from '@vime/core';
-import type { TrainerHook, TrainResult } from '@vime/example-coding-agent/loop';
-import { findTorchPython } from '@vime/example-megatron-trainer/python';
+import { findPython } from '@vime/core/utils';
+import type { TrainerHook, TrainResult } from '@vime/loop';
 import { z } from 'zod';
 import { exampleDir, pythonEnv } from './policy-server.js';
 
@@ -77,7 +77,7 @@ type Waiter = { resolve(e: z.output<typeof EventSchema>): void; reject(e: Error)
 export async function startTrainer(options: TrainerOptions): Promise<RunningTrainer> {
   let python = options.python;
   if (!python) {
-    const found = findTorchPython();
+    const found = findPython();
     if ('missing' in found) throw new TrainerError(`no Python with torch for the trainer: ${found.missing}`);
     python = found.python;
   }

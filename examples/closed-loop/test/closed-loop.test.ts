@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { decodeSamples, type Sample } from '@vime/core';
-import { torchPythonOrSkip } from '@vime/example-megatron-trainer/python-testing';
+import { torchPythonOrSkip } from '@vime/core/testing';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import {
   bundledTokenizerDir,

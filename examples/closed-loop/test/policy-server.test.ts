@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import type { Sample } from '@vime/core';
 import { type ChatTokenizer, type Engine, loadTokenizer, sglangEngine } from '@vime/core/engine';
 import { startCaptureProxy } from '@vime/core/proxy';
+import { torchPythonOrSkip } from '@vime/core/testing';
 import { seededRandom } from '@vime/core/utils';
-import { torchPythonOrSkip } from '@vime/example-megatron-trainer/python-testing';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {

@@ -3,7 +3,7 @@
  * the warm start), run with the Python that has torch.
  */
 import { spawnSync } from 'node:child_process';
-import { torchPythonOrSkip } from '@vime/example-megatron-trainer/python-testing';
+import { torchPythonOrSkip } from '@vime/core/testing';
 import { describe, expect, it } from 'vitest';
 import { exampleDir, pythonEnv } from '../src/index.js';
 

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { decodeSamples, encodeSamples } from '@vime/core';
+import { torchPythonOrSkip } from '@vime/core/testing';
 import {
   checkAgainstTrainer,
   grpoAdvantages,
@@ -14,7 +15,6 @@ import {
 } from '@vime/grpo';
 import { afterAll, describe, expect, it } from 'vitest';
 import { makeDemoBatch } from './batch.js';
-import { torchPythonOrSkip } from './python-testing.js';
 
 const example = fileURLToPath(new URL('..', import.meta.url));
 const repo = fileURLToPath(new URL('../../..', import.meta.url));

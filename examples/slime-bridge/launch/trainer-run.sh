@@ -18,7 +18,7 @@ VIME_ENGINE_URLS="$(vime engines wait -c "$CONFIG" --timeout 30m | cut -f1 | tr 
 export VIME_ENGINE_URLS
 
 PORT="${VIME_ROLLOUT_PORT:-8600}"
-node --import tsx --conditions=@vime/source examples/coding-agent/src/serve.ts --host 127.0.0.1 --port "$PORT" &
+node --import tsx --conditions=@vime/source packages/slime/src/serve.ts --host 127.0.0.1 --port "$PORT" &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 until curl -sf "http://127.0.0.1:$PORT/health" >/dev/null; do kill -0 $SERVER || exit 1; sleep 1; done
@@ -26,6 +26,6 @@ until curl -sf "http://127.0.0.1:$PORT/health" >/dev/null; do kill -0 $SERVER ||
 # The bridge finds the server and its Python module; `vime ray submit` merges this PYTHONPATH into the
 # job's runtime env (Ray workers take their environment from there, not from this shell).
 export VIME_ROLLOUT_URL="http://127.0.0.1:$PORT"
-export PYTHONPATH="$PWD/examples/slime-bridge/python${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/packages/slime/python${PYTHONPATH:+:$PYTHONPATH}"
 ray start --head --disable-usage-stats
 vime ray submit -c "$CONFIG" --submission-id "${SKYPILOT_JOBGROUP_NAME:-vime}-slime"

@@ -51,7 +51,7 @@ let dataset: string;
 beforeAll(async () => {
   dataset = (await sharedOfflineSet()).jsonlPath;
   engineUrl = await start(
-    'examples/coding-agent/src/standin-server.ts',
+    'packages/loop/src/standin/server.ts',
     ['--dataset', dataset],
     { PATH: process.env.PATH!, HOME: process.env.HOME! },
     /listening on (http:\/\/\S+)/,
@@ -78,7 +78,7 @@ describe('the trainer job env configures the rollout server', () => {
     );
     const envs = Object.fromEntries(Object.entries(jobs.at(-1)!.envs ?? {}).map(([k, v]) => [k, String(v)]));
     const serverUrl = await start(
-      'examples/coding-agent/src/serve.ts',
+      'packages/slime/src/serve.ts',
       ['--host', '127.0.0.1', '--port', '0'],
       { PATH: process.env.PATH!, HOME: process.env.HOME!, ...envs, VIME_ENGINE_URLS: engineUrl },
       /rollout server on (http:\/\/\S+)/,

@@ -91,7 +91,7 @@ describe('slime bridge launch configs', () => {
       const submit = await vime(['ray', 'submit', '--dry-run', '-c', configFile], {
         ...trainer.envs,
         HOME: '/root',
-        PYTHONPATH: '/root/sky_workdir/examples/slime-bridge/python:/opt/extra',
+        PYTHONPATH: '/root/sky_workdir/packages/slime/python:/opt/extra',
       });
       expect(submit.code, submit.stderr).toBe(0);
       const request = JSON.parse(submit.stdout) as {
@@ -108,7 +108,7 @@ describe('slime bridge launch configs', () => {
         expect(request.entrypoint).toContain(flag);
       }
       expect(request.runtime_env.env_vars.PYTHONPATH!.split(':')).toEqual(
-        expect.arrayContaining(['/root/sky_workdir/examples/slime-bridge/python', '/opt/extra']),
+        expect.arrayContaining(['/root/sky_workdir/packages/slime/python', '/opt/extra']),
       );
     },
     120_000,
@@ -156,13 +156,13 @@ describe('slime bridge launch configs', () => {
     temp.push(copy);
     for (const part of [
       'examples/slime-bridge/launch',
-      'examples/slime-bridge/python',
-      'examples/coding-agent/src',
+      'packages/slime/python',
+      'packages/slime/src',
       'scripts',
     ]) {
       await cp(join(root, part), join(copy, part), { recursive: true });
     }
-    const bridge = join(copy, 'examples/slime-bridge/python/vime_bridge.py');
+    const bridge = join(copy, 'packages/slime/python/vime_bridge.py');
     await writeFile(
       bridge,
       (await readFile(bridge, 'utf8')).replace('def log_rollout_metrics(', 'def other_name('),
@@ -171,7 +171,7 @@ describe('slime bridge launch configs', () => {
     const missing = await vime(['launch', 'check', fresh, '--root', copy]);
     expect(missing.code).toBe(3);
     expect(missing.stdout).toMatch(
-      /module: --custom-rollout-log-function-path vime_bridge\.log_rollout_metrics: examples\/slime-bridge\/python\/vime_bridge\.py defines no log_rollout_metrics\(\)/,
+      /module: --custom-rollout-log-function-path vime_bridge\.log_rollout_metrics: packages\/slime\/python\/vime_bridge\.py defines no log_rollout_metrics\(\)/,
     );
   }, 120_000);
 

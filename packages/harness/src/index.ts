@@ -9,6 +9,7 @@ export {
   type HarnessLaunchInput,
   harnessBin,
 } from './adapters.js';
+export { agentOfTask, type HarnessAgentOptions, harnessAgent, harnessTranscript } from './agent.js';
 export { HarnessError } from './errors.js';
 export {
   DEFAULT_NPM_REGISTRY,
@@ -21,6 +22,14 @@ export {
   installHarness,
   tarballUrl,
 } from './install.js';
+export {
+  type AgentOptions,
+  type AgentResult,
+  type ExitStatus,
+  parseActions,
+  runAgent,
+} from './mini-swe-agent/agent.js';
+export { ACTION_FENCE, OBSERVATION_LIMIT, SUBMIT_SENTINEL } from './mini-swe-agent/templates.js';
 export {
   AGENT_KINDS,
   type AgentKind,

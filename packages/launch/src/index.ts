@@ -1,12 +1,4 @@
 export { type CliIo, EXIT, main } from './cli/main.js';
-export {
-  type EngineState,
-  type EngineStatus,
-  type EngineTarget,
-  HEALTH_PATHS,
-  type WaitForEnginesOptions,
-  waitForEngines,
-} from './engines/health.js';
 export { MODEL_ARCH_ARGS } from './models.js';
 export {
   expandEnv,
@@ -132,22 +124,3 @@ export {
   type SkyPilotYamlKind,
   validateSkyPilotYaml,
 } from './skypilot/validate.js';
-export {
-  checkSlimeConfig,
-  type ResolvedSlimeConfig,
-  type SlimeCommand,
-  type SlimeConfig,
-  SlimeConfigSchema,
-  type SlimeProblem,
-  slimeArgs,
-} from './slime/args.js';
-export { KNOWN_FLAGS, REFUSED_FLAGS } from './slime/flags.js';
-export {
-  type BridgeRollout,
-  type InfraFailure,
-  infraFailureSample,
-  type RolloutRequest,
-  type RolloutServer,
-  type RolloutServerOptions,
-  startRolloutServer,
-} from './slime/rollout-server.js';

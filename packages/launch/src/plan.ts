@@ -6,6 +6,7 @@
  * (`dataset.path`, every repo unless `dataset.repos` filters) or, by default, the offline task set.
  */
 import { ConfigError, parseWith } from '@vime/core';
+import { type ResolvedSlimeConfig, SlimeConfigSchema } from '@vime/slime';
 import { z } from 'zod';
 import { MODEL_ARCH_ARGS } from './models.js';
 import {
@@ -18,14 +19,13 @@ import {
   resolveJobGroupConfig,
   VolumeConfigSchema,
 } from './skypilot/render.js';
-import { type ResolvedSlimeConfig, SlimeConfigSchema } from './slime/args.js';
 
 const pos = z.number().int().positive();
 
 /** The slime bridge's launch scripts, relative to the job's workdir (this repository). */
 export const BRIDGE_LAUNCH = 'examples/slime-bridge/launch';
 /** The slime bridge's Python module folder, relative to the job's workdir. */
-export const BRIDGE_PYTHON = 'examples/slime-bridge/python';
+export const BRIDGE_PYTHON = 'packages/slime/python';
 
 export const LaunchConfigSchema = z.strictObject({
   /** Job Group name; defaults to `coding-agent-rl` (1 engine) or `coding-agent-rl-<N>eng`. */
@@ -260,7 +260,7 @@ export function resolvePlan(
         balanceData: true,
         dynamicBatchSize: true,
         maxTokensPerGpu: c.rollout.maxTokensPerGpu,
-        // The slime bridge's Python module (examples/slime-bridge/python, on the job's PYTHONPATH): the agent
+        // The slime bridge's Python module (packages/slime/python, on the job's PYTHONPATH): the agent
         // rollout, the filter that keeps infra-failed rollouts out of the batch (over-sampling refills it),
         // per-prompt reward normalisation that counts each rollout once, and Vime's rollout metrics.
         customGenerateFunctionPath: 'vime_bridge.generate',

@@ -3,10 +3,11 @@
  * against parallelism and engines, the rollout concurrency against the sandbox
  * pool, the rendered YAML against SkyPilot's loader rules, and required env.
  */
+
+import { checkSlimeConfig } from '@vime/slime';
 import type { LaunchPlan } from './plan.js';
 import { renderJobGroup, renderVolume } from './skypilot/render.js';
 import { formatProblem, validateSkyPilotYaml } from './skypilot/validate.js';
-import { checkSlimeConfig } from './slime/args.js';
 
 export interface PreflightProblem {
   /** Stable identifier, e.g. `gpu.trainer`, `sandbox.pool`, `env.missing`. */

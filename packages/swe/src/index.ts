@@ -91,6 +91,13 @@ export {
   testCommandFor,
 } from './profiles.js';
 export {
+  type SweAgent,
+  type SweAgentInput,
+  type SweAgentRun,
+  type SweRolloutOptions,
+  sweRollout,
+} from './rollout.js';
+export {
   checkoutInstance,
   type InstanceCheckout,
   type SetupSweOptions,

@@ -1,4 +1,13 @@
 // @vime/core/engine: inference engine clients (SGLang, vLLM), the tokenizer and chat templates.
+
+export {
+  type EngineHealthState,
+  type EngineHealthStatus,
+  type EngineTarget,
+  HEALTH_PATHS,
+  type WaitForEnginesOptions,
+  waitForEngines,
+} from './health.js';
 export {
   type NucleusCheck,
   type NucleusReplay,
@@ -40,6 +49,7 @@ export {
 export type {
   Engine,
   EngineFinishReason,
+  EngineKind,
   EngineOptions,
   GenerateRequest,
   GenerateResult,

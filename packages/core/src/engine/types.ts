@@ -1,6 +1,9 @@
 import type { HttpClientOptions } from '../utils/http.js';
 import type { NucleusReplay } from './nucleus.js';
 
+/** The engines Vime speaks to: their HTTP wires differ (see `sglangEngine`, `vllmEngine`). */
+export type EngineKind = 'sglang' | 'vllm';
+
 /** Sampling parameters, engine-neutral (mapped to SGLang's `sampling_params` or vLLM's request fields). */
 export interface Sampling {
   temperature?: number;

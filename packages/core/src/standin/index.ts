@@ -11,4 +11,5 @@ export {
   startStandInEngine,
 } from './engine.js';
 export type { PauseMode } from './generation.js';
+export { closedPort, type HealthScript, type HealthStandIn, startHealthStandIn } from './health.js';
 export type { ServiceModel } from './scheduler.js';

@@ -1,6 +1,7 @@
 // @vime/core/utils: the helpers every package shares (HTTP client, retry, sleep, deadlines, files, shell
 // quoting, durations, the logger interface, seeded randomness).
 
+export { closest, didYouMean } from './did-you-mean.js';
 export { parseDuration } from './duration.js';
 export {
   type CallerPathOptions,
@@ -18,7 +19,9 @@ export {
   type HttpResponse,
   JsonText,
 } from './http.js';
+export { httpUrl } from './http-url.js';
 export type { Logger } from './logger.js';
+export { findPython, TORCH_MODULES } from './python.js';
 export { seededRandom } from './random.js';
 export { type BackoffOptions, isRetryableError, type RetryOptions, retry } from './retry.js';
 export { type ShellQuoteOptions, shellJoin, shellQuote } from './shell.js';

@@ -1,7 +1,7 @@
 /** What every `vime` subcommand shares: the injectable IO, exit codes, the command shape, flag parsing. */
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { ConfigError } from '@vime/core';
-import { didYouMean } from '../internal/did-you-mean.js';
+import { didYouMean } from '@vime/core/utils';
 
 export interface CliIo {
   stdout: (text: string) => void;

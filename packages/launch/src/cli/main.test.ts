@@ -5,9 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { startHealthStandIn } from '@vime/core/standin';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { startFakeEngine } from '../testing/engines.js';
 import { type FakeRay, startFakeRay } from '../testing/ray.js';
 import { EXIT, main } from './main.js';
 
@@ -249,10 +249,10 @@ describe('vime CLI', () => {
 
   it('waits for engines and names the ones that never came up', async () => {
     // Unhealthy for its first health request whatever the machine's load, so the wait sees it start.
-    const good = await startFakeEngine({
+    const good = await startHealthStandIn({
       script: { type: 'slow-start', readyAfterMs: 100, readyAfterRequests: 1 },
     });
-    const bad = await startFakeEngine({ kind: 'vllm', script: { type: 'never-healthy' } });
+    const bad = await startHealthStandIn({ kind: 'vllm', script: { type: 'never-healthy' } });
     closers.push(good.close, bad.close);
     const ok = await vime(['engines', 'wait', good.url, '--timeout', '5s']);
     expect(ok.code).toBe(EXIT.ok);

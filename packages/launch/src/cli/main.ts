@@ -3,7 +3,7 @@
  * it in-process; `src/cli.ts` binds it to the real process. Each subcommand lives in `commands/`.
  */
 import { ConfigError, VimeError } from '@vime/core';
-import { closest } from '../internal/did-you-mean.js';
+import { closest } from '@vime/core/utils';
 import { RayJobFailedError } from '../ray/client.js';
 import { type CliIo, type Command, EXIT } from './command.js';
 import { launchCheckCommand } from './commands/check.js';

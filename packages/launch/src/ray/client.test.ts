@@ -1,6 +1,6 @@
 import { ValidationError } from '@vime/core';
+import { closedPort } from '@vime/core/standin';
 import { afterEach, describe, expect, it } from 'vitest';
-import { closedPort } from '../testing/engines.js';
 import { type FakeRay, type FakeRayOptions, startFakeRay } from '../testing/ray.js';
 import { RayJobFailedError, RayJobsClient, RayJobsError } from './client.js';
 

@@ -4,9 +4,9 @@
  * Secrets travel only in `runtime_env.env_vars`, never in the entrypoint.
  */
 import { shellJoin, shellQuote } from '@vime/core/utils';
+import { slimeArgs } from '@vime/slime';
 import { BRIDGE_PYTHON, type LaunchPlan } from '../plan.js';
 import { JOBGROUP_NAME_ENV } from '../skypilot/render.js';
-import { slimeArgs } from '../slime/args.js';
 import type { JobSubmitRequest } from './types.js';
 
 /** Engine addresses in the argv are `$VAR` references the job's shell expands. */

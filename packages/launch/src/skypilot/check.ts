@@ -12,10 +12,10 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
+import { slimeArgs } from '@vime/slime';
 import { parseAllDocuments } from 'yaml';
 import { type LaunchConfig, type LaunchPlan, resolvePlan } from '../plan.js';
 import { slimeJobRequest } from '../ray/job.js';
-import { slimeArgs } from '../slime/args.js';
 
 export interface LaunchProblem {
   /** Job name, or `job-group` for the file itself. */

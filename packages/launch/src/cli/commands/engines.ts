@@ -1,8 +1,7 @@
 /** `vime engines wait [URL...]`: gate on every inference engine being healthy. */
 import { ConfigError, VimeError } from '@vime/core';
-import { parseDuration } from '@vime/core/utils';
-import { type EngineStatus, waitForEngines } from '../../engines/health.js';
-import { httpUrl } from '../../internal/http-url.js';
+import { type EngineHealthStatus, waitForEngines } from '@vime/core/engine';
+import { httpUrl, parseDuration } from '@vime/core/utils';
 import { expandEnv } from '../../plan.js';
 import { type Command, EXIT, parseFlags, positiveInt } from '../command.js';
 import { PLAN_HELP, PLAN_OPTIONS, planFrom } from '../plan-options.js';
@@ -38,7 +37,7 @@ ${PLAN_HELP}`,
     const urls = positionals.length ? positionals : plan.engineUrls.map((u) => expandEnv(u, io.env));
     for (const url of urls) httpUrl(url, 'engine URL', 'http://HOST:PORT (e.g. http://127.0.0.1:30000)');
     io.stderr(`waiting for ${urls.length} engine(s): ${urls.join(' ')}\n`);
-    let statuses: EngineStatus[];
+    let statuses: EngineHealthStatus[];
     try {
       statuses = await waitForEngines(urls, {
         deadline,
@@ -52,7 +51,7 @@ ${PLAN_HELP}`,
       });
     } catch (error) {
       if (VimeError.isInstance(error) && error.data?.engines) {
-        for (const s of error.data.engines as EngineStatus[]) {
+        for (const s of error.data.engines as EngineHealthStatus[]) {
           io.stdout(`${s.url}\t${s.state}\t${s.attempts} checks\tfirst error: ${s.firstError ?? '-'}\n`);
         }
       }

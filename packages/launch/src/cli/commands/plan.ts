@@ -1,9 +1,9 @@
 /** `vime plan`: the resolved plan and its preflight report. */
 import { ConfigError } from '@vime/core';
 import { shellJoin } from '@vime/core/utils';
+import { slimeArgs } from '@vime/slime';
 import type { LaunchPlan } from '../../plan.js';
 import { preflight } from '../../preflight.js';
-import { slimeArgs } from '../../slime/args.js';
 import { type CliIo, type Command, EXIT, parseFlags } from '../command.js';
 import { PLAN_HELP, PLAN_OPTIONS, planFrom } from '../plan-options.js';
 import { printSimulation, SIMULATE_HELP, SIMULATE_OPTIONS, simulatePlan } from './simulate.js';

@@ -1,7 +1,6 @@
 /** `vime ray submit|status|logs|stop`: Ray Jobs over the dashboard's REST API. */
 import { ConfigError } from '@vime/core';
-import { readTextFile, shellJoin } from '@vime/core/utils';
-import { httpUrl } from '../../internal/http-url.js';
+import { httpUrl, readTextFile, shellJoin } from '@vime/core/utils';
 import { RayJobsClient } from '../../ray/client.js';
 import { redactRequest, slimeJobRequest } from '../../ray/job.js';
 import { type CliIo, type Command, EXIT, parseFlags } from '../command.js';

@@ -1,6 +1,6 @@
 /** `vime slime args`: slime's argv for the plan. */
 import { shellJoin } from '@vime/core/utils';
-import { slimeArgs } from '../../slime/args.js';
+import { slimeArgs } from '@vime/slime';
 import { type Command, EXIT, parseFlags } from '../command.js';
 import { PLAN_HELP, PLAN_OPTIONS, planFrom } from '../plan-options.js';
 

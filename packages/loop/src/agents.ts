@@ -1,0 +1,99 @@
+/**
+ * The run's agents: each sample's agent is its row's `metadata.agent`, else `--agent`; the rollout is
+ * `sweRollout` of `@vime/swe` with the agent `harnessAgent` of `@vime/harness` makes for that kind.
+ */
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigError, type TaskSpec } from '@vime/core';
+import type { CaptureProxy } from '@vime/core/proxy';
+import type { RolloutFunction } from '@vime/core/runner';
+import { type AgentKind, agentOfTask, harnessAgent } from '@vime/harness';
+import { type SweAgent, type SwePools, sweRollout } from '@vime/swe';
+import type { Config } from './config.js';
+
+/**
+ * The agents of a run's tasks, checked before anything starts: a row naming an unknown agent, or a
+ * harness on a sandbox without the proxy channel (`local` has none), is a `ConfigError`.
+ */
+export function checkAgents(tasks: readonly TaskSpec[], config: Config): Set<AgentKind> {
+  const kinds = new Set<AgentKind>();
+  for (const task of tasks) {
+    try {
+      kinds.add(agentOfTask(task, config.agent));
+    } catch (error) {
+      throw new ConfigError(`dataset row ${task.id}: ${(error as Error).message}`, { cause: error });
+    }
+  }
+  const harnesses = [...kinds].filter((k) => k !== 'mini-swe-agent');
+  if (harnesses.length > 0 && config.sandbox === 'local') {
+    throw new ConfigError(
+      `--sandbox local: the agent ${harnesses.join(', ')} reaches the capture proxy through a channel only the bubblewrap and docker sandboxes provide; use --sandbox bubblewrap or docker, or --agent mini-swe-agent`,
+    );
+  }
+  return kinds;
+}
+
+/** Whether any of these agents is a harness (reaching the proxy through its unix socket). */
+export function usesHarness(kinds: ReadonlySet<AgentKind>): boolean {
+  return [...kinds].some((k) => k !== 'mini-swe-agent');
+}
+
+/**
+ * A unix socket path for the capture proxy when `wanted` (the run has harness agents): in a fresh folder
+ * every user can walk (the harness runs as the sandbox's unprivileged uid), removed by `close`.
+ */
+export async function harnessSocket(
+  wanted: boolean,
+): Promise<{ socketPath: string | undefined; close: () => Promise<void> }> {
+  if (!wanted) return { socketPath: undefined, close: async () => {} };
+  const dir = await mkdtemp(join(tmpdir(), 'vime-proxy-'));
+  await chmod(dir, 0o755);
+  return { socketPath: join(dir, 'proxy.sock'), close: () => rm(dir, { recursive: true, force: true }) };
+}
+
+export interface LoopRolloutDeps {
+  config: Config;
+  proxy: CaptureProxy;
+  pools: SwePools;
+  /** Model name sent to the engine through the proxy. */
+  model: string;
+  /** Called as a sandbox claim starts (after the circuit breaker let the rollout through). */
+  onClaim?: (() => void) | undefined;
+}
+
+/** The run's rollout: `sweRollout` with each sample's agent, one agent (one harness install) per kind. */
+export function loopRollout({
+  config,
+  proxy,
+  pools,
+  model,
+  onClaim,
+}: LoopRolloutDeps): RolloutFunction<TaskSpec> {
+  const agents = new Map<AgentKind, SweAgent>();
+  const agentOf = (task: TaskSpec): SweAgent => {
+    const kind = agentOfTask(task, config.agent);
+    let agent = agents.get(kind);
+    if (!agent) {
+      agent = harnessAgent(kind, {
+        model,
+        maxTurns: config.maxTurns,
+        timeoutMs: config.agentTimeoutMs,
+        registry: config.harnessRegistry,
+      });
+      agents.set(kind, agent);
+    }
+    return agent;
+  };
+  return sweRollout({
+    pools,
+    proxy,
+    agent: agentOf,
+    sampling: { temperature: config.temperature, topP: config.topP, maxTokens: config.maxTokensPerTurn },
+    maxContextTokens: config.maxContextTokens,
+    execTimeoutMs: config.execTimeoutMs,
+    gradeTimeoutMs: config.gradeTimeoutMs,
+    onSuspicious: config.onSuspicious,
+    onClaim,
+  });
+}

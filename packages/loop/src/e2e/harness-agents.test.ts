@@ -1,0 +1,243 @@
+/**
+ * Per-sample harness choice through the coding-agent CLI: a dataset file whose rows set `agent` (what
+ * slime hands over as `metadata.agent`): one `claude-code`, one `codex`, one unset (the example's own
+ * mini-swe-agent). The real pinned harness binaries run unmodified in bubblewrap sandboxes that reach only
+ * the capture proxy; the stand-in engine (a scripted policy, not a model) answers each harness in Qwen3's
+ * tool-call format with the scripts of `@vime/harness/standin`, so each fixes its task. Graded in a fresh
+ * sandbox: both harnesses score 1; every row carries its agent; the trained tokens are the script's
+ * sampled replies and nothing else.
+ */
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { decodeSamples, type Sample, type TaskSpec } from '@vime/core';
+import { loadTokenizer } from '@vime/core/engine';
+import { claudeCodeScript, codexScript, fixOf, oneLineFix, type Script } from '@vime/harness/standin';
+import { defaultDockerSocket } from '@vime/sandbox';
+import { buildOfflineTaskSet } from '@vime/swe';
+import { afterAll, beforeAll, describe, expect, inject, it, onTestFinished } from 'vitest';
+import { bundledTokenizerDir } from '../defaults.js';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    offlineTasksDir: string;
+  }
+}
+
+const root = fileURLToPath(new URL('../../../../', import.meta.url));
+const CLI = 'packages/loop/src/cli.ts';
+
+function runCli(args: string[], timeoutMs: number, env: Record<string, string> = {}) {
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', '--conditions=@vime/source', CLI, ...args], {
+      cwd: root,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+let tmp: string;
+let dataset: string;
+let badDataset: string;
+let tasks: Record<'claude-code' | 'codex' | 'default', TaskSpec>;
+
+beforeAll(async () => {
+  tmp = await mkdtemp(join(tmpdir(), 'vime-harness-agents-'));
+  const set = await buildOfflineTaskSet({ dir: inject('offlineTasksDir') });
+  const oneLine = set.tasks.filter((t) => oneLineFix(t) !== undefined);
+  const claude = oneLine[0]!;
+  const codex = oneLine[1]!;
+  const other = set.tasks.find((t) => t !== claude && t !== codex)!;
+  tasks = { 'claude-code': claude, codex, default: other };
+  const rows = (await readFile(set.jsonlPath, 'utf8'))
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+  const row = (task: TaskSpec) => rows.find((r) => r.instance_id === task.id)!;
+  // Next to the published rows, so the set's environments.json applies to this file too.
+  const suffix = Math.random().toString(36).slice(2, 8);
+  dataset = join(set.dir, `agents-${suffix}.jsonl`);
+  badDataset = join(set.dir, `agents-bad-${suffix}.jsonl`);
+  const lines = [{ ...row(claude), agent: 'claude-code' }, { ...row(codex), agent: 'codex' }, row(other)];
+  await writeFile(dataset, `${lines.map((l) => JSON.stringify(l)).join('\n')}\n`);
+  await writeFile(badDataset, `${JSON.stringify({ ...row(claude), agent: 'Claude-Code' })}\n`);
+});
+
+afterAll(async () => {
+  await rm(tmp, { recursive: true, force: true });
+  await rm(dataset, { force: true });
+  await rm(badDataset, { force: true });
+});
+
+interface StepResult {
+  taskId: string;
+  status: string;
+  reward?: number;
+  error?: unknown;
+}
+
+/** The per-rollout results of a run's first step. */
+async function stepResults(out: string): Promise<StepResult[]> {
+  return JSON.parse(await readFile(join(out, 'steps', '1.results.json'), 'utf8')) as StepResult[];
+}
+
+/** The mask-1 tokens of a rollout's rows, in order, with their log probs. */
+function trained(rows: Sample[]): { ids: number[]; logprobs: number[] } {
+  const ids: number[] = [];
+  const logprobs: number[] = [];
+  for (const s of rows) {
+    const start = s.tokens.length - s.response_length;
+    s.loss_mask!.forEach((m, j) => {
+      if (m === 1) {
+        ids.push(s.tokens[start + j]!);
+        logprobs.push(s.rollout_log_probs![j]!);
+      } else expect(s.rollout_log_probs![j]).toBe(0);
+    });
+  }
+  return { ids, logprobs };
+}
+
+describe('coding-agent CLI: metadata.agent picks the harness per sample', () => {
+  it('a bad --agent or row agent is one line naming it and the choices, exit 2', async () => {
+    const flag = await runCli(['--agent', 'claude', '--out', join(tmp, 'bad-flag')], 60_000);
+    expect(flag.code).toBe(2);
+    expect(flag.stderr).toMatch(/--agent: .*mini-swe-agent.*claude-code.*codex.*\(got "claude"\)/);
+    expect(flag.stderr).not.toMatch(/\n\s+at /);
+    const row = await runCli(['--dataset', badDataset, '--out', join(tmp, 'bad-row')], 60_000);
+    expect(row.code).toBe(2);
+    expect(row.stderr).toContain(`dataset row ${tasks['claude-code'].id}: metadata.agent: expected one of`);
+    expect(row.stderr).toContain('"Claude-Code"');
+    expect(row.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it('claude-code and codex fix their tasks (reward 1) beside the default agent; trained tokens are the sampled ones', {
+    timeout: 300_000,
+  }, async () => {
+    const out = join(tmp, 'run');
+    const run = await runCli(
+      [
+        ...['--dataset', dataset, '--out', out, '--steps', '1', '--prompts', '3', '--samples', '1'],
+        ...['--concurrency', '3', '--pool-replicas', '0', '--no-validate', '--quiet'],
+      ],
+      280_000,
+    );
+    expect(run.code, `${run.stdout.slice(-2000)}\n${run.stderr.slice(-3000)}`).toBe(0);
+    const results = await stepResults(out);
+    const byTask = new Map(results.map((r) => [r.taskId, r]));
+    expect(byTask.get(tasks['claude-code'].id), JSON.stringify(results)).toMatchObject({ reward: 1 });
+    expect(byTask.get(tasks.codex.id), JSON.stringify(results)).toMatchObject({ reward: 1 });
+    expect(['completed', 'truncated']).toContain(byTask.get(tasks.default.id)?.status);
+
+    const rows = decodeSamples(await readFile(join(out, 'steps', '1.msgpack')));
+    expect(new Set(rows.map((r) => r.label))).toEqual(new Set(Object.values(tasks).map((t) => t.id)));
+    const agentOfRow = (id: string) =>
+      new Set(rows.filter((r) => r.label === id).map((r) => r.metadata.agent));
+    expect(agentOfRow(tasks['claude-code'].id)).toEqual(new Set(['claude-code']));
+    expect(agentOfRow(tasks.codex.id)).toEqual(new Set(['codex']));
+    expect(agentOfRow(tasks.default.id)).toEqual(new Set(['mini-swe-agent']));
+
+    // The trained tokens of each harness rollout are exactly the script's replies as the engine sampled
+    // them (each closed by <|im_end|>), with real log probs; observations and prompts are never trained.
+    const tokenizer = await loadTokenizer(bundledTokenizerDir());
+    const scripts: Array<[TaskSpec, Script, number]> = [
+      [tasks['claude-code'], claudeCodeScript, 3],
+      [tasks.codex, codexScript, 2],
+    ];
+    for (const [task, script, turns] of scripts) {
+      const own = rows.filter((r) => r.label === task.id);
+      expect(own.every((r) => r.reward === 1)).toBe(true);
+      const { ids, logprobs } = trained(own);
+      const fix = fixOf(task)!;
+      const replies = Array.from({ length: turns }, (_, i) => `${script(i, fix)}<|im_end|>`).join('');
+      expect(tokenizer.decode(ids)).toBe(replies);
+      expect(logprobs.every((l) => Number.isFinite(l) && l <= 0)).toBe(true);
+    }
+  });
+
+  const dockerReady = process.getuid?.() === 0 || existsSync(defaultDockerSocket());
+  it.runIf(dockerReady)(
+    'claude-code and codex fix their tasks in docker sandboxes too (reward 1)',
+    {
+      timeout: 300_000,
+    },
+    async () => {
+      const out = join(tmp, 'docker');
+      const run = await runCli(
+        [
+          ...['--dataset', dataset, '--out', out, '--sandbox', 'docker', '--steps', '1', '--prompts', '3'],
+          ...['--samples', '1', '--concurrency', '3', '--pool-replicas', '0', '--no-validate', '--quiet'],
+        ],
+        280_000,
+      );
+      expect(run.code, `${run.stdout.slice(-2000)}\n${run.stderr.slice(-3000)}`).toBe(0);
+      const results = await stepResults(out);
+      for (const kind of ['claude-code', 'codex'] as const) {
+        const result = results.find((r) => r.taskId === tasks[kind].id);
+        expect(result, JSON.stringify(results)).toMatchObject({ reward: 1 });
+      }
+      const rows = decodeSamples(await readFile(join(out, 'steps', '1.msgpack')));
+      expect(new Set(rows.filter((r) => r.label === tasks.codex.id).map((r) => r.metadata.agent))).toEqual(
+        new Set(['codex']),
+      );
+    },
+  );
+
+  it('a harness on --sandbox local is one line naming the flag and the choices, exit 2', async () => {
+    const run = await runCli(
+      ['--dataset', dataset, '--sandbox', 'local', '--out', join(tmp, 'local')],
+      60_000,
+    );
+    expect(run.code).toBe(2);
+    expect(run.stderr).toMatch(
+      /--sandbox local: the agent claude-code, codex .*--sandbox bubblewrap or docker/,
+    );
+    expect(run.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it('a harness that cannot be installed fails its rollout as an infrastructure failure, never reward 0', {
+    timeout: 200_000,
+  }, async () => {
+    // An empty cache and store and a registry that refuses connections: the install cannot succeed.
+    // Its own temp dir (the store's home), walkable by the sandbox user like the system's.
+    const fresh = await mkdtemp(join(tmpdir(), 'vime-no-install-'));
+    await chmod(fresh, 0o755);
+    await mkdir(join(fresh, 'cache'));
+    onTestFinished(() => rm(fresh, { recursive: true, force: true }));
+    const out = join(tmp, 'no-install');
+    const run = await runCli(
+      [
+        ...['--dataset', dataset, '--out', out, '--steps', '1', '--prompts', '3', '--samples', '1'],
+        ...['--concurrency', '3', '--pool-replicas', '0', '--no-validate', '--quiet'],
+        ...['--harness-registry', 'http://127.0.0.1:9'],
+      ],
+      180_000,
+      { TMPDIR: fresh, VIME_HARNESS_CACHE: join(fresh, 'cache') },
+    );
+    expect(run.code, `${run.stdout.slice(-2000)}\n${run.stderr.slice(-3000)}`).toBe(0);
+    const results = await stepResults(out);
+    for (const task of [tasks['claude-code'], tasks.codex]) {
+      const result = results.find((r) => r.taskId === task.id)!;
+      expect(result.status, JSON.stringify(result)).toBe('failed');
+      expect(result.reward).toBeUndefined();
+      expect(JSON.stringify(result.error)).toContain('harness_install');
+      expect(JSON.stringify(result.error)).toContain('127.0.0.1:9');
+    }
+    // Their groups are dropped: no row of theirs is trained; the default agent's row is.
+    const rows = decodeSamples(await readFile(join(out, 'steps', '1.msgpack')));
+    expect(new Set(rows.map((r) => r.label))).toEqual(new Set([tasks.default.id]));
+  });
+});

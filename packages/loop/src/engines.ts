@@ -1,0 +1,93 @@
+/**
+ * The run's inference engines: the given SGLang/vLLM URLs (waited for until healthy, bounded), or
+ * stand-in engines serving the scripted coding policy (labelled as a stand-in everywhere it shows).
+ */
+import { ConfigError, type TaskSpec } from '@vime/core';
+import { type ChatTokenizer, type Engine, sglangEngine, vllmEngine, waitForEngines } from '@vime/core/engine';
+import { type StandInEngine, startStandInEngine } from '@vime/core/standin';
+
+import type { Config } from './config.js';
+import { codingAgentPolicy } from './standin/policy.js';
+
+export interface RunEngines {
+  engines: Engine[];
+  urls: string[];
+  standIns: StandInEngine[];
+  /** Decode-batch log lines of each stand-in engine, for the report. */
+  logs: string[][];
+  close(): Promise<void>;
+}
+
+export async function startEngines(
+  config: Config,
+  tasks: readonly TaskSpec[],
+  tokenizer: ChatTokenizer,
+  log: (line: string) => void,
+  signal?: AbortSignal,
+): Promise<RunEngines> {
+  if (config.engineUrls.length > 0) {
+    log(
+      `waiting up to ${Math.round(config.engineWaitMs / 1000)} s for ${config.engineUrls.length} engine(s) to be healthy`,
+    );
+    try {
+      await waitForEngines(config.engineUrls, {
+        deadline: config.engineWaitMs,
+        kind: config.engineKind,
+        stableChecks: 1,
+        ...(signal ? { signal } : {}),
+      });
+    } catch (error) {
+      if (signal?.aborted) throw error;
+      throw new ConfigError(
+        `--engine-url: ${(error as Error).message}. Start the engine(s), fix the URL, or raise --engine-wait`,
+        { cause: error },
+      );
+    }
+    const engines = config.engineUrls.map((url) =>
+      config.engineKind === 'vllm' ? vllmEngine(url) : sglangEngine(url),
+    );
+    return {
+      engines,
+      urls: config.engineUrls,
+      standIns: [],
+      logs: [],
+      close: async () => {
+        await Promise.all(engines.map((e) => e.close()));
+      },
+    };
+  }
+  const policy = codingAgentPolicy(
+    tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '', workdir: t.workdir })),
+    { odds: config.odds, seed: config.seed },
+  );
+  const standIns: StandInEngine[] = [];
+  const logs: string[][] = [];
+  for (let i = 0; i < config.standInEngines; i++) {
+    const engine = await startStandInEngine({
+      tokenizer,
+      policy: (request) => policy(request.prompt),
+      service: {
+        slots: config.standInSlots,
+        tokensPerSecond: config.standInTokensPerSecond,
+        kvTokens: 262_144,
+      },
+      decodeLogIntervalMs: 250,
+      logTag: 'TP0',
+    });
+    const lines: string[] = [];
+    engine.events.on('log', (line) => lines.push(line));
+    logs.push(lines);
+    standIns.push(engine);
+  }
+  const engines = standIns.map((e) => sglangEngine(e.url));
+  return {
+    engines,
+    urls: standIns.map((e) => e.url),
+    standIns,
+    logs,
+    close: async () => {
+      await Promise.all(engines.map((e) => e.close()));
+      await Promise.all(standIns.map((e) => e.close()));
+    },
+  };
+}

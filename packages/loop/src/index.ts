@@ -1,0 +1,31 @@
+// @vime/loop: the coding-agent RL step loop. Every export is named here; the README documents each group.
+export { checkAgents, harnessSocket, type LoopRolloutDeps, loopRollout, usesHarness } from './agents.js';
+export { runEntry } from './cli/entry.js';
+export { loopMain } from './cli/main.js';
+export { summaryText } from './cli/summary.js';
+export { type Config, ConfigSchema, checkConfig, configFromEnv, parseConfig, usage } from './config.js';
+export { bundledTokenizerDir, defaultRunFolder } from './defaults.js';
+export { type RunEngines, startEngines } from './engines.js';
+export {
+  createStepGroups,
+  doneSiblings,
+  type GradeEntry,
+  groupKey,
+  type RollOutOptions,
+  rollOutGroups,
+  type StepGroups,
+  scoredOf,
+} from './groups.js';
+export { type LoopIO, type RunSummary, readConfigOf, runLoop, type TrainerHook } from './loop.js';
+export { type ReportInput, sampleEngines, writeRunReport } from './report.js';
+export type { RouterLogEntry } from './router-log.js';
+export { openRunSinks } from './sinks.js';
+export {
+  codingAgentPolicy,
+  defaultOdds,
+  type PolicyOdds,
+  type PolicyTask,
+  patchedFiles,
+} from './standin/policy.js';
+export type { StepSummary, TrainResult } from './steps.js';
+export { datasetPath, loadRunTasks, type RunTasks, readTasks } from './tasks.js';

@@ -1,0 +1,136 @@
+/**
+ * What a step leaves on disk and in the metrics: its batch with GRPO advantages stamped on every row, its
+ * results file (what a resumed run reads instead of rolling the step out again), and its scalars.
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { decodeSamples, isScored, type RolloutResult, type Sample, type ScoredRollout } from '@vime/core';
+import type { GroupQueue } from '@vime/core/queue';
+import { grpoAdvantages } from '@vime/grpo';
+import { type RolloutMetrics, rolloutMetrics } from '@vime/metrics';
+
+/** What a trainer reports for one step: the weight version the engines now serve, timings, metrics. */
+export interface TrainResult {
+  weightVersion: string;
+  /** Seconds of the optimizer step (forward, backward, update) and of writing/loading the new weights. */
+  trainSeconds: number;
+  weightUpdateSeconds: number;
+  /** Finite scalars (loss, grad_norm, logprob_abs_diff_mean, ...), recorded as `train/<name>`. */
+  metrics: Record<string, number>;
+}
+
+export interface StepSummary {
+  step: number;
+  rollouts: number;
+  metrics: RolloutMetrics;
+  advantages: { nonZero: number; rows: number };
+  /** Groups whose scored rollouts all got the same reward (zero advantage, no learning signal). */
+  zeroVarianceGroups: number;
+  rolloutSeconds: number;
+  handoffSeconds: number;
+  batchPath: string;
+  /** Handed off before a restart: its timing was not measured in this process. */
+  resumed?: boolean | undefined;
+  /** What the trainer hook reported for this step (absent without a trainer). */
+  train?: TrainResult | undefined;
+}
+
+/** A rollout is correct when it resolved the task (reward 1). */
+export const correct = (r: number) => r === 1;
+
+export const stepBatchPath = (out: string, step: number) => join(out, 'steps', `${step}.msgpack`);
+export const stepResultsPath = (out: string, step: number) => join(out, 'steps', `${step}.results.json`);
+
+/** slime-preset GRPO advantages per scored rollout, stamped on every row of the rollout. */
+export function stampAdvantages(scored: ScoredRollout[]): { rows: Sample[]; nonZero: number } {
+  const rows: Sample[] = [];
+  if (scored.length === 0) return { rows, nonZero: 0 };
+  const advantages = grpoAdvantages(
+    scored.map((r) => r.reward),
+    { groups: scored.map((r) => r.groupIndex), preset: 'slime', allowUnevenGroups: true },
+  );
+  let nonZero = 0;
+  scored.forEach((r, i) => {
+    const advantage = advantages[i]!;
+    if (advantage !== 0) nonZero++;
+    for (const row of r.samples) {
+      row.metadata = { ...row.metadata, advantage };
+      rows.push(row);
+    }
+  });
+  return { rows, nonZero };
+}
+
+/** A rollout result without its rows (rows live in the step's batch). */
+export function withoutRows(r: RolloutResult): RolloutResult {
+  return { ...r, samples: [] };
+}
+
+export function zeroVarianceGroups(results: RolloutResult[]): number {
+  const rewards = new Map<number, Set<number>>();
+  for (const r of results) {
+    if (!isScored(r)) continue;
+    const set = rewards.get(r.groupIndex) ?? new Set<number>();
+    set.add(r.reward);
+    rewards.set(r.groupIndex, set);
+  }
+  return [...rewards.values()].filter((s) => s.size === 1).length;
+}
+
+/** A step handed off before a restart: its summary and results from disk, or undefined. */
+export async function finishedStep(
+  out: string,
+  step: number,
+  groupSize: number,
+): Promise<{ summary: StepSummary; results: RolloutResult[] } | undefined> {
+  let results: RolloutResult[];
+  try {
+    results = JSON.parse(await readFile(stepResultsPath(out, step), 'utf8')) as RolloutResult[];
+  } catch {
+    return undefined;
+  }
+  const batchPath = stepBatchPath(out, step);
+  const rows = decodeSamples(await readFile(batchPath));
+  const nonZero = new Set(rows.filter((r) => r.metadata.advantage !== 0).map((r) => r.rollout_id)).size;
+  const summary: StepSummary = {
+    step,
+    rollouts: results.length,
+    metrics: rolloutMetrics(results, { correct, groupSize }),
+    advantages: { nonZero, rows: rows.length },
+    zeroVarianceGroups: zeroVarianceGroups(results),
+    rolloutSeconds: 0,
+    handoffSeconds: 0,
+    batchPath,
+    resumed: true,
+  };
+  return { summary, results };
+}
+
+/** A step's trainer result as metric scalars: `perf/train_time`, `perf/update_weights_time`, `train/*`. */
+export function trainScalars(train: TrainResult | undefined): Record<string, number> {
+  if (!train) return {};
+  const scalars: Record<string, number> = {
+    'perf/train_time': train.trainSeconds,
+    'perf/update_weights_time': train.weightUpdateSeconds,
+  };
+  const version = Number(train.weightVersion);
+  if (Number.isFinite(version)) scalars['train/weight_version'] = version;
+  for (const [k, v] of Object.entries(train.metrics)) if (Number.isFinite(v)) scalars[`train/${k}`] = v;
+  return scalars;
+}
+
+/** One line of the log per handed-off step. */
+export function stepLine(s: StepSummary): string {
+  const pass1 = s.metrics.passAtK.find((p) => p.k === 1)?.value;
+  const train = s.train
+    ? ` (train ${s.train.trainSeconds.toFixed(2)} s, weight update ${s.train.weightUpdateSeconds.toFixed(2)} s, now serving ${s.train.weightVersion})`
+    : '';
+  return `step ${s.step}: ${s.rollouts} rollouts, mean reward ${s.metrics.reward.mean?.toFixed(3) ?? '-'}, pass@1 ${pass1?.toFixed(3) ?? '-'}, rollout ${s.rolloutSeconds.toFixed(1)} s, hand-off ${s.handoffSeconds.toFixed(2)} s${train}`;
+}
+
+/** The queue's counters as the report's work-unit table: groups by fate (drops by reason), attempts. */
+export function workUnitCounts(stats: GroupQueue['stats']): Record<string, number> {
+  const { dropped, open: _open, ready: _ready, inFlight: _inFlight, ...counts } = stats;
+  const drops = Object.fromEntries(Object.entries(dropped).map(([why, n]) => [`dropped: ${why}`, n]));
+  return { ...counts, ...drops };
+}
