@@ -121,7 +121,7 @@ describe('slime bridge launch configs', () => {
         '-c',
         'import vime_bridge as b, inspect; print(" ".join(n for n in ("generate", "drop_infra_failed_groups", "normalize_rewards_by_group", "log_rollout_metrics") if callable(getattr(b, n))))',
       ],
-      { env: { ...process.env, PYTHONPATH: here('../python') } },
+      { env: { ...process.env, PYTHONPATH: join(root, 'packages/slime/python') } },
     );
     expect(stdout.trim()).toBe(
       'generate drop_infra_failed_groups normalize_rewards_by_group log_rollout_metrics',

@@ -50,37 +50,6 @@ export {
   TERMINAL_STATUSES,
   VersionSchema,
 } from './ray/types.js';
-export {
-  type CapacityAnswer,
-  type CapacityCurve,
-  type CapacityPoint,
-  capacityCurve,
-  capacityFor,
-  modelFor,
-  type RunPrediction,
-  type SimulateRunOptions,
-  simulateRun,
-} from './simulate/capacity.js';
-export {
-  type FitTarget,
-  type FittedRun,
-  fitRun,
-  type ModelDefaults,
-  observationFrom,
-  REFERENCE_DEFAULTS,
-  type RunObservation,
-  RunObservationSchema,
-  WorkloadSchema,
-} from './simulate/fit.js';
-export {
-  type EngineModel,
-  type RolloutPhaseResult,
-  type StepModel,
-  type StepPrediction,
-  simulateRolloutPhase,
-  simulateStep,
-} from './simulate/model.js';
-export { REFERENCE_BENCHMARK, type ReferenceRunKey } from './simulate/reference.js';
 export { checkRenderedJobGroup, type LaunchCheckReport, type LaunchProblem } from './skypilot/check.js';
 export {
   ACCELERATOR_PATTERN,

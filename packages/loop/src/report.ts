@@ -8,10 +8,12 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { RolloutResult } from '@vime/core';
 import { writeFileAtomic } from '@vime/core/utils';
-import { capacityCurve, fitRun, observationFrom } from '@vime/launch';
 import {
   type CapacityInput,
+  capacityCurve,
   type EngineInput,
+  fitRun,
+  observationFrom,
   parseSglangDecodeLog,
   type RolloutMetrics,
   type RunRecord,

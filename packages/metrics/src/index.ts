@@ -1,3 +1,34 @@
+export {
+  type CapacityAnswer,
+  type CapacityCurve,
+  type CapacityPoint,
+  capacityCurve,
+  capacityFor,
+  modelFor,
+  type RunPrediction,
+  type SimulateRunOptions,
+  simulateRun,
+} from './capacity/curve.js';
+export {
+  type FitTarget,
+  type FittedRun,
+  fitRun,
+  type ModelDefaults,
+  observationFrom,
+  REFERENCE_DEFAULTS,
+  type RunObservation,
+  RunObservationSchema,
+  WorkloadSchema,
+} from './capacity/fit.js';
+export {
+  type EngineModel,
+  type RolloutPhaseResult,
+  type StepModel,
+  type StepPrediction,
+  simulateRolloutPhase,
+  simulateStep,
+} from './capacity/model.js';
+export { REFERENCE_BENCHMARK, type ReferenceRunKey } from './capacity/reference.js';
 export { REPORT_SECTIONS, renderHtmlReport, renderTerminalReport } from './html.js';
 export {
   type BatchPassAtK,

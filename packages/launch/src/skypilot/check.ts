@@ -3,7 +3,8 @@
  * of the repository the jobs run in (their SkyPilot workdir):
  *
  * - every script a job's setup or run names exists, and so does every file those scripts run or import
- *   (`bash x.sh`, `node … x.ts`, `python3 x.py`, relative imports of TypeScript files), followed transitively;
+ *   (`bash x.sh`, `node … x.ts`, `python3 x.py`, relative imports of TypeScript files and imports of the
+ *   workspace's own packages), followed transitively;
  * - every env var a job sets is read by one of those files (`$NAME`/`${NAME…}` in shell, `env.NAME` in
  *   TypeScript, `environ[…]`/`getenv(…)` in Python);
  * - for the trainer, the slime command `vime ray submit` builds from the job's own env: each
@@ -48,6 +49,20 @@ const CHECKPOINT_FLAGS = ['--hf-checkpoint', '--ref-load'];
 const RUNNER = /(?:^|[\s;&|(])(?:bash|sh|node|python3?|tsx)\s/;
 const SCRIPT = /(?:^|[\s"'=(])((?:\.{1,2}\/)?[\w.-]+(?:\/[\w.-]+)+\.(?:sh|ts|py))(?=$|[\s"';)&|])/g;
 const IMPORTS = /\bfrom\s+['"](\.{1,2}\/[^'"]+)\.js['"]/g;
+/** Imports of the workspace's own packages (`@vime/loop`, `@vime/core/utils`), followed into their source. */
+const PACKAGE_IMPORTS = /\bfrom\s+['"]@vime\/([a-z-]+)(\/[a-z-]+)?['"]/g;
+
+/** The source file a workspace package import names (its `@vime/source` export), if the checkout has it. */
+function packageSource(root: string, name: string, subpath: string | undefined): string | undefined {
+  const manifest = join(root, 'packages', name, 'package.json');
+  if (!existsSync(manifest)) return undefined;
+  const { exports } = JSON.parse(readFileSync(manifest, 'utf8')) as {
+    exports?: Record<string, { '@vime/source'?: string } | string>;
+  };
+  const entry = exports?.[subpath ? `.${subpath}` : '.'];
+  const source = typeof entry === 'object' ? entry['@vime/source'] : undefined;
+  return source && relative(root, join(root, 'packages', name, source));
+}
 
 /** Script paths that `text` runs and that belong to the workdir (their first folder is the checkout's). */
 function scriptsRun(text: string, root: string): string[] {
@@ -95,6 +110,10 @@ function follow(
     if (path.endsWith('.ts')) {
       for (const m of text.matchAll(IMPORTS)) {
         queue.push([relative(root, resolve(dirname(full), `${m[1]}.ts`)), path]);
+      }
+      for (const m of text.matchAll(PACKAGE_IMPORTS)) {
+        const source = packageSource(root, m[1]!, m[2]);
+        if (source) queue.push([source, path]);
       }
     }
   }

@@ -74,7 +74,7 @@ function expectOneLine(ended: Ended, signal: 'SIGINT' | 'SIGTERM'): string {
   const lines = ended.stderr.split('\n').filter((l) => l.trim() !== '');
   expect(lines, ended.stderr).toHaveLength(1);
   expect(ended.stderr).not.toMatch(/\n\s+at /);
-  expect(lines[0]).toMatch(new RegExp(`^coding-agent: stopped by ${signal}`));
+  expect(lines[0]).toMatch(new RegExp(`^vime-loop: stopped by ${signal}`));
   expect(ended.signal).toBeNull();
   expect(ended.code).toBe(signal === 'SIGINT' ? 130 : 143);
   return lines[0]!;

@@ -6,15 +6,18 @@
  */
 import { ConfigError } from '@vime/core';
 import { parseDuration, readTextFile } from '@vime/core/utils';
-import type { LaunchPlan } from '../../plan.js';
 import {
   type CapacityAnswer,
   type CapacityCurve,
   capacityCurve,
   capacityFor,
-} from '../../simulate/capacity.js';
-import { type FittedRun, fitRun, observationFrom, type RunObservation } from '../../simulate/fit.js';
-import { REFERENCE_BENCHMARK } from '../../simulate/reference.js';
+  type FittedRun,
+  fitRun,
+  observationFrom,
+  REFERENCE_BENCHMARK,
+  type RunObservation,
+} from '@vime/metrics';
+import type { LaunchPlan } from '../../plan.js';
 import { type CliIo, positiveInt } from '../command.js';
 
 export const SIMULATE_OPTIONS = {
