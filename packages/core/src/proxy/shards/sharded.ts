@@ -13,7 +13,7 @@ import { ConfigError, EngineError } from '../../errors.js';
 import type { Sample } from '../../sample.js';
 import type { CaptureSession, SessionOptions } from '../api.js';
 import type { ProxyEvents, ProxyTurnEvent } from '../events.js';
-import { checkSession } from '../proxy.js';
+import { checkSession } from '../sessions.js';
 import { addStitch, checkFinish, emptyTotals, finishThreads, type StitchTotals } from '../stitch.js';
 import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
 import { HandoverGate } from './gate.js';
