@@ -258,7 +258,7 @@ export class Journal {
     if (!state) {
       if ((await listSegments(dir)).length > 0) {
         throw new QueueError(
-          `${dir} holds segment files but no ${STATE_FILE}: it is not a GroupQueue (a SampleQueue or RolloutQueue directory?), or its snapshot was deleted. Open it with the class that wrote it`,
+          `${dir} holds segment files but no ${STATE_FILE}: it is not a GroupQueue (a SampleQueue directory?), or its snapshot was deleted. Open it with the class that wrote it`,
           { code: 'queue_corrupt', data: { path: statePath } },
         );
       }
