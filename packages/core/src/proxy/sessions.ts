@@ -128,7 +128,7 @@ export class SessionRegistry {
     const { trajectories } = this.#options;
     const open = this.#byId.get(id);
     const status = finish.status ?? (open?.truncated ? 'truncated' : undefined);
-    const options = { ...finish, ...(status ? { status } : {}) };
+    const options = { ...finish, status };
     // bad options end nothing: the call can be made again with the rows intact
     if (open) checkFinish(trajectories, open.threads, options);
     const state = this.#end(id, 'finishSession');

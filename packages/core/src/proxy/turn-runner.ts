@@ -210,10 +210,10 @@ export class TurnRunner {
       outputIds: result.outputIds,
       logprobs: result.logprobs,
       finishReason: result.finishReason,
-      ...(last !== undefined ? { policyVersion: last } : {}),
+      policyVersion: last,
       ...(versions.length > 1 ? { versionRuns: versions } : {}),
       engines: result.engines,
-      ...(g.topP ? { topP: g.topP } : {}),
+      topP: g.topP,
       startedAt: g.startedAt,
       endedAt: g.endedAt,
     });

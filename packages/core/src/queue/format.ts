@@ -47,7 +47,7 @@ const queueMarker = errorMarker('QueueError');
 /** The queue's files could not be used as they are: corrupt, locked, full, or misused. */
 export class QueueError extends VimeError {
   readonly [queueMarker] = true;
-  constructor(message: string, options: VimeErrorOptions & { code?: string } = {}) {
+  constructor(message: string, options: VimeErrorOptions & { code?: string | undefined } = {}) {
     super(options.code ?? 'queue_error', message, options);
   }
 

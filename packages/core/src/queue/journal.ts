@@ -330,7 +330,11 @@ export class Journal {
    * Apply `event` now and queue it (with `samples` as the record body) for writing. `defer`: nobody
    * waits for it, so it goes to disk with the next record someone does wait for (see `AppendEntry`).
    */
-  append(event: UnitEvent, samples?: ReadonlyArray<Sample>, options: { defer?: boolean } = {}): Appended {
+  append(
+    event: UnitEvent,
+    samples?: ReadonlyArray<Sample>,
+    options: { defer?: boolean | undefined } = {},
+  ): Appended {
     this.check();
     const log = this.#writer();
     const { type, ...meta } = event;

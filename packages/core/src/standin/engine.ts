@@ -32,7 +32,7 @@ export type StandInPolicy = (
 ) => string | { ids: ArrayLike<number> } | Promise<string | { ids: ArrayLike<number> }>;
 
 export type StandInFault =
-  | { kind: 'error'; status?: number; message?: string }
+  | { kind: 'error'; status?: number | undefined; message?: string | undefined }
   | { kind: 'stall'; ms: number }
   /** Send part of the answer, then drop the connection. */
   | { kind: 'disconnect' };
@@ -40,24 +40,26 @@ export type StandInFault =
 export interface StandInEngineOptions {
   tokenizer: ChatTokenizer;
   policy: StandInPolicy;
-  service?: ServiceModel;
+  service?: ServiceModel | undefined;
   /** Fault injection: called for every generation request. */
-  fault?: (request: { rid: string; requestIndex: number; path: string }) => StandInFault | undefined;
+  fault?:
+    | ((request: { rid: string; requestIndex: number; path: string }) => StandInFault | undefined)
+    | undefined;
   /** Served model name (default `vime-standin`). */
-  modelName?: string;
-  weightVersion?: string;
-  host?: string;
+  modelName?: string | undefined;
+  weightVersion?: string | undefined;
+  host?: string | undefined;
   /** Default 0: any free port. */
-  port?: number;
+  port?: number | undefined;
   /** Emit an SGLang decode-batch log line this often while requests run (ms; default 0 = never). */
-  decodeLogIntervalMs?: number;
+  decodeLogIntervalMs?: number | undefined;
   /** TP rank tag in log lines (default `TP0`). */
-  logTag?: string;
+  logTag?: string | undefined;
   /**
    * Streamed `/generate` chunks carry only their new tokens, as SGLang's `--incremental-streaming-output`
    * does (default false: every chunk carries the whole output so far, SGLang's default).
    */
-  incrementalStreamingOutput?: boolean;
+  incrementalStreamingOutput?: boolean | undefined;
 }
 
 export interface StandInStats {

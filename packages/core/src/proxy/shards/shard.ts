@@ -54,7 +54,7 @@ export async function startShard(index: number, spec: ShardSpec, listener: Shard
     engines: spec.engines.map((e) => ({
       kind: e.kind,
       url: e.url,
-      ...(e.options ? { options: e.options } : {}),
+      options: e.options,
     })),
     options: spec.options,
     cells: gate.cells.buffer as SharedArrayBuffer,

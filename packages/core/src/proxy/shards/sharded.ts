@@ -254,7 +254,7 @@ class ShardedProxy implements ShardListener {
       id,
       key,
       slot,
-      options: { ...options, ...(engine ? { engineUrl: engine.url } : {}) },
+      options: { ...options, engineUrl: engine?.url },
     };
     shard.gate.open(slot);
     try {
