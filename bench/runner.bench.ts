@@ -1,15 +1,8 @@
 import { appendFile, mkdtemp, open, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  createSample,
-  decodeSamples,
-  encodeSamples,
-  type RolloutEvent,
-  type Sample,
-  type ScoredRollout,
-} from '@vime/core';
-import { RolloutQueue, SampleQueue } from '@vime/core/queue';
+import { createSample, decodeSamples, encodeSamples, type RolloutEvent, type Sample } from '@vime/core';
+import { SampleQueue } from '@vime/core/queue';
 import { runRollouts } from '@vime/core/runner';
 import { type Bench, fmt, type Table } from './harness.js';
 
@@ -497,97 +490,11 @@ async function queueTables(): Promise<Table[]> {
   }
 }
 
-/**
- * The step hand-off: RolloutQueue (typed records keyed by step, group and sample, an end marker per
- * step, takeStep + commitStep) against the same records through a bare SampleQueue (append, read,
- * commit), both with fdatasync and 64 concurrent appends, in one process.
- */
-async function handoffTable(): Promise<Table> {
-  const root = await mkdtemp(join(tmpdir(), 'vime-bench-handoff-'));
-  let files = 0;
-  const fresh = () => join(root, `h${files++}`);
-  try {
-    const steps = 8;
-    const perStep = 64;
-    const r = lcg(5);
-    const rollouts: ScoredRollout[][] = Array.from({ length: steps }, (_, step) =>
-      Array.from({ length: perStep }, (_, i) => ({
-        taskId: `task-${step * 8 + (i >> 3)}`,
-        groupIndex: step * 8 + (i >> 3),
-        sampleIndex: i & 7,
-        rolloutId: step * perStep + i,
-        status: 'completed' as const,
-        reward: i % 2,
-        samples: [sampleOf(step * perStep + i, 2048, 1536, r)],
-        turns: 6,
-        timings: { agent: 1000 + i, eval: 200 },
-        metadata: {},
-      })),
-    );
-    const viaRolloutQueue = async () => {
-      const q = await RolloutQueue.open(fresh());
-      for (let step = 1; step <= steps; step++) {
-        await Promise.all(rollouts[step - 1]!.map((x) => q.append(step, x)));
-        await q.endStep(step);
-        const batch = await q.takeStep(step);
-        if (batch.rollouts.length !== perStep) throw new Error('short step');
-        await q.commitStep(step);
-      }
-      await q.close();
-    };
-    const viaSampleQueue = async () => {
-      const q = await SampleQueue.open(fresh());
-      for (let step = 1; step <= steps; step++) {
-        await Promise.all(
-          rollouts[step - 1]!.map((x) =>
-            q.append(`s${step}/g${x.groupIndex}/r${x.sampleIndex}`, x.samples, {
-              meta: { reward: x.reward, turns: x.turns, timings: x.timings },
-            }),
-          ),
-        );
-        let got = 0;
-        while (got < perStep) got += (await q.read({ max: perStep - got })).records.length;
-        await q.commit();
-      }
-      await q.close();
-    };
-    const [rq, sq] = await interleaved([viaRolloutQueue, viaSampleQueue], 5);
-    const n = steps * perStep;
-    const row = (name: string, c: Cost) => [
-      name,
-      fmt.rate((n * 1000) / c.wall, 'rec'),
-      fmt.ratio(sq!.wall / c.wall),
-      fmt.ms(c.cpu),
-      fmt.ratio(sq!.cpu / c.cpu),
-    ];
-    return {
-      title: `step hand-off, ${steps} steps × ${perStep} rollouts of 2,048 tokens, fdatasync, 64 concurrent appends`,
-      columns: ['path', 'rollouts/s', 'speed vs ref', 'CPU', 'CPU efficiency vs ref'],
-      rows: [
-        row('SampleQueue append + read + commit (reference)', sq!),
-        row('RolloutQueue append + endStep + takeStep + commitStep', rq!),
-      ],
-      checks: [
-        {
-          target: 'typed hand-off costs ≤ 20% more CPU than the bare queue (≥ 0.8× CPU efficiency)',
-          measured: fmt.ratio(sq!.cpu / rq!.cpu),
-          ok: sq!.cpu / rq!.cpu >= 0.8,
-        },
-      ],
-      notes: [
-        'The hand-off validates every record’s metadata back into a ScoredRollout (zod) and writes one end marker per step.',
-      ],
-    };
-  } finally {
-    await rm(root, { recursive: true, force: true });
-  }
-}
-
 export default {
   name: 'runner',
   description:
-    'runRollouts in-flight occupancy at 1,000 concurrent rollouts; SampleQueue append/read vs appendFile; the RolloutQueue step hand-off',
+    'runRollouts in-flight occupancy at 1,000 concurrent rollouts; SampleQueue append/read vs appendFile',
   async run() {
-    return [...(await runnerTables()), ...(await queueTables()), await handoffTable()];
+    return [...(await runnerTables()), ...(await queueTables())];
   },
 } satisfies Bench;

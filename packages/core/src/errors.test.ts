@@ -9,6 +9,7 @@ import {
   ValidationError,
   VimeError,
 } from './errors.js';
+import { QueueError } from './queue/format.js';
 import { assertSampleInvariants, createSample, fromSlimeDict } from './sample.js';
 import { parseWith } from './validate.js';
 
@@ -94,5 +95,22 @@ describe('validation messages', () => {
     expect(() => assertSampleInvariants(createSample({ tokens: [1], response_length: 3 }))).toThrowError(
       /response_length 3 exceeds/,
     );
+  });
+});
+
+describe('QueueError', () => {
+  it('has a guard of its own: true for queue errors and their subclasses, from any copy, never for another VimeError', async () => {
+    const secondCopy = './queue/format.js?second-copy';
+    const copy = (await import(/* @vite-ignore */ secondCopy)) as typeof import('./queue/format.js');
+    expect(QueueError.isInstance(new QueueError('locked', { code: 'queue_locked' }))).toBe(true);
+    expect(QueueError.isInstance(new VimeError('queue_error', 'not a queue error'))).toBe(false);
+    expect(QueueError.isInstance(new ConfigError('x'))).toBe(false);
+    const foreign = new copy.QueueError('from another copy');
+    expect(foreign instanceof QueueError).toBe(false);
+    expect(QueueError.isInstance(foreign)).toBe(true);
+    class LockLost extends QueueError {}
+    const sub = new LockLost('sub');
+    expect(QueueError.isInstance(sub)).toBe(true);
+    expect(VimeError.isInstance(sub)).toBe(true);
   });
 });

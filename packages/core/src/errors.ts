@@ -22,7 +22,7 @@ export type VimeErrorCode =
 
 export interface VimeErrorOptions {
   cause?: unknown;
-  data?: Record<string, unknown>;
+  data?: Record<string, unknown> | undefined;
 }
 
 /** The marker symbol of an error class: `Symbol.for('vime.error.<Name>')`, shared by every bundle. */
@@ -75,7 +75,11 @@ const validationMarker = errorMarker('ValidationError');
 export class ValidationError extends VimeError {
   readonly [validationMarker] = true;
   readonly path: string;
-  constructor(path: string, message: string, options: VimeErrorOptions & { code?: VimeErrorCode } = {}) {
+  constructor(
+    path: string,
+    message: string,
+    options: VimeErrorOptions & { code?: VimeErrorCode | undefined } = {},
+  ) {
     super(options.code ?? 'validation_error', path ? `${path}: ${message}` : message, options);
     this.path = path;
   }
@@ -120,7 +124,7 @@ const sandboxMarker = errorMarker('SandboxError');
 /** A sandbox could not be created, reached or used. */
 export class SandboxError extends VimeError {
   readonly [sandboxMarker] = true;
-  constructor(message: string, options: VimeErrorOptions & { code?: VimeErrorCode } = {}) {
+  constructor(message: string, options: VimeErrorOptions & { code?: VimeErrorCode | undefined } = {}) {
     super(options.code ?? 'sandbox_error', message, options);
   }
 

@@ -114,7 +114,7 @@ export type RolloutEvent =
       type: 'rollout:turn';
       t: number;
       rolloutId: number;
-      sessionId?: string;
+      sessionId?: string | undefined;
       turn: number;
       promptTokens: number;
       outputTokens: number;
@@ -132,9 +132,9 @@ export type RolloutEvent =
       type: 'rollout:eval';
       t: number;
       rolloutId: number;
-      reward?: number;
+      reward?: number | undefined;
       durationMs: number;
-      detail?: Record<string, unknown>;
+      detail?: Record<string, unknown> | undefined;
     }
   | { type: 'rollout:phase'; t: number; rolloutId: number; phase: Phase; durationMs: number }
   | {
@@ -142,7 +142,7 @@ export type RolloutEvent =
       t: number;
       rolloutId: number;
       status: RolloutResult['status'];
-      reward?: number;
+      reward?: number | undefined;
       durationMs: number;
     }
   | {

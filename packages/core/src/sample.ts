@@ -124,9 +124,9 @@ export const SLIME_SAMPLE_FIELDS = [
 ] as const satisfies ReadonlyArray<keyof SlimeSampleDict>;
 
 export type SampleInit = Partial<Omit<Sample, 'tokens' | 'loss_mask' | 'rollout_log_probs'>> & {
-  tokens?: Int32Array | ArrayLike<number>;
-  loss_mask?: Uint8Array | ArrayLike<number> | null;
-  rollout_log_probs?: Float32Array | ArrayLike<number> | null;
+  tokens?: Int32Array | ArrayLike<number> | undefined;
+  loss_mask?: Uint8Array | ArrayLike<number> | null | undefined;
+  rollout_log_probs?: Float32Array | ArrayLike<number> | null | undefined;
 };
 
 /** Build a `Sample` with slime's defaults for every field not given. */

@@ -28,7 +28,7 @@ export function parseWith<S extends z.ZodType>(
   schema: S,
   value: unknown,
   what: string,
-  options: { root?: string; code?: VimeErrorCode } = {},
+  options: { root?: string | undefined; code?: VimeErrorCode | undefined } = {},
 ): z.output<S> {
   const result = schema.safeParse(value);
   if (result.success) return result.data;

@@ -6,7 +6,7 @@
  * wrong once the patch is in is the patch's doing and scores 0 with its outcome named, so an agent cannot
  * turn its own failure into an excused infrastructure error.
  */
-import { GradingError, SandboxError, type TaskSpec } from '@vime/core';
+import { errorMarker, GradingError, hasErrorMarker, SandboxError, type TaskSpec } from '@vime/core';
 import { shellJoin } from '@vime/core/utils';
 import { execDetached, type Sandbox } from '@vime/sandbox';
 import {
@@ -115,10 +115,17 @@ export interface GradeSweOptions {
   signal?: AbortSignal | undefined;
 }
 
+const sandboxLostMarker = errorMarker('GradingSandboxLost');
+
 /** Thrown when the grading sandbox stops answering after the patch is in; `gradeInFreshSandbox` decides whose fault. */
 export class GradingSandboxLost extends GradingError {
+  readonly [sandboxLostMarker] = true;
   constructor(message: string, options: { cause?: unknown } = {}) {
     super(message, options);
+  }
+
+  static override isInstance(value: unknown): value is GradingSandboxLost {
+    return hasErrorMarker(value, sandboxLostMarker);
   }
 }
 

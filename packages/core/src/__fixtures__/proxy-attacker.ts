@@ -7,7 +7,7 @@ import { connect, type Socket } from 'node:net';
 
 export type AttackCommand =
   /** POST `{"messages": [{"role": "user", "content": "<bytes of fill>"}], "max_tokens": 16}`, 1 MiB at a time. */
-  | { op: 'stream'; url: string; bytes: number; headers: Record<string, string>; fill?: string }
+  | { op: 'stream'; url: string; bytes: number; headers: Record<string, string>; fill?: string | undefined }
   /** POST a turn of `count` tiny items of one kind (see `manyItems`), all at once. */
   | { op: 'items'; url: string; dialect: 'openai' | 'anthropic'; shape: ItemShape; count: number }
   | {

@@ -55,17 +55,17 @@ export function recording(engine: Engine): { engine: Engine; calls: Call[] } {
 export async function setup(
   policy: StandInPolicy,
   opts: {
-    service?: { tokensPerSecond?: number; slots?: number };
-    proxy?: Omit<CaptureProxyOptions, 'engine' | 'tokenizer'>;
+    service?: { tokensPerSecond?: number | undefined; slots?: number | undefined } | undefined;
+    proxy?: Omit<CaptureProxyOptions, 'engine' | 'tokenizer'> | undefined;
     /** The engine client (default SGLang's). */
-    engine?: 'sglang' | 'vllm';
+    engine?: 'sglang' | 'vllm' | undefined;
   } = {},
 ) {
   const tokenizer = await qwen3();
   const standIn = await startStandInEngine({
     tokenizer,
     policy,
-    ...(opts.service ? { service: opts.service } : {}),
+    service: opts.service,
   });
   closers.push(() => standIn.close());
   const sg = opts.engine === 'vllm' ? vllmEngine(standIn.url) : sglangEngine(standIn.url);
@@ -139,7 +139,7 @@ export function expectExactRow(sample: Sample, calls: Call[], tok: ChatTokenizer
 }
 
 /** Parse an SSE body into its `data:` payloads (and event names). */
-export function sse(body: string): Array<{ event?: string; data: string }> {
+export function sse(body: string): Array<{ event?: string | undefined; data: string }> {
   return body
     .split('\n\n')
     .filter((b) => b.trim())

@@ -174,7 +174,7 @@ async function runMain(): Promise<void> {
       await Promise.all(
         lease.attempts.map((a) =>
           sibling(a, (lease.payload as { task: number }).task).catch(
-            async (error: { code?: string; message?: string }) => {
+            async (error: { code?: string | undefined; message?: string | undefined }) => {
               if (error.code === 'attempt_stale' || a.signal.aborted) return;
               await queue.fail(a, { code: String(error.code ?? 'error'), message: String(error.message) });
             },

@@ -90,7 +90,7 @@ export async function sglangGenerateStream(
       text,
       ...(meta.weight_version != null ? { weightVersion: String(meta.weight_version) } : {}),
       promptTokens: meta.prompt_tokens,
-      ...(meta.cached_tokens !== undefined ? { cachedTokens: meta.cached_tokens } : {}),
+      cachedTokens: meta.cached_tokens,
       // The top-p patch sends every token's nucleus in the last chunk's meta_info.
       ...(wantsNucleus(request.sampling)
         ? { topP: readSglangNucleus(meta as Record<string, unknown>, produced, url) }
@@ -119,7 +119,7 @@ export function parseJson(data: string, url: string): unknown {
       url,
     });
   }
-  const error = (value as { error?: { message?: unknown } | string } | null)?.error;
+  const error = (value as { error?: { message?: unknown } | string | undefined } | null)?.error;
   if (error !== undefined && error !== null) {
     const message = typeof error === 'string' ? error : String(error.message ?? JSON.stringify(error));
     throw new EngineError(`${url} streamed an error: ${message}`, { url });

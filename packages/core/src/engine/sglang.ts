@@ -73,7 +73,7 @@ function finishReason(type: string | undefined): EngineFinishReason {
 export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
   const http = new HttpClient(url, { service: 'engine', ...options });
 
-  async function abort(rid: string, opts: { signal?: AbortSignal } = {}): Promise<void> {
+  async function abort(rid: string, opts: { signal?: AbortSignal | undefined } = {}): Promise<void> {
     await http.text({ method: 'POST', path: '/abort_request', body: { rid }, signal: opts.signal });
   }
 
@@ -162,7 +162,7 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
           text: res.text,
           ...(meta.weight_version != null ? { weightVersion: String(meta.weight_version) } : {}),
           promptTokens: meta.prompt_tokens,
-          ...(meta.cached_tokens !== undefined ? { cachedTokens: meta.cached_tokens } : {}),
+          cachedTokens: meta.cached_tokens,
           ...(nucleus ? { topP: readSglangNucleus(meta, outputIds.length, http.url) } : {}),
         };
       } finally {

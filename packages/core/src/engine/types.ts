@@ -6,27 +6,27 @@ export type EngineKind = 'sglang' | 'vllm';
 
 /** Sampling parameters, engine-neutral (mapped to SGLang's `sampling_params` or vLLM's request fields). */
 export interface Sampling {
-  temperature?: number;
-  topP?: number;
-  topK?: number;
-  minP?: number;
+  temperature?: number | undefined;
+  topP?: number | undefined;
+  topK?: number | undefined;
+  minP?: number | undefined;
   /** Most tokens to generate in one call. */
-  maxTokens?: number;
-  stop?: string[];
-  stopTokenIds?: number[];
-  seed?: number;
-  repetitionPenalty?: number;
-  presencePenalty?: number;
-  frequencyPenalty?: number;
+  maxTokens?: number | undefined;
+  stop?: string[] | undefined;
+  stopTokenIds?: number[] | undefined;
+  seed?: number | undefined;
+  repetitionPenalty?: number | undefined;
+  presencePenalty?: number | undefined;
+  frequencyPenalty?: number | undefined;
 }
 
 export interface GenerateRequest {
   inputIds: Int32Array | readonly number[];
   sampling: Sampling;
   /** Request id; used to abort the request on the engine. Generated when absent. */
-  rid?: string;
+  rid?: string | undefined;
   /** Session affinity key for routers (`X-SMG-Routing-Key`). */
-  routingKey?: string;
+  routingKey?: string | undefined;
 }
 
 export type EngineFinishReason = 'stop' | 'length' | 'abort';
@@ -41,11 +41,11 @@ export interface GenerateResult {
   /** The engine's decoded text of the output (may differ from a local decode in special-token handling). */
   text: string;
   /** Weight version reported by the engine, when it reports one. */
-  weightVersion?: string;
+  weightVersion?: string | undefined;
   promptTokens: number;
-  cachedTokens?: number;
+  cachedTokens?: number | undefined;
   /** The nucleus of every output token, when sampling used top-p < 1 (sampler replay). */
-  topP?: NucleusReplay;
+  topP?: NucleusReplay | undefined;
 }
 
 /** New output tokens of a streamed generation, as the engine produced them. */
@@ -64,7 +64,7 @@ export interface GenerateStreamOptions {
 
 export interface ModelInfo {
   modelPath: string;
-  weightVersion?: string;
+  weightVersion?: string | undefined;
   raw: Record<string, unknown>;
 }
 
@@ -102,16 +102,16 @@ export interface WeightControl {
 export interface Engine {
   readonly url: string;
   readonly kind: 'sglang' | 'vllm';
-  generate(request: GenerateRequest, options?: { signal?: AbortSignal }): Promise<GenerateResult>;
+  generate(request: GenerateRequest, options?: { signal?: AbortSignal | undefined }): Promise<GenerateResult>;
   /** `generate` streamed: the same result, with `onTokens` called as the engine produces tokens. */
   generateStream?(request: GenerateRequest, options: GenerateStreamOptions): Promise<GenerateResult>;
   /** Abort one request by id (SGLang `/abort_request`); resolves once the engine acknowledged. */
-  abort(rid: string, options?: { signal?: AbortSignal }): Promise<void>;
+  abort(rid: string, options?: { signal?: AbortSignal | undefined }): Promise<void>;
   /** True when the engine answers its health endpoint with 200; rejects, naming why, when it cannot be reached. */
-  health(options?: { signal?: AbortSignal }): Promise<boolean>;
-  modelInfo(options?: { signal?: AbortSignal }): Promise<ModelInfo>;
+  health(options?: { signal?: AbortSignal | undefined }): Promise<boolean>;
+  modelInfo(options?: { signal?: AbortSignal | undefined }): Promise<ModelInfo>;
   /** Weight-update controls, where the engine has them (SGLang). */
-  readonly weights?: WeightControl;
+  readonly weights?: WeightControl | undefined;
   /** Close the connection pool. */
   close(): Promise<void>;
 }

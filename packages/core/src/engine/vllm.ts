@@ -28,7 +28,7 @@ const ModelsSchema = z.looseObject({
 
 export interface VllmEngineOptions extends EngineOptions {
   /** The served model name (`--served-model-name`); read from `/v1/models` when absent. */
-  model?: string;
+  model?: string | undefined;
 }
 
 function finishReason(reason: string | null): EngineFinishReason {

@@ -11,13 +11,13 @@ import type { WeightUpdatePolicy } from './turn.js';
 
 export interface SessionOptions {
   /** Sampling for every turn of the session; what the harness sends is overridden (and reported). */
-  sampling?: Sampling;
+  sampling?: Sampling | undefined;
   /** Whole-trajectory token budget: each turn's `max_new_tokens` is clamped to what is left of it. */
-  maxContextTokens?: number;
+  maxContextTokens?: number | undefined;
   /** Place the session on this engine while it is healthy (default: the least-loaded healthy engine). */
-  engine?: Engine;
+  engine?: Engine | undefined;
   /** Extra chat-template variables for this session, e.g. `{ enable_thinking: false }`. */
-  templateKwargs?: Record<string, unknown>;
+  templateKwargs?: Record<string, unknown> | undefined;
   /** Most turns the session may record; past them a new turn is answered 429 (default: the proxy's). */
   maxTurns?: number | undefined;
 }
@@ -44,41 +44,41 @@ export interface CaptureProxyOptions {
    */
   engine: Engine | readonly Engine[];
   /** Router settings: in-flight caps, health-check interval, how long a turn waits for a healthy engine. */
-  router?: EngineRouterOptions;
+  router?: EngineRouterOptions | undefined;
   /**
    * A turn the engine cuts short (SGLang aborts in-flight requests for a weight update): `continue` (the
    * default) resumes from the tokens already produced, so the turn spans two weight versions; `restart`
    * discards them and regenerates the turn on the new weights.
    */
-  onWeightUpdate?: WeightUpdatePolicy;
+  onWeightUpdate?: WeightUpdatePolicy | undefined;
   /**
    * Bearer token of the admin routes (`GET|POST|DELETE /admin/engines`: list, add, remove engines at run
    * time). Without one the admin routes do not exist: agents reach this server too.
    */
-  adminToken?: string;
+  adminToken?: string | undefined;
   tokenizer: ChatTokenizer;
-  host?: string;
+  host?: string | undefined;
   /** Default 0: any free port. */
-  port?: number;
+  port?: number | undefined;
   /**
    * Also listen on this unix socket (absolute path; created mode 0666, a stale socket replaced): the way a
    * sandbox without a network reaches the proxy (see `@vime/sandbox`'s `SandboxSpec.proxy`).
    */
   socketPath?: string | undefined;
   /** Where turns are recorded (default: a new manager that decodes `prompt`/`response` text). */
-  trajectories?: TrajectoryManager;
+  trajectories?: TrajectoryManager | undefined;
   /** Sampling for sessions opened without their own. */
-  defaultSampling?: Sampling;
+  defaultSampling?: Sampling | undefined;
   /** Default per-turn cap on new tokens when neither the session nor the harness sets one (4096). */
-  defaultMaxTokens?: number;
+  defaultMaxTokens?: number | undefined;
   /** Model name reported to harnesses (`/v1/models`, responses). Default `vime-policy`. */
-  modelName?: string;
+  modelName?: string | undefined;
   /**
    * Open a session for any unknown key on first use, the key being its id and credential, instead of
    * answering 401 (default false). Only for clients that are all trusted: any of them can post into any
    * session whose key it knows.
    */
-  autoOpenSessions?: boolean;
+  autoOpenSessions?: boolean | undefined;
   /** Default per-session turn cap (`SessionOptions.maxTurns`); none when omitted. */
   maxTurns?: number | undefined;
   /**

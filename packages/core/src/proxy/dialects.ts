@@ -197,7 +197,7 @@ const ANTHROPIC_KNOBS = ['temperature', 'top_p', 'top_k', 'stop_sequences'] as c
 export function parseAnthropicRequest(
   json: unknown,
   rawArgs: Map<string, string>,
-  options: { countOnly?: boolean } = {},
+  options: { countOnly?: boolean | undefined } = {},
 ): ChatRequest {
   // `count_tokens` requests carry no max_tokens
   const schema = options.countOnly

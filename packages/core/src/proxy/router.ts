@@ -150,7 +150,7 @@ export class EngineRouter {
   }
 
   /** Add an engine at run time; it receives new sessions once it answers its first health check. */
-  add(engine: Engine, options: { owned?: boolean } = {}): void {
+  add(engine: Engine, options: { owned?: boolean | undefined } = {}): void {
     if (this.#closed) throw new ConfigError('the router is closed');
     if (this.#members.has(engine.url)) {
       throw new ConfigError(`engine ${engine.url} is already routed; remove it first to replace it`);

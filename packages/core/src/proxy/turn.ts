@@ -251,6 +251,6 @@ function partialResult(chunks: TokenChunk[], rid: string): GenerateResult {
     finishReason: 'abort',
     text: '',
     promptTokens: 0,
-    ...(version !== undefined ? { weightVersion: version } : {}),
+    weightVersion: version,
   };
 }

@@ -42,7 +42,7 @@ export function ioError(what: string, error: unknown): QueueError {
 export async function replaceQueueFile(
   path: string,
   fill: (handle: FileHandle) => Promise<void>,
-  options: { keepOpen?: boolean } = {},
+  options: { keepOpen?: boolean | undefined } = {},
 ): Promise<FileHandle | undefined> {
   try {
     return await replaceFile(path, fill, options);

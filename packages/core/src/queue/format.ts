@@ -21,7 +21,7 @@ import { crc32 } from 'node:zlib';
 import { Decoder, Encoder } from '@msgpack/msgpack';
 import { z } from 'zod';
 import { decodeSamples } from '../codec.js';
-import { VimeError, type VimeErrorOptions } from '../errors.js';
+import { errorMarker, hasErrorMarker, VimeError, type VimeErrorOptions } from '../errors.js';
 import type { Sample } from '../sample.js';
 import { parseWith } from '../validate.js';
 
@@ -42,10 +42,17 @@ export const KEYS_FILE = 'keys.log';
 export const CURSOR_FILE = 'cursor.json';
 export const QUARANTINE_DIR = 'quarantine';
 
+const queueMarker = errorMarker('QueueError');
+
 /** The queue's files could not be used as they are: corrupt, locked, full, or misused. */
 export class QueueError extends VimeError {
-  constructor(message: string, options: VimeErrorOptions & { code?: string } = {}) {
+  readonly [queueMarker] = true;
+  constructor(message: string, options: VimeErrorOptions & { code?: string | undefined } = {}) {
     super(options.code ?? 'queue_error', message, options);
+  }
+
+  static override isInstance(value: unknown): value is QueueError {
+    return hasErrorMarker(value, queueMarker);
   }
 }
 

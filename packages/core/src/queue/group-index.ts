@@ -3,6 +3,7 @@
  * complete groups, the attempts leased in this process (with the signals that tell their workers when
  * they can no longer commit), and the waiters for the next change.
  */
+import { ChangeWaiters } from './changes.js';
 import { QueueError } from './format.js';
 import { attemptId } from './group-lease.js';
 import type { GroupState, UnitState } from './group-state.js';
@@ -19,7 +20,7 @@ export class GroupIndex {
   readonly startedFree = new Set<number>();
   readonly ready = new Set<number>();
   readonly live = new Map<string, LeasedAttempt>();
-  readonly #waiters = new Set<() => void>();
+  readonly #changes = new ChangeWaiters();
   /** Last status seen per group not yet handed off (to report each change once). */
   readonly #status = new Map<number, GroupState['status']>();
 
@@ -55,26 +56,12 @@ export class GroupIndex {
   }
 
   wake(): void {
-    for (const wake of this.#waiters) wake();
+    this.#changes.wake();
   }
 
   /** Resolves on the next change (or after `ms`, to recheck deadlines), rejects on abort. */
   changed(signal: AbortSignal | undefined, ms = 1000): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.#waiters.delete(done);
-        signal?.removeEventListener('abort', onAbort);
-        resolve();
-      };
-      const onAbort = () => {
-        done();
-        reject(signal?.reason);
-      };
-      const timer = setTimeout(done, ms);
-      this.#waiters.add(done);
-      signal?.addEventListener('abort', onAbort, { once: true });
-    });
+    return this.#changes.next(signal, ms);
   }
 
   /** Abort every attempt leased here (the queue closes). */

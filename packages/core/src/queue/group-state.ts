@@ -5,7 +5,15 @@
  * and arrive spelled out in the events (see `group-events.ts`).
  */
 import { QueueError } from './format.js';
-import type { AttemptKey, DataRef, DropReason, EventOf, SampleVersions, UnitEvent } from './group-events.js';
+import type {
+  AttemptKey,
+  DataRef,
+  DropReason,
+  EventOf,
+  EventType,
+  SampleVersions,
+  UnitEvent,
+} from './group-events.js';
 
 export interface LiveAttempt {
   attempt: number;
@@ -194,6 +202,195 @@ export function dropGroup(state: UnitState, group: GroupState, reason: DropReaso
   state.counts.dropped[reason]++;
 }
 
+/** Where an event was read: its record's seq, the time it was written, where it is stored. */
+interface Origin {
+  seq: number;
+  time: number;
+  ref: DataRef;
+}
+
+/** How one type of event changes the state; returns the groups it touched. */
+type Fold<T extends EventType> = (state: UnitState, event: EventOf<T>, at: Origin) => number[];
+
+function foldCreate(state: UnitState, event: EventOf<'create'>, { seq, time }: Origin): number[] {
+  if (state.groups.has(event.group)) throw bad(`group ${event.group} created twice`, seq);
+  const slots: SlotState[] = Array.from({ length: event.n }, () => ({ next: 0, tries: 0, lost: 0 }));
+  state.groups.set(event.group, {
+    id: event.group,
+    key: event.key,
+    n: event.n,
+    payload: event.payload,
+    at: time,
+    status: 'open',
+    slots,
+    started: false,
+  });
+  if (event.key !== undefined) state.keys.set(event.key, event.group);
+  state.nextGroup = Math.max(state.nextGroup, event.group + 1);
+  state.counts.created++;
+  return [event.group];
+}
+
+function foldLease(state: UnitState, event: EventOf<'lease'>, { seq, time }: Origin): number[] {
+  const c = state.counts;
+  state.nextLease = Math.max(state.nextLease, event.lease + 1);
+  const touched = new Set<number>();
+  for (const key of event.attempts) {
+    const [group, s] = slotOf(state, key, seq);
+    if (event.restart?.includes(key[1]) && s.partial) {
+      s.partial = undefined;
+      c.restarted++;
+    }
+    s.live = {
+      attempt: key[2],
+      lease: event.lease,
+      worker: event.worker,
+      deadline: event.deadline,
+      at: time,
+      from: s.partial?.attempt,
+    };
+    s.next = key[2] + 1;
+    if (!group.started) c.started++;
+    group.started = true;
+    c.attempts++;
+    touched.add(group.id);
+  }
+  return [...touched];
+}
+
+function foldPartial(state: UnitState, event: EventOf<'partial'>, { seq, time, ref }: Origin): number[] {
+  const found = liveSlot(state, event.a, seq);
+  if (!found) return [];
+  const [lo, hi] = versionRange(event.versions);
+  found[1].partial = { attempt: event.a[2], ref, lo, hi, at: time };
+  state.counts.partials++;
+  return [found[0].id];
+}
+
+function foldSibling(state: UnitState, event: EventOf<'sibling'>, { seq, time, ref }: Origin): number[] {
+  const found = liveSlot(state, event.a, seq);
+  if (!found) return [];
+  const [group, s] = found;
+  let [lo, hi] = versionRange(event.versions);
+  // a continuation's tokens include those of the partial it continued
+  if (s.live?.from !== undefined && s.partial?.attempt === s.live.from) {
+    lo = min(lo, s.partial.lo);
+    hi = max(hi, s.partial.hi);
+  }
+  s.done = { attempt: event.a[2], ref, status: event.status, reward: event.reward, lo, hi, at: time };
+  s.live = undefined;
+  s.partial = undefined;
+  if (group.slots.every((x) => x.done)) {
+    group.status = 'complete';
+    group.doneAt = time;
+    group.doneSeq = seq;
+    state.counts.completed++;
+  }
+  return [group.id];
+}
+
+function foldFail(state: UnitState, event: EventOf<'fail'>, { seq }: Origin): number[] {
+  const found = liveSlot(state, event.a, seq);
+  if (!found) return [];
+  const [group, s] = found;
+  s.live = undefined;
+  s.tries++;
+  state.counts.failed++;
+  if (event.drop) dropGroup(state, group, event.drop);
+  return [group.id];
+}
+
+function foldExpire(state: UnitState, event: EventOf<'expire'>, { seq }: Origin): number[] {
+  const c = state.counts;
+  const touched = new Set<number>();
+  for (const key of event.attempts) {
+    const found = liveSlot(state, key, seq);
+    if (!found) continue;
+    const [group, s] = found;
+    s.live = undefined;
+    if (event.reason === 'deadline') {
+      s.tries++;
+      c.expired++;
+      c.failed++;
+    } else {
+      s.lost++;
+      c.lost++;
+    }
+    touched.add(group.id);
+  }
+  for (const [g, reason] of event.drops) {
+    const group = state.groups.get(g);
+    if (group) dropGroup(state, group, reason);
+    touched.add(g);
+  }
+  return [...touched];
+}
+
+function foldDrop(state: UnitState, event: EventOf<'drop'>, { seq }: Origin): number[] {
+  const group = state.groups.get(event.group);
+  if (group) dropGroup(state, group, event.reason);
+  else if (event.group >= state.nextGroup) throw bad(`no group ${event.group} to drop`, seq);
+  return [event.group];
+}
+
+function foldTake(state: UnitState, event: EventOf<'take'>, { seq, time }: Origin): number[] {
+  state.steps.set(event.step, {
+    step: event.step,
+    version: event.version,
+    groups: event.groups,
+    stale: event.stale,
+    at: time,
+  });
+  for (const g of event.groups) {
+    const group = state.groups.get(g);
+    if (group?.status !== 'complete')
+      throw bad(`step ${event.step} takes group ${g}, which is not complete`, seq);
+    group.status = 'handed';
+    group.step = event.step;
+    state.counts.handed++;
+  }
+  for (const [g] of event.stale) {
+    const group = state.groups.get(g);
+    if (group) dropGroup(state, group, 'stale');
+  }
+  return [...event.groups, ...event.stale.map(([g]) => g)];
+}
+
+function foldRollback(state: UnitState, event: EventOf<'rollback'>, { seq }: Origin): number[] {
+  const to = state.checkpoints.get(event.to);
+  if (!to) throw bad(`rollback to step ${event.to}, which has no checkpoint`, seq);
+  state.trainer = { step: to.step, version: to.version };
+  return [];
+}
+
+const FOLDS: { [T in EventType]: Fold<T> } = {
+  open: (state, event) => {
+    state.session = event.session;
+    return [];
+  },
+  create: foldCreate,
+  lease: foldLease,
+  partial: foldPartial,
+  sibling: foldSibling,
+  fail: foldFail,
+  expire: foldExpire,
+  drop: foldDrop,
+  take: foldTake,
+  commit: (state, event) => {
+    state.trainer = { step: event.step, version: event.version };
+    return [];
+  },
+  checkpoint: (state, event, { seq, time }) => {
+    state.checkpoints.set(event.step, { step: event.step, version: state.trainer.version, seq, at: time });
+    return [];
+  },
+  release: (state, event) => {
+    state.checkpoints.delete(event.step);
+    return [];
+  },
+  rollback: foldRollback,
+};
+
 /**
  * Fold one event (read from record `seq`, written at `time`, stored at `ref`) into the state. Returns
  * the groups it touched, for the caller's indexes.
@@ -206,160 +403,8 @@ export function applyEvent(
   ref: DataRef,
 ): number[] {
   state.seq = seq;
-  const c = state.counts;
-  switch (event.type) {
-    case 'open':
-      state.session = event.session;
-      return [];
-    case 'create': {
-      if (state.groups.has(event.group)) throw bad(`group ${event.group} created twice`, seq);
-      const slots: SlotState[] = Array.from({ length: event.n }, () => ({ next: 0, tries: 0, lost: 0 }));
-      state.groups.set(event.group, {
-        id: event.group,
-        key: event.key,
-        n: event.n,
-        payload: event.payload,
-        at: time,
-        status: 'open',
-        slots,
-        started: false,
-      });
-      if (event.key !== undefined) state.keys.set(event.key, event.group);
-      state.nextGroup = Math.max(state.nextGroup, event.group + 1);
-      c.created++;
-      return [event.group];
-    }
-    case 'lease': {
-      state.nextLease = Math.max(state.nextLease, event.lease + 1);
-      const touched = new Set<number>();
-      for (const key of event.attempts) {
-        const [group, s] = slotOf(state, key, seq);
-        if (event.restart?.includes(key[1]) && s.partial) {
-          s.partial = undefined;
-          c.restarted++;
-        }
-        s.live = {
-          attempt: key[2],
-          lease: event.lease,
-          worker: event.worker,
-          deadline: event.deadline,
-          at: time,
-          from: s.partial?.attempt,
-        };
-        s.next = key[2] + 1;
-        if (!group.started) c.started++;
-        group.started = true;
-        c.attempts++;
-        touched.add(group.id);
-      }
-      return [...touched];
-    }
-    case 'partial': {
-      const found = liveSlot(state, event.a, seq);
-      if (!found) return [];
-      const [lo, hi] = versionRange(event.versions);
-      found[1].partial = { attempt: event.a[2], ref, lo, hi, at: time };
-      c.partials++;
-      return [found[0].id];
-    }
-    case 'sibling': {
-      const found = liveSlot(state, event.a, seq);
-      if (!found) return [];
-      const [group, s] = found;
-      let [lo, hi] = versionRange(event.versions);
-      if (s.live?.from !== undefined && s.partial?.attempt === s.live.from) {
-        lo = min(lo, s.partial.lo);
-        hi = max(hi, s.partial.hi);
-      }
-      s.done = { attempt: event.a[2], ref, status: event.status, reward: event.reward, lo, hi, at: time };
-      s.live = undefined;
-      s.partial = undefined;
-      if (group.slots.every((x) => x.done)) {
-        group.status = 'complete';
-        group.doneAt = time;
-        group.doneSeq = seq;
-        c.completed++;
-      }
-      return [group.id];
-    }
-    case 'fail': {
-      const found = liveSlot(state, event.a, seq);
-      if (!found) return [];
-      const [group, s] = found;
-      s.live = undefined;
-      s.tries++;
-      c.failed++;
-      if (event.drop) dropGroup(state, group, event.drop);
-      return [group.id];
-    }
-    case 'expire': {
-      const touched = new Set<number>();
-      for (const key of event.attempts) {
-        const found = liveSlot(state, key, seq);
-        if (!found) continue;
-        const [group, s] = found;
-        s.live = undefined;
-        if (event.reason === 'deadline') {
-          s.tries++;
-          c.expired++;
-          c.failed++;
-        } else {
-          s.lost++;
-          c.lost++;
-        }
-        touched.add(group.id);
-      }
-      for (const [g, reason] of event.drops) {
-        const group = state.groups.get(g);
-        if (group) dropGroup(state, group, reason);
-        touched.add(g);
-      }
-      return [...touched];
-    }
-    case 'drop': {
-      const group = state.groups.get(event.group);
-      if (group) dropGroup(state, group, event.reason);
-      else if (event.group >= state.nextGroup) throw bad(`no group ${event.group} to drop`, seq);
-      return [event.group];
-    }
-    case 'take': {
-      state.steps.set(event.step, {
-        step: event.step,
-        version: event.version,
-        groups: event.groups,
-        stale: event.stale,
-        at: time,
-      });
-      for (const g of event.groups) {
-        const group = state.groups.get(g);
-        if (group?.status !== 'complete')
-          throw bad(`step ${event.step} takes group ${g}, which is not complete`, seq);
-        group.status = 'handed';
-        group.step = event.step;
-        c.handed++;
-      }
-      for (const [g] of event.stale) {
-        const group = state.groups.get(g);
-        if (group) dropGroup(state, group, 'stale');
-      }
-      return [...event.groups, ...event.stale.map(([g]) => g)];
-    }
-    case 'commit':
-      state.trainer = { step: event.step, version: event.version };
-      return [];
-    case 'checkpoint':
-      state.checkpoints.set(event.step, { step: event.step, version: state.trainer.version, seq, at: time });
-      return [];
-    case 'release':
-      state.checkpoints.delete(event.step);
-      return [];
-    case 'rollback': {
-      const to = state.checkpoints.get(event.to);
-      if (!to) throw bad(`rollback to step ${event.to}, which has no checkpoint`, seq);
-      state.trainer = { step: to.step, version: to.version };
-      return [];
-    }
-  }
+  const fold = FOLDS[event.type] as Fold<EventType>;
+  return fold(state, event as EventOf<EventType>, { seq, time, ref });
 }
 
 /**

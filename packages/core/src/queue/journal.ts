@@ -258,7 +258,7 @@ export class Journal {
     if (!state) {
       if ((await listSegments(dir)).length > 0) {
         throw new QueueError(
-          `${dir} holds segment files but no ${STATE_FILE}: it is not a GroupQueue (a SampleQueue or RolloutQueue directory?), or its snapshot was deleted. Open it with the class that wrote it`,
+          `${dir} holds segment files but no ${STATE_FILE}: it is not a GroupQueue (a SampleQueue directory?), or its snapshot was deleted. Open it with the class that wrote it`,
           { code: 'queue_corrupt', data: { path: statePath } },
         );
       }
@@ -330,7 +330,11 @@ export class Journal {
    * Apply `event` now and queue it (with `samples` as the record body) for writing. `defer`: nobody
    * waits for it, so it goes to disk with the next record someone does wait for (see `AppendEntry`).
    */
-  append(event: UnitEvent, samples?: ReadonlyArray<Sample>, options: { defer?: boolean } = {}): Appended {
+  append(
+    event: UnitEvent,
+    samples?: ReadonlyArray<Sample>,
+    options: { defer?: boolean | undefined } = {},
+  ): Appended {
     this.check();
     const log = this.#writer();
     const { type, ...meta } = event;

@@ -6,6 +6,7 @@ import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError, describeValue } from '../errors.js';
 import type { Sample } from '../sample.js';
+import { ChangeWaiters } from './changes.js';
 import { openReadHead, type Position, type ReadHead, readCursor, writeCursor } from './cursor.js';
 import { listSegments } from './files.js';
 import {
@@ -75,7 +76,7 @@ export class QueueReader {
   readonly #starts = new Map<number, Position>();
   #reading: Promise<unknown> = Promise.resolve();
   #committing: Promise<unknown> = Promise.resolve();
-  readonly #waiters = new Set<() => void>();
+  readonly #changes = new ChangeWaiters();
   #keysLog: KeysLog | undefined;
   #buffer: Buffer | undefined;
   /** The active segment's invalid tail last found to be torn (not damage), to not re-scan it. */
@@ -116,7 +117,7 @@ export class QueueReader {
 
   /** Wake waiting reads (records were appended through this process). */
   wake(): void {
-    for (const wake of this.#waiters) wake();
+    this.#changes.wake();
   }
 
   read(options: ReadOptions): Promise<QueueBatch> {
@@ -149,26 +150,8 @@ export class QueueReader {
         throw error;
       }
       if (records.length > 0 || !wait) return { records, from, next: this.readPosition };
-      await this.#waitForAppend(signal);
+      await this.#changes.next(signal, this.#pollMs);
     }
-  }
-
-  #waitForAppend(signal: AbortSignal | undefined): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.#waiters.delete(done);
-        signal?.removeEventListener('abort', onAbort);
-        resolve();
-      };
-      const onAbort = () => {
-        done();
-        reject(signal?.reason);
-      };
-      const timer = setTimeout(done, this.#pollMs);
-      this.#waiters.add(done);
-      signal?.addEventListener('abort', onAbort, { once: true });
-    });
   }
 
   async #moveTo(position: { base: number; offset: number; seq: number } | undefined): Promise<void> {

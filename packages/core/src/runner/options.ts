@@ -17,7 +17,7 @@ type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K>
 export type RolloutEventInput = DistributiveOmit<
   Exclude<RolloutEvent, { type: 'rollout:start' | 'rollout:finish' }>,
   't' | 'rolloutId'
-> & { t?: number };
+> & { t?: number | undefined };
 
 export interface RolloutContext extends RolloutRef {
   /** Aborted when the guard fires, the run's signal aborts, or the consumer stops reading. Pass it on. */
@@ -34,14 +34,14 @@ export interface RolloutContext extends RolloutRef {
 export interface RolloutOutcome {
   reward: number;
   /** `truncated` when a budget cut the trajectory short but it was still graded. Default `completed`. */
-  status?: 'completed' | 'truncated';
+  status?: 'completed' | 'truncated' | undefined;
   /** Training rows; the runner stamps `group_index`, `index`, `rollout_id` (and `status`/`reward` where unset). */
-  samples?: Sample[];
-  sessionId?: string;
-  turns?: number;
+  samples?: Sample[] | undefined;
+  sessionId?: string | undefined;
+  turns?: number | undefined;
   /** Phase durations in ms; merged over the ones recorded with `ctx.phase`. */
-  timings?: PhaseTimings;
-  metadata?: Record<string, unknown>;
+  timings?: PhaseTimings | undefined;
+  metadata?: Record<string, unknown> | undefined;
 }
 
 export type RolloutFunction<T> = (
@@ -51,7 +51,7 @@ export type RolloutFunction<T> = (
 
 export interface RunRolloutsOptions {
   /** Rollouts per task (the GRPO group size). Default 1. */
-  samplesPerPrompt?: number;
+  samplesPerPrompt?: number | undefined;
   /** Most rollouts in flight at once. No other limit applies. */
   concurrency: number;
   /** Wall-clock budget of one rollout in ms (`Infinity` for none). */
@@ -60,14 +60,14 @@ export interface RunRolloutsOptions {
    * After a rollout's signal aborts, how long (ms) the runner waits for the function to return before it
    * yields the aborted result anyway and frees the slot. Default 5000.
    */
-  graceMs?: number;
+  graceMs?: number | undefined;
   /** Aborting stops admitting rollouts and aborts those in flight; the iterator then ends normally. */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Group index of the first task (continue numbering across steps). Default 0. */
-  firstGroupIndex?: number;
+  firstGroupIndex?: number | undefined;
   /** Rollouts to leave out, e.g. those already in a `SampleQueue` when resuming. */
-  skip?: (ref: RolloutRef) => boolean;
-  logger?: { warn(message: string, data?: Record<string, unknown>): void };
+  skip?: ((ref: RolloutRef) => boolean) | undefined;
+  logger?: { warn(message: string, data?: Record<string, unknown>): void } | undefined;
 }
 
 export interface RunStats {

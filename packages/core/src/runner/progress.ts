@@ -9,13 +9,13 @@ import type { RolloutRun } from './run.js';
 
 export interface RolloutProgressOptions {
   /** Where to draw. Default `process.stderr`. */
-  stream?: NodeJS.WritableStream;
+  stream?: NodeJS.WritableStream | undefined;
   /** Text before the bar. Default `rollouts`. */
-  label?: string;
+  label?: string | undefined;
   /** Also print (one line per redraw) when the stream is not a terminal, e.g. in CI logs. Default false. */
-  noTTYOutput?: boolean;
+  noTTYOutput?: boolean | undefined;
   /** Redraw interval off a terminal, ms. Default 2000. */
-  notTTYSchedule?: number;
+  notTTYSchedule?: number | undefined;
 }
 
 export interface RolloutProgress {

@@ -5,13 +5,13 @@
  */
 export interface ServiceModel {
   /** Requests decoding at once; the rest queue (SGLang `#queue-req`). Default 256. */
-  slots?: number;
+  slots?: number | undefined;
   /** Engine-wide decode throughput in tokens/s, shared by running requests. Default Infinity (instant). */
-  tokensPerSecond?: number;
+  tokensPerSecond?: number | undefined;
   /** Cap on one request's decode speed in tokens/s. Default Infinity. */
-  maxTokensPerSecondPerRequest?: number;
+  maxTokensPerSecondPerRequest?: number | undefined;
   /** KV-cache capacity in tokens, the denominator of `token usage`. Default 1,000,000. */
-  kvTokens?: number;
+  kvTokens?: number | undefined;
 }
 
 export interface Job {

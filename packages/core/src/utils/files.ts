@@ -107,7 +107,7 @@ export async function syncDir(dir: string): Promise<void> {
 export async function replaceFile(
   path: string,
   fill: (handle: FileHandle) => Promise<void>,
-  options: { keepOpen?: boolean } = {},
+  options: { keepOpen?: boolean | undefined } = {},
 ): Promise<FileHandle | undefined> {
   const tmp = `${path}.tmp`;
   let handle: FileHandle | undefined;

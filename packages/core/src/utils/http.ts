@@ -184,7 +184,7 @@ export class HttpClient {
   async #once(
     request: HttpRequest,
     streaming = false,
-  ): Promise<HttpResponse & { stream?: AsyncIterable<Uint8Array> }> {
+  ): Promise<HttpResponse & { stream?: AsyncIterable<Uint8Array> | undefined }> {
     const path = this.#basePath + request.path;
     const url = this.#origin + path;
     const timeoutMs = this.#options.timeoutMs;
@@ -243,7 +243,7 @@ function statusError(method: string, response: HttpResponse): EngineError {
       status: response.status,
       url: response.url,
       isRetryable: RETRYABLE_STATUSES.has(response.status),
-      ...(retryAfter === undefined ? {} : { retryAfterMs: retryAfter }),
+      retryAfterMs: retryAfter,
       data: { body: response.text.slice(0, 4096) },
     },
   );
@@ -263,9 +263,9 @@ function retryAfterMs(value: string | string[] | undefined): number | undefined 
 function errorText(text: string): string {
   try {
     const json = JSON.parse(text) as {
-      error?: { message?: string } | string;
-      message?: string;
-      detail?: string;
+      error?: { message?: string | undefined } | string | undefined;
+      message?: string | undefined;
+      detail?: string | undefined;
     };
     const e = json.error;
     const message = typeof e === 'string' ? e : (e?.message ?? json.message ?? json.detail);
@@ -278,7 +278,11 @@ function errorText(text: string): string {
 
 /** A connection failure's code and message (`ECONNREFUSED: connect ECONNREFUSED 127.0.0.1:1`). */
 export function describeCause(error: unknown): string {
-  const e = error as { code?: string; message?: string; cause?: { code?: string; message?: string } };
+  const e = error as {
+    code?: string | undefined;
+    message?: string | undefined;
+    cause?: { code?: string | undefined; message?: string | undefined } | undefined;
+  };
   const code = e.cause?.code ?? e.code;
   const message = e.cause?.message ?? e.message ?? String(error);
   return code && !message.includes(code) ? `${code}: ${message}` : message;

@@ -6,7 +6,7 @@
  * never start a second job: the dashboard answers "already exists" and the client returns the first.
  */
 import { randomBytes } from 'node:crypto';
-import { EngineError, type EngineErrorOptions, parseWith } from '@vime/core';
+import { EngineError, type EngineErrorOptions, errorMarker, hasErrorMarker, parseWith } from '@vime/core';
 import { HttpClient, type HttpMethod, retry, sleep } from '@vime/core/utils';
 import { EventEmitter } from 'eventemitter3';
 import type { Dispatcher } from 'undici';
@@ -27,18 +27,28 @@ import {
   VersionSchema,
 } from './types.js';
 
+const rayJobsMarker = errorMarker('RayJobsError');
+
 /** An HTTP or connection failure talking to the Ray dashboard. */
 export class RayJobsError extends EngineError {
+  readonly [rayJobsMarker] = true;
   /** Response body (text/plain, often a Python traceback), when there was one. */
   readonly body: string | undefined;
   constructor(message: string, options: EngineErrorOptions & { body?: string | undefined } = {}) {
     super(message, options);
     this.body = options.body;
   }
+
+  static override isInstance(value: unknown): value is RayJobsError {
+    return hasErrorMarker(value, rayJobsMarker);
+  }
 }
+
+const rayJobFailedMarker = errorMarker('RayJobFailedError');
 
 /** The job ran and ended FAILED or STOPPED. `logTail` holds its last log lines. */
 export class RayJobFailedError extends RayJobsError {
+  readonly [rayJobFailedMarker] = true;
   readonly job: JobDetails;
   readonly logTail: string;
   constructor(job: JobDetails, logTail: string) {
@@ -49,6 +59,10 @@ export class RayJobFailedError extends RayJobsError {
     );
     this.job = job;
     this.logTail = logTail;
+  }
+
+  static override isInstance(value: unknown): value is RayJobFailedError {
+    return hasErrorMarker(value, rayJobFailedMarker);
   }
 }
 

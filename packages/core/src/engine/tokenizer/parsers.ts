@@ -115,7 +115,10 @@ export const thinkReasoningParser: ReasoningParser = {
 /** Parse a raw output text with the given parsers. */
 export function parseResponse(
   text: string,
-  parsers: { toolCalls?: ToolCallParser | null; reasoning?: ReasoningParser | null } = {},
+  parsers: {
+    toolCalls?: ToolCallParser | null | undefined;
+    reasoning?: ReasoningParser | null | undefined;
+  } = {},
 ): ParsedResponse {
   const { toolCalls = hermesToolParser, reasoning = thinkReasoningParser } = parsers;
   const split = reasoning ? reasoning.parse(text) : { reasoning: undefined, content: text };

@@ -55,6 +55,6 @@ export function withoutAddedTokens(
   tokenizerJson: Record<string, unknown>,
   drop: readonly string[],
 ): Record<string, unknown> {
-  const added = (tokenizerJson.added_tokens ?? []) as Array<{ content?: string }>;
+  const added = (tokenizerJson.added_tokens ?? []) as Array<{ content?: string | undefined }>;
   return { ...tokenizerJson, added_tokens: added.filter((t) => !drop.includes(String(t.content))) };
 }

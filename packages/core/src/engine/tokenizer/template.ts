@@ -2,8 +2,8 @@
 
 /** A tool call inside an assistant message, in OpenAI's shape (what chat templates expect). */
 export interface TemplateToolCall {
-  id?: string;
-  type?: 'function';
+  id?: string | undefined;
+  type?: 'function' | undefined;
   function: { name: string; arguments: string | Record<string, unknown> };
 }
 
@@ -11,22 +11,26 @@ export interface TemplateToolCall {
 export interface TemplateMessage {
   role: 'system' | 'user' | 'assistant' | 'tool' | (string & {});
   content: string;
-  reasoning_content?: string;
-  tool_calls?: TemplateToolCall[];
-  tool_call_id?: string;
-  name?: string;
+  reasoning_content?: string | undefined;
+  tool_calls?: TemplateToolCall[] | undefined;
+  tool_call_id?: string | undefined;
+  name?: string | undefined;
 }
 
 /** A tool definition in OpenAI's function-tool shape. */
 export interface ToolDefinition {
   type: 'function';
-  function: { name: string; description?: string; parameters?: Record<string, unknown> };
+  function: {
+    name: string;
+    description?: string | undefined;
+    parameters?: Record<string, unknown> | undefined;
+  };
 }
 
 export interface RenderOptions {
   tools?: readonly ToolDefinition[] | undefined;
   /** Append the assistant header so the model continues as the assistant (default true). */
-  addGenerationPrompt?: boolean;
+  addGenerationPrompt?: boolean | undefined;
   /** Extra template variables, e.g. `{ enable_thinking: false }`. */
   templateKwargs?: Record<string, unknown> | undefined;
 }

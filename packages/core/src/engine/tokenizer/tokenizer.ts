@@ -18,19 +18,19 @@ import type { RenderOptions, TemplateMessage } from './template.js';
 
 export interface LoadTokenizerOptions {
   /** Override the chat template found in `tokenizer_config.json`. */
-  chatTemplate?: string;
-  toolParser?: ToolCallParser | null;
-  reasoningParser?: ReasoningParser | null;
+  chatTemplate?: string | undefined;
+  toolParser?: ToolCallParser | null | undefined;
+  reasoningParser?: ReasoningParser | null | undefined;
   /**
    * `auto` (default): a built-in native renderer when the template is a known one (same output,
    * no Jinja interpreter on the hot path), else Jinja. `jinja`: always interpret the template.
    */
-  renderer?: 'auto' | 'jinja' | ChatRenderer;
+  renderer?: 'auto' | 'jinja' | ChatRenderer | undefined;
   /** Worker threads for `encodeAsync` on long inputs (default 1; started on first use). */
-  encodeWorkers?: number;
+  encodeWorkers?: number | undefined;
   /** The text of `tokenizer.json` when at hand (what the workers are sent; else it is re-serialised). */
-  tokenizerJsonText?: string;
-  signal?: AbortSignal;
+  tokenizerJsonText?: string | undefined;
+  signal?: AbortSignal | undefined;
 }
 
 /**
@@ -135,7 +135,8 @@ export class ChatTokenizer {
       }
     }
     this.#escaper = new SpecialTextEscaper(this.#specialTexts);
-    this.#byteLevel = (tokenizerJson.decoder as { type?: string } | undefined)?.type === 'ByteLevel';
+    this.#byteLevel =
+      (tokenizerJson.decoder as { type?: string | undefined } | undefined)?.type === 'ByteLevel';
     if (cacheable && added.length > 0) {
       const alternatives = [...this.#addedIds.keys()]
         .sort((a, b) => b.length - a.length)
@@ -285,7 +286,7 @@ export class ChatTokenizer {
   }
 
   /** Text of `ids` (special tokens kept unless `skipSpecialTokens`). */
-  decode(ids: ArrayLike<number>, options: { skipSpecialTokens?: boolean } = {}): string {
+  decode(ids: ArrayLike<number>, options: { skipSpecialTokens?: boolean | undefined } = {}): string {
     if (ids.length === 0) return '';
     const skip = options.skipSpecialTokens ?? false;
     if (!this.#byteLevel) {
@@ -422,7 +423,7 @@ function tokenText(value: unknown): string | undefined {
 function pickTemplate(value: unknown): string | undefined {
   if (typeof value === 'string') return value;
   if (Array.isArray(value)) {
-    const named = value as Array<{ name?: string; template?: string }>;
+    const named = value as Array<{ name?: string | undefined; template?: string | undefined }>;
     return (named.find((t) => t.name === 'default') ?? named[0])?.template;
   }
   return undefined;
@@ -470,6 +471,6 @@ export async function loadTokenizer(dir: string, options: LoadTokenizerOptions =
   return new ChatTokenizer(json.json, config.json, {
     tokenizerJsonText: json.text,
     ...rest,
-    ...(chatTemplate !== undefined ? { chatTemplate } : {}),
+    chatTemplate,
   });
 }

@@ -6,18 +6,18 @@
  */
 import { randomBytes } from 'node:crypto';
 import { availableParallelism } from 'node:os';
-import { MessageChannel, type MessagePort, receiveMessageOnPort, Worker } from 'node:worker_threads';
+import { receiveMessageOnPort } from 'node:worker_threads';
 import { EventEmitter } from 'eventemitter3';
 import { loadTokenizer } from '../../engine/tokenizer/tokenizer.js';
 import { ConfigError, EngineError } from '../../errors.js';
 import type { Sample } from '../../sample.js';
 import type { CaptureSession, SessionOptions } from '../api.js';
 import type { ProxyEvents, ProxyTurnEvent } from '../events.js';
-import { checkSession } from '../proxy.js';
+import { checkSession } from '../sessions.js';
 import { addStitch, checkFinish, emptyTotals, finishThreads, type StitchTotals } from '../stitch.js';
 import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
-import { HandoverGate } from './gate.js';
-import type { EngineSpec, FromShard, ShardData, ShardProxyOptions, ToShard } from './wire.js';
+import { type Shard, type ShardListener, type ShardSpec, startShards } from './shard.js';
+import type { EngineSpec, FromShard, ShardProxyOptions, ToShard } from './wire.js';
 
 export type { EngineSpec } from './wire.js';
 
@@ -85,27 +85,6 @@ const NOT_SHARDED: Record<string, string> = {
   port: 'each shard takes a free port (`urls`)',
 };
 
-// `worker-entry.mjs` loads `worker.ts` in a source checkout; the build makes `shard-worker.js`.
-const WORKER_URL = new URL(
-  import.meta.url.endsWith('.ts') ? './worker-entry.mjs' : './shard-worker.js',
-  import.meta.url,
-);
-
-interface Shard {
-  index: number;
-  worker: Worker;
-  control: MessagePort;
-  reports: MessagePort;
-  url: string;
-  gate: HandoverGate;
-  free: number[];
-  next: number;
-  open: number;
-  /** Why its thread ended, if it did. */
-  exited: string | undefined;
-  closed: Promise<void>;
-}
-
 interface ThreadMirror {
   index: number;
   key: string;
@@ -113,6 +92,7 @@ interface ThreadMirror {
   totals: StitchTotals;
 }
 
+/** The main thread's copy of a session: where it runs, and the turns its shard reported. */
 interface SessionMirror {
   handle: CaptureSession;
   shard: Shard;
@@ -194,146 +174,79 @@ export async function startShardedCaptureProxy(
           t.decode(ids)
       )(await loadTokenizer(tokenizerDir)),
     });
-  const events = new EventEmitter<ShardedProxyEvents>();
-  const sessions = new Map<string, SessionMirror>();
-  let closing = false;
-
-  function recordTurn(s: SessionMirror, event: ProxyTurnEvent): void {
-    const { index, parent } = {
-      index: event.stitch.thread,
-      parent: event.stitch.thread === 0 ? undefined : 0,
-    };
-    let thread = s.threads.get(index);
-    if (!thread) {
-      const key = index === 0 ? s.handle.id : `${s.handle.id}/${index}`;
-      thread = { index, key, parent, totals: emptyTotals() };
-      s.threads.set(index, thread);
-    }
-    const { index: _, ...turn } = event.turn;
-    const recorded = trajectories.record(thread.key, turn);
-    addStitch(thread.totals, event.stitch);
-    if (turn.finishReason === 'length') s.truncated = true;
-    events.emit('turn', { ...event, turn: recorded });
-  }
-
-  function onReport(shard: Shard, m: FromShard): void {
-    if (m.kind === 'released') {
-      shard.free.push(m.slot);
-      return;
-    }
-    if (m.kind !== 'event') return;
-    const s = sessions.get(m.payload.sessionId as string);
-    const mine = s?.shard === shard ? s : undefined;
-    // a turn recorded after its session was finished is no part of it
-    if (m.name === 'turn') return void (mine && recordTurn(mine, m.payload as unknown as ProxyTurnEvent));
-    if (m.name === 'budget:exhausted' && mine) mine.truncated = true;
-    const payload = { ...m.payload };
-    const error = payload.error as { name: string; message: string; code?: unknown } | undefined;
-    if (error) payload.error = Object.assign(new Error(error.message), error);
-    (events.emit as (name: string, payload: unknown) => boolean)(m.name, payload);
-  }
-
-  /** Take in every report a shard has sent so far (its turns recorded before now). */
-  function drain(shard: Shard): void {
-    for (let m = receiveMessageOnPort(shard.reports); m; m = receiveMessageOnPort(shard.reports))
-      onReport(shard, m.message as FromShard);
-  }
-
-  // one count of every shard's client sockets: `limits.maxConnections` caps the whole proxy
+  const proxy = new ShardedProxy(trajectories, engines, waitMs);
   const connections = new SharedArrayBuffer(4);
+  await proxy.start(count, { tokenizerDir, engines, options: rest, capacity, connections });
   const connectionCount = new Int32Array(connections);
+  return {
+    urls: proxy.urls,
+    events: proxy.events,
+    trajectories,
+    openSession: (id, sessionOptions) => proxy.open(id, sessionOptions),
+    session: (id) => proxy.session(id),
+    finishSession: (id, finish) => proxy.finish(id, finish),
+    get size() {
+      return proxy.size;
+    },
+    get connections() {
+      return Atomics.load(connectionCount, 0);
+    },
+    close: () => proxy.close(),
+  };
+}
 
-  async function startShard(index: number): Promise<Shard> {
-    const control = new MessageChannel();
-    const reports = new MessageChannel();
-    const gate = new HandoverGate(capacity);
-    const data: ShardData = {
-      index,
-      tokenizerDir,
-      engines: engines.map((e) => ({
-        kind: e.kind,
-        url: e.url,
-        ...(e.options ? { options: e.options } : {}),
-      })),
-      options: rest,
-      cells: gate.cells.buffer as SharedArrayBuffer,
-      connections,
-      control: control.port2,
-      reports: reports.port2,
-    };
-    let worker: Worker;
+/**
+ * The main thread of the sharded proxy: it places sessions on shards, records the turns they report
+ * (each before its answer's last bytes leave the shard, see `gate.ts`) and finishes sessions exactly.
+ */
+class ShardedProxy implements ShardListener {
+  readonly events = new EventEmitter<ShardedProxyEvents>();
+  readonly #trajectories: TrajectoryManager;
+  readonly #engines: readonly EngineSpec[];
+  readonly #waitMs: number;
+  readonly #sessions = new Map<string, SessionMirror>();
+  #shards: Shard[] = [];
+  #capacity = 0;
+  #closing = false;
+
+  constructor(trajectories: TrajectoryManager, engines: readonly EngineSpec[], waitMs: number) {
+    this.#trajectories = trajectories;
+    this.#engines = engines;
+    this.#waitMs = waitMs;
+  }
+
+  async start(count: number, spec: ShardSpec): Promise<void> {
+    this.#capacity = spec.capacity;
     try {
-      worker = new Worker(WORKER_URL, { workerData: data, transferList: [control.port2, reports.port2] });
+      this.#shards = await startShards(count, spec, this);
     } catch (error) {
-      throw new ConfigError(
-        `startShardedCaptureProxy: options cannot cross to a shard: ${(error as Error).message}`,
-      );
+      this.#closing = true;
+      throw error;
     }
-    let exitCause: string | undefined;
-    worker.on('error', (error) => {
-      exitCause = error.message;
-    });
-    const url = await new Promise<string>((resolve, reject) => {
-      reports.port1.once('message', (m: FromShard) => {
-        if (m.kind === 'ready') resolve(m.url);
-        else
-          reject(
-            new ConfigError(`shard ${index} did not start: ${m.kind === 'failed' ? m.message : m.kind}`),
-          );
-      });
-      worker.once('exit', (code) =>
-        reject(
-          new ConfigError(`shard ${index} did not start: ${exitCause ?? `its thread exited with ${code}`}`),
-        ),
-      );
-    });
-    const shard: Shard = {
-      index,
-      worker,
-      control: control.port1,
-      reports: reports.port1,
-      url,
-      gate,
-      free: [],
-      next: 0,
-      open: 0,
-      exited: undefined,
-      closed: new Promise((resolve) => worker.once('exit', () => resolve())),
-    };
-    reports.port1.on('message', (m: FromShard) => onReport(shard, m));
-    worker.once('exit', (code) => {
-      if (closing) return;
-      shard.exited = exitCause ?? `its thread exited with ${code}`;
-      events.emit('shard:exit', { shard: index, cause: shard.exited });
-    });
-    return shard;
   }
 
-  const started = await Promise.allSettled(Array.from({ length: count }, (_, i) => startShard(i)));
-  const shards = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
-  const failed = started.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-  if (failed) {
-    closing = true;
-    await Promise.all(shards.map((s) => s.worker.terminate()));
-    throw failed.reason;
+  get urls(): string[] {
+    return this.#shards.map((s) => s.url);
   }
 
-  function openSession(id: string, sessionOptions: SessionOptions = {}): CaptureSession {
+  get size(): number {
+    return this.#sessions.size;
+  }
+
+  session(id: string): CaptureSession | undefined {
+    return this.#sessions.get(id)?.handle;
+  }
+
+  open(id: string, sessionOptions: SessionOptions = {}): CaptureSession {
     checkSession(id, sessionOptions);
-    if (closing) throw new ConfigError('openSession: the proxy is closed');
-    if (sessions.has(id)) throw new ConfigError(`session ${JSON.stringify(id)} is already open`);
+    if (this.#closing) throw new ConfigError('openSession: the proxy is closed');
+    if (this.#sessions.has(id)) throw new ConfigError(`session ${JSON.stringify(id)} is already open`);
     const { engine, ...options } = sessionOptions;
-    if (engine && !engines.some((e) => e.url === engine.url))
+    if (engine && !this.#engines.some((e) => e.url === engine.url))
       throw new ConfigError(`openSession: engine ${engine.url} is not one of the proxy's engines`);
-    const live = shards.filter((s) => !s.exited);
-    if (live.length === 0) throw new EngineError('openSession: every shard of the proxy has exited');
-    const shard = live.reduce((a, b) => (b.open < a.open ? b : a));
-    if (shard.free.length === 0 && shard.next >= capacity)
-      throw new ConfigError(
-        `openSession: shard ${shard.index} has ${capacity} sessions open (sessionsPerShard)`,
-      );
+    const shard = this.#leastLoaded();
     // throws for an id the manager already holds, before a slot is taken
-    trajectories.open(id);
+    this.#trajectories.open(id);
     const slot = shard.free.pop() ?? shard.next++;
     const key = `${id}.${randomBytes(16).toString('base64url')}`;
     const open: ToShard = {
@@ -341,14 +254,14 @@ export async function startShardedCaptureProxy(
       id,
       key,
       slot,
-      options: { ...options, ...(engine ? { engineUrl: engine.url } : {}) },
+      options: { ...options, engineUrl: engine?.url },
     };
     shard.gate.open(slot);
     try {
       shard.control.postMessage(open);
     } catch (error) {
       shard.free.push(slot);
-      trajectories.discard(id);
+      this.#trajectories.discard(id);
       throw new ConfigError(`openSession: options cannot cross to a shard: ${(error as Error).message}`);
     }
     const handle: CaptureSession = {
@@ -358,14 +271,27 @@ export async function startShardedCaptureProxy(
       fetch: shardFetch(shard.url, key),
     };
     shard.open++;
-    sessions.set(id, { handle, shard, slot, threads: new Map(), truncated: false });
+    this.#sessions.set(id, { handle, shard, slot, threads: new Map(), truncated: false });
     return handle;
   }
 
-  function finishSession(id: string, finish: FinishOptions = {}): Sample[] {
-    const s = sessions.get(id);
+  /** The live shard with the fewest open sessions, if it has room for one more. */
+  #leastLoaded(): Shard {
+    const live = this.#shards.filter((s) => !s.exited);
+    if (live.length === 0) throw new EngineError('openSession: every shard of the proxy has exited');
+    const shard = live.reduce((a, b) => (b.open < a.open ? b : a));
+    if (shard.free.length === 0 && shard.next >= this.#capacity)
+      throw new ConfigError(
+        `openSession: shard ${shard.index} has ${this.#capacity} sessions open (sessionsPerShard)`,
+      );
+    return shard;
+  }
+
+  finish(id: string, finish: FinishOptions = {}): Sample[] {
+    const s = this.#sessions.get(id);
     if (!s) throw new ConfigError(`finishSession: no open session ${JSON.stringify(id)}`);
     const { shard } = s;
+    const trajectories = this.#trajectories;
     const threads = () => ({
       sessionId: id,
       list: [...s.threads.values()].sort((a, b) => a.index - b.index),
@@ -374,17 +300,17 @@ export async function startShardedCaptureProxy(
       const status = finish.status ?? (s.truncated ? 'truncated' : undefined);
       return status ? { ...finish, status } : finish;
     };
-    drain(shard);
+    this.#drain(shard);
     if (!shard.exited) {
       // bad options end nothing: the call can be made again with the rows intact
       checkFinish(trajectories, threads(), options());
-      shard.gate.close(s.slot, waitMs);
-      drain(shard);
+      shard.gate.close(s.slot, this.#waitMs);
+      this.#drain(shard);
       // a late turn can change the status the options are checked against: the session then takes
       // no more answers, and a call with fitting options still returns every row
       checkFinish(trajectories, threads(), options());
     }
-    sessions.delete(id);
+    this.#sessions.delete(id);
     shard.open--;
     const { list } = threads();
     if (shard.exited) {
@@ -399,31 +325,62 @@ export async function startShardedCaptureProxy(
     return finishThreads(trajectories, { sessionId: id, list }, options());
   }
 
-  return {
-    urls: shards.map((s) => s.url),
-    events,
-    trajectories,
-    openSession,
-    session: (id) => sessions.get(id)?.handle,
-    finishSession,
-    get size() {
-      return sessions.size;
-    },
-    get connections() {
-      return Atomics.load(connectionCount, 0);
-    },
-    async close() {
-      if (closing) return;
-      closing = true;
-      sessions.clear();
-      for (const shard of shards)
-        if (!shard.exited) shard.control.postMessage({ op: 'close' } satisfies ToShard);
-      // a shard that does not close in time is stopped
-      const timer = setTimeout(() => {
-        for (const shard of shards) void shard.worker.terminate();
-      }, 10_000);
-      await Promise.all(shards.map((s) => s.closed));
-      clearTimeout(timer);
-    },
-  };
+  async close(): Promise<void> {
+    if (this.#closing) return;
+    this.#closing = true;
+    this.#sessions.clear();
+    for (const shard of this.#shards)
+      if (!shard.exited) shard.control.postMessage({ op: 'close' } satisfies ToShard);
+    // a shard that does not close in time is stopped
+    const timer = setTimeout(() => {
+      for (const shard of this.#shards) void shard.worker.terminate();
+    }, 10_000);
+    await Promise.all(this.#shards.map((s) => s.closed));
+    clearTimeout(timer);
+  }
+
+  report(shard: Shard, m: FromShard): void {
+    if (m.kind === 'released') {
+      shard.free.push(m.slot);
+      return;
+    }
+    if (m.kind !== 'event') return;
+    const s = this.#sessions.get(m.payload.sessionId as string);
+    const mine = s?.shard === shard ? s : undefined;
+    // a turn recorded after its session was finished is no part of it
+    if (m.name === 'turn')
+      return void (mine && this.#recordTurn(mine, m.payload as unknown as ProxyTurnEvent));
+    if (m.name === 'budget:exhausted' && mine) mine.truncated = true;
+    const payload = { ...m.payload };
+    const error = payload.error as { name: string; message: string; code?: unknown } | undefined;
+    if (error) payload.error = Object.assign(new Error(error.message), error);
+    (this.events.emit as (name: string, payload: unknown) => boolean)(m.name, payload);
+  }
+
+  exited(shard: Shard, cause: string): void {
+    if (this.#closing) return;
+    shard.exited = cause;
+    this.events.emit('shard:exit', { shard: shard.index, cause });
+  }
+
+  #recordTurn(s: SessionMirror, event: ProxyTurnEvent): void {
+    const index = event.stitch.thread;
+    let thread = s.threads.get(index);
+    if (!thread) {
+      const key = index === 0 ? s.handle.id : `${s.handle.id}/${index}`;
+      thread = { index, key, parent: index === 0 ? undefined : 0, totals: emptyTotals() };
+      s.threads.set(index, thread);
+    }
+    const { index: _, ...turn } = event.turn;
+    const recorded = this.#trajectories.record(thread.key, turn);
+    addStitch(thread.totals, event.stitch);
+    if (turn.finishReason === 'length') s.truncated = true;
+    this.events.emit('turn', { ...event, turn: recorded });
+  }
+
+  /** Take in every report a shard has sent so far (its turns recorded before now). */
+  #drain(shard: Shard): void {
+    for (let m = receiveMessageOnPort(shard.reports); m; m = receiveMessageOnPort(shard.reports))
+      this.report(shard, m.message as FromShard);
+  }
 }

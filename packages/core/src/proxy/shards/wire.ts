@@ -23,7 +23,7 @@ export type ShardProxyOptions = Pick<
   | 'maxTurns'
   | 'specialTokenText'
   | 'limits'
-> & { router?: Omit<NonNullable<CaptureProxyOptions['router']>, 'logger'> };
+> & { router?: Omit<NonNullable<CaptureProxyOptions['router']>, 'logger'> | undefined };
 
 export interface ShardData {
   index: number;
@@ -41,7 +41,7 @@ export interface ShardData {
 }
 
 /** A session's options as they cross to its shard: its engine by URL. */
-export type OpenOptions = Omit<SessionOptions, 'engine'> & { engineUrl?: string };
+export type OpenOptions = Omit<SessionOptions, 'engine'> & { engineUrl?: string | undefined };
 
 export type ToShard =
   | { op: 'open'; id: string; key: string; slot: number; options: OpenOptions }

@@ -86,7 +86,7 @@ try {
     if (message.op === 'open') {
       const { engineUrl, ...options } = message.options;
       const engine = engines.find((e) => e.url === engineUrl);
-      core.open(message.id, { ...options, ...(engine ? { engine } : {}) }, message.key);
+      core.open(message.id, { ...options, engine }, message.key);
       local.set(message.id, { slot: message.slot, handovers: 0, finished: false });
     } else if (message.op === 'finish') {
       const s = local.get(message.id);

@@ -9,19 +9,19 @@ export type RewardSplit = 'copy' | 'divide';
 
 export interface TrajectoryManagerOptions extends PackOptions {
   /** Default reward split (default `copy`: every row carries the rollout's reward). */
-  rewardSplit?: RewardSplit;
+  rewardSplit?: RewardSplit | undefined;
   /** Decodes token ids to text, to fill `prompt` (when the base sample has none) and `response`. */
-  decode?: (ids: Int32Array) => string;
+  decode?: ((ids: Int32Array) => string) | undefined;
 }
 
 export interface FinishOptions {
   /** The rollout's reward. Required unless `status` is `failed` or `aborted`. */
-  reward?: number;
+  reward?: number | undefined;
   /** Fields copied into every row (`index`, `group_index`, `label`, `metadata`, `rollout_id`, …). */
-  baseSample?: SampleInit;
-  rewardSplit?: RewardSplit;
+  baseSample?: SampleInit | undefined;
+  rewardSplit?: RewardSplit | undefined;
   /** Overrides the status derived from the last turn (`length` → truncated, `abort` → aborted). */
-  status?: SampleStatus;
+  status?: SampleStatus | undefined;
 }
 
 export interface DriftReport extends DriftCounts {
@@ -199,7 +199,7 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
 function replayExtra(
   extra: Record<string, unknown> | undefined,
   logprobs: Float32Array | undefined,
-): { extra?: Record<string, unknown> } {
+): { extra?: Record<string, unknown> | undefined } {
   if (!logprobs) return extra ? { extra } : {};
   return { extra: { ...extra, rollout_top_p_log_probs: Array.from(logprobs) } };
 }

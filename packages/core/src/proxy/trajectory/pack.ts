@@ -32,14 +32,19 @@ export interface DriftCounts {
 
 export interface PackOptions {
   /** Longest drift (tokens from the divergence to the end of the last output) fixed by a realign. Default 16. */
-  realignMaxTokens?: number;
+  realignMaxTokens?: number | undefined;
 }
 
 export interface PackResult {
   rows: PackedRow[];
   drift: DriftCounts;
   /** What happened at each turn after the first. */
-  steps: Array<{ turn: number; kind: 'extend' | 'realign' | 'fork'; divergedAt?: number; replaced?: number }>;
+  steps: Array<{
+    turn: number;
+    kind: 'extend' | 'realign' | 'fork';
+    divergedAt?: number | undefined;
+    replaced?: number | undefined;
+  }>;
 }
 
 /** Growable parallel arrays for one row. */
