@@ -1,9 +1,10 @@
 /** Every remaining golden family of slime's token-level, loss and reporting math. */
 import { describe, expect, it } from 'vitest';
-import { allGoldenFiles, expectClose, flat, type GoldenCase, loadGolden } from './__fixtures__/golden.js';
+import { allGoldenFiles, expectClose, flat, type GoldenCase, loadGolden } from '../__fixtures__/golden.js';
+import { gae } from '../estimators/gae.js';
+import { discountedReturns, maskedWhiten } from '../estimators/returns.js';
 import { approxKl, cispoLoss, gspoSequenceKl, type KlType, policyLoss, sumOfSampleMean } from './loss.js';
 import { type SlimeEstimator, slimeAdvantagesAndReturns, slimePolicyLoss } from './slime.js';
-import { discountedReturns, gae, maskedWhiten } from './tokens.js';
 
 const rows = (x: unknown) => x as number[][];
 const lengthsOf = (x: unknown) => rows(x).map((r) => r.length);

@@ -7,7 +7,7 @@ import { resolveConventions } from './presets.js';
 
 /** Recorded with torch 1.13 on CPU by __fixtures__/make_fixtures.py. */
 const recorded = JSON.parse(
-  readFileSync(new URL('./__fixtures__/torch_sums.json', import.meta.url), 'utf8'),
+  readFileSync(new URL('../__fixtures__/torch_sums.json', import.meta.url), 'utf8'),
 ) as {
   sums: Array<{ values: number[]; sum: number; mean: number }>;
   uniform_groups: Array<{ value: number; n: number; advantage: number }>;

@@ -6,12 +6,12 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { createSample, VimeError } from '@vime/core';
 import { describe, expect, it } from 'vitest';
-import { dumpsGolden, loadGolden } from './__fixtures__/golden.js';
-import { grpoAdvantages } from './advantages.js';
+import { dumpsGolden, loadGolden } from '../__fixtures__/golden.js';
+import { main } from '../command.js';
+import { grpoAdvantages } from '../estimators/advantages.js';
+import { broadcastToTokens, splitTokens } from '../tokens/tokens.js';
 import { checkAgainstTrainer } from './check.js';
-import { main } from './command.js';
 import { readRolloutDump, readTrainDump } from './dump.js';
-import { broadcastToTokens, splitTokens } from './tokens.js';
 
 const bytes = (path: string) => new Uint8Array(readFileSync(`${dumpsGolden}${path}`));
 const train = (dir: string, path: string) => readTrainDump(bytes(`${dir}${path}`), path);
@@ -186,7 +186,7 @@ describe('vime-grpo check', () => {
     const evil = await run(
       'check',
       rollout,
-      fileURLToPath(new URL('./__fixtures__/evil.pt', import.meta.url)),
+      fileURLToPath(new URL('../__fixtures__/evil.pt', import.meta.url)),
     );
     expect(evil.code).toBe(2);
     expect(evil.stderr).toMatch(/refusing pickle global/);
@@ -195,7 +195,7 @@ describe('vime-grpo check', () => {
   });
 
   it('the bin runs as a process with the documented exit status', async () => {
-    const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));
+    const cli = fileURLToPath(new URL('../cli.ts', import.meta.url));
     const exec = promisify(execFile);
     const args = ['--import', 'tsx', '--conditions=@vime/source', cli, 'check', rollout, trainPath];
     const ok = await exec(process.execPath, args);
@@ -207,7 +207,7 @@ describe('vime-grpo check', () => {
   });
 
   it('the bin answers user errors with exit 2 and no stack trace', { timeout: 180_000 }, async () => {
-    const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));
+    const cli = fileURLToPath(new URL('../cli.ts', import.meta.url));
     const exec = promisify(execFile);
     const dir = mkdtempSync(join(tmpdir(), 'vime-grpo-'));
     const corrupt = join(dir, 'train.pt');

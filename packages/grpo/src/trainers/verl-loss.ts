@@ -1,8 +1,8 @@
 import { ConfigError, describeValue, ValidationError } from '@vime/core';
-import { allocate, type Dtype, type FloatArray, f32, rounder } from './f32.js';
+import { allocate, type Dtype, type FloatArray, f32, rounder } from '../estimators/f32.js';
+import { type PaddedLayout, pad, paddedLayout, padMask, rowSums, torchSum, unpad } from '../tokens/padded.js';
+import type { LossMasks } from '../tokens/tokens.js';
 import { type AggregationMode, aggregateLoss } from './loss.js';
-import { type PaddedLayout, pad, paddedLayout, padMask, rowSums, torchSum, unpad } from './padded.js';
-import type { LossMasks } from './tokens.js';
 import { type RolloutCorrectionConfig, rolloutCorrection } from './verl-correction.js';
 
 /**

@@ -1,6 +1,6 @@
 import { describeValue, parseWith, ValidationError } from '@vime/core';
 import { z } from 'zod';
-import { isTensor, loadTorchFile, type TorchDtype, type TorchTensor, tensorNumbers } from './pt/torch.js';
+import { isTensor, loadTorchFile, type TorchDtype, type TorchTensor, tensorNumbers } from '../pt/torch.js';
 
 /**
  * slime's debug dumps (`--save-debug-rollout-data`, `--save-debug-train-data`) read from their bytes

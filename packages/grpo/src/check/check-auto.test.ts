@@ -7,9 +7,9 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import { conventionDumps, dumpsGolden } from './__fixtures__/golden.js';
+import { conventionDumps, dumpsGolden } from '../__fixtures__/golden.js';
+import { main } from '../command.js';
 import type { CheckReport } from './check.js';
-import { main } from './command.js';
 
 /** The flags each convention dump must be named by (the trainer configuration that produced it). */
 const EXPECTED: Record<string, string> = {
@@ -116,7 +116,7 @@ describe('check --preset auto names the convention that produced a dump', () => 
 
   it('reports the closest convention when none reproduces the trainer, exit 1', async () => {
     // A dump whose advantages were scaled by 2 after the fact: no trainer does that.
-    const { readTrainDump, readRolloutDump, checkAgainstTrainer } = await import('./index.js');
+    const { readTrainDump, readRolloutDump, checkAgainstTrainer } = await import('../index.js');
     const [rollout, train] = files(`${conventionDumps}verl_grpo/`, 7);
     const trainDump = readTrainDump(new Uint8Array(readFileSync(train!)));
     for (const s of trainDump.samples) s.advantages = s.advantages.map((a) => a * 2);
@@ -131,7 +131,7 @@ describe('check --preset auto names the convention that produced a dump', () => 
   });
 
   it('runs as a process', async () => {
-    const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));
+    const cli = fileURLToPath(new URL('../cli.ts', import.meta.url));
     const exec = promisify(execFile);
     const args = ['--import', 'tsx', '--conditions=@vime/source', cli, 'check'];
     const out = await exec(process.execPath, [

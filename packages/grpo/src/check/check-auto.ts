@@ -1,3 +1,4 @@
+import type { GroupingOptions } from '../estimators/groups.js';
 import {
   type AutoReport,
   type Batch,
@@ -7,7 +8,6 @@ import {
   recompute,
   type Tolerance,
 } from './check-core.js';
-import type { GroupingOptions } from './groups.js';
 
 /**
  * The convention search behind `check --preset auto` and the mismatch hints: recompute the dump with

@@ -1,5 +1,8 @@
 import { ConfigError, describeValue, type Sample, ValidationError } from '@vime/core';
-import { type GroupReport, groupStatistics } from './advantages.js';
+import { type GroupReport, groupStatistics } from '../estimators/advantages.js';
+import type { GroupingOptions } from '../estimators/groups.js';
+import { resolveGroups } from '../estimators/groups.js';
+import type { Preset } from '../estimators/presets.js';
 import { searchConventions } from './check-auto.js';
 import {
   type AutoReport,
@@ -15,9 +18,6 @@ import {
   type Tolerance,
 } from './check-core.js';
 import { type RolloutDump, rewardScalar, type TrainDump } from './dump.js';
-import type { GroupingOptions } from './groups.js';
-import { resolveGroups } from './groups.js';
-import type { Preset } from './presets.js';
 
 export type {
   AutoReport,

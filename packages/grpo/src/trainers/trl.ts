@@ -1,7 +1,7 @@
 import { ConfigError, describeValue, ValidationError } from '@vime/core';
-import { f32, torchOuterSumF32, torchSumF32 } from './f32.js';
-import { pad, paddedLayout, padMask, rowSums, unpad } from './padded.js';
-import type { LossMasks } from './tokens.js';
+import { f32, torchOuterSumF32, torchSumF32 } from '../estimators/f32.js';
+import { pad, paddedLayout, padMask, rowSums, unpad } from '../tokens/padded.js';
+import type { LossMasks } from '../tokens/tokens.js';
 
 /**
  * huggingface/trl's `GRPOTrainer` in float32, as it computes on CPU: `nanstd`, the advantages of

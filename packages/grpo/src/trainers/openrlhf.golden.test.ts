@@ -7,8 +7,8 @@ import {
   flat,
   type GoldenCase,
   loadGolden,
-} from './__fixtures__/golden.js';
-import { grpoAdvantages } from './advantages.js';
+} from '../__fixtures__/golden.js';
+import { grpoAdvantages } from '../estimators/advantages.js';
 import { type OpenrlhfEstimator, openrlhfAdvantages, openrlhfApproxKl } from './openrlhf.js';
 
 const rows = (x: unknown) => x as number[][];

@@ -1,11 +1,16 @@
 import { ValidationError } from '@vime/core';
-import { type GroupReport, normalizeGroups } from './advantages.js';
-import type { GroupingOptions } from './groups.js';
-import { resolveGroups } from './groups.js';
-import { openrlhfAdvantages } from './openrlhf.js';
-import { type BroadcastMode, type ConventionOptions, type Preset, resolveConventions } from './presets.js';
-import { SLIME_ESTIMATORS, type SlimeEstimator, slimeAdvantagesAndReturns } from './slime.js';
-import { verlAdvantages } from './verl.js';
+import { type GroupReport, normalizeGroups } from '../estimators/advantages.js';
+import type { GroupingOptions } from '../estimators/groups.js';
+import { resolveGroups } from '../estimators/groups.js';
+import {
+  type BroadcastMode,
+  type ConventionOptions,
+  type Preset,
+  resolveConventions,
+} from '../estimators/presets.js';
+import { openrlhfAdvantages } from '../trainers/openrlhf.js';
+import { SLIME_ESTIMATORS, type SlimeEstimator, slimeAdvantagesAndReturns } from '../trainers/slime.js';
+import { verlAdvantages } from '../trainers/verl.js';
 
 /** The check's data model and its recomputation of one convention (shared by the check and its convention search). */
 

@@ -1,14 +1,9 @@
 import { describeValue, ValidationError } from '@vime/core';
-import { f32, torchSumF32 } from './f32.js';
+import { f32, torchSumF32 } from '../estimators/f32.js';
+import { gae } from '../estimators/gae.js';
+import { maskedWhiten, reinforcePlusPlusReturns } from '../estimators/returns.js';
+import { flattenMasks, type LossMasks, tokenOffsets } from '../tokens/tokens.js';
 import { approxKl, cispoLoss, gspoSequenceKl, type KlType, policyLoss, sumOfSampleMean } from './loss.js';
-import {
-  flattenMasks,
-  gae,
-  type LossMasks,
-  maskedWhiten,
-  reinforcePlusPlusReturns,
-  tokenOffsets,
-} from './tokens.js';
 
 /**
  * slime's trainer-side computations, reproduced in float32 for checking a trainer: the per-token

@@ -1,6 +1,6 @@
 import { VimeError } from '@vime/core';
 import { describe, expect, it } from 'vitest';
-import { exactCount, expectClose, flat, loadGolden } from './__fixtures__/golden.js';
+import { exactCount, expectClose, flat, loadGolden } from '../__fixtures__/golden.js';
 import { groupStatistics, grpoAdvantages } from './advantages.js';
 
 describe('golden: slime _post_process_rewards (group normalization)', () => {

@@ -1,6 +1,6 @@
 import { ConfigError, describeValue, ValidationError } from '@vime/core';
-import { f32, torchStdAllF32, torchStdWelfordF32, torchSumF32 } from './f32.js';
-import { flattenMasks, type LossMasks, tokenOffsets } from './tokens.js';
+import { f32, torchStdAllF32, torchStdWelfordF32, torchSumF32 } from '../estimators/f32.js';
+import { flattenMasks, type LossMasks, tokenOffsets } from '../tokens/tokens.js';
 
 /**
  * OpenRLHF's `RemoteExperienceMaker.compute_advantages_and_returns` in float32: reward shaping per

@@ -7,8 +7,8 @@ import {
   flat,
   type GoldenCase,
   loadGolden,
-} from './__fixtures__/golden.js';
-import type { Dtype } from './f32.js';
+} from '../__fixtures__/golden.js';
+import type { Dtype } from '../estimators/f32.js';
 import { aggregateLoss } from './loss.js';
 import {
   asTorchIndex,

@@ -1,7 +1,7 @@
 import { describeValue, ValidationError } from '@vime/core';
-import { allocate, type Dtype, type FloatArray, f32, rounder, torchSumF32 } from './f32.js';
-import { pad, paddedLayout, padMask, rowSums, torchSum } from './padded.js';
-import { flattenMasks, type LossMasks, tokenOffsets } from './tokens.js';
+import { allocate, type Dtype, type FloatArray, f32, rounder, torchSumF32 } from '../estimators/f32.js';
+import { pad, paddedLayout, padMask, rowSums, torchSum } from '../tokens/padded.js';
+import { flattenMasks, type LossMasks, tokenOffsets } from '../tokens/tokens.js';
 
 /**
  * Loss math for checking what a trainer computed (not for training): per-token KL estimators, PPO

@@ -1,9 +1,7 @@
 import { VimeError } from '@vime/core';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { expectClose, flat, loadGolden } from './__fixtures__/golden.js';
-import { aggregateLoss, sumOfSampleMean } from './loss.js';
-import { broadcastToTokens, discountedReturns, gae, splitTokens } from './tokens.js';
+import { broadcastToTokens, splitTokens } from './tokens.js';
 
 const list = (x: ArrayLike<number>) => Array.from(x);
 
@@ -175,78 +173,5 @@ describe('broadcastToTokens', () => {
     );
     throwsVime(() => broadcastToTokens(adv, lengths, null, { mode: 'maskedTokens' }), /needs the loss masks/);
     throwsVime(() => broadcastToTokens(adv, lengths, masks, { mode: 'some' as 'allTokens' }), /mode/);
-  });
-});
-
-describe('returns and GAE', () => {
-  it('discounted returns are cut after a mask-0 token when asked (verl)', () => {
-    expect(list(discountedReturns([0, 0, 1, 0, 2], [5], 1, { dtype: 'float64' }))).toEqual([3, 3, 3, 2, 2]);
-    expect(
-      list(discountedReturns([0, 0, 1, 0, 2], [5], 1, { resetMask: [1, 1, 0, 1, 1], dtype: 'float64' })),
-    ).toEqual([0, 0, 3, 2, 2]);
-    throwsVime(() => discountedReturns([1], [1], 1.5), /gamma/);
-  });
-
-  it('GAE skips observation tokens with an observation mask', () => {
-    const plain = gae({
-      tokenRewards: [0, 0, 1],
-      values: [0.5, 0.5, 0.5],
-      responseLengths: [3],
-      gamma: 1,
-      lambda: 1,
-      dtype: 'float64',
-    });
-    expect(list(plain.advantages)).toEqual([0.5, 0.5, 0.5]);
-    const skipped = gae({
-      tokenRewards: [0, 9, 1],
-      values: [0.5, 7, 0.5],
-      responseLengths: [3],
-      gamma: 1,
-      lambda: 1,
-      observationMask: [1, 0, 1],
-      dtype: 'float64',
-    });
-    // The observation token neither adds its reward/value nor breaks the chain.
-    expect(list(skipped.advantages)).toEqual([0.5, 0.5, 0.5]);
-    throwsVime(
-      () => gae({ tokenRewards: [0], values: [0, 1], responseLengths: [1], gamma: 1, lambda: 1 }),
-      /values.*2 values/,
-    );
-  });
-});
-
-describe('aggregateLoss', () => {
-  const losses = [1, 2, 3, 4, 5, 6];
-  const lengths = [2, 4];
-  const masks = [
-    [1, 1],
-    [1, 0, 1, 1],
-  ];
-
-  it('every mode', () => {
-    const agg = (mode: Parameters<typeof aggregateLoss>[3]['mode'], extra = {}) =>
-      aggregateLoss(losses, lengths, masks, { mode, dtype: 'float64', ...extra });
-    expect(agg('token-mean')).toBeCloseTo((1 + 2 + 3 + 5 + 6) / 5, 12);
-    expect(agg('seq-mean-token-sum')).toBeCloseTo((3 + 14) / 2, 12);
-    expect(agg('seq-mean-token-mean')).toBeCloseTo((1.5 + 14 / 3) / 2, 12);
-    expect(agg('seq-mean-token-sum-norm')).toBeCloseTo(17 / 4, 12);
-    expect(agg('seq-mean-token-sum-norm', { lossScaleFactor: 8 })).toBeCloseTo(17 / 8, 12);
-    expect(agg('rollout-mean')).toBeCloseTo(agg('seq-mean-token-mean'), 12);
-    expect(agg('rollout-mean', { rolloutIds: [7, 7] })).toBeCloseTo(17 / 5, 12);
-    throwsVime(() => agg('rollout-mean', { rolloutIds: [1] }), /rolloutIds.*1 entries/);
-    throwsVime(() => agg('nope' as 'token-mean'), /unknown aggregation/);
-  });
-
-  it("rollout-mean is slime's reducer divided by the rollouts in the step (golden fan-out case)", () => {
-    const [g] = loadGolden('slime__get_sum_of_sample_mean__rollout_mask_sums_fanout');
-    const masks = g!.inputs.loss_masks as number[][];
-    const lengths = flat(g!.inputs.response_lengths);
-    const x = flat(g!.inputs.x);
-    // rollout_mask_sums: the loss-mask total of every sample sharing the rollout id.
-    const own = masks.map((m) => m.reduce((a, b) => a + b, 0));
-    const denominators = [own[0]! + own[1]!, own[0]! + own[1]!, own[2]!, own[3]!];
-    const viaSlime = sumOfSampleMean(x, lengths, masks, { sampleDenominators: denominators }) / 3;
-    const viaVime = aggregateLoss(x, lengths, masks, { mode: 'rollout-mean', rolloutIds: [0, 0, 1, 2] });
-    expectClose([viaVime], [viaSlime], 'rollout-mean vs slime reducer');
   });
 });

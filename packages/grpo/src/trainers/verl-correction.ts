@@ -1,6 +1,6 @@
 import { ConfigError, ValidationError } from '@vime/core';
-import { allocate, type Dtype, type FloatArray, f32, rounder } from './f32.js';
-import { torchSum } from './padded.js';
+import { allocate, type Dtype, type FloatArray, f32, rounder } from '../estimators/f32.js';
+import { torchSum } from '../tokens/padded.js';
 
 /**
  * verl's rollout correction (`verl/trainer/ppo/rollout_corr_helper.py`): truncated importance weights

@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { type CapturedTurn, capturedTurnRecord, createSample, type Sample, type Turn } from '@vime/core';
 import { TrajectoryManager } from '@vime/core/proxy';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ProxyRun, proxyRun } from './__fixtures__/proxy-run.js';
+import { type ProxyRun, proxyRun } from '../__fixtures__/proxy-run.js';
 import { auditTokens } from './audit.js';
 import { readAuditBatch, readTurnLog } from './audit-input.js';
 
@@ -247,7 +247,7 @@ describe('token audit: realigned and forked trajectories', () => {
 });
 
 describe('vime-grpo audit, as a user runs it', () => {
-  const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));
+  const cli = fileURLToPath(new URL('../cli.ts', import.meta.url));
   const exec = promisify(execFile);
   let dir: string;
   beforeAll(() => {

@@ -1,6 +1,7 @@
 import { createSample, VimeError } from '@vime/core';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { normalizeThenSum, sumThenNormalize } from '../trainers/trl.js';
 import { grpoAdvantages } from './advantages.js';
 import {
   drGrpoAdvantages,
@@ -12,7 +13,6 @@ import {
 } from './estimators.js';
 import { PRESETS } from './presets.js';
 import { collapseSessions, fanoutRowsOf, sessionAdvantages } from './sessions.js';
-import { normalizeThenSum, sumThenNormalize } from './trl.js';
 
 const f = Math.fround;
 const list = (x: ArrayLike<number>) => Array.from(x);

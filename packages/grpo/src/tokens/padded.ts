@@ -1,5 +1,5 @@
 import { ValidationError } from '@vime/core';
-import { allocate, type Dtype, type FloatArray, sumF64, torchSumF32 } from './f32.js';
+import { allocate, type Dtype, type FloatArray, sumF64, torchSumF32 } from '../estimators/f32.js';
 import { flattenMasks, type LossMasks, tokenOffsets } from './tokens.js';
 
 /**

@@ -1,8 +1,22 @@
 import { ConfigError, describeValue, ValidationError } from '@vime/core';
-import { normalizeGroups } from './advantages.js';
-import { gpgAdvantages, grpoPassKAdvantages, opoAdvantages, rlooAdvantages } from './estimators.js';
-import { allocate, type Dtype, type FloatArray, f32, rounder, sumF64, torchOuterSumF32 } from './f32.js';
-import { type Grouping, resolveGroups } from './groups.js';
+import { normalizeGroups } from '../estimators/advantages.js';
+import {
+  gpgAdvantages,
+  grpoPassKAdvantages,
+  opoAdvantages,
+  rlooAdvantages,
+} from '../estimators/estimators.js';
+import {
+  allocate,
+  type Dtype,
+  type FloatArray,
+  f32,
+  rounder,
+  sumF64,
+  torchOuterSumF32,
+} from '../estimators/f32.js';
+import { type Grouping, resolveGroups } from '../estimators/groups.js';
+import { resolveConventions } from '../estimators/presets.js';
 import {
   maskCounts,
   type PaddedLayout,
@@ -12,9 +26,8 @@ import {
   rowSums,
   torchSum,
   unpad,
-} from './padded.js';
-import { resolveConventions } from './presets.js';
-import type { LossMasks } from './tokens.js';
+} from '../tokens/padded.js';
+import type { LossMasks } from '../tokens/tokens.js';
 
 /**
  * volcengine/verl's advantage estimators (`verl/trainer/ppo/core_algos.py`, every registered one) on
