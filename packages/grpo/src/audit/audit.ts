@@ -213,25 +213,56 @@ export function auditTokens(samples: readonly Sample[], turns: readonly Captured
   };
 }
 
+/** What the checks of one sample share: its tokens, where its response starts, its session's turns. */
+interface SampleView {
+  tokens: Int32Array;
+  /** Response tokens. */
+  n: number;
+  /** Where the response starts in `tokens`. */
+  p: number;
+  trained: (i: number) => boolean;
+  replay: Replay | undefined;
+  /** The captured turns the sample may map to, by prompt length. */
+  pool: Map<number, CapturedTurn[]> | undefined;
+  /** The scope of that pool, for messages. */
+  where: string;
+  at: ReturnType<typeof differenceAt>;
+}
+
+function viewOf(sample: Sample, index: Map<string, Map<number, CapturedTurn[]>>): SampleView {
+  const n = sample.response_length;
+  const p = sample.tokens.length - n;
+  const mask = sample.loss_mask;
+  return {
+    tokens: sample.tokens,
+    n,
+    p,
+    trained: (i) => (mask ? mask[i] === 1 : true),
+    replay:
+      sample.rollout_top_p_token_offsets || sample.rollout_top_p_token_ids
+        ? {
+            ids: sample.rollout_top_p_token_ids ?? [],
+            offsets: sample.rollout_top_p_token_offsets ?? [],
+            logprobs: replayLogprobs(sample),
+          }
+        : undefined,
+    pool: index.get(sample.session_id === null ? '' : `s:${sample.session_id}`),
+    where: sample.session_id === null ? 'the log' : `session ${JSON.stringify(sample.session_id)}`,
+    at: differenceAt(p),
+  };
+}
+
+/**
+ * Walk a sample's response: every run of trained tokens must be the output of one captured turn no
+ * other span trains (or a prefix of it, where the row realigned), with the turn's log probs and nucleus.
+ */
 function auditSample(
   sample: Sample,
   position: number,
   index: Map<string, Map<number, CapturedTurn[]>>,
   usedBy: Map<string, number>,
 ): SampleAudit {
-  const n = sample.response_length;
-  const p = sample.tokens.length - n;
-  const tokens = sample.tokens;
-  const mask = sample.loss_mask;
-  const trained = (i: number) => (mask ? mask[i] === 1 : true);
-  const replay: Replay | undefined =
-    sample.rollout_top_p_token_offsets || sample.rollout_top_p_token_ids
-      ? {
-          ids: sample.rollout_top_p_token_ids ?? [],
-          offsets: sample.rollout_top_p_token_offsets ?? [],
-          logprobs: replayLogprobs(sample),
-        }
-      : undefined;
+  const v = viewOf(sample, index);
   const report: SampleAudit = {
     position,
     index: sample.index,
@@ -241,152 +272,185 @@ function auditSample(
     realignedTokens: 0,
     ok: true,
   };
-  for (let i = 0; i < Math.min(n, sample.tokens.length); i++) if (trained(i)) report.trainedTokens++;
+  for (let i = 0; i < Math.min(v.n, v.tokens.length); i++) if (v.trained(i)) report.trainedTokens++;
   const fail = (d: AuditDifference) => {
     report.ok = false;
     report.firstDifference = d;
     return report;
   };
-  const diff = (
-    token: number,
-    field: AuditDifference['field'],
-    expected: string,
-    found: string,
-    message: string,
-  ) => fail({ token, position: p + token, field, expected, found, message });
-  const shape = shapeProblem(sample, n, p, replay);
+  const shape = shapeProblem(sample, v.n, v.p, v.replay);
   if (shape) return fail(shape);
   const lp = sample.rollout_log_probs!;
-  const pool = index.get(sample.session_id === null ? '' : `s:${sample.session_id}`);
-  const where = sample.session_id === null ? 'the log' : `session ${JSON.stringify(sample.session_id)}`;
 
   let previous: CapturedTurn | undefined;
-  for (let i = 0; i < n; ) {
-    if (!trained(i)) {
-      if (replay && replay.offsets[i + 1] !== replay.offsets[i]) {
-        return diff(
-          i,
-          'rollout_top_p_token_offsets',
-          'an empty span',
-          `${Number(replay.offsets[i + 1]) - Number(replay.offsets[i])} kept ids`,
-          'a token with loss mask 0 was not sampled and has no nucleus',
-        );
-      }
+  for (let i = 0; i < v.n; ) {
+    if (!v.trained(i)) {
+      const masked = maskedTokenProblem(v, i);
+      if (masked) return fail(masked);
       i++;
       previous = undefined;
       continue;
     }
-    const s = p + i;
     let runEnd = i;
-    while (runEnd < n && trained(runEnd)) runEnd++;
-    const run = runEnd - i;
-    const candidates = (pool?.get(s) ?? []).filter((t) => samePrefix(t.prompt_ids, tokens, s) === s);
-    if (candidates.length === 0) {
-      if (previous) {
-        return diff(
-          i,
-          'loss_mask',
-          '0',
-          '1',
-          `token ${i} has loss mask 1 right after the end of ${ref(previous)}'s output, and no captured turn sampled it`,
-        );
-      }
-      // Name the closest prompt of the session, to point at the first token that differs.
-      const closest = closestPrompt(pool, tokens, s);
-      if (closest && closest.at < s) {
-        const t = closest.turn;
-        return diff(
-          closest.at - p,
-          'tokens',
-          String(t.prompt_ids[closest.at]),
-          String(tokens[closest.at]),
-          `the trained span at token ${i} maps to no captured turn of ${where}: the prompt of ${ref(t)} differs at position ${closest.at}`,
-        );
-      }
-      return diff(
-        i,
-        'turn',
-        `a turn of ${where} with this ${s}-token prompt`,
-        'none',
-        `the trained span of ${run} tokens at token ${i} maps to no captured turn`,
-      );
-    }
-    const common = candidates.map((t) =>
-      samePrefix(t.output_ids, tokens, Math.min(t.output_ids.length, run), s),
-    );
-    const exact = candidates.filter((t, k) => {
-      const m = common[k]!;
-      if (m < Math.min(t.output_ids.length, run)) return false;
-      if (m === t.output_ids.length) return true; // the whole output (a longer run continues into the next turn)
-      // A shorter span is a realign: the row's next token is re-tokenised text that differs from the output.
-      return runEnd < n && tokens[p + runEnd] !== t.output_ids[m];
-    });
-    if (exact.length > 1) {
-      return diff(
-        i,
-        'turn',
-        'one captured turn',
-        exact.map(ref).join(', '),
-        `the trained span at token ${i} maps to ${exact.length} captured turns`,
-      );
-    }
-    if (exact.length === 0) {
-      let best = 0;
-      for (let k = 1; k < candidates.length; k++) if (common[k]! > common[best]!) best = k;
-      const t = candidates[best]!;
-      const m = common[best]!;
-      if (m < Math.min(t.output_ids.length, run)) {
-        return diff(
-          i + m,
-          'tokens',
-          String(t.output_ids[m]),
-          String(tokens[s + m]),
-          `token ${i + m} differs from output token ${m} of ${ref(t)}`,
-        );
-      }
-      return diff(
-        runEnd,
-        'loss_mask',
-        '1',
-        '0',
-        `token ${runEnd} is output token ${m} of ${ref(t)} (sampled) but has loss mask 0`,
-      );
-    }
-    const t = exact[0]!;
+    while (runEnd < v.n && v.trained(runEnd)) runEnd++;
+    const match = turnOfSpan(v, i, runEnd, previous);
+    if (!('turn' in match)) return fail(match);
+    const t = match.turn;
     const used = usedBy.get(key(t));
     if (used !== undefined) {
-      return diff(
-        i,
-        'turn',
-        'a turn no other span trains',
-        `${ref(t)}, already trained by sample ${used}`,
-        `the trained span at token ${i} maps to a turn another span already trained`,
+      return fail(
+        v.at(
+          i,
+          'turn',
+          'a turn no other span trains',
+          `${ref(t)}, already trained by sample ${used}`,
+          `the trained span at token ${i} maps to a turn another span already trained`,
+        ),
       );
     }
     usedBy.set(key(t), position);
     report.turns.push({ session_id: t.session_id, turn: t.turn });
-    const m = Math.min(t.output_ids.length, run);
+    const m = Math.min(t.output_ids.length, runEnd - i);
     report.realignedTokens += t.output_ids.length - m;
-    for (let k = 0; k < m; k++) {
-      if (
-        f32(lp[i + k]!) !== f32(t.output_log_probs[k]!) &&
-        !(Number.isNaN(lp[i + k]!) && Number.isNaN(t.output_log_probs[k]!))
-      ) {
-        return diff(
-          i + k,
-          'rollout_log_probs',
-          show(t.output_log_probs[k]!),
-          show(lp[i + k]!),
-          `the log prob of token ${i + k} differs from output token ${k} of ${ref(t)}`,
-        );
-      }
-    }
-    const replayDiff = compareReplay(t, replay, i, m, p);
-    if (replayDiff) return fail(replayDiff);
+    const problem = logProbProblem(v, lp, t, i, m) ?? compareReplay(t, v.replay, i, m, v.p);
+    if (problem) return fail(problem);
     previous = t;
     i += m;
   }
   return report;
+}
+
+/** A token with loss mask 0 was not sampled, so it must carry no nucleus. */
+function maskedTokenProblem(v: SampleView, i: number): AuditDifference | undefined {
+  const { replay } = v;
+  if (!replay || replay.offsets[i + 1] === replay.offsets[i]) return undefined;
+  return v.at(
+    i,
+    'rollout_top_p_token_offsets',
+    'an empty span',
+    `${Number(replay.offsets[i + 1]) - Number(replay.offsets[i])} kept ids`,
+    'a token with loss mask 0 was not sampled and has no nucleus',
+  );
+}
+
+/**
+ * The one captured turn whose prompt is the sample's tokens before `i` and whose output is the trained
+ * run `i..runEnd` (or starts it, where the run continues into the next turn or the row realigned).
+ */
+function turnOfSpan(
+  v: SampleView,
+  i: number,
+  runEnd: number,
+  previous: CapturedTurn | undefined,
+): { turn: CapturedTurn } | AuditDifference {
+  const s = v.p + i;
+  const run = runEnd - i;
+  const candidates = (v.pool?.get(s) ?? []).filter((t) => samePrefix(t.prompt_ids, v.tokens, s) === s);
+  if (candidates.length === 0) return noTurnProblem(v, i, run, previous);
+  const common = candidates.map((t) =>
+    samePrefix(t.output_ids, v.tokens, Math.min(t.output_ids.length, run), s),
+  );
+  const exact = candidates.filter((t, k) => {
+    const m = common[k]!;
+    if (m < Math.min(t.output_ids.length, run)) return false;
+    if (m === t.output_ids.length) return true; // the whole output (a longer run continues into the next turn)
+    // A shorter span is a realign: the row's next token is re-tokenised text that differs from the output.
+    return runEnd < v.n && v.tokens[v.p + runEnd] !== t.output_ids[m];
+  });
+  if (exact.length === 1) return { turn: exact[0]! };
+  if (exact.length > 1) {
+    return v.at(
+      i,
+      'turn',
+      'one captured turn',
+      exact.map(ref).join(', '),
+      `the trained span at token ${i} maps to ${exact.length} captured turns`,
+    );
+  }
+  // No turn fits: name where the closest one departs from the run.
+  let best = 0;
+  for (let k = 1; k < candidates.length; k++) if (common[k]! > common[best]!) best = k;
+  const t = candidates[best]!;
+  const m = common[best]!;
+  if (m < Math.min(t.output_ids.length, run)) {
+    return v.at(
+      i + m,
+      'tokens',
+      String(t.output_ids[m]),
+      String(v.tokens[s + m]),
+      `token ${i + m} differs from output token ${m} of ${ref(t)}`,
+    );
+  }
+  return v.at(
+    runEnd,
+    'loss_mask',
+    '1',
+    '0',
+    `token ${runEnd} is output token ${m} of ${ref(t)} (sampled) but has loss mask 0`,
+  );
+}
+
+/** No captured turn has the prompt before a trained run: say why as precisely as the log allows. */
+function noTurnProblem(
+  v: SampleView,
+  i: number,
+  run: number,
+  previous: CapturedTurn | undefined,
+): AuditDifference {
+  if (previous) {
+    return v.at(
+      i,
+      'loss_mask',
+      '0',
+      '1',
+      `token ${i} has loss mask 1 right after the end of ${ref(previous)}'s output, and no captured turn sampled it`,
+    );
+  }
+  const s = v.p + i;
+  // Name the closest prompt of the session, to point at the first token that differs.
+  const closest = closestPrompt(v.pool, v.tokens, s);
+  if (closest && closest.at < s) {
+    const t = closest.turn;
+    return v.at(
+      closest.at - v.p,
+      'tokens',
+      String(t.prompt_ids[closest.at]),
+      String(v.tokens[closest.at]),
+      `the trained span at token ${i} maps to no captured turn of ${v.where}: the prompt of ${ref(t)} differs at position ${closest.at}`,
+    );
+  }
+  return v.at(
+    i,
+    'turn',
+    `a turn of ${v.where} with this ${s}-token prompt`,
+    'none',
+    `the trained span of ${run} tokens at token ${i} maps to no captured turn`,
+  );
+}
+
+/** The rollout log probs of tokens `i..i+m` against the turn's output log probs, in float32 (NaN equals NaN). */
+function logProbProblem(
+  v: SampleView,
+  lp: ArrayLike<number>,
+  t: CapturedTurn,
+  i: number,
+  m: number,
+): AuditDifference | undefined {
+  for (let k = 0; k < m; k++) {
+    if (
+      f32(lp[i + k]!) !== f32(t.output_log_probs[k]!) &&
+      !(Number.isNaN(lp[i + k]!) && Number.isNaN(t.output_log_probs[k]!))
+    ) {
+      return v.at(
+        i + k,
+        'rollout_log_probs',
+        show(t.output_log_probs[k]!),
+        show(lp[i + k]!),
+        `the log prob of token ${i + k} differs from output token ${k} of ${ref(t)}`,
+      );
+    }
+  }
+  return undefined;
 }
 
 /** How many leading entries of `a` equal `tokens[from..]` (up to `limit`). */
