@@ -29,11 +29,10 @@ import {
   type EngineInput,
   type RolloutMetrics,
   rolloutMetrics,
-  rolloutRecordOf,
-  stepRecordOf,
   type WeightStaleness,
   weightStaleness,
 } from '@vime/metrics';
+import { rolloutRecordOf, stepRecordOf } from '@vime/metrics/sinks';
 import { reapOrphans } from '@vime/sandbox';
 import type { RowVerdict } from '@vime/swe';
 import { type Config, ConfigSchema } from './config.js';

@@ -23,7 +23,7 @@ import { startCaptureProxy } from '@vime/core/proxy';
 import { GroupQueue } from '@vime/core/queue';
 import type { RolloutOutcome } from '@vime/core/runner';
 import { startRolloutServer } from '@vime/launch';
-import { rolloutRecordOf } from '@vime/metrics';
+import { rolloutRecordOf } from '@vime/metrics/sinks';
 import { providerFor } from '@vime/sandbox';
 import { rowToTask, SweEnvironments, SwePools, SweSmithRowSchema } from '@vime/swe';
 import { runEntry } from './cli.js';
