@@ -3,7 +3,7 @@
  * (F2P = [a], P2P = [b] unless noted), and the log-level guards.
  */
 import { describe, expect, it } from 'vitest';
-import { type GradingSemantics, getLogsEval, gradeReport, readTestOutput } from './grading.js';
+import { type GradingSemantics, getLogsEval, gradeReport, readTestOutput } from './eval-report.js';
 import { parseTestLog } from './parsers/index.js';
 
 const resolution = (

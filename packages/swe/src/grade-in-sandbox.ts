@@ -19,9 +19,9 @@ import {
   scanTranscript,
 } from './antihack.js';
 import type { CapturedPatch, CaptureFailure } from './capture.js';
+import { type GradeReport, gradeReport, MARKERS, readTestOutput, recordedExitCode } from './eval-report.js';
 import { evalScript } from './eval-script.js';
 import { sh, shOk } from './git.js';
-import { type GradeReport, gradeReport, MARKERS, readTestOutput, recordedExitCode } from './grading.js';
 import { type ParserId, parseTestLog } from './parsers/index.js';
 import type { StatusMap } from './parsers/types.js';
 import { sandboxHacks } from './probe.js';
@@ -167,7 +167,7 @@ const hackKinds = (flags: readonly HackFlag[]) => [
 ];
 
 /** The environment checks that make a failure an infrastructure error; run before any patch is applied. */
-export async function preflight(
+export async function gradingPreflight(
   sandbox: Sandbox,
   task: TaskSpec,
   options: Pick<GradeSweOptions, 'signal' | 'minFreeBytes' | 'setupTimeoutMs'> = {},
@@ -251,7 +251,7 @@ export async function gradeSweTask(
   if ('failed' in captured)
     return failedPatch(captured.reason, '', transcriptFlags, started, { log: captured.message });
 
-  const checked = await preflight(sandbox, task, options);
+  const checked = await gradingPreflight(sandbox, task, options);
   if ('status' in checked) return { ...checked, patch: captured.patch };
   const { testsCommit } = checked;
   const { failToPass } = taskTestFileSets(task);
@@ -420,7 +420,7 @@ export async function gradeInFreshSandbox(
     if (!(error instanceof GradingSandboxLost)) throw error;
     const check = await source.claim(task, { signal });
     try {
-      const sound = await preflight(check, task, options);
+      const sound = await gradingPreflight(check, task, options);
       if ('status' in sound)
         return { ...sound, reason: 'sandbox_lost', message: `${error.message}; then: ${sound.message}` };
     } finally {
