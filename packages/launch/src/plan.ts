@@ -152,7 +152,7 @@ export interface LaunchPlan {
 /** Resolve a launch config (all fields optional) into a consistent plan. */
 export function resolvePlan(
   config: LaunchConfig = {},
-  options: { env?: Record<string, string | undefined> } = {},
+  options: { env?: Record<string, string | undefined> | undefined } = {},
 ): LaunchPlan {
   const c = parseWith(LaunchConfigSchema, config, 'launch config');
   const jobGroup = jobGroupOf(c, config);

@@ -3,7 +3,7 @@ export interface PromSample {
   name: string;
   labels: Record<string, string>;
   value: number;
-  timestampMs?: number;
+  timestampMs?: number | undefined;
 }
 
 export interface PromParse {

@@ -29,7 +29,7 @@ export interface EngineInput {
   /** Load readings over time: decode-batch samples or scrape snapshots mapped to `SaturationPoint`s. */
   points: ReadonlyArray<SaturationPoint>;
   /** Prometheus scrapes of the engine, when it was scraped: adds tokens, prefix-cache hits and latency. */
-  scrapes?: ScrapeSeries['scrapes'];
+  scrapes?: ScrapeSeries['scrapes'] | undefined;
 }
 
 /** Which engine served the run; a stand-in is labelled as such on the page and in the record. */
@@ -37,7 +37,7 @@ export interface EngineKind {
   kind: string;
   standIn: boolean;
   /** One line for the page, e.g. "stand-in engine: a scripted policy behind SGLang's wire, not a model". */
-  label?: string;
+  label?: string | undefined;
 }
 
 /** The engines-vs-step-time curve of a capacity plan (`vime plan --simulate --json`'s `simulation.curve`). */
@@ -47,54 +47,56 @@ export interface CapacityInput {
   points: ReadonlyArray<{
     engines: number;
     step_time_sec: number;
-    queue_req_peak?: number;
-    rollout_time_sec?: number;
+    queue_req_peak?: number | undefined;
+    rollout_time_sec?: number | undefined;
   }>;
 }
 
 export interface RunReportInput {
   /** Run key, e.g. `async_3eng`. */
-  name?: string;
+  name?: string | undefined;
   /** `sync` (rollout then train) or `async` (train overlaps rollout). */
-  mode?: string;
+  mode?: string | undefined;
   /** Who, when and with what: the page's header. */
-  run?: {
-    id?: string;
-    /** Epoch milliseconds. */
-    startedAt?: number;
-    endedAt?: number;
-    config?: unknown;
-    codeVersion?: string;
-  };
-  engineKind?: EngineKind;
-  engines?: ReadonlyArray<EngineInput>;
+  run?:
+    | {
+        id?: string | undefined;
+        /** Epoch milliseconds. */
+        startedAt?: number | undefined;
+        endedAt?: number | undefined;
+        config?: unknown;
+        codeVersion?: string | undefined;
+      }
+    | undefined;
+  engineKind?: EngineKind | undefined;
+  engines?: ReadonlyArray<EngineInput> | undefined;
   /** slime perf lines (a parsed log, or its steps). */
-  perf?: SlimePerfLog | ReadonlyArray<PerfStep>;
+  perf?: SlimePerfLog | ReadonlyArray<PerfStep> | undefined;
   /** Steps whose timing was not measured in this process (a resumed run): drawn as "resumed", not 0 s. */
-  resumedSteps?: ReadonlyArray<number>;
+  resumedSteps?: ReadonlyArray<number> | undefined;
   /** Why a step-time phase is missing or what it stands for in this run, by phase. */
-  stepNotes?: Partial<Record<StepPhase, string>>;
+  stepNotes?: Partial<Record<StepPhase, string>> | undefined;
   /** Rollout counts: metrics of the whole run, or plain counts. Default: the `[agent]` lines of `perf`. */
-  rollouts?: RolloutMetrics | { completed: number; aborted: number; failed?: number };
+  rollouts?: RolloutMetrics | { completed: number; aborted: number; failed?: number | undefined } | undefined;
   /** Every rollout of the run, by step: reward and pass@k with intervals, tasks, failures, timing. */
-  results?: ReadonlyArray<{ step: number; results: ReadonlyArray<RolloutResult> }>;
+  results?: ReadonlyArray<{ step: number; results: ReadonlyArray<RolloutResult> }> | undefined;
   /** When a reward counts as solved (default `r === 1`, slime's). */
-  correct?: (reward: number) => boolean;
+  correct?: ((reward: number) => boolean) | undefined;
   /** Reward and pass@k per step, from `rolloutMetrics` of each step's rollouts (wins over `results`). */
-  quality?: ReadonlyArray<{ step: number; metrics: RolloutMetrics }>;
+  quality?: ReadonlyArray<{ step: number; metrics: RolloutMetrics }> | undefined;
   /** Milliseconds per sandbox command, when the results do not carry `metadata.execCallsMs`. */
-  execCallsMs?: ReadonlyArray<number>;
+  execCallsMs?: ReadonlyArray<number> | undefined;
   /** Sandbox claims (`warm: null` when the source does not say). */
-  claims?: ReadonlyArray<{ warm: boolean | null; latencyMs: number }>;
+  claims?: ReadonlyArray<{ warm: boolean | null; latencyMs: number }> | undefined;
   /** Tokens the engines produced over `seconds`. */
-  tokens?: { output: number; prompt?: number; seconds: number };
+  tokens?: { output: number; prompt?: number | undefined; seconds: number } | undefined;
   /** Work-unit counts, when the run tracked them. */
-  workUnits?: Record<string, number>;
-  capacity?: CapacityInput;
+  workUnits?: Record<string, number> | undefined;
+  capacity?: CapacityInput | undefined;
   /** Slices in the decile traces (default 10). */
-  buckets?: number;
+  buckets?: number | undefined;
   /** Points per engine in the charted timeline (default 600). */
-  timelinePoints?: number;
+  timelinePoints?: number | undefined;
 }
 
 export type StepPhase = 'rollout' | 'train_wait' | 'train' | 'update_weights';
@@ -103,8 +105,8 @@ export interface QualityRecord {
   reward_mean: number | null;
   [passAtK: `pass@${number}`]: number | null;
   /** 95% bootstrap intervals (seeded), when the step's rollouts were given. */
-  ci?: Record<string, [number, number] | null>;
-  scored?: number;
+  ci?: Record<string, [number, number] | null> | undefined;
+  scored?: number | undefined;
 }
 
 /** slime's per-step timing, in the benchmark record's units (seconds). */
@@ -116,7 +118,7 @@ export interface StepRecord {
   update_weights_time_sec: number | null;
   wait_time_ratio: number | null;
   /** Taken over from a killed run: not timed here. */
-  resumed?: boolean;
+  resumed?: boolean | undefined;
 }
 
 /**
@@ -156,7 +158,7 @@ export interface RunRecord {
     queue_req_median_per_eng: Array<number | null>;
     kv_cache_frac_peak_per_eng: Array<number | null>;
     /** From scrapes (`null` for engines read from logs): what each engine did over the scrape window. */
-    scrape_window_per_eng?: Array<EngineWindow | null>;
+    scrape_window_per_eng?: Array<EngineWindow | null> | undefined;
     [deciles: `eng${number}_${'running_req' | 'queue_req' | 'kv_cache_frac'}_deciles`]: Array<number | null>;
   };
   quality: Record<string, QualityRecord>;

@@ -34,9 +34,9 @@ export interface GradeInput {
 
 export interface GradeOptions {
   /** Default `swesmith`. */
-  semantics?: GradingSemantics;
+  semantics?: GradingSemantics | undefined;
   /** Default `pass_and_fail`. `fail_only` counts a test as failed only on an explicit `FAILED`. */
-  evalType?: EvalType;
+  evalType?: EvalType | undefined;
 }
 
 /** SWE-bench main: an id with more `[` than `]` was cut at a space by the parser; match it as a prefix. */

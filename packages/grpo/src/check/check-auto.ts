@@ -19,7 +19,7 @@ interface Convention {
   options: CheckOptions;
   flags: string;
   /** slime's silent fallback: the whole batch normalized as one group. */
-  wholeBatch?: boolean;
+  wholeBatch?: boolean | undefined;
 }
 
 /** Options describing the run (kept), as opposed to the conventions being searched (replaced). */

@@ -44,30 +44,30 @@ export interface Tolerance {
 
 export interface CheckOptions extends Omit<ConventionOptions, 'preset'> {
   /** The trainer's conventions; `'auto'` tries every known convention and reports those that reproduce the dump. */
-  preset?: Preset | 'auto';
+  preset?: Preset | 'auto' | undefined;
   /** The trainer's `--advantage-estimator` (default grpo), or another trainer's estimator (`verl:rloo`, …). */
-  estimator?: CheckEstimator;
-  tolerance?: Partial<Tolerance>;
+  estimator?: CheckEstimator | undefined;
+  tolerance?: Partial<Tolerance> | undefined;
   /** Positional groups of this size when the samples carry no `group_index` (`--n-samples-per-prompt`). */
-  groupSize?: number;
-  allowUnevenGroups?: boolean;
+  groupSize?: number | undefined;
+  allowUnevenGroups?: boolean | undefined;
   /**
    * One reward per rollout: rows that share a rollout id (a rollout recorded as several samples) are one
    * member of their group, normalised once, its value on each of its rows (the bridge's and the closed
    * loop's normalisation). Off by default: slime itself normalises each row as a sample.
    */
-  perRollout?: boolean;
+  perRollout?: boolean | undefined;
   /** Key of the scalar in dict rewards (`--reward-key`). */
-  rewardKey?: string;
+  rewardKey?: string | undefined;
   /** `--disable-rewards-normalization` when false. */
-  rewardsNormalization?: boolean;
-  klCoef?: number;
+  rewardsNormalization?: boolean | undefined;
+  klCoef?: number | undefined;
   /** `--use-opd --opd-kl-coef`: subtract `coef·(logp − teacher)` using the dumped teacher log-probs. */
-  opdKlCoef?: number;
+  opdKlCoef?: number | undefined;
   /** `--normalize-advantages` (default: on for the REINFORCE++ estimators, which require it). */
-  normalizeAdvantages?: boolean;
-  gamma?: number;
-  lambda?: number;
+  normalizeAdvantages?: boolean | undefined;
+  gamma?: number | undefined;
+  lambda?: number | undefined;
 }
 
 export interface TokenMismatch {
@@ -145,7 +145,7 @@ export interface CheckReport {
   /** Trainer behaviour that agrees with the recomputation but is still wrong (e.g. a uniform group with non-zero advantages). */
   warnings: string[];
   /** With `preset: 'auto'`: every convention that reproduces the dump. */
-  auto?: AutoReport;
+  auto?: AutoReport | undefined;
 }
 
 /** One training row as the check sees it, from either input form. */
@@ -157,11 +157,11 @@ export interface Row {
   advantages: ArrayLike<number>;
   returns: ArrayLike<number> | undefined;
   trainerReward: number | null;
-  logProbs?: ArrayLike<number>;
-  refLogProbs?: ArrayLike<number>;
-  values?: ArrayLike<number>;
-  teacherLogProbs?: ArrayLike<number>;
-  kl?: ArrayLike<number>;
+  logProbs?: ArrayLike<number> | undefined;
+  refLogProbs?: ArrayLike<number> | undefined;
+  values?: ArrayLike<number> | undefined;
+  teacherLogProbs?: ArrayLike<number> | undefined;
+  kl?: ArrayLike<number> | undefined;
 }
 
 export interface Batch {
@@ -215,10 +215,10 @@ export function recompute(batch: Batch, options: CheckOptions, grouping: Groupin
     rewards: rows.map((r) => scalars[r.position]!),
     responseLengths: rows.map((r) => r.responseLength),
     lossMasks: rows.map((r) => r.lossMask),
-    ...(logProbs ? { logProbs } : {}),
-    ...(refLogProbs ? { refLogProbs } : {}),
-    ...(values ? { values } : {}),
-    ...(kl ? { kl } : {}),
+    logProbs,
+    refLogProbs,
+    values,
+    kl,
     ...(options.opdKlCoef !== undefined
       ? { teacherLogProbs: required('teacherLogProbs'), opdKlCoef: options.opdKlCoef }
       : {}),
@@ -275,7 +275,7 @@ function recomputeTrainerEstimator(
   const verl = (
     responseLengths: number[],
     lossMasks: ArrayLike<number>[],
-    extra: { values?: ArrayLike<number>; rewardBaselines?: ArrayLike<number> },
+    extra: { values?: ArrayLike<number> | undefined; rewardBaselines?: ArrayLike<number> | undefined },
   ) =>
     verlAdvantages(
       { scores: rewards, responseLengths, lossMasks, index, ...extra },
@@ -309,10 +309,7 @@ function recomputeTrainerEstimator(
     const perToken = lossMasks !== ones;
     if (trainer === 'verl') {
       const v = values(perToken);
-      return verl(responseLengths, lossMasks, {
-        ...(v ? { values: v } : {}),
-        ...(rewardBaselines ? { rewardBaselines } : {}),
-      });
+      return verl(responseLengths, lossMasks, { values: v, rewardBaselines });
     }
     const n = groups.starts[1]!;
     const positional = Array.from(groups.groupOf).every((g, i) => g === Math.floor(i / n));
@@ -324,7 +321,7 @@ function recomputeTrainerEstimator(
     }
     const v = values(perToken);
     return openrlhfAdvantages(
-      { rewards, responseLengths, actionMasks: lossMasks, ...(v ? { values: v } : {}) },
+      { rewards, responseLengths, actionMasks: lossMasks, values: v },
       { estimator: name as 'rloo', nSamplesPerPrompt: n },
     );
   };

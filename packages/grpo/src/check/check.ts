@@ -38,17 +38,20 @@ export { CHECK_ESTIMATORS, TRAINER_ESTIMATORS } from './check-core.js';
  */
 
 export type CheckInput =
-  | { rolloutDump?: RolloutDump; trainDump: TrainDump }
+  | { rolloutDump?: RolloutDump | undefined; trainDump: TrainDump }
   | {
       /** Vime samples in rollout order (rewards, masks, lengths, group_index). */
       samples: ReadonlyArray<Sample>;
       /** The trainer's per-token advantages, one array per sample. */
       advantages: ReadonlyArray<ArrayLike<number>>;
       /** The trainer's per-token returns, if it has them. */
-      returns?: ReadonlyArray<ArrayLike<number>>;
+      returns?: ReadonlyArray<ArrayLike<number>> | undefined;
     };
 
-function fromDumps(input: { rolloutDump?: RolloutDump; trainDump: TrainDump }, options: CheckOptions): Batch {
+function fromDumps(
+  input: { rolloutDump?: RolloutDump | undefined; trainDump: TrainDump },
+  options: CheckOptions,
+): Batch {
   const { rolloutDump, trainDump } = input;
   const train = [...trainDump.samples].sort((a, b) => a.rollout_position - b.rollout_position);
   let rawRewards: number[];
@@ -108,11 +111,11 @@ function fromDumps(input: { rolloutDump?: RolloutDump; trainDump: TrainDump }, o
       advantages: s.advantages,
       returns: s.returns,
       trainerReward: s.rewards,
-      ...(s.log_probs ? { logProbs: s.log_probs } : {}),
-      ...(s.ref_log_probs ? { refLogProbs: s.ref_log_probs } : {}),
-      ...(s.values ? { values: s.values } : {}),
-      ...(s.teacher_log_probs ? { teacherLogProbs: s.teacher_log_probs } : {}),
-      ...(s.kl ? { kl: s.kl } : {}),
+      logProbs: s.log_probs,
+      refLogProbs: s.ref_log_probs,
+      values: s.values,
+      teacherLogProbs: s.teacher_log_probs,
+      kl: s.kl,
     };
   });
   const batch = { rolloutId: trainDump.rollout_id, rawRewards, groupKeys, rows };
@@ -159,7 +162,7 @@ function fromSamples(
   input: {
     samples: ReadonlyArray<Sample>;
     advantages: ReadonlyArray<ArrayLike<number>>;
-    returns?: ReadonlyArray<ArrayLike<number>>;
+    returns?: ReadonlyArray<ArrayLike<number>> | undefined;
   },
   options: CheckOptions,
 ): Batch {

@@ -40,7 +40,7 @@ export function normalizeGroups(
   raw: ArrayLike<number>,
   grouping: Grouping,
   c: Conventions,
-  options: { trainerResidual?: boolean } = {},
+  options: { trainerResidual?: boolean | undefined } = {},
 ): FloatArray {
   const n = raw.length;
   const values = allocate(c.dtype, n);
@@ -133,7 +133,7 @@ export interface GroupStatistics {
  */
 export function groupStatistics(
   rewards: ArrayLike<number>,
-  options: GrpoOptions & { zeroVarianceTolerance?: number },
+  options: GrpoOptions & { zeroVarianceTolerance?: number | undefined },
 ): GroupStatistics {
   const c = resolveConventions(options);
   const raw = checkRewards(rewards);

@@ -11,7 +11,7 @@ import { groupMoments } from './moments.js';
  */
 
 export interface EstimatorOptions extends GroupingOptions {
-  dtype?: Dtype;
+  dtype?: Dtype | undefined;
 }
 
 function setup(rewards: ArrayLike<number>, options: EstimatorOptions) {
@@ -36,7 +36,7 @@ function meanOf(values: FloatArray, members: Int32Array, from: number, to: numbe
  */
 export function rlooAdvantages(
   rewards: ArrayLike<number>,
-  options: EstimatorOptions & { vectorized?: boolean },
+  options: EstimatorOptions & { vectorized?: boolean | undefined },
 ): FloatArray {
   const { values, grouping, dtype, round, out } = setup(rewards, options);
   for (let g = 0; g < grouping.keys.length; g++) {
@@ -73,7 +73,7 @@ export function rlooAdvantages(
  */
 export function reinforceBaselineAdvantages(
   rewards: ArrayLike<number>,
-  options: EstimatorOptions & { singleton?: 'raw' | 'zero' },
+  options: EstimatorOptions & { singleton?: 'raw' | 'zero' | undefined },
 ): FloatArray {
   return grpoAdvantages(rewards, {
     ...options,
@@ -98,7 +98,7 @@ export function drGrpoAdvantages(
  */
 export function grpoPassKAdvantages(
   rewards: ArrayLike<number>,
-  options: EstimatorOptions & { stdNormalization?: boolean; epsilon?: number },
+  options: EstimatorOptions & { stdNormalization?: boolean | undefined; epsilon?: number | undefined },
 ): FloatArray {
   const { values, grouping, dtype, round, out } = setup(rewards, options);
   const eps = round(options.epsilon ?? 1e-6);
@@ -184,7 +184,7 @@ export function opoAdvantages(
  */
 export function gpgAdvantages(
   rewards: ArrayLike<number>,
-  options: EstimatorOptions & { fNorm?: number },
+  options: EstimatorOptions & { fNorm?: number | undefined },
 ): FloatArray {
   const { values, grouping, dtype, round, out } = setup(rewards, options);
   const fNorm = options.fNorm ?? 1;

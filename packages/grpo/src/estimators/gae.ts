@@ -19,8 +19,8 @@ export function gae(input: {
   responseLengths: ArrayLike<number>;
   gamma: number;
   lambda: number;
-  observationMask?: ArrayLike<number>;
-  dtype?: Dtype;
+  observationMask?: ArrayLike<number> | undefined;
+  dtype?: Dtype | undefined;
 }): GaeResult {
   const { tokenRewards, values, gamma, lambda, observationMask, dtype = 'float32' } = input;
   checkUnit('gamma', gamma);

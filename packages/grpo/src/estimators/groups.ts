@@ -3,11 +3,11 @@ import { describeValue, ValidationError } from '@vime/core';
 /** How samples are grouped: by explicit keys (any order, e.g. a prompt id) or by positional blocks. */
 export interface GroupingOptions {
   /** One key per sample (`group_index`, prompt uid, …). Samples with equal keys form a group. */
-  groups?: ArrayLike<number | string>;
+  groups?: ArrayLike<number | string> | undefined;
   /** Consecutive blocks of this many samples form a group (slime's `--n-samples-per-prompt`). */
-  groupSize?: number;
+  groupSize?: number | undefined;
   /** Accept groups of different sizes. Off by default: uneven groups usually mean lost or fanned-out rows. */
-  allowUnevenGroups?: boolean;
+  allowUnevenGroups?: boolean | undefined;
 }
 
 /** Samples arranged by group: group `g` holds `members[starts[g] .. starts[g+1])`. */

@@ -26,11 +26,11 @@ export interface Moments {
 
 export interface MomentsOptions {
   /** Bessel's correction: 1 (unbiased, every trainer) or 0. */
-  correction?: number;
+  correction?: number | undefined;
   /** How many groups the trainer reduces in the same call: torch takes another kernel for a single output. */
-  groupsInCall?: number;
+  groupsInCall?: number | undefined;
   /** `verlVectorized`: the variance floor (verl passes its ε, 1e-6). */
-  varianceFloor?: number;
+  varianceFloor?: number | undefined;
 }
 
 let scratch = new Float32Array(64);

@@ -84,14 +84,14 @@ export const PRESET_CONVENTIONS: Readonly<Record<Preset, Readonly<Conventions>>>
 };
 
 export interface ConventionOptions {
-  preset?: Preset;
-  stdNormalization?: boolean;
-  scale?: Scale;
-  epsilon?: number;
-  std?: StdKind;
-  singleton?: SingletonPolicy;
-  dtype?: Dtype;
-  moments?: MomentsKind;
+  preset?: Preset | undefined;
+  stdNormalization?: boolean | undefined;
+  scale?: Scale | undefined;
+  epsilon?: number | undefined;
+  std?: StdKind | undefined;
+  singleton?: SingletonPolicy | undefined;
+  dtype?: Dtype | undefined;
+  moments?: MomentsKind | undefined;
 }
 
 const oneOf = (field: string, value: unknown, allowed: readonly string[]) => {

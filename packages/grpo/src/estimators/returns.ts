@@ -9,12 +9,12 @@ import { allocate, type Dtype, type FloatArray, rounder, sumF64, torchSumF32 } f
 
 export interface WhitenOptions {
   /** Subtract the mean (default). `false` adds it back after scaling, like slime's `shift_mean=False`. */
-  shiftMean?: boolean;
+  shiftMean?: boolean | undefined;
   /** Added to the variance under the square root (default 1e-8). */
-  epsilon?: number;
+  epsilon?: number | undefined;
   /** Bessel-corrected variance (slime, verl) or the biased one (OpenRLHF). */
-  std?: 'unbiased' | 'biased';
-  dtype?: Dtype;
+  std?: 'unbiased' | 'biased' | undefined;
+  dtype?: Dtype | undefined;
 }
 
 /**
@@ -73,7 +73,7 @@ export function discountedReturns(
   tokenRewards: ArrayLike<number>,
   responseLengths: ArrayLike<number>,
   gamma: number,
-  options: { resetMask?: ArrayLike<number>; dtype?: Dtype } = {},
+  options: { resetMask?: ArrayLike<number> | undefined; dtype?: Dtype | undefined } = {},
 ): FloatArray {
   const { dtype = 'float32', resetMask } = options;
   checkUnit('gamma', gamma);
@@ -112,10 +112,10 @@ export function reinforcePlusPlusReturns(input: {
   rewards: ArrayLike<number>;
   responseLengths: ArrayLike<number>;
   lossMasks: LossMasks;
-  kl?: ArrayLike<number>;
-  klCoef?: number;
-  gamma?: number;
-  dtype?: Dtype;
+  kl?: ArrayLike<number> | undefined;
+  klCoef?: number | undefined;
+  gamma?: number | undefined;
+  dtype?: Dtype | undefined;
 }): FloatArray {
   const { rewards, klCoef = 0, gamma = 1, dtype = 'float32' } = input;
   const offsets = tokenOffsets(input.responseLengths, rewards.length);

@@ -22,7 +22,7 @@ export interface PaddedLayout {
 export function paddedLayout(
   responseLengths: ArrayLike<number>,
   lossMasks: LossMasks,
-  options: { paddedLength?: number | undefined; dtype?: Dtype | undefined; count?: number } = {},
+  options: { paddedLength?: number | undefined; dtype?: Dtype | undefined; count?: number | undefined } = {},
 ): PaddedLayout {
   const offsets = tokenOffsets(responseLengths, options.count);
   const rows = offsets.length - 1;

@@ -100,10 +100,10 @@ export function splitTokens<T extends FloatArray | Uint8Array>(
 
 export interface BroadcastOptions {
   /** `allTokens` (slime, TRL: masked tokens keep the value; the mask acts in the loss) or `maskedTokens` (verl: value × mask). */
-  mode?: Exclude<BroadcastMode, 'throughLastToken'>;
-  dtype?: Dtype;
+  mode?: Exclude<BroadcastMode, 'throughLastToken'> | undefined;
+  dtype?: Dtype | undefined;
   /** Write into this array (exactly `Σ responseLengths` long) instead of a new one: reuse it across steps. */
-  out?: FloatArray;
+  out?: FloatArray | undefined;
 }
 
 /**

@@ -27,7 +27,11 @@ function sameLength(name: string, a: ArrayLike<number>, expected: number, other:
 export function approxKl(
   logProbs: ArrayLike<number>,
   refLogProbs: ArrayLike<number>,
-  options: { type?: KlType; importanceRatio?: ArrayLike<number>; dtype?: Dtype } = {},
+  options: {
+    type?: KlType | undefined;
+    importanceRatio?: ArrayLike<number> | undefined;
+    dtype?: Dtype | undefined;
+  } = {},
 ): FloatArray {
   const { type = 'k1', importanceRatio, dtype = 'float32' } = options;
   if (!['k1', 'k2', 'k3', 'low_var_kl'].includes(type)) {
@@ -55,12 +59,12 @@ export function approxKl(
 
 export interface PolicyLossOptions {
   /** Lower clip: ratio ≥ 1 − epsClip (default 0.2). */
-  epsClip?: number;
+  epsClip?: number | undefined;
   /** Upper clip: ratio ≤ 1 + epsClipHigh (default: epsClip). */
-  epsClipHigh?: number;
+  epsClipHigh?: number | undefined;
   /** Dual clip for A < 0: loss ≤ −c·A (slime `--eps-clip-c`, off by default; verl uses 3). Must be > 1. */
-  dualClipC?: number | null;
-  dtype?: Dtype;
+  dualClipC?: number | null | undefined;
+  dtype?: Dtype | undefined;
 }
 
 export interface PolicyLoss {
@@ -109,7 +113,7 @@ export function cispoLoss(
   ppoKl: ArrayLike<number>,
   logProbs: ArrayLike<number>,
   advantages: ArrayLike<number>,
-  options: { epsClip?: number; epsClipHigh?: number; dtype?: Dtype } = {},
+  options: { epsClip?: number | undefined; epsClipHigh?: number | undefined; dtype?: Dtype | undefined } = {},
 ): PolicyLoss {
   const { epsClip = 1, dtype = 'float32' } = options;
   const epsClipHigh = options.epsClipHigh ?? epsClip;
@@ -138,7 +142,7 @@ export function gspoSequenceKl(
   oldLogProbs: ArrayLike<number>,
   responseLengths: ArrayLike<number>,
   lossMasks: LossMasks,
-  options: { dtype?: Dtype } = {},
+  options: { dtype?: Dtype | undefined } = {},
 ): FloatArray {
   const { dtype = 'float32' } = options;
   const offsets = tokenOffsets(responseLengths);
@@ -180,18 +184,18 @@ export interface AggregateOptions {
    * `rollout-mean` (slime's default reducer): the rollout each row belongs to. Rows of one rollout
    * (fan-out) share one denominator, the loss-mask total of all of them, and the mean is over rollouts.
    */
-  rolloutIds?: ArrayLike<number | string>;
+  rolloutIds?: ArrayLike<number | string> | undefined;
   /** verl's global-batch denominators (`config.global_batch_info`): the result is multiplied by `dpSize`. */
-  dpSize?: number;
+  dpSize?: number | undefined;
   /** `token-mean`: valid tokens of the global batch (default: this batch's). */
-  batchNumTokens?: number | null;
+  batchNumTokens?: number | null | undefined;
   /** `seq-mean-*`: sequences of the global batch (default: this batch's sequences with at least one token). */
-  globalBatchSize?: number | null;
+  globalBatchSize?: number | null | undefined;
   /** `seq-mean-token-sum-norm`: the constant divisor (verl default: the padded response dimension). */
-  lossScaleFactor?: number | null;
+  lossScaleFactor?: number | null | undefined;
   /** The trainer's padded response dimension (default: the longest response). */
-  paddedLength?: number;
-  dtype?: Dtype;
+  paddedLength?: number | undefined;
+  dtype?: Dtype | undefined;
 }
 
 /**
@@ -292,7 +296,7 @@ export function sumOfSampleMean(
   x: ArrayLike<number>,
   responseLengths: ArrayLike<number>,
   lossMasks: LossMasks,
-  options: { sampleDenominators?: ArrayLike<number>; perToken?: boolean } = {},
+  options: { sampleDenominators?: ArrayLike<number> | undefined; perToken?: boolean | undefined } = {},
 ): number {
   const offsets = tokenOffsets(responseLengths);
   const n = offsets.length - 1;

@@ -32,15 +32,15 @@ export interface OpenrlhfInput {
   /** `action_mask` per token (flat or one array per sample). */
   actionMasks: LossMasks;
   /** Per-token KL of the policy to the reference (`experience.kl`), needed when `klCoef > 0`. */
-  kl?: ArrayLike<number>;
+  kl?: ArrayLike<number> | undefined;
   /** Critic values per token (`gae`). */
-  values?: ArrayLike<number>;
+  values?: ArrayLike<number> | undefined;
   /** Prompt-order position of each listed sample (`experience.index`); groups are blocks of n in prompt order. */
-  order?: ArrayLike<number>;
+  order?: ArrayLike<number> | undefined;
   /** How many consecutive listed samples each experience (micro-batch) holds (default: one experience). */
-  experiences?: ArrayLike<number>;
+  experiences?: ArrayLike<number> | undefined;
   /** Padded action length of each experience (default: its longest response). */
-  paddedLengths?: ArrayLike<number>;
+  paddedLengths?: ArrayLike<number> | undefined;
 }
 
 export interface OpenrlhfOptions {
@@ -48,14 +48,14 @@ export interface OpenrlhfOptions {
   /** `--n_samples_per_prompt` (> 1; OpenRLHF asserts it). */
   nSamplesPerPrompt: number;
   /** Forced to 1 for rloo, reinforce_baseline, group_norm and dr_grpo, as OpenRLHF does. */
-  gamma?: number;
-  lambd?: number;
+  gamma?: number | undefined;
+  lambd?: number | undefined;
   /** The KL controller's value; ≤ 0 means none. */
-  klCoef?: number;
+  klCoef?: number | undefined;
   /** `--no_std_norm`: the whitening only subtracts the mean. */
-  noStdNorm?: boolean;
+  noStdNorm?: boolean | undefined;
   /** `--reward_clip_range`: clamp the shaped scalar before it is placed. */
-  rewardClipRange?: readonly [number, number] | null;
+  rewardClipRange?: readonly [number, number] | null | undefined;
 }
 
 export interface OpenrlhfResult {
@@ -274,7 +274,7 @@ function concat(parts: Float32Array[]): Float32Array {
 export function openrlhfApproxKl(
   logProbs: ArrayLike<number>,
   baseLogProbs: ArrayLike<number>,
-  options: { estimator?: 'k1' | 'k2' | 'k3' } = {},
+  options: { estimator?: 'k1' | 'k2' | 'k3' | undefined } = {},
 ): Float32Array {
   const { estimator = 'k1' } = options;
   if (!['k1', 'k2', 'k3'].includes(estimator)) {

@@ -65,21 +65,21 @@ export interface SlimeAdvantageInput {
   responseLengths: ArrayLike<number>;
   lossMasks: LossMasks;
   /** Trainer (old-policy) log-probs; needed when klCoef ≠ 0 or with OPD. */
-  logProbs?: TokenValues;
-  refLogProbs?: TokenValues;
+  logProbs?: TokenValues | undefined;
+  refLogProbs?: TokenValues | undefined;
   /** Critic values (ppo). */
-  values?: TokenValues;
+  values?: TokenValues | undefined;
   /** Teacher log-probs: subtract `opdKlCoef·(logp − teacher)` from the advantages (`--use-opd`). */
-  teacherLogProbs?: TokenValues;
-  opdKlCoef?: number;
+  teacherLogProbs?: TokenValues | undefined;
+  opdKlCoef?: number | undefined;
   /** Per-token KL as the trainer computed it (`rollout_data["kl"]`); computed from the log-probs when absent. */
-  kl?: TokenValues;
-  klCoef?: number;
-  klType?: KlType;
-  gamma?: number;
-  lambda?: number;
+  kl?: TokenValues | undefined;
+  klCoef?: number | undefined;
+  klType?: KlType | undefined;
+  gamma?: number | undefined;
+  lambda?: number | undefined;
   /** `--normalize-advantages`: masked whitening over all tokens of the batch. */
-  normalizeAdvantages?: boolean;
+  normalizeAdvantages?: boolean | undefined;
 }
 
 export interface SlimeAdvantageResult {
@@ -88,7 +88,7 @@ export interface SlimeAdvantageResult {
   returns: Float32Array;
   kl: Float32Array;
   /** `logp − teacher` per token, when OPD is on. */
-  opdReverseKl?: Float32Array;
+  opdReverseKl?: Float32Array | undefined;
 }
 
 /** slime's `compute_advantages_and_returns` for one rank (no context parallelism). */
@@ -191,7 +191,7 @@ export function logProbsFromLogits(input: {
   /** Prompt + response ids per sample, packed in this order. */
   tokens: ReadonlyArray<ArrayLike<number>>;
   responseLengths: ArrayLike<number>;
-  temperature?: number;
+  temperature?: number | undefined;
 }): { logProbs: Float32Array; entropy: Float32Array } {
   const { vocabSize: V, tokens, temperature = 1 } = input;
   const logits =
@@ -243,7 +243,7 @@ export function logProbsFromLogits(input: {
 }
 
 export interface SlimeLossInput {
-  estimator?: SlimeEstimator;
+  estimator?: SlimeEstimator | undefined;
   logits: ArrayLike<number> | ReadonlyArray<ArrayLike<number>>;
   vocabSize: number;
   tokens: ReadonlyArray<ArrayLike<number>>;
@@ -251,22 +251,22 @@ export interface SlimeLossInput {
   lossMasks: LossMasks;
   advantages: TokenValues;
   oldLogProbs: TokenValues;
-  refLogProbs?: TokenValues;
+  refLogProbs?: TokenValues | undefined;
   /** Per-sample loss denominators: the mask total of every sample sharing the rollout id. */
-  rolloutMaskSums?: ArrayLike<number>;
-  epsClip?: number;
-  epsClipHigh?: number;
-  epsClipC?: number | null;
-  entropyCoef?: number;
-  useKlLoss?: boolean;
-  klLossType?: KlType;
-  klLossCoef?: number;
-  useUnbiasedKl?: boolean;
-  calculatePerTokenLoss?: boolean;
-  numMicrobatches?: number;
+  rolloutMaskSums?: ArrayLike<number> | undefined;
+  epsClip?: number | undefined;
+  epsClipHigh?: number | undefined;
+  epsClipC?: number | null | undefined;
+  entropyCoef?: number | undefined;
+  useKlLoss?: boolean | undefined;
+  klLossType?: KlType | undefined;
+  klLossCoef?: number | undefined;
+  useUnbiasedKl?: boolean | undefined;
+  calculatePerTokenLoss?: boolean | undefined;
+  numMicrobatches?: number | undefined;
   /** Rollouts (not rows) in the step's global batch. */
   stepGlobalBatchSize: number;
-  temperature?: number;
+  temperature?: number | undefined;
 }
 
 export interface SlimeLoss {
@@ -297,7 +297,7 @@ export function slimePolicyLoss(input: SlimeLossInput): SlimeLoss {
   const { logProbs, entropy } = logProbsFromLogits(input);
   const reduce = (x: ArrayLike<number>) =>
     sumOfSampleMean(x, input.responseLengths, mask, {
-      ...(input.rolloutMaskSums ? { sampleDenominators: input.rolloutMaskSums } : {}),
+      sampleDenominators: input.rolloutMaskSums,
       perToken: calculatePerTokenLoss,
     });
   let ppoKl: Float32Array;
@@ -334,7 +334,7 @@ export function slimePolicyLoss(input: SlimeLossInput): SlimeLoss {
       ratio = new Float32Array(logProbs.length);
       for (let t = 0; t < ratio.length; t++) ratio[t] = f32(Math.exp(f32(logProbs[t]! - oldLogProbs[t]!)));
     }
-    const kl = approxKl(logProbs, ref, { type: klLossType, ...(ratio ? { importanceRatio: ratio } : {}) });
+    const kl = approxKl(logProbs, ref, { type: klLossType, importanceRatio: ratio });
     const klLoss = reduce(kl);
     loss = f32(loss + f32(f32(klLossCoef) * klLoss));
     metrics.kl_loss = klLoss;

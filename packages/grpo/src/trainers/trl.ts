@@ -25,7 +25,10 @@ function notNaN(x: Float32Array, from: number, to: number): number {
 }
 
 /** `torch.nanmean` of each row of `rowLength` values (the whole array by default), float32. */
-export function nanmean(values: ArrayLike<number>, options: { rowLength?: number } = {}): Float32Array {
+export function nanmean(
+  values: ArrayLike<number>,
+  options: { rowLength?: number | undefined } = {},
+): Float32Array {
   const x = Float32Array.from(values);
   const width = rowWidth(x.length, options.rowLength);
   return Float32Array.from({ length: x.length / width }, (_, r) =>
@@ -37,7 +40,10 @@ export function nanmean(values: ArrayLike<number>, options: { rowLength?: number
  * TRL's `nanstd` of each row of `rowLength` values (the whole array by default): the float32 two-pass
  * `sqrt(nanmean((x − nanmean)²) · n/(n − 1))` over the non-NaN entries; fewer than two give NaN.
  */
-export function nanstd(values: ArrayLike<number>, options: { rowLength?: number } = {}): Float32Array {
+export function nanstd(
+  values: ArrayLike<number>,
+  options: { rowLength?: number | undefined } = {},
+): Float32Array {
   const x = Float32Array.from(values);
   const width = rowWidth(x.length, options.rowLength);
   const means = nanmean(x, { rowLength: width });
@@ -71,9 +77,9 @@ export interface MultiRewardOptions {
   /** `num_generations`: consecutive blocks of this many samples form a group. */
   groupSize: number;
   /** `reward_weights`, one per reward function (default all 1). */
-  weights?: ArrayLike<number>;
+  weights?: ArrayLike<number> | undefined;
   /** `scale_rewards`: `'group'` (= true, default), `'batch'` or `'none'` (= false). */
-  scale?: 'group' | 'batch' | 'none' | boolean;
+  scale?: 'group' | 'batch' | 'none' | boolean | undefined;
 }
 
 /** `rewards_per_func` as TRL holds it: a float32 `[B, F]` matrix, NaN where a function returned None. */
@@ -235,48 +241,48 @@ export interface TrlLossInput {
   /** Per-token log-probs of the policy being trained (flat over the responses). */
   perTokenLogps: ArrayLike<number>;
   /** Log-probs of the policy that generated (default: `perTokenLogps`, TRL's single-iteration case). */
-  oldPerTokenLogps?: ArrayLike<number>;
+  oldPerTokenLogps?: ArrayLike<number> | undefined;
   /** Reference log-probs (needed when `beta ≠ 0`). */
-  refPerTokenLogps?: ArrayLike<number>;
+  refPerTokenLogps?: ArrayLike<number> | undefined;
   /** Inference-time log-probs for the off-policy mask (default: the old ones). */
-  samplingPerTokenLogps?: ArrayLike<number>;
+  samplingPerTokenLogps?: ArrayLike<number> | undefined;
   /** vLLM importance-sampling ratio per token (with `vllmImportanceSamplingCorrection`, and for `vespo`). */
-  importanceSamplingRatio?: ArrayLike<number>;
+  importanceSamplingRatio?: ArrayLike<number> | undefined;
   /** One advantage per sequence. */
   advantages: ArrayLike<number>;
   responseLengths: ArrayLike<number>;
   /** `completion_mask × tool_mask`. */
   lossMasks: LossMasks;
   /** The padded completion dimension (default: the longest response). */
-  paddedLength?: number;
+  paddedLength?: number | undefined;
 }
 
 export interface TrlLossOptions {
-  lossType?: TrlLossType;
+  lossType?: TrlLossType | undefined;
   /** Lower clip ε (default 0.2). */
-  epsilon?: number;
+  epsilon?: number | undefined;
   /** Upper clip (default: `epsilon`); for `cispo` the truncation bound ε_max. */
-  epsilonHigh?: number;
+  epsilonHigh?: number | undefined;
   /** Two-sided clipping: upper bound of the ratio (INTELLECT-2). */
-  delta?: number | null;
+  delta?: number | null | undefined;
   /** KL coefficient (default 0). */
-  beta?: number;
-  useBiasCorrectionKl?: boolean;
-  importanceSamplingLevel?: 'token' | 'sequence';
-  sapoTemperaturePos?: number;
-  sapoTemperatureNeg?: number;
-  vespoKPos?: number;
-  vespoLambdaPos?: number;
-  vespoKNeg?: number;
-  vespoLambdaNeg?: number;
-  offPolicyMaskThreshold?: number | null;
-  vllmImportanceSamplingCorrection?: boolean;
+  beta?: number | undefined;
+  useBiasCorrectionKl?: boolean | undefined;
+  importanceSamplingLevel?: 'token' | 'sequence' | undefined;
+  sapoTemperaturePos?: number | undefined;
+  sapoTemperatureNeg?: number | undefined;
+  vespoKPos?: number | undefined;
+  vespoLambdaPos?: number | undefined;
+  vespoKNeg?: number | undefined;
+  vespoLambdaNeg?: number | undefined;
+  offPolicyMaskThreshold?: number | null | undefined;
+  vllmImportanceSamplingCorrection?: boolean | undefined;
   /** `dr_grpo`'s constant. */
-  maxCompletionLength?: number;
+  maxCompletionLength?: number | undefined;
   /** `dapo` / `cispo` / `vespo`: active tokens of the whole generation batch (default: this batch's). */
-  numItemsInBatch?: number;
-  numProcesses?: number;
-  gradientAccumulationSteps?: number;
+  numItemsInBatch?: number | undefined;
+  numProcesses?: number | undefined;
+  gradientAccumulationSteps?: number | undefined;
 }
 
 export interface TrlLoss {

@@ -35,16 +35,16 @@ export const ROLLOUT_RS_OPTIONS = [
 
 export interface RolloutCorrectionConfig {
   /** `bypass_mode`'s loss: PPO clip against the rollout policy, or REINFORCE with the IS weights. */
-  lossType?: 'ppo_clip' | 'reinforce';
+  lossType?: 'ppo_clip' | 'reinforce' | undefined;
   /** IS weight level (`null`: no weights). */
-  rolloutIs?: 'token' | 'sequence' | null;
+  rolloutIs?: 'token' | 'sequence' | null | undefined;
   /** Upper truncation of the IS weights (default 2). */
-  rolloutIsThreshold?: number | null;
-  rolloutIsBatchNormalize?: boolean;
+  rolloutIsThreshold?: number | null | undefined;
+  rolloutIsBatchNormalize?: boolean | undefined;
   /** Rejection criteria, comma separated (`"token_k1,seq_mean_k3"`); all must pass. */
-  rolloutRs?: string | null;
+  rolloutRs?: string | null | undefined;
   /** One threshold, or one per option: `"lower_upper"` for `*_k1` (upper alone means 1/upper … upper), else an upper bound. */
-  rolloutRsThreshold?: string | number | null;
+  rolloutRsThreshold?: string | number | null | undefined;
 }
 
 export interface PaddedBatch {

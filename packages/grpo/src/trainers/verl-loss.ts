@@ -39,7 +39,7 @@ export interface KlPenalty {
 export function klPenalty(
   logProbs: ArrayLike<number>,
   refLogProbs: ArrayLike<number>,
-  options: { type: VerlKlType; dtype?: Dtype },
+  options: { type: VerlKlType; dtype?: Dtype | undefined },
 ): KlPenalty {
   const { type, dtype = 'float32' } = options;
   if (typeof type === 'string' && (type.endsWith('+') || (type as string) === 'full')) {
@@ -108,27 +108,27 @@ export const VERL_LOSS_MODES = [
 
 /** The actor config fields the policy losses read (verl `ActorConfig` defaults). */
 export interface VerlActorConfig {
-  clipRatio?: number;
-  clipRatioLow?: number | null;
-  clipRatioHigh?: number | null;
+  clipRatio?: number | undefined;
+  clipRatioLow?: number | null | undefined;
+  clipRatioHigh?: number | null | undefined;
   /** Dual clip for A < 0 (default 3, always on in `vanilla`). */
-  clipRatioC?: number;
-  tauPos?: number;
-  tauNeg?: number;
-  clipCovRatio?: number;
-  clipCovLb?: number;
-  clipCovUb?: number;
-  klCovRatio?: number;
-  ppoKlCoef?: number;
-  rolloutCorrection?: RolloutCorrectionConfig;
+  clipRatioC?: number | undefined;
+  tauPos?: number | undefined;
+  tauNeg?: number | undefined;
+  clipCovRatio?: number | undefined;
+  clipCovLb?: number | undefined;
+  clipCovUb?: number | undefined;
+  klCovRatio?: number | undefined;
+  ppoKlCoef?: number | undefined;
+  rolloutCorrection?: RolloutCorrectionConfig | undefined;
 }
 
 /** `config.global_batch_info`: the denominators of the whole (data-parallel) batch. */
 export interface VerlGlobalBatchInfo {
-  dpSize?: number;
-  batchNumTokens?: number | null;
-  globalBatchSize?: number | null;
-  lossScaleFactor?: number | null;
+  dpSize?: number | undefined;
+  batchNumTokens?: number | null | undefined;
+  globalBatchSize?: number | null | undefined;
+  lossScaleFactor?: number | null | undefined;
 }
 
 export interface VerlPolicyLossInput {
@@ -139,18 +139,18 @@ export interface VerlPolicyLossInput {
   responseLengths: ArrayLike<number>;
   lossMasks: LossMasks;
   /** Rollout-correction weights that multiply the per-token loss. */
-  rolloutIsWeights?: ArrayLike<number>;
+  rolloutIsWeights?: ArrayLike<number> | undefined;
   /** `clip_cov`: the permutation `torch.randperm(#candidates)` drew (needed when there are more candidates than slots). */
-  randperm?: ArrayLike<number>;
-  paddedLength?: number;
-  dtype?: Dtype;
+  randperm?: ArrayLike<number> | undefined;
+  paddedLength?: number | undefined;
+  dtype?: Dtype | undefined;
 }
 
 export interface VerlPolicyLossOptions {
-  lossMode?: VerlLossMode;
-  lossAggMode?: Exclude<AggregationMode, 'rollout-mean'>;
-  config?: VerlActorConfig;
-  globalBatchInfo?: VerlGlobalBatchInfo;
+  lossMode?: VerlLossMode | undefined;
+  lossAggMode?: Exclude<AggregationMode, 'rollout-mean'> | undefined;
+  config?: VerlActorConfig | undefined;
+  globalBatchInfo?: VerlGlobalBatchInfo | undefined;
 }
 
 export interface VerlPolicyLoss {

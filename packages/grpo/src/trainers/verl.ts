@@ -67,40 +67,40 @@ export const VERL_ESTIMATORS = [
 
 export interface VerlAdvantageInput {
   /** `token_level_rewards`, flat over the responses. Or pass `scores`. */
-  tokenLevelRewards?: ArrayLike<number>;
+  tokenLevelRewards?: ArrayLike<number> | undefined;
   /** One score per response, placed on its last token (verl's reward manager). */
-  scores?: ArrayLike<number>;
+  scores?: ArrayLike<number> | undefined;
   responseLengths: ArrayLike<number>;
   /** `response_mask` (0 on observation tokens and after EOS). */
   lossMasks: LossMasks;
   /** `uid` per response: responses with the same uid form a group. */
-  index?: ArrayLike<number | string>;
+  index?: ArrayLike<number | string> | undefined;
   /** Critic values (`gae`). */
-  values?: ArrayLike<number>;
+  values?: ArrayLike<number> | undefined;
   /** Greedy-rollout rewards, one per response (`remax`). */
-  rewardBaselines?: ArrayLike<number>;
+  rewardBaselines?: ArrayLike<number> | undefined;
   /** Old-policy log-probs and `Σπ²` per token (optimal token baselines). */
-  oldLogProbs?: ArrayLike<number>;
-  sumPiSquared?: ArrayLike<number>;
-  rolloutIsWeights?: ArrayLike<number>;
+  oldLogProbs?: ArrayLike<number> | undefined;
+  sumPiSquared?: ArrayLike<number> | undefined;
+  rolloutIsWeights?: ArrayLike<number> | undefined;
   /** The trainer's response dimension T (default: the longest response). */
-  paddedLength?: number;
-  dtype?: Dtype;
+  paddedLength?: number | undefined;
+  dtype?: Dtype | undefined;
 }
 
 export interface VerlAdvantageOptions {
   estimator: VerlEstimator;
   /** `algorithm.gamma` / `algorithm.lam` (default 1). */
-  gamma?: number;
-  lam?: number;
+  gamma?: number | undefined;
+  lam?: number | undefined;
   /** `algorithm.norm_adv_by_std_in_grpo` (default true). */
-  normAdvByStdInGrpo?: boolean;
+  normAdvByStdInGrpo?: boolean | undefined;
   /** The estimators' ε (default 1e-6; 1e-8 for the optimal token baselines). Not reachable from verl's config. */
-  epsilon?: number;
+  epsilon?: number | undefined;
   /** GPG's `f_norm` (default 1). */
-  fNorm?: number;
+  fNorm?: number | undefined;
   /** Optimal token baselines: zero the tail of a group's single longest response. */
-  handleZeroTail?: boolean;
+  handleZeroTail?: boolean | undefined;
   /**
    * `'trainer'` (default): pass what `ray_trainer.compute_advantage` passes. It hands
    * `norm_adv_by_std_in_grpo` only to `grpo` (and `grpo_passk` reads it from the config), so
@@ -108,7 +108,7 @@ export interface VerlAdvantageOptions {
    * and the optimal token baselines fail (they receive `config` and no `old_log_probs`).
    * `'function'`: call the estimator with every option given.
    */
-  call?: 'trainer' | 'function';
+  call?: 'trainer' | 'function' | undefined;
 }
 
 export interface VerlAdvantages {
@@ -167,7 +167,7 @@ export function verlAdvantages(input: VerlAdvantageInput, options: VerlAdvantage
         preset,
         stdNormalization: norm,
         dtype,
-        ...(epsilon !== undefined ? { epsilon } : {}),
+        epsilon,
       });
       const g = estimator === 'grpo' ? groups() : vectorizedGrouping(required(input.index, 'index'));
       return sameAsReturns(perSample(normalizeGroups(scores(), g, c, { trainerResidual: true })));
@@ -179,7 +179,7 @@ export function verlAdvantages(input: VerlAdvantageInput, options: VerlAdvantage
             ...groupOptions(input.index),
             stdNormalization: norm,
             dtype,
-            ...(epsilon !== undefined ? { epsilon } : {}),
+            epsilon,
           }),
         ),
       );
@@ -357,7 +357,7 @@ export interface VerlGroupStats {
 export function verlGroupMeanStd(
   scores: ArrayLike<number>,
   index: ArrayLike<number | string>,
-  options: { eps?: number } = {},
+  options: { eps?: number | undefined } = {},
 ): VerlGroupStats {
   const gidx = asTorchIndex(index);
   if (gidx.length !== scores.length) {
@@ -396,7 +396,7 @@ export function verlMaskedWhiten(
   input: ArrayLike<number>,
   mask: ArrayLike<number>,
   dtype: Dtype = 'float32',
-  options: { shiftMean?: boolean } = {},
+  options: { shiftMean?: boolean | undefined } = {},
 ): FloatArray {
   if (mask.length !== input.length) {
     throw new ValidationError('mask', `has ${mask.length} entries but there are ${input.length} values`);

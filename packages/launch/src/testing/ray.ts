@@ -10,26 +10,26 @@ import type { JobDetails, JobStatus } from '../ray/types.js';
 
 export interface FakeJobScript {
   /** Milliseconds in PENDING before the driver starts. */
-  pendingMs?: number;
+  pendingMs?: number | undefined;
   /** Log lines, one emitted every `lineIntervalMs` while RUNNING. */
-  lines?: string[];
-  lineIntervalMs?: number;
+  lines?: string[] | undefined;
+  lineIntervalMs?: number | undefined;
   /** Outcome once every line is out; FAILED carries `exitCode`. */
-  outcome?: 'SUCCEEDED' | 'FAILED';
-  exitCode?: number;
+  outcome?: 'SUCCEEDED' | 'FAILED' | undefined;
+  exitCode?: number | undefined;
 }
 
 export interface FakeRayOptions {
   /** Require `Authorization: Bearer <token>` (RAY_AUTH_MODE=token). */
-  token?: string;
+  token?: string | undefined;
   /** Answer this many submissions with 500 "No available agent..." first (agent still registering). */
-  agentMissingFor?: number;
+  agentMissingFor?: number | undefined;
   /** How a duplicate submission_id is answered: 400 from the agent, or 500 wrapped by the head. */
-  duplicateStatus?: 400 | 500;
+  duplicateStatus?: 400 | 500 | undefined;
   /** Script for every job, or per entrypoint. */
-  script?: FakeJobScript | ((entrypoint: string) => FakeJobScript);
+  script?: FakeJobScript | ((entrypoint: string) => FakeJobScript) | undefined;
   /** Listen on this port (default: any free one). */
-  port?: number;
+  port?: number | undefined;
 }
 
 export interface FakeRay {
@@ -68,9 +68,9 @@ const PENDING_MESSAGE =
 
 interface FakeJob {
   details: JobDetails;
-  script: Required<FakeJobScript>;
+  script: ResolvedScript;
   created: number;
-  stoppedAt?: number;
+  stoppedAt?: number | undefined;
 }
 
 function traceback(error: string): string {
@@ -280,7 +280,10 @@ function submitRequest(raw: Buffer): { request: SubmitBody } | { refused: Reply 
   return { request: body as SubmitBody };
 }
 
-function scriptFor(options: FakeRayOptions, entrypoint: string): Required<FakeJobScript> {
+/** A job's script with every default filled in. */
+type ResolvedScript = { [K in keyof FakeJobScript]-?: Exclude<FakeJobScript[K], undefined> };
+
+function scriptFor(options: FakeRayOptions, entrypoint: string): ResolvedScript {
   const s = typeof options.script === 'function' ? options.script(entrypoint) : (options.script ?? {});
   return {
     pendingMs: s.pendingMs ?? 50,

@@ -88,7 +88,7 @@ export async function scrapeEngines(
   options: ScrapeOptions & {
     intervalMs: number;
     durationMs: number;
-    onScrape?: (url: string, snapshot: EngineSnapshot) => void;
+    onScrape?: ((url: string, snapshot: EngineSnapshot) => void) | undefined;
   },
 ): Promise<ScrapeSeries[]> {
   const { onScrape, intervalMs, durationMs, signal } = options;
