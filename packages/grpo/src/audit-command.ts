@@ -2,8 +2,8 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { ConfigError, VimeError } from '@vime/core';
-import { auditTokens, type TokenAuditReport } from './audit.js';
-import { readAuditBatch, readTurnLog } from './audit-input.js';
+import { auditTokens, type TokenAuditReport } from './audit/audit.js';
+import { readAuditBatch, readTurnLog } from './audit/audit-input.js';
 
 export const AUDIT_USAGE = `usage: vime-grpo audit <batch.jsonl> <turns.jsonl> [--json]
 

@@ -12,9 +12,9 @@ import {
   type CheckOptions,
   type CheckReport,
   checkAgainstTrainer,
-} from './check.js';
-import { readRolloutDump, readTrainDump } from './dump.js';
-import { PRESETS, type Preset } from './presets.js';
+} from './check/check.js';
+import { readRolloutDump, readTrainDump } from './check/dump.js';
+import { PRESETS, type Preset } from './estimators/presets.js';
 
 export interface Io {
   stdout: { write(text: string): unknown };

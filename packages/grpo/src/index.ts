@@ -1,20 +1,11 @@
 export {
-  type GroupReport,
-  type GroupStatistics,
-  type GrpoOptions,
-  groupStatistics,
-  grpoAdvantages,
-  isUniform,
-  normalizeGroups,
-} from './advantages.js';
-export {
   type AuditDifference,
   auditTokens,
   type SampleAudit,
   type TokenAuditReport,
   type TurnRef,
-} from './audit.js';
-export { readAuditBatch, readTurnLog } from './audit-input.js';
+} from './audit/audit.js';
+export { readAuditBatch, readTurnLog } from './audit/audit-input.js';
 export {
   type AutoReport,
   CHECK_ESTIMATORS,
@@ -29,7 +20,7 @@ export {
   type Tolerance,
   TRAINER_ESTIMATORS,
   type TrainerEstimator,
-} from './check.js';
+} from './check/check.js';
 export {
   type RolloutDump,
   type RolloutDumpSample,
@@ -42,7 +33,16 @@ export {
   type TrainDumpSample,
   TrainDumpSampleSchema,
   TrainDumpSchema,
-} from './dump.js';
+} from './check/dump.js';
+export {
+  type GroupReport,
+  type GroupStatistics,
+  type GrpoOptions,
+  groupStatistics,
+  grpoAdvantages,
+  isUniform,
+  normalizeGroups,
+} from './estimators/advantages.js';
 export {
   drGrpoAdvantages,
   type EstimatorOptions,
@@ -51,38 +51,17 @@ export {
   opoAdvantages,
   reinforceBaselineAdvantages,
   rlooAdvantages,
-} from './estimators.js';
-export { type Dtype, type FloatArray, torchOuterSumF32, torchSumF32 } from './f32.js';
-export { type Grouping, type GroupingOptions, resolveGroups } from './groups.js';
-export {
-  type AggregateOptions,
-  type AggregationMode,
-  aggregateLoss,
-  approxKl,
-  cispoLoss,
-  gspoSequenceKl,
-  type KlType,
-  type PolicyLoss,
-  type PolicyLossOptions,
-  policyLoss,
-  sumOfSampleMean,
-} from './loss.js';
+} from './estimators/estimators.js';
+export { type Dtype, type FloatArray, torchOuterSumF32, torchSumF32 } from './estimators/f32.js';
+export { type GaeResult, gae } from './estimators/gae.js';
+export { type Grouping, type GroupingOptions, resolveGroups } from './estimators/groups.js';
 export {
   groupMoments,
   MOMENTS_KINDS,
   type Moments,
   type MomentsKind,
   type MomentsOptions,
-} from './moments.js';
-export {
-  OPENRLHF_ESTIMATORS,
-  type OpenrlhfEstimator,
-  type OpenrlhfInput,
-  type OpenrlhfOptions,
-  type OpenrlhfResult,
-  openrlhfAdvantages,
-  openrlhfApproxKl,
-} from './openrlhf.js';
+} from './estimators/moments.js';
 export {
   BROADCAST_MODES,
   type BroadcastMode,
@@ -95,7 +74,20 @@ export {
   type Scale,
   type SingletonPolicy,
   type StdKind,
-} from './presets.js';
+} from './estimators/presets.js';
+export {
+  discountedReturns,
+  maskedWhiten,
+  reinforcePlusPlusReturns,
+  type WhitenOptions,
+} from './estimators/returns.js';
+export {
+  type CollapsedSessions,
+  collapseSessions,
+  type FanoutRows,
+  fanoutRowsOf,
+  sessionAdvantages,
+} from './estimators/sessions.js';
 export {
   isTensor,
   loadTorchFile,
@@ -105,12 +97,35 @@ export {
   tensorNumbers,
 } from './pt/torch.js';
 export {
-  type CollapsedSessions,
-  collapseSessions,
-  type FanoutRows,
-  fanoutRowsOf,
-  sessionAdvantages,
-} from './sessions.js';
+  type BroadcastOptions,
+  broadcastToTokens,
+  flattenMasks,
+  type LossMasks,
+  splitTokens,
+  tokenOffsets,
+} from './tokens/tokens.js';
+export {
+  type AggregateOptions,
+  type AggregationMode,
+  aggregateLoss,
+  approxKl,
+  cispoLoss,
+  gspoSequenceKl,
+  type KlType,
+  type PolicyLoss,
+  type PolicyLossOptions,
+  policyLoss,
+  sumOfSampleMean,
+} from './trainers/loss.js';
+export {
+  OPENRLHF_ESTIMATORS,
+  type OpenrlhfEstimator,
+  type OpenrlhfInput,
+  type OpenrlhfOptions,
+  type OpenrlhfResult,
+  openrlhfAdvantages,
+  openrlhfApproxKl,
+} from './trainers/openrlhf.js';
 export {
   flattenTokens,
   logProbsFromLogits,
@@ -123,21 +138,7 @@ export {
   slimeAdvantagesAndReturns,
   slimePolicyLoss,
   type TokenValues,
-} from './slime.js';
-export {
-  type BroadcastOptions,
-  broadcastToTokens,
-  discountedReturns,
-  flattenMasks,
-  type GaeResult,
-  gae,
-  type LossMasks,
-  maskedWhiten,
-  reinforcePlusPlusReturns,
-  splitTokens,
-  tokenOffsets,
-  type WhitenOptions,
-} from './tokens.js';
+} from './trainers/slime.js';
 export {
   type MultiRewardOptions,
   nanmean,
@@ -151,7 +152,7 @@ export {
   type TrlLossOptions,
   type TrlLossType,
   trlLoss,
-} from './trl.js';
+} from './trainers/trl.js';
 export {
   asTorchIndex,
   VERL_ESTIMATORS,
@@ -163,12 +164,12 @@ export {
   verlAdvantages,
   verlGroupMeanStd,
   verlMaskedWhiten,
-} from './verl.js';
+} from './trainers/verl.js';
 export {
   ROLLOUT_RS_OPTIONS,
   type RolloutCorrectionConfig,
   type RolloutRsOption,
-} from './verl-correction.js';
+} from './trainers/verl-correction.js';
 export {
   type KlPenalty,
   klPenalty,
@@ -182,4 +183,4 @@ export {
   type VerlPolicyLossInput,
   type VerlPolicyLossOptions,
   verlPolicyLoss,
-} from './verl-loss.js';
+} from './trainers/verl-loss.js';

@@ -15,7 +15,10 @@ describe('claude-code in a bubblewrap sandbox, through the capture proxy', () =>
     expect(samples.every((s) => s.reward === 1)).toBe(true);
     expect(run.events.at(-1)).toMatchObject({ type: 'result', is_error: false, result: 'The bug is fixed.' });
     const uses = run.events.flatMap((e) => {
-      const event = e as { type: string; message?: { content?: Array<{ type: string; name?: string }> } };
+      const event = e as {
+        type: string;
+        message?: { content?: Array<{ type: string; name?: string | undefined }> | undefined } | undefined;
+      };
       return event.type === 'assistant' && Array.isArray(event.message?.content)
         ? event.message.content.filter((b) => b.type === 'tool_use').map((b) => b.name)
         : [];

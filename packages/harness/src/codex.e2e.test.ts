@@ -15,7 +15,10 @@ describe('codex in a bubblewrap sandbox, through the capture proxy', () => {
     expect(samples.every((s) => s.reward === 1)).toBe(true);
     const items = run.events
       .filter((e) => (e as { type: string }).type === 'item.completed')
-      .map((e) => (e as { item: { type: string; exit_code?: number; text?: string } }).item);
+      .map(
+        (e) =>
+          (e as { item: { type: string; exit_code?: number | undefined; text?: string | undefined } }).item,
+      );
     expect(items.filter((i) => i.type === 'command_execution').map((i) => i.exit_code)).toEqual([0]);
     expect(items.at(-1)).toMatchObject({ type: 'agent_message', text: 'The bug is fixed.' });
     expect(run.events.at(-1)).toMatchObject({ type: 'turn.completed' });

@@ -201,7 +201,7 @@ function run(command: string, args: string[], signal: AbortSignal | undefined): 
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, {
       stdio: ['ignore', 'ignore', 'pipe'],
-      ...(signal ? { signal } : {}),
+      signal,
     });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => {

@@ -152,17 +152,43 @@ export interface LaunchPlan {
 /** Resolve a launch config (all fields optional) into a consistent plan. */
 export function resolvePlan(
   config: LaunchConfig = {},
-  options: { env?: Record<string, string | undefined> } = {},
+  options: { env?: Record<string, string | undefined> | undefined } = {},
 ): LaunchPlan {
   const c = parseWith(LaunchConfigSchema, config, 'launch config');
-  const n = c.engines.count;
-  const name = c.name ?? (n === 1 ? 'coding-agent-rl' : `coding-agent-rl-${n}eng`);
-  const group = c.wandb.group ?? (n === 1 ? 'coding-agent' : `coding-agent-${n}eng`);
-  const perEngineGpus = Number(c.engines.accelerators.split(':')[1] ?? 1);
-  const trainerGpus = Number(c.trainer.accelerators.split(':')[1] ?? 1);
+  const jobGroup = jobGroupOf(c, config);
+  const env = options.env ?? {};
+  const wandbOn = c.wandb.enabled === 'auto' ? Boolean(env.WANDB_API_KEY) : c.wandb.enabled;
+  const slime = parseWith(SlimeConfigSchema, slimeConfigOf(c, jobGroup, wandbOn), 'slime config');
+  const requiredEnv = [
+    ...c.requiredEnv,
+    ...(c.ray.auth === 'token' ? ['RAY_AUTH_TOKEN'] : []),
+    ...(c.wandb.enabled === true ? ['WANDB_API_KEY'] : []),
+  ];
+  return {
+    config: c,
+    jobGroup,
+    volume: parseWith(VolumeConfigSchema, c.volume, 'volume config'),
+    slime,
+    engineJobs: engineJobNames(jobGroup),
+    engineUrls: engineJobNames(jobGroup).map(
+      (job) => `http://${job}-0.$${JOBGROUP_NAME_ENV}:${c.engines.port}`,
+    ),
+    requiredEnv,
+    env,
+  };
+}
 
-  const jobGroup = resolveJobGroupConfig({
-    name,
+/** GPUs of an accelerator spec such as `H100:4` (1 when it names none). */
+const gpusOf = (accelerators: string) => Number(accelerators.split(':')[1] ?? 1);
+
+/**
+ * The Job Group: N engine jobs and the trainer job, with the env their scripts read. `config` is the
+ * launch config as given, handed to the trainer so it resolves exactly this plan.
+ */
+function jobGroupOf(c: ResolvedLaunchConfig, config: LaunchConfig): ResolvedJobGroupConfig {
+  const n = c.engines.count;
+  return resolveJobGroupConfig({
+    name: c.name ?? (n === 1 ? 'coding-agent-rl' : `coding-agent-rl-${n}eng`),
     infra: c.infra,
     image: c.image,
     workdir: c.workdir,
@@ -179,7 +205,7 @@ export function resolvePlan(
       envs: {
         MODEL_DIR: c.model.dir,
         MODEL_HF_REPO: c.model.hfRepo,
-        ENGINE_TP: perEngineGpus,
+        ENGINE_TP: gpusOf(c.engines.accelerators),
         SGLANG_MEM_FRACTION: c.engines.memFractionStatic,
       },
     },
@@ -212,119 +238,117 @@ export function resolvePlan(
       run: c.trainer.run,
     },
   });
+}
 
-  const env = options.env ?? {};
-  const wandbOn = c.wandb.enabled === 'auto' ? Boolean(env.WANDB_API_KEY) : c.wandb.enabled;
+/** The slime command's config (before validation): the plan's model, cluster, weights, data and rollout. */
+function slimeConfigOf(
+  c: ResolvedLaunchConfig,
+  jobGroup: ResolvedJobGroupConfig,
+  wandbOn: boolean,
+): z.input<typeof SlimeConfigSchema> {
+  const n = c.engines.count;
+  const group = c.wandb.group ?? (n === 1 ? 'coding-agent' : `coding-agent-${n}eng`);
   const modelRoot = `/root/${c.model.dir}`;
   const delta = c.weights.mode === 'delta';
   const disk = c.weights.transport === 'disk';
-  const slime = parseWith(
-    SlimeConfigSchema,
-    {
-      mode: c.mode,
-      model: {
-        hfCheckpoint: modelRoot,
-        refLoad: `${modelRoot}_torch_dist`,
-        load: `${modelRoot}_slime/`,
-        save: `${modelRoot}_slime/`,
-        saveInterval: c.model.saveInterval,
-        args: [...(c.model.args ?? MODEL_ARCH_ARGS[c.model.script] ?? [])],
-      },
-      cluster: {
-        actorNumNodes: c.trainer.numNodes,
-        actorGpusPerNode: trainerGpus,
-        rolloutGpusPerEngine: perEngineGpus,
-      },
-      parallelism: { tensor: c.model.tensorParallel },
-      engines: { external: engineAddresses(jobGroup), memFractionStatic: c.engines.memFractionStatic },
-      weights: {
-        mode: c.weights.mode,
-        transport: c.weights.transport,
-        ...(delta ? { localCheckpointDir: c.weights.localCheckpointDir } : {}),
-        ...(disk ? { diskDir: c.volume.mountPath, keepFiles: true } : {}),
-      },
-      data: {
-        promptData: c.rollout.promptData,
-        inputKey: 'text',
-        labelKey: 'label',
-        metadataKey: 'metadata',
-        shuffle: c.rollout.shuffle,
-        numRollout: c.rollout.numRollout,
-      },
-      rollout: {
-        batchSize: c.rollout.batchSize,
-        samplesPerPrompt: c.rollout.samplesPerPrompt,
-        maxResponseLen: c.rollout.maxResponseLen,
-        maxContextLen: c.rollout.maxContextLen,
-        temperature: c.rollout.temperature,
-        balanceData: true,
-        dynamicBatchSize: true,
-        maxTokensPerGpu: c.rollout.maxTokensPerGpu,
-        // The slime bridge's Python module (packages/slime/python, on the job's PYTHONPATH): the agent
-        // rollout, the filter that keeps infra-failed rollouts out of the batch (over-sampling refills it),
-        // per-prompt reward normalisation that counts each rollout once, and Vime's rollout metrics.
-        customGenerateFunctionPath: 'vime_bridge.generate',
-        dynamicSamplingFilterPath: 'vime_bridge.drop_infra_failed_groups',
-        overSamplingBatchSize: Math.ceil(c.rollout.batchSize * 1.25),
-        customRewardPostProcessPath: 'vime_bridge.normalize_rewards_by_group',
-        customRolloutLogFunctionPath: 'vime_bridge.log_rollout_metrics',
-      },
-      algorithm: {
-        advantageEstimator: 'grpo',
-        useKlLoss: true,
-        klLossCoef: 0,
-        klLossType: 'low_var_kl',
-        entropyCoef: 0,
-        epsClip: 0.2,
-        epsClipHigh: 0.28,
-      },
-      optimizer: {
-        name: 'adam',
-        lr: 1e-6,
-        lrDecayStyle: 'constant',
-        weightDecay: 0.1,
-        adamBeta1: 0.9,
-        adamBeta2: 0.98,
-      },
-      ...(wandbOn ? { wandb: { project: c.wandb.project, group } } : {}),
-      extraArgs: [
-        '--recompute-granularity',
-        'full',
-        '--recompute-method',
-        'uniform',
-        '--recompute-num-layers',
-        '1',
-        '--attention-dropout',
-        '0.0',
-        '--hidden-dropout',
-        '0.0',
-        '--accumulate-allreduce-grads-in-fp32',
-        '--attention-softmax-in-fp32',
-        '--attention-backend',
-        'flash',
-      ],
-    },
-    'slime config',
-  );
-
-  const requiredEnv = [
-    ...c.requiredEnv,
-    ...(c.ray.auth === 'token' ? ['RAY_AUTH_TOKEN'] : []),
-    ...(c.wandb.enabled === true ? ['WANDB_API_KEY'] : []),
-  ];
   return {
-    config: c,
-    jobGroup,
-    volume: parseWith(VolumeConfigSchema, c.volume, 'volume config'),
-    slime,
-    engineJobs: engineJobNames(jobGroup),
-    engineUrls: engineJobNames(jobGroup).map(
-      (job) => `http://${job}-0.$${JOBGROUP_NAME_ENV}:${c.engines.port}`,
-    ),
-    requiredEnv,
-    env,
+    mode: c.mode,
+    model: {
+      hfCheckpoint: modelRoot,
+      refLoad: `${modelRoot}_torch_dist`,
+      load: `${modelRoot}_slime/`,
+      save: `${modelRoot}_slime/`,
+      saveInterval: c.model.saveInterval,
+      args: [...(c.model.args ?? MODEL_ARCH_ARGS[c.model.script] ?? [])],
+    },
+    cluster: {
+      actorNumNodes: c.trainer.numNodes,
+      actorGpusPerNode: gpusOf(c.trainer.accelerators),
+      rolloutGpusPerEngine: gpusOf(c.engines.accelerators),
+    },
+    parallelism: { tensor: c.model.tensorParallel },
+    engines: { external: engineAddresses(jobGroup), memFractionStatic: c.engines.memFractionStatic },
+    weights: {
+      mode: c.weights.mode,
+      transport: c.weights.transport,
+      ...(delta ? { localCheckpointDir: c.weights.localCheckpointDir } : {}),
+      ...(disk ? { diskDir: c.volume.mountPath, keepFiles: true } : {}),
+    },
+    data: {
+      promptData: c.rollout.promptData,
+      inputKey: 'text',
+      labelKey: 'label',
+      metadataKey: 'metadata',
+      shuffle: c.rollout.shuffle,
+      numRollout: c.rollout.numRollout,
+    },
+    rollout: slimeRolloutOf(c),
+    ...TRAINING_RECIPE,
+    ...(wandbOn ? { wandb: { project: c.wandb.project, group } } : {}),
+    extraArgs: [...RECOMPUTE_AND_KERNEL_ARGS],
   };
 }
+
+/** The rollout settings, wired to the slime bridge's Python hooks. */
+function slimeRolloutOf(c: ResolvedLaunchConfig): z.input<typeof SlimeConfigSchema>['rollout'] {
+  return {
+    batchSize: c.rollout.batchSize,
+    samplesPerPrompt: c.rollout.samplesPerPrompt,
+    maxResponseLen: c.rollout.maxResponseLen,
+    maxContextLen: c.rollout.maxContextLen,
+    temperature: c.rollout.temperature,
+    balanceData: true,
+    dynamicBatchSize: true,
+    maxTokensPerGpu: c.rollout.maxTokensPerGpu,
+    // The slime bridge's Python module (packages/slime/python, on the job's PYTHONPATH): the agent
+    // rollout, the filter that keeps infra-failed rollouts out of the batch (over-sampling refills it),
+    // per-prompt reward normalisation that counts each rollout once, and Vime's rollout metrics.
+    customGenerateFunctionPath: 'vime_bridge.generate',
+    dynamicSamplingFilterPath: 'vime_bridge.drop_infra_failed_groups',
+    overSamplingBatchSize: Math.ceil(c.rollout.batchSize * 1.25),
+    customRewardPostProcessPath: 'vime_bridge.normalize_rewards_by_group',
+    customRolloutLogFunctionPath: 'vime_bridge.log_rollout_metrics',
+  };
+}
+
+/** The reference example's GRPO algorithm and optimizer settings (not in the launch config). */
+const TRAINING_RECIPE = {
+  algorithm: {
+    advantageEstimator: 'grpo',
+    useKlLoss: true,
+    klLossCoef: 0,
+    klLossType: 'low_var_kl',
+    entropyCoef: 0,
+    epsClip: 0.2,
+    epsClipHigh: 0.28,
+  },
+  optimizer: {
+    name: 'adam',
+    lr: 1e-6,
+    lrDecayStyle: 'constant',
+    weightDecay: 0.1,
+    adamBeta1: 0.9,
+    adamBeta2: 0.98,
+  },
+} as const;
+
+/** Megatron flags the reference run passes: full recompute, no dropout, fp32 reductions, flash attention. */
+const RECOMPUTE_AND_KERNEL_ARGS = [
+  '--recompute-granularity',
+  'full',
+  '--recompute-method',
+  'uniform',
+  '--recompute-num-layers',
+  '1',
+  '--attention-dropout',
+  '0.0',
+  '--hidden-dropout',
+  '0.0',
+  '--accumulate-allreduce-grads-in-fp32',
+  '--attention-softmax-in-fp32',
+  '--attention-backend',
+  'flash',
+] as const;
 
 /** Replace `$VAR` / `${VAR}` in `text` from `env`; unknown names are reported, not left in. */
 export function expandEnv(text: string, env: Record<string, string | undefined>): string {

@@ -19,8 +19,8 @@ import {
   type RunRecord,
   renderHtmlReport,
   runReport,
-  scrapeEngines,
 } from '@vime/metrics';
+import { scrapeEngines } from '@vime/metrics/scrape';
 import type { Config } from './config.js';
 
 export interface ReportInput {

@@ -17,13 +17,8 @@ import { type CaptureProxy, startCaptureProxy } from '@vime/core/proxy';
 import { GroupQueue } from '@vime/core/queue';
 import { type RolloutFunction, rolloutProgressBar } from '@vime/core/runner';
 import { writeFileAtomic } from '@vime/core/utils';
-import {
-  type MetricSink,
-  rolloutMetrics,
-  rolloutRecordOf,
-  stepRecordOf,
-  weightStaleness,
-} from '@vime/metrics';
+import { rolloutMetrics, weightStaleness } from '@vime/metrics';
+import { type MetricSink, rolloutRecordOf, stepRecordOf } from '@vime/metrics/sinks';
 import { reapOrphans, type SandboxEmitter } from '@vime/sandbox';
 import type { RowVerdict, SwePools } from '@vime/swe';
 import { checkAgents, harnessSocket, loopRollout, usesHarness } from './agents.js';

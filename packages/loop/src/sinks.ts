@@ -11,7 +11,7 @@ import {
   type RunMetadata,
   tensorboardSink,
   wandbOfflineSink,
-} from '@vime/metrics';
+} from '@vime/metrics/sinks';
 
 export async function openRunSinks(
   out: string,

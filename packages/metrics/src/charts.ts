@@ -84,26 +84,26 @@ function svg(f: Frame, title: string, body: string[]): string {
 
 export interface LineSeries {
   name: string;
-  color?: string;
+  color?: string | undefined;
   /** SVG dash pattern: tells two series apart where they overlap. */
   dash?: string | undefined;
   /** Points with a `null` coordinate break the line. */
   points: Array<[number | null, number | null]>;
   /** A shaded interval under the line: `[x, lo, hi]`. */
-  band?: Array<[number, number, number]>;
+  band?: Array<[number, number, number]> | undefined;
   /** Vertical interval bars: `[x, lo, hi]`. */
-  errorBars?: Array<[number, number, number]>;
+  errorBars?: Array<[number, number, number]> | undefined;
   /** Dot marker per point (default: when there are at most 40 points). */
-  dots?: boolean;
+  dots?: boolean | undefined;
   /** Thin line under the main one (e.g. the most of each downsampled slice). */
-  envelope?: Array<[number | null, number | null]>;
+  envelope?: Array<[number | null, number | null]> | undefined;
 }
 
 export interface Marker {
   x: number;
   y: number;
   label: string;
-  color?: string;
+  color?: string | undefined;
 }
 
 /** An SVG line chart. */
@@ -112,12 +112,12 @@ export function lineChart(options: {
   xLabel: string;
   yLabel: string;
   series: LineSeries[];
-  yMax?: number;
+  yMax?: number | undefined;
   /** Only whole-number ticks on the x axis (steps). */
-  integerX?: boolean;
-  markers?: Marker[];
-  width?: number;
-  height?: number;
+  integerX?: boolean | undefined;
+  markers?: Marker[] | undefined;
+  width?: number | undefined;
+  height?: number | undefined;
 }): string {
   const f = frame(options.width, options.height);
   const xs = options.series.flatMap((s) => s.points.map((p) => p[0]).filter((v): v is number => v !== null));
@@ -209,11 +209,11 @@ export function stackedBarChart(options: {
   xLabel: string;
   yLabel: string;
   categories: string[];
-  stacks: Array<{ name: string; color?: string; values: Array<number | null> }>;
+  stacks: Array<{ name: string; color?: string | undefined; values: Array<number | null> }>;
   /** Text drawn in place of an empty bar (e.g. "resumed: not timed"). */
-  notes?: Array<string | null>;
-  width?: number;
-  height?: number;
+  notes?: Array<string | null> | undefined;
+  width?: number | undefined;
+  height?: number | undefined;
 }): string {
   const f = frame(options.width, options.height);
   const totals = options.categories.map((_, i) =>

@@ -484,7 +484,7 @@ export const REPORT_SECTIONS = [
  * stand-in engine labelled as such), every section of the record with charts and tables, a note where
  * a section has no data in this run, and the record as JSON.
  */
-export function renderHtmlReport(record: RunRecord, options: { title?: string } = {}): string {
+export function renderHtmlReport(record: RunRecord, options: { title?: string | undefined } = {}): string {
   const title = options.title ?? `Run ${record.name}`;
   const bodies: Record<(typeof REPORT_SECTIONS)[number][0], string> = {
     quality: qualitySection(record),
@@ -527,7 +527,10 @@ ${sections.join('\n')}
 }
 
 /** A plain-text summary with sparklines, for CLIs. */
-export function renderTerminalReport(record: RunRecord, options: { width?: number } = {}): string {
+export function renderTerminalReport(
+  record: RunRecord,
+  options: { width?: number | undefined } = {},
+): string {
   const width = options.width ?? 40;
   const out: string[] = [];
   out.push(

@@ -1,3 +1,8 @@
+/**
+ * `@vime/metrics`: pure computation (no files, no network, no processes, no globals): pass@k, percentiles,
+ * rollout and engine metrics from records, log and Prometheus text parsers, run reports. The IO is on the
+ * subpaths: `@vime/metrics/sinks` writes metric files, `@vime/metrics/scrape` reads engines over HTTP.
+ */
 export {
   type CapacityAnswer,
   type CapacityCurve,
@@ -55,15 +60,11 @@ export {
   engineSnapshot,
   engineWindow,
   histogramQuantile,
-  type PrometheusScrape,
   type PromHistogram,
   type PromParse,
   type PromSample,
   parsePrometheusText,
-  type ScrapeOptions,
   type ScrapeSeries,
-  scrapeEngines,
-  scrapePrometheus,
 } from './prometheus.js';
 export {
   type CapacityInput,
@@ -114,24 +115,6 @@ export {
   parseSglangDecodeLog,
   SglangDecodeLogParser,
 } from './sglang-log.js';
-export { JSONL_SCHEMA, type JsonlSinkOptions, jsonlSink } from './sinks/jsonl.js';
-export {
-  fanOut,
-  finiteScalars,
-  type MetricSink,
-  type RolloutMetricRecord,
-  type RunMetadata,
-  rolloutRecordOf,
-  type StepMetricRecord,
-  stepRecordOf,
-} from './sinks/sink.js';
-export { eventProto, TFEVENTS_FILE_VERSION, tensorboardSink, tfRecord } from './sinks/tfevents.js';
-export {
-  type WandbOfflineOptions,
-  wandbLogChunks,
-  wandbOfflineSink,
-  wandbRunId,
-} from './sinks/wandb.js';
 export {
   type AgentLine,
   agentResults,

@@ -11,7 +11,7 @@ import { ValidationError } from '@vime/core';
 export type PercentileMethod = 'linear' | 'nearest-rank' | 'lower';
 
 export interface PercentileOptions {
-  method?: PercentileMethod;
+  method?: PercentileMethod | undefined;
 }
 
 function checkP(p: number): void {
@@ -115,7 +115,7 @@ export class QuantileSketch {
   min = Number.POSITIVE_INFINITY;
   max = Number.NEGATIVE_INFINITY;
 
-  constructor(options: { relativeAccuracy?: number } = {}) {
+  constructor(options: { relativeAccuracy?: number | undefined } = {}) {
     const alpha = options.relativeAccuracy ?? 0.01;
     if (!(alpha > 0 && alpha < 1)) {
       throw new ValidationError('relativeAccuracy', `expected a number in (0, 1), found ${String(alpha)}`);

@@ -29,7 +29,7 @@ export interface EngineInput {
   /** Load readings over time: decode-batch samples or scrape snapshots mapped to `SaturationPoint`s. */
   points: ReadonlyArray<SaturationPoint>;
   /** Prometheus scrapes of the engine, when it was scraped: adds tokens, prefix-cache hits and latency. */
-  scrapes?: ScrapeSeries['scrapes'];
+  scrapes?: ScrapeSeries['scrapes'] | undefined;
 }
 
 /** Which engine served the run; a stand-in is labelled as such on the page and in the record. */
@@ -37,7 +37,7 @@ export interface EngineKind {
   kind: string;
   standIn: boolean;
   /** One line for the page, e.g. "stand-in engine: a scripted policy behind SGLang's wire, not a model". */
-  label?: string;
+  label?: string | undefined;
 }
 
 /** The engines-vs-step-time curve of a capacity plan (`vime plan --simulate --json`'s `simulation.curve`). */
@@ -47,54 +47,56 @@ export interface CapacityInput {
   points: ReadonlyArray<{
     engines: number;
     step_time_sec: number;
-    queue_req_peak?: number;
-    rollout_time_sec?: number;
+    queue_req_peak?: number | undefined;
+    rollout_time_sec?: number | undefined;
   }>;
 }
 
 export interface RunReportInput {
   /** Run key, e.g. `async_3eng`. */
-  name?: string;
+  name?: string | undefined;
   /** `sync` (rollout then train) or `async` (train overlaps rollout). */
-  mode?: string;
+  mode?: string | undefined;
   /** Who, when and with what: the page's header. */
-  run?: {
-    id?: string;
-    /** Epoch milliseconds. */
-    startedAt?: number;
-    endedAt?: number;
-    config?: unknown;
-    codeVersion?: string;
-  };
-  engineKind?: EngineKind;
-  engines?: ReadonlyArray<EngineInput>;
+  run?:
+    | {
+        id?: string | undefined;
+        /** Epoch milliseconds. */
+        startedAt?: number | undefined;
+        endedAt?: number | undefined;
+        config?: unknown;
+        codeVersion?: string | undefined;
+      }
+    | undefined;
+  engineKind?: EngineKind | undefined;
+  engines?: ReadonlyArray<EngineInput> | undefined;
   /** slime perf lines (a parsed log, or its steps). */
-  perf?: SlimePerfLog | ReadonlyArray<PerfStep>;
+  perf?: SlimePerfLog | ReadonlyArray<PerfStep> | undefined;
   /** Steps whose timing was not measured in this process (a resumed run): drawn as "resumed", not 0 s. */
-  resumedSteps?: ReadonlyArray<number>;
+  resumedSteps?: ReadonlyArray<number> | undefined;
   /** Why a step-time phase is missing or what it stands for in this run, by phase. */
-  stepNotes?: Partial<Record<StepPhase, string>>;
+  stepNotes?: Partial<Record<StepPhase, string>> | undefined;
   /** Rollout counts: metrics of the whole run, or plain counts. Default: the `[agent]` lines of `perf`. */
-  rollouts?: RolloutMetrics | { completed: number; aborted: number; failed?: number };
+  rollouts?: RolloutMetrics | { completed: number; aborted: number; failed?: number | undefined } | undefined;
   /** Every rollout of the run, by step: reward and pass@k with intervals, tasks, failures, timing. */
-  results?: ReadonlyArray<{ step: number; results: ReadonlyArray<RolloutResult> }>;
+  results?: ReadonlyArray<{ step: number; results: ReadonlyArray<RolloutResult> }> | undefined;
   /** When a reward counts as solved (default `r === 1`, slime's). */
-  correct?: (reward: number) => boolean;
+  correct?: ((reward: number) => boolean) | undefined;
   /** Reward and pass@k per step, from `rolloutMetrics` of each step's rollouts (wins over `results`). */
-  quality?: ReadonlyArray<{ step: number; metrics: RolloutMetrics }>;
+  quality?: ReadonlyArray<{ step: number; metrics: RolloutMetrics }> | undefined;
   /** Milliseconds per sandbox command, when the results do not carry `metadata.execCallsMs`. */
-  execCallsMs?: ReadonlyArray<number>;
+  execCallsMs?: ReadonlyArray<number> | undefined;
   /** Sandbox claims (`warm: null` when the source does not say). */
-  claims?: ReadonlyArray<{ warm: boolean | null; latencyMs: number }>;
+  claims?: ReadonlyArray<{ warm: boolean | null; latencyMs: number }> | undefined;
   /** Tokens the engines produced over `seconds`. */
-  tokens?: { output: number; prompt?: number; seconds: number };
+  tokens?: { output: number; prompt?: number | undefined; seconds: number } | undefined;
   /** Work-unit counts, when the run tracked them. */
-  workUnits?: Record<string, number>;
-  capacity?: CapacityInput;
+  workUnits?: Record<string, number> | undefined;
+  capacity?: CapacityInput | undefined;
   /** Slices in the decile traces (default 10). */
-  buckets?: number;
+  buckets?: number | undefined;
   /** Points per engine in the charted timeline (default 600). */
-  timelinePoints?: number;
+  timelinePoints?: number | undefined;
 }
 
 export type StepPhase = 'rollout' | 'train_wait' | 'train' | 'update_weights';
@@ -103,8 +105,8 @@ export interface QualityRecord {
   reward_mean: number | null;
   [passAtK: `pass@${number}`]: number | null;
   /** 95% bootstrap intervals (seeded), when the step's rollouts were given. */
-  ci?: Record<string, [number, number] | null>;
-  scored?: number;
+  ci?: Record<string, [number, number] | null> | undefined;
+  scored?: number | undefined;
 }
 
 /** slime's per-step timing, in the benchmark record's units (seconds). */
@@ -116,7 +118,7 @@ export interface StepRecord {
   update_weights_time_sec: number | null;
   wait_time_ratio: number | null;
   /** Taken over from a killed run: not timed here. */
-  resumed?: boolean;
+  resumed?: boolean | undefined;
 }
 
 /**
@@ -156,7 +158,7 @@ export interface RunRecord {
     queue_req_median_per_eng: Array<number | null>;
     kv_cache_frac_peak_per_eng: Array<number | null>;
     /** From scrapes (`null` for engines read from logs): what each engine did over the scrape window. */
-    scrape_window_per_eng?: Array<EngineWindow | null>;
+    scrape_window_per_eng?: Array<EngineWindow | null> | undefined;
     [deciles: `eng${number}_${'running_req' | 'queue_req' | 'kv_cache_frac'}_deciles`]: Array<number | null>;
   };
   quality: Record<string, QualityRecord>;
@@ -246,6 +248,18 @@ function qualityFromResults(
   return q;
 }
 
+function qualityFromMetrics(metrics: RolloutMetrics): QualityRecord {
+  const q: QualityRecord = {
+    reward_mean: metrics.reward.mean,
+    ci: { reward_mean: metrics.meanAtK.find((e) => e.k === 1)?.ci ?? null },
+  };
+  for (const e of metrics.passAtK) {
+    q[`pass@${e.k}`] = e.value;
+    q.ci![`pass@${e.k}`] = e.ci;
+  }
+  return q;
+}
+
 function tokensOf(
   input: RunReportInput,
   windows: Array<EngineWindow | null> | undefined,
@@ -286,45 +300,121 @@ function tokensOf(
   return null;
 }
 
+type Results = ReadonlyArray<RolloutResult>;
+type Absent = Record<string, string>;
+
 /** Assemble a run's perf, rollout and engine data into one `RunRecord`. */
 export function runReport(input: RunReportInput): RunRecord {
-  const perfSteps: ReadonlyArray<PerfStep> = input.perf
-    ? 'steps' in input.perf
-      ? input.perf.steps
-      : input.perf
-    : [];
   const engines = input.engines ?? [];
-  const buckets = input.buckets ?? 10;
-  const sats: EngineSaturation[] = engines.map((e) => engineSaturation(e.points, { buckets }));
   const byStep = input.results ?? [];
   const allResults = byStep.flatMap((s) => s.results);
   const correct = input.correct ?? ((r: number) => r === 1);
-  const absent: Record<string, string> = {};
+  // Why each empty section is empty, in the order the sections are built.
+  const absent: Absent = {};
+  const counts = rolloutCounts(input, allResults, correct);
+  const { saturation, timeline } = engineSections(input);
+  if (engines.length === 0)
+    absent.saturation = 'no engine readings (no engine log, scrape or stand-in sampler)';
+  const { steps, quality } = stepsAndQuality(input, correct);
+  if (Object.keys(quality).length === 0)
+    absent.quality = 'no rewards: neither rollout results nor perf/metrics lines';
+  const stepNotes = stepNotesOf(input, steps);
+  if (Object.keys(steps).length === 0) absent.steps = 'no step timing (no perf lines)';
+  const sections = resultSections(input, allResults, correct, absent);
+  const sandbox = sandboxSection(input.claims);
+  if (!sandbox) absent.sandbox = 'no sandbox claims recorded';
+  const tokens = tokensOf(input, saturation.scrape_window_per_eng);
+  if (!tokens) absent.tokens = 'no token counts (no run counter, scrape or engine log)';
+  if (!input.capacity)
+    absent.capacity = 'no capacity plan given (vime plan --simulate --from report.json --json)';
+  return {
+    ...header(input),
+    engines: engines.length,
+    rollouts_completed: counts.completed,
+    rollouts_aborted: counts.aborted,
+    rollouts_failed: counts.failed,
+    steps,
+    step_notes: stepNotes,
+    saturation,
+    quality,
+    reward_histogram: sections.hist,
+    tasks: sections.tasks,
+    failures_by_cause: allResults.length ? failuresByCause(allResults) : null,
+    hacks_by_kind: allResults.length ? countMetadata(allResults, 'hacks') : null,
+    grade_outcomes: allResults.length ? countMetadata(allResults, 'grade_outcome') : null,
+    staleness: sections.stale,
+    work_units: input.workUnits ?? null,
+    phases: sections.phases,
+    sandbox,
+    tokens,
+    workload: byStep.length ? workload(byStep, input.tokens?.output ?? null) : null,
+    capacity: input.capacity ?? null,
+    timeline,
+    absent,
+  };
+}
 
-  let completed: number | null = null;
-  let aborted: number | null = null;
-  let failed: number | null = null;
+/** The record's name, mode, run header and engine label. */
+function header(input: RunReportInput): Pick<RunRecord, 'schema' | 'name' | 'mode' | 'run' | 'engine'> {
+  const run = input.run ?? {};
+  const duration =
+    run.startedAt !== undefined && run.endedAt !== undefined ? (run.endedAt - run.startedAt) / 1000 : null;
+  const kind = input.engineKind;
+  return {
+    schema: RUN_RECORD_SCHEMA,
+    name: input.name ?? `${input.mode ?? 'run'}_${(input.engines ?? []).length}eng`,
+    mode: input.mode ?? null,
+    run: {
+      id: run.id ?? null,
+      started_at: iso(run.startedAt),
+      ended_at: iso(run.endedAt),
+      duration_sec: duration === null ? null : round(duration, 1),
+      code_version: run.codeVersion ?? null,
+      config: run.config ?? null,
+    },
+    engine: kind
+      ? {
+          kind: kind.kind,
+          stand_in: kind.standIn,
+          label: kind.label ?? (kind.standIn ? `stand-in engine (${kind.kind}), not a model` : kind.kind),
+        }
+      : null,
+  };
+}
+
+/**
+ * Completed (truncated included), aborted and failed rollouts: from the run's metrics or results, else
+ * the plain counts given, else the `[agent]` lines of the perf log.
+ */
+function rolloutCounts(
+  input: RunReportInput,
+  allResults: Results,
+  correct: (r: number) => boolean,
+): { completed: number | null; aborted: number | null; failed: number | null } {
   const counts = isRolloutMetrics(input.rollouts)
     ? input.rollouts.rollouts
     : allResults.length
       ? rolloutMetrics(allResults, { correct, bootstrap: false }).rollouts
       : null;
   if (counts) {
-    completed = counts.completed + counts.truncated;
-    aborted = counts.aborted;
-    failed = counts.failed;
-  } else if (input.rollouts && !isRolloutMetrics(input.rollouts)) {
-    completed = input.rollouts.completed;
-    aborted = input.rollouts.aborted;
-    failed = input.rollouts.failed ?? null;
-  } else if (input.perf && 'rollouts' in input.perf) {
-    const r = input.perf.rollouts;
-    if (r.completed + r.aborted > 0) {
-      completed = r.completed;
-      aborted = r.aborted;
-    }
+    return { completed: counts.completed + counts.truncated, aborted: counts.aborted, failed: counts.failed };
   }
+  if (input.rollouts && !isRolloutMetrics(input.rollouts)) {
+    const r = input.rollouts;
+    return { completed: r.completed, aborted: r.aborted, failed: r.failed ?? null };
+  }
+  if (input.perf && 'rollouts' in input.perf) {
+    const r = input.perf.rollouts;
+    if (r.completed + r.aborted > 0) return { completed: r.completed, aborted: r.aborted, failed: null };
+  }
+  return { completed: null, aborted: null, failed: null };
+}
 
+/** Per-engine load peaks, medians and decile traces, scrape windows, and the charted timelines. */
+function engineSections(input: RunReportInput): Pick<RunRecord, 'saturation' | 'timeline'> {
+  const engines = input.engines ?? [];
+  const buckets = input.buckets ?? 10;
+  const sats: EngineSaturation[] = engines.map((e) => engineSaturation(e.points, { buckets }));
   const starts = sats.map((s) => s.start).filter((t): t is number => t !== null);
   const t0 = starts.length ? Math.min(...starts) : null;
   const timeline = engines.map((e) => engineTimeline(e.name, e.points, t0, input.timelinePoints ?? 600));
@@ -349,9 +439,22 @@ export function runReport(input: RunReportInput): RunRecord {
     saturation[`eng${i}_queue_req_deciles`] = s.deciles.queued.map((v) => round(v));
     saturation[`eng${i}_kv_cache_frac_deciles`] = s.deciles.kvUsage.map((v) => round(v));
   });
-  if (engines.length === 0)
-    absent.saturation = 'no engine readings (no engine log, scrape or stand-in sampler)';
+  return { saturation, timeline };
+}
 
+/**
+ * Step timing from the perf log, and reward and pass@k per step. Precedence: `quality` given per step,
+ * then the trainer's own per-step numbers (over every rollout), then the logged rollouts of the step.
+ */
+function stepsAndQuality(
+  input: RunReportInput,
+  correct: (r: number) => boolean,
+): Pick<RunRecord, 'steps' | 'quality'> {
+  const perfSteps: ReadonlyArray<PerfStep> = input.perf
+    ? 'steps' in input.perf
+      ? input.perf.steps
+      : input.perf
+    : [];
   const resumed = new Set(input.resumedSteps ?? []);
   const steps: Record<string, StepRecord> = {};
   const quality: RunRecord['quality'] = {};
@@ -362,24 +465,16 @@ export function runReport(input: RunReportInput): RunRecord {
     const q = qualityFromPerf(s);
     if (q) quality[String(s.rolloutId)] = q;
   }
-  // The trainer's own per-step numbers (over every rollout) win over a sample of logged rollouts.
-  for (const { step, results } of byStep) {
+  for (const { step, results } of input.results ?? []) {
     if (!quality[String(step)] && results.some((r) => r.status === 'completed' || r.status === 'truncated'))
       quality[String(step)] = qualityFromResults(results, correct);
   }
-  for (const { step, metrics } of input.quality ?? []) {
-    const q: QualityRecord = {
-      reward_mean: metrics.reward.mean,
-      ci: { reward_mean: metrics.meanAtK.find((e) => e.k === 1)?.ci ?? null },
-    };
-    for (const e of metrics.passAtK) {
-      q[`pass@${e.k}`] = e.value;
-      q.ci![`pass@${e.k}`] = e.ci;
-    }
-    quality[String(step)] = q;
-  }
-  if (Object.keys(quality).length === 0)
-    absent.quality = 'no rewards: neither rollout results nor perf/metrics lines';
+  for (const { step, metrics } of input.quality ?? []) quality[String(step)] = qualityFromMetrics(metrics);
+  return { steps, quality };
+}
+
+/** The notes given, plus one for each phase that no step reported. */
+function stepNotesOf(input: RunReportInput, steps: Record<string, StepRecord>): RunRecord['step_notes'] {
   const stepNotes: RunRecord['step_notes'] = { ...input.stepNotes };
   const stepList = Object.values(steps);
   const fields: Array<[StepPhase, keyof StepRecord]> = [
@@ -392,8 +487,22 @@ export function runReport(input: RunReportInput): RunRecord {
     if (stepList.length && stepList.every((st) => st[key] === null) && !stepNotes[phase])
       stepNotes[phase] = 'not in this run: no step reported it';
   }
-  if (stepList.length === 0) absent.steps = 'no step timing (no perf lines)';
+  return stepNotes;
+}
 
+/** The sections read from the rollouts themselves; records in `absent` why each empty one is empty. */
+function resultSections(
+  input: RunReportInput,
+  allResults: Results,
+  correct: (r: number) => boolean,
+  absent: Absent,
+): {
+  hist: RunRecord['reward_histogram'];
+  tasks: RunRecord['tasks'];
+  stale: RunRecord['staleness'];
+  phases: RunRecord['phases'];
+} {
+  const byStep = input.results ?? [];
   const tasks = allResults.length ? taskTable(allResults, correct) : null;
   const hist = rewardHistogram(allResults);
   if (!hist)
@@ -408,75 +517,23 @@ export function runReport(input: RunReportInput): RunRecord {
   if (!input.workUnits) absent.work_units = 'not in this run: work units are not tracked by this run';
   const phases = phaseTiming(byStep, input.execCallsMs);
   if (!phases) absent.phases = "no per-rollout phase timing in this run's inputs";
-  let sandbox: RunRecord['sandbox'] = null;
-  if (input.claims?.length) {
-    const warm = input.claims.filter((c) => c.warm === true);
-    const cold = input.claims.filter((c) => c.warm === false);
-    const known = warm.length + cold.length > 0;
-    sandbox = {
-      claims: input.claims.length,
-      warm: known ? warm.length : null,
-      cold: known ? cold.length : null,
-      latency_ms: {
-        all: summarize(input.claims.map((c) => c.latencyMs)),
-        warm: warm.length ? summarize(warm.map((c) => c.latencyMs)) : null,
-        cold: cold.length ? summarize(cold.map((c) => c.latencyMs)) : null,
-      },
-    };
-  } else absent.sandbox = 'no sandbox claims recorded';
-  const tokens = tokensOf(input, saturation.scrape_window_per_eng);
-  if (!tokens) absent.tokens = 'no token counts (no run counter, scrape or engine log)';
-  if (!input.capacity)
-    absent.capacity = 'no capacity plan given (vime plan --simulate --from report.json --json)';
-  const failures = allResults.length ? failuresByCause(allResults) : null;
-  const run = input.run ?? {};
-  const duration =
-    run.startedAt !== undefined && run.endedAt !== undefined ? (run.endedAt - run.startedAt) / 1000 : null;
+  return { hist, tasks, stale, phases };
+}
 
+/** Sandbox claims, warm and cold, with their latency. */
+function sandboxSection(claims: RunReportInput['claims']): RunRecord['sandbox'] {
+  if (!claims?.length) return null;
+  const warm = claims.filter((c) => c.warm === true);
+  const cold = claims.filter((c) => c.warm === false);
+  const known = warm.length + cold.length > 0;
   return {
-    schema: RUN_RECORD_SCHEMA,
-    name: input.name ?? `${input.mode ?? 'run'}_${engines.length}eng`,
-    mode: input.mode ?? null,
-    run: {
-      id: run.id ?? null,
-      started_at: iso(run.startedAt),
-      ended_at: iso(run.endedAt),
-      duration_sec: duration === null ? null : round(duration, 1),
-      code_version: run.codeVersion ?? null,
-      config: run.config ?? null,
+    claims: claims.length,
+    warm: known ? warm.length : null,
+    cold: known ? cold.length : null,
+    latency_ms: {
+      all: summarize(claims.map((c) => c.latencyMs)),
+      warm: warm.length ? summarize(warm.map((c) => c.latencyMs)) : null,
+      cold: cold.length ? summarize(cold.map((c) => c.latencyMs)) : null,
     },
-    engine: input.engineKind
-      ? {
-          kind: input.engineKind.kind,
-          stand_in: input.engineKind.standIn,
-          label:
-            input.engineKind.label ??
-            (input.engineKind.standIn
-              ? `stand-in engine (${input.engineKind.kind}), not a model`
-              : input.engineKind.kind),
-        }
-      : null,
-    engines: engines.length,
-    rollouts_completed: completed,
-    rollouts_aborted: aborted,
-    rollouts_failed: failed,
-    steps,
-    step_notes: stepNotes,
-    saturation,
-    quality,
-    reward_histogram: hist,
-    tasks,
-    failures_by_cause: failures,
-    hacks_by_kind: allResults.length ? countMetadata(allResults, 'hacks') : null,
-    grade_outcomes: allResults.length ? countMetadata(allResults, 'grade_outcome') : null,
-    staleness: stale,
-    work_units: input.workUnits ?? null,
-    phases,
-    sandbox,
-    tokens,
-    workload: byStep.length ? workload(byStep, input.tokens?.output ?? null) : null,
-    capacity: input.capacity ?? null,
-    timeline,
-    absent,
   };
 }

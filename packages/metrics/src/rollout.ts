@@ -23,44 +23,47 @@ export interface RolloutMetricsOptions {
    */
   correct: (reward: number) => boolean;
   /** k values to report (each must be ≥ 1). Default: 1, 2, 4, … up to the group size. */
-  ks?: ReadonlyArray<number>;
+  ks?: ReadonlyArray<number> | undefined;
   /** Rollouts expected per problem group. Default: the largest group seen (failed rollouts included). */
-  groupSize?: number;
+  groupSize?: number | undefined;
   /** Group rollouts by prompt group (`groupIndex` / `group_index`, default) or by task id. */
-  groupBy?: 'group' | 'task';
+  groupBy?: 'group' | 'task' | undefined;
   /** Bootstrap confidence intervals over problems; `false` to skip. Seeded, so reports are reproducible. */
-  bootstrap?: { resamples?: number; confidence?: number; seed?: number } | false;
+  bootstrap?:
+    | { resamples?: number | undefined; confidence?: number | undefined; seed?: number | undefined }
+    | false
+    | undefined;
   /** Component of dict rewards (slime `--reward-key`). */
-  rewardKey?: string;
+  rewardKey?: string | undefined;
   /**
    * One reward per rollout from its training rows. Default: `metadata.rollout_reward` (or
    * `metadata.agent_reward`) when the rows carry it, else the rows' common `reward`. Rows that disagree
    * are an error: summing fan-out rows inflates pass@1 by the number of rows, so it is never done
    * implicitly (pass `rows => rows.reduce(…)` for slime's `reward/K` split).
    */
-  rolloutReward?: (rows: ReadonlyArray<Sample>) => number;
+  rolloutReward?: ((rows: ReadonlyArray<Sample>) => number) | undefined;
   /** How many of the slowest rollouts to list with their phase breakdown (default 5). */
-  slowest?: number;
+  slowest?: number | undefined;
 }
 
 /** One rollout after deduplicating its rows. */
 export interface RolloutRecord {
   key: string;
   group: string;
-  taskId?: string;
-  rolloutId?: number;
+  taskId?: string | undefined;
+  rolloutId?: number | undefined;
   status: SampleStatus;
   /** Present only for `completed | truncated`. */
-  reward?: number;
+  reward?: number | undefined;
   rows: number;
-  turns?: number;
+  turns?: number | undefined;
   /** Fraction of loss-masked response tokens, per row that has a mask. */
   maskedFractions: number[];
   /** Milliseconds per phase. */
   timings: PhaseTimings;
   execCallsMs: number[];
-  totalMs?: number;
-  drift?: { forks: number; realigns: number; retokenizedTokens: number };
+  totalMs?: number | undefined;
+  drift?: { forks: number; realigns: number; retokenizedTokens: number } | undefined;
 }
 
 export interface KEstimate {
@@ -92,8 +95,8 @@ export interface RolloutTiming {
   total: Summary;
   slowest: Array<{
     key: string;
-    rolloutId?: number;
-    taskId?: string;
+    rolloutId?: number | undefined;
+    taskId?: string | undefined;
     status: SampleStatus;
     totalMs: number;
     phases: PhaseTimings;

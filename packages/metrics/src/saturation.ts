@@ -9,7 +9,7 @@ export interface SaturationPoint {
   /** KV-cache usage, 0..1. */
   kvUsage: number;
   /** Decode tokens/s the engine reported with the reading (SGLang's "gen throughput"), when it did. */
-  genThroughput?: number;
+  genThroughput?: number | undefined;
 }
 
 export interface PeakMedian {
@@ -92,7 +92,7 @@ export function bucketMeans(
 /** Peak and median running/queued requests and KV usage, plus decile traces, for one engine. */
 export function engineSaturation(
   points: ReadonlyArray<SaturationPoint>,
-  options: { buckets?: number } = {},
+  options: { buckets?: number | undefined } = {},
 ): EngineSaturation {
   const timestamps = points.filter((p) => p.t !== null).map((p) => p.t!);
   const { running, queued, kvUsage } = bucketMeans(points, options.buckets ?? 10);

@@ -5,23 +5,23 @@ import { type PyValue, parsePythonLiteral } from './python-literal.js';
 export interface PerfStep {
   rolloutId: number;
   /** `perf/step_time` = train_wait + train. */
-  stepTime?: number;
+  stepTime?: number | undefined;
   /** `perf/rollout_time` (rollout side). */
-  rolloutTime?: number;
+  rolloutTime?: number | undefined;
   /** `perf/train_time`. */
-  trainTime?: number;
+  trainTime?: number | undefined;
   /** `perf/train_wait_time`: the trainer waiting for rollout data. */
-  trainWaitTime?: number;
+  trainWaitTime?: number | undefined;
   /** `perf/update_weights_time` (the update performed after the previous step). */
-  updateWeightsTime?: number;
+  updateWeightsTime?: number | undefined;
   /** `perf/wait_time_ratio` = train_wait / step_time. */
-  waitTimeRatio?: number;
+  waitTimeRatio?: number | undefined;
   /** Log time of the last perf line of the step, as written (`YYYY-MM-DD HH:MM:SS`). */
-  loggedAt?: string;
+  loggedAt?: string | undefined;
   /** Every key of the step's perf lines (rollout and train side merged), e.g. `rollout/raw_reward`. */
   metrics: Record<string, PyValue>;
   /** `[metrics] step=N k=v …` values printed by a custom rollout-log hook (pass@k, timing). */
-  agent?: Record<string, number>;
+  agent?: Record<string, number> | undefined;
 }
 
 export interface SlimePerfLog {
@@ -47,10 +47,10 @@ export interface AgentLine {
   task: string;
   step: number;
   status: 'completed' | 'aborted';
-  reward?: number;
-  cause?: string;
-  exit?: string;
-  turns?: number;
+  reward?: number | undefined;
+  cause?: string | undefined;
+  exit?: string | undefined;
+  turns?: number | undefined;
   /** Seconds per phase (`claim`, `agent`, `eval`, `exec`) and the command count (`exec_calls`). */
   timings: Record<string, number>;
 }

@@ -7,7 +7,7 @@ const BARS = '▁▂▃▄▅▆▇█';
  */
 export function sparkline(
   values: ReadonlyArray<number | null>,
-  options: { min?: number; max?: number; width?: number } = {},
+  options: { min?: number | undefined; max?: number | undefined; width?: number | undefined } = {},
 ): string {
   let data = values;
   if (options.width !== undefined && values.length > options.width) {

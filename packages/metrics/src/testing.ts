@@ -69,13 +69,13 @@ const INSPECT_PAGE = `(() => {
 
 export interface RenderOptions {
   /** Where to write a full-page PNG screenshot (folders are created). */
-  screenshotPath?: string;
+  screenshotPath?: string | undefined;
   /** Chromium binary (default `/usr/bin/chromium`). */
-  executablePath?: string;
-  viewport?: { width: number; height: number };
+  executablePath?: string | undefined;
+  viewport?: { width: number; height: number } | undefined;
   /** Overall limit in milliseconds (default 30,000). */
-  timeoutMs?: number;
-  signal?: AbortSignal;
+  timeoutMs?: number | undefined;
+  signal?: AbortSignal | undefined;
 }
 
 export interface RenderResult {
@@ -109,7 +109,7 @@ export interface RenderResult {
   markers: string[];
   /** Text of the stand-in engine banner, when the page has one. */
   standInLabel: string | null;
-  screenshotPath?: string;
+  screenshotPath?: string | undefined;
 }
 
 /**

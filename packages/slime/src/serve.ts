@@ -35,7 +35,7 @@ import {
   startEngines,
   usage,
 } from '@vime/loop';
-import { rolloutRecordOf } from '@vime/metrics';
+import { rolloutRecordOf } from '@vime/metrics/sinks';
 import { providerFor } from '@vime/sandbox';
 import { rowToTask, SweEnvironments, SwePools, SweSmithRowSchema } from '@vime/swe';
 import { startRolloutServer } from './rollout-server.js';

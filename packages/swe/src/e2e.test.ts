@@ -23,7 +23,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sharedOfflineSet } from './__fixtures__/offline-set.js';
 import { type CapturedPatch, captureAgentPatch, patchFromDiff } from './capture.js';
 import { type SandboxKind, SweEnvironments } from './environment.js';
-import { gradeInFreshSandbox, gradeSweTask, type SweGradeResult } from './grade.js';
+import { gradeInFreshSandbox, gradeSweTask, type SweGradeResult } from './grade-in-sandbox.js';
 import type { OfflineTaskSet } from './offline/build.js';
 import { buildOfflineDockerImage } from './offline/publish.js';
 import { SwePools } from './pools.js';

@@ -1,4 +1,4 @@
-import { MARKERS } from './grading.js';
+import { MARKERS } from './eval-report.js';
 
 /**
  * The eval script SWE-smith writes (`set -uxo pipefail`, the `: '>>>>> …'` markers traced by `set -x`), plus

@@ -5,7 +5,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { swesmithNames } from './dataset.js';
-import { getLogsEval, gradeReport, readTestOutput, validReport } from './grading.js';
+import { getLogsEval, gradeReport, readTestOutput, validReport } from './eval-report.js';
 import { BUG_PATCH_SUBJECT, REMOVE_TESTS_SUBJECT } from './layout.js';
 import { type ParserId, parseTestLog } from './parsers/index.js';
 import { pythonTestFiles, resolveProfile, testCommandFor } from './profiles.js';

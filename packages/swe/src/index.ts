@@ -34,21 +34,6 @@ export {
 } from './dataset.js';
 export { ENVIRONMENTS_FILE, type SandboxKind, type SweEnvironment, SweEnvironments } from './environment.js';
 export {
-  APPLY_COMMANDS,
-  DEFAULT_GRADE_TIMEOUT_MS,
-  type Graded,
-  type GradeOutcome,
-  type GradeSweOptions,
-  GradingSandboxLost,
-  gradeInFreshSandbox,
-  gradeSweTask,
-  type InfraError,
-  type InfraReason,
-  preflight,
-  type SandboxSource,
-  type SweGradeResult,
-} from './grade.js';
-export {
   type EvalType,
   type GradeInput,
   type GradeOptions,
@@ -61,7 +46,22 @@ export {
   type TestBucket,
   type TestsStatus,
   validReport,
-} from './grading.js';
+} from './eval-report.js';
+export {
+  APPLY_COMMANDS,
+  DEFAULT_GRADE_TIMEOUT_MS,
+  type Graded,
+  type GradeOutcome,
+  type GradeSweOptions,
+  GradingSandboxLost,
+  gradeInFreshSandbox,
+  gradeSweTask,
+  gradingPreflight,
+  type InfraError,
+  type InfraReason,
+  type SandboxSource,
+  type SweGradeResult,
+} from './grade-in-sandbox.js';
 export { type BugKind, bugKindOf, offlineProfile } from './offline/assets.js';
 export {
   buildOfflineTaskSet,

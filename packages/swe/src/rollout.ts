@@ -13,7 +13,7 @@ import type { RolloutContext, RolloutFunction, RolloutOutcome } from '@vime/core
 import type { ExecResult, Sandbox, SandboxSpec } from '@vime/sandbox';
 import type { HackPolicy } from './antihack.js';
 import { captureAgentPatch } from './capture.js';
-import { gradeInFreshSandbox, type SweGradeResult } from './grade.js';
+import { gradeInFreshSandbox, type SweGradeResult } from './grade-in-sandbox.js';
 import type { SwePools } from './pools.js';
 import { type SweSession, setupSweTask } from './setup.js';
 

@@ -13,7 +13,7 @@ import {
   gradeInFreshSandbox,
   type SandboxSource,
   type SweGradeResult,
-} from './grade.js';
+} from './grade-in-sandbox.js';
 import { taskTestFiles } from './setup.js';
 
 export interface RowVerdict {

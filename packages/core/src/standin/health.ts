@@ -10,7 +10,7 @@ import type { EngineKind } from '../engine/types.js';
 
 export type HealthScript =
   /** 503 until `readyAfterMs` after start and the first `readyAfterRequests` health requests, then 200. */
-  | { type: 'slow-start'; readyAfterMs: number; readyAfterRequests?: number }
+  | { type: 'slow-start'; readyAfterMs: number; readyAfterRequests?: number | undefined }
   /** Alternates healthy/unhealthy on every health request. */
   | { type: 'flapping' }
   /** 503 forever. */
@@ -27,7 +27,7 @@ export interface HealthStandIn {
 }
 
 export async function startHealthStandIn(options: {
-  kind?: EngineKind;
+  kind?: EngineKind | undefined;
   script: HealthScript;
 }): Promise<HealthStandIn> {
   const kind = options.kind ?? 'sglang';

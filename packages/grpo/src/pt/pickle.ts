@@ -38,76 +38,156 @@ const MARK = Symbol('mark');
 type StackItem = PyValue | PyGlobal | typeof MARK;
 
 export function unpickle(bytes: Uint8Array, hooks: UnpickleHooks, what = 'data.pkl'): PyValue {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const text = new TextDecoder('utf-8', { fatal: true });
-  const stack: StackItem[] = [];
-  const memo = new Map<number, StackItem>();
-  let p = 0;
-  const fail = (message: string, at = p): never => {
+  const m = new PickleMachine(new PickleBytes(bytes, what), hooks);
+  for (;;) {
+    const at = m.input.p;
+    const op = m.input.u8();
+    if (op === STOP) {
+      if (m.stack.length !== 1) m.input.fail('pickle stack not empty at STOP', at);
+      return m.value(m.stack[0]!, at);
+    }
+    const run = OPCODES.get(op);
+    if (!run) return m.input.fail(`unsupported pickle opcode 0x${op.toString(16).padStart(2, '0')}`, at);
+    run(m, at, op);
+  }
+}
+
+/** The pickle's bytes, read forward; every failure names the byte offset. */
+class PickleBytes {
+  p = 0;
+  private readonly view: DataView;
+  private readonly text = new TextDecoder('utf-8', { fatal: true });
+
+  constructor(
+    readonly bytes: Uint8Array,
+    private readonly what: string,
+  ) {
+    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+
+  fail(message: string, at = this.p): never {
     throw new ValidationError(
-      what,
+      this.what,
       `${message} (byte ${at}); only tensor dumps written by torch.save are read`,
-      {
-        code: 'decode_error',
-      },
+      { code: 'decode_error' },
     );
-  };
-  const need = (n: number) => {
-    if (p + n > bytes.length) fail('pickle ends early');
-  };
-  const u8 = () => {
-    need(1);
-    return bytes[p++]!;
-  };
-  const u16 = () => {
-    need(2);
-    const v = view.getUint16(p, true);
-    p += 2;
+  }
+
+  private need(n: number): void {
+    if (this.p + n > this.bytes.length) this.fail('pickle ends early');
+  }
+
+  u8(): number {
+    this.need(1);
+    return this.bytes[this.p++]!;
+  }
+
+  u16(): number {
+    this.need(2);
+    const v = this.view.getUint16(this.p, true);
+    this.p += 2;
     return v;
-  };
-  const u32 = () => {
-    need(4);
-    const v = view.getUint32(p, true);
-    p += 4;
+  }
+
+  u32(): number {
+    this.need(4);
+    const v = this.view.getUint32(this.p, true);
+    this.p += 4;
     return v;
-  };
-  const take = (n: number) => {
-    need(n);
-    const out = bytes.subarray(p, p + n);
-    p += n;
+  }
+
+  i32(): number {
+    this.need(4);
+    const v = this.view.getInt32(this.p, true);
+    this.p += 4;
+    return v;
+  }
+
+  /** BINFLOAT's big-endian double. */
+  f64be(): number {
+    this.need(8);
+    const v = this.view.getFloat64(this.p, false);
+    this.p += 8;
+    return v;
+  }
+
+  take(n: number): Uint8Array {
+    this.need(n);
+    const out = this.bytes.subarray(this.p, this.p + n);
+    this.p += n;
     return out;
-  };
-  const line = () => {
-    const end = bytes.indexOf(0x0a, p);
-    if (end < 0) fail('unterminated GLOBAL');
-    const s = decodeText(text, bytes.subarray(p, end), fail, p);
-    p = end + 1;
+  }
+
+  /** A newline-terminated text argument (GLOBAL's module and name). */
+  line(): string {
+    const end = this.bytes.indexOf(0x0a, this.p);
+    if (end < 0) this.fail('unterminated GLOBAL');
+    const s = this.utf8(this.bytes.subarray(this.p, end), this.p);
+    this.p = end + 1;
     return s;
-  };
-  const pop = (): StackItem => {
-    if (stack.length === 0) fail('pickle stack underflow');
-    return stack.pop()!;
-  };
-  const value = (item: StackItem, at: number): PyValue => {
-    if (item === MARK) fail('unexpected MARK', at);
-    if (isGlobal(item)) fail('a builder was used as a value', at);
+  }
+
+  utf8(raw: Uint8Array, at: number): string {
+    try {
+      return this.text.decode(raw);
+    } catch {
+      return this.fail('string is not valid UTF-8', at);
+    }
+  }
+}
+
+/** The unpickler's stack and memo, with the checks every opcode needs before it touches them. */
+class PickleMachine {
+  readonly stack: StackItem[] = [];
+  readonly memo = new Map<number, StackItem>();
+
+  constructor(
+    readonly input: PickleBytes,
+    readonly hooks: UnpickleHooks,
+  ) {}
+
+  push(item: StackItem): void {
+    this.stack.push(item);
+  }
+
+  pop(): StackItem {
+    if (this.stack.length === 0) this.input.fail('pickle stack underflow');
+    return this.stack.pop()!;
+  }
+
+  /** A stack item that may be stored as data: not a MARK, not a builder. */
+  value(item: StackItem, at: number): PyValue {
+    if (item === MARK) this.input.fail('unexpected MARK', at);
+    if (isGlobal(item)) this.input.fail('a builder was used as a value', at);
     return item as PyValue;
-  };
-  const popMark = (at: number): PyValue[] => {
-    const k = stack.lastIndexOf(MARK);
-    if (k < 0) fail('missing MARK', at);
-    const items = stack.splice(k).slice(1);
-    return items.map((x) => value(x, at));
-  };
-  const top = (at: number) => {
-    if (stack.length === 0) fail('pickle stack underflow', at);
-    return stack[stack.length - 1]!;
-  };
-  const setItems = (target: StackItem, items: PyValue[], at: number) => {
-    if (!isDict(target)) fail('SETITEM(S) on something that is not a dict', at);
+  }
+
+  popValue(at: number): PyValue {
+    return this.value(this.pop(), at);
+  }
+
+  /** The items above the topmost MARK, which is removed with them. */
+  popMark(at: number): PyValue[] {
+    const k = this.stack.lastIndexOf(MARK);
+    if (k < 0) this.input.fail('missing MARK', at);
+    return this.stack
+      .splice(k)
+      .slice(1)
+      .map((x) => this.value(x, at));
+  }
+
+  top(at: number): StackItem {
+    if (this.stack.length === 0) this.input.fail('pickle stack underflow', at);
+    return this.stack[this.stack.length - 1]!;
+  }
+
+  setItems(target: StackItem, items: PyValue[], at: number): void {
+    if (!isDict(target)) this.input.fail('SETITEM(S) on something that is not a dict', at);
     for (let i = 0; i + 1 < items.length; i += 2) {
       const key = items[i];
-      if (typeof key !== 'string' && typeof key !== 'number') fail(`unsupported dict key ${typeof key}`, at);
+      if (typeof key !== 'string' && typeof key !== 'number') {
+        this.input.fail(`unsupported dict key ${typeof key}`, at);
+      }
       // defineProperty: a key such as "__proto__" stays an ordinary own key.
       Object.defineProperty(target, String(key), {
         value: items[i + 1],
@@ -116,191 +196,137 @@ export function unpickle(bytes: Uint8Array, hooks: UnpickleHooks, what = 'data.p
         configurable: true,
       });
     }
-  };
+  }
 
-  for (;;) {
-    const at = p;
-    const op = u8();
-    switch (op) {
-      case 0x80: // PROTO
-        if (u8() > 4) fail('pickle protocol above 4', at);
-        break;
-      case 0x95: // FRAME (protocol 4): framing only
-        take(8);
-        break;
-      case 0x2e: {
-        // STOP
-        if (stack.length !== 1) fail('pickle stack not empty at STOP', at);
-        return value(stack[0]!, at);
-      }
-      case 0x7d: // EMPTY_DICT
-        stack.push(newDict());
-        break;
-      case 0x5d: // EMPTY_LIST
-        stack.push([]);
-        break;
-      case 0x29: // EMPTY_TUPLE
-        stack.push([]);
-        break;
-      case 0x28: // MARK
-        stack.push(MARK);
-        break;
-      case 0x64: {
-        // DICT
-        const d = newDict();
-        setItems(d, popMark(at), at);
-        stack.push(d);
-        break;
-      }
-      case 0x6c: // LIST
-      case 0x74: // TUPLE
-        stack.push(popMark(at));
-        break;
-      case 0x85: // TUPLE1
-        stack.push([value(pop(), at)]);
-        break;
-      case 0x86: {
-        // TUPLE2
-        const b = value(pop(), at);
-        stack.push([value(pop(), at), b]);
-        break;
-      }
-      case 0x87: {
-        // TUPLE3
-        const c = value(pop(), at);
-        const b = value(pop(), at);
-        stack.push([value(pop(), at), b, c]);
-        break;
-      }
-      case 0x73: {
-        // SETITEM
-        const v = value(pop(), at);
-        const k = value(pop(), at);
-        setItems(top(at), [k, v], at);
-        break;
-      }
-      case 0x75: {
-        // SETITEMS
-        const items = popMark(at);
-        setItems(top(at), items, at);
-        break;
-      }
-      case 0x61: {
-        // APPEND
-        const v = value(pop(), at);
-        const list = top(at);
-        if (!Array.isArray(list)) fail('APPEND to something that is not a list', at);
-        (list as PyValue[]).push(v);
-        break;
-      }
-      case 0x65: {
-        // APPENDS
-        const items = popMark(at);
-        const list = top(at);
-        if (!Array.isArray(list)) fail('APPENDS to something that is not a list', at);
-        for (const v of items) (list as PyValue[]).push(v);
-        break;
-      }
-      case 0x4e: // NONE
-        stack.push(null);
-        break;
-      case 0x88: // NEWTRUE
-        stack.push(true);
-        break;
-      case 0x89: // NEWFALSE
-        stack.push(false);
-        break;
-      case 0x4b: // BININT1
-        stack.push(u8());
-        break;
-      case 0x4d: // BININT2
-        stack.push(u16());
-        break;
-      case 0x4a: // BININT
-        need(4);
-        stack.push(view.getInt32(p, true));
-        p += 4;
-        break;
-      case 0x8a: {
-        // LONG1
-        const n = u8();
-        stack.push(decodeLong(take(n)));
-        break;
-      }
-      case 0x47: // BINFLOAT (big-endian double)
-        need(8);
-        stack.push(view.getFloat64(p, false));
-        p += 8;
-        break;
-      case 0x58: // BINUNICODE
-        stack.push(decodeText(text, take(u32()), fail, at));
-        break;
-      case 0x8c: // SHORT_BINUNICODE
-        stack.push(decodeText(text, take(u8()), fail, at));
-        break;
-      case 0x43: // SHORT_BINBYTES
-        stack.push(take(u8()).slice());
-        break;
-      case 0x42: // BINBYTES
-        stack.push(take(u32()).slice());
-        break;
-      case 0x71: // BINPUT
-        memo.set(u8(), top(at));
-        break;
-      case 0x72: // LONG_BINPUT
-        memo.set(u32(), top(at));
-        break;
-      case 0x94: // MEMOIZE
-        memo.set(memo.size, top(at));
-        break;
-      case 0x68: // BINGET
-      case 0x6a: {
-        // LONG_BINGET
-        const key = op === 0x68 ? u8() : u32();
-        if (!memo.has(key)) fail(`memo key ${key} was never stored`, at);
-        stack.push(memo.get(key)!);
-        break;
-      }
-      case 0x63: {
-        // GLOBAL
-        const module = line();
-        const name = line();
-        const resolved = hooks.resolveGlobal(module, name);
-        if (!resolved)
-          return fail(`refusing pickle global ${module}.${name}: not a type a torch tensor dump uses`, at);
-        stack.push(resolved);
-        break;
-      }
-      case 0x93: {
-        // STACK_GLOBAL (protocol 4)
-        const name = value(pop(), at);
-        const module = value(pop(), at);
-        if (typeof module !== 'string' || typeof name !== 'string')
-          fail('STACK_GLOBAL needs two strings', at);
-        const resolved = hooks.resolveGlobal(module as string, name as string);
-        if (!resolved)
-          return fail(`refusing pickle global ${module}.${name}: not a type a torch tensor dump uses`, at);
-        stack.push(resolved);
-        break;
-      }
-      case 0x52: {
-        // REDUCE
-        const args = value(pop(), at);
-        const callable = pop();
-        if (!isGlobal(callable) || !('call' in callable))
-          fail('REDUCE on something that is not a known builder', at);
-        if (!Array.isArray(args)) fail('REDUCE arguments are not a tuple', at);
-        stack.push((callable as { call: (a: PyValue[], o: number) => PyValue }).call(args as PyValue[], at));
-        break;
-      }
-      case 0x51: // BINPERSID
-        stack.push(hooks.persistentLoad(value(pop(), at), at));
-        break;
-      default:
-        fail(`unsupported pickle opcode 0x${op.toString(16).padStart(2, '0')}`, at);
+  append(items: PyValue[], at: number, opcode: 'APPEND' | 'APPENDS'): void {
+    const list = this.top(at);
+    if (!Array.isArray(list)) this.input.fail(`${opcode} to something that is not a list`, at);
+    for (const v of items) (list as PyValue[]).push(v);
+  }
+
+  /** A GLOBAL only through the caller's resolver: anything it does not know is refused. */
+  global(module: string, name: string, at: number): void {
+    const resolved = this.hooks.resolveGlobal(module, name);
+    if (!resolved) {
+      this.input.fail(`refusing pickle global ${module}.${name}: not a type a torch tensor dump uses`, at);
     }
+    this.push(resolved);
+  }
+
+  /** REDUCE calls only a builder a resolved global gave. */
+  reduce(at: number): void {
+    const args = this.popValue(at);
+    const callable = this.pop();
+    if (!isGlobal(callable) || !('call' in callable)) {
+      this.input.fail('REDUCE on something that is not a known builder', at);
+    }
+    if (!Array.isArray(args)) this.input.fail('REDUCE arguments are not a tuple', at);
+    this.push((callable as { call: (a: PyValue[], o: number) => PyValue }).call(args as PyValue[], at));
+  }
+
+  memoGet(key: number, at: number): void {
+    if (!this.memo.has(key)) this.input.fail(`memo key ${key} was never stored`, at);
+    this.push(this.memo.get(key)!);
   }
 }
+
+const STOP = 0x2e;
+
+type Opcode = (m: PickleMachine, at: number, op: number) => void;
+
+/** Every opcode the reader accepts (STOP ends the loop); any other byte is refused. */
+const OPCODES = new Map<number, Opcode>([
+  // Framing and protocol
+  [
+    0x80, // PROTO
+    (m, at) => {
+      if (m.input.u8() > 4) m.input.fail('pickle protocol above 4', at);
+    },
+  ],
+  [0x95, (m) => void m.input.take(8)], // FRAME (protocol 4): framing only
+  // Containers
+  [0x7d, (m) => m.push(newDict())], // EMPTY_DICT
+  [0x5d, (m) => m.push([])], // EMPTY_LIST
+  [0x29, (m) => m.push([])], // EMPTY_TUPLE
+  [0x28, (m) => m.push(MARK)], // MARK
+  [
+    0x64, // DICT
+    (m, at) => {
+      const d = newDict();
+      m.setItems(d, m.popMark(at), at);
+      m.push(d);
+    },
+  ],
+  [0x6c, (m, at) => m.push(m.popMark(at))], // LIST
+  [0x74, (m, at) => m.push(m.popMark(at))], // TUPLE
+  [0x85, (m, at) => m.push([m.popValue(at)])], // TUPLE1
+  [
+    0x86, // TUPLE2
+    (m, at) => {
+      const b = m.popValue(at);
+      m.push([m.popValue(at), b]);
+    },
+  ],
+  [
+    0x87, // TUPLE3
+    (m, at) => {
+      const c = m.popValue(at);
+      const b = m.popValue(at);
+      m.push([m.popValue(at), b, c]);
+    },
+  ],
+  [
+    0x73, // SETITEM
+    (m, at) => {
+      const v = m.popValue(at);
+      const k = m.popValue(at);
+      m.setItems(m.top(at), [k, v], at);
+    },
+  ],
+  [
+    0x75, // SETITEMS
+    (m, at) => {
+      const items = m.popMark(at);
+      m.setItems(m.top(at), items, at);
+    },
+  ],
+  [0x61, (m, at) => m.append([m.popValue(at)], at, 'APPEND')], // APPEND
+  [0x65, (m, at) => m.append(m.popMark(at), at, 'APPENDS')], // APPENDS
+  // Scalars
+  [0x4e, (m) => m.push(null)], // NONE
+  [0x88, (m) => m.push(true)], // NEWTRUE
+  [0x89, (m) => m.push(false)], // NEWFALSE
+  [0x4b, (m) => m.push(m.input.u8())], // BININT1
+  [0x4d, (m) => m.push(m.input.u16())], // BININT2
+  [0x4a, (m) => m.push(m.input.i32())], // BININT
+  [0x8a, (m) => m.push(decodeLong(m.input.take(m.input.u8())))], // LONG1
+  [0x47, (m) => m.push(m.input.f64be())], // BINFLOAT
+  [0x58, (m, at) => m.push(m.input.utf8(m.input.take(m.input.u32()), at))], // BINUNICODE
+  [0x8c, (m, at) => m.push(m.input.utf8(m.input.take(m.input.u8()), at))], // SHORT_BINUNICODE
+  [0x43, (m) => m.push(m.input.take(m.input.u8()).slice())], // SHORT_BINBYTES
+  [0x42, (m) => m.push(m.input.take(m.input.u32()).slice())], // BINBYTES
+  // Memo
+  [0x71, (m, at) => void m.memo.set(m.input.u8(), m.top(at))], // BINPUT
+  [0x72, (m, at) => void m.memo.set(m.input.u32(), m.top(at))], // LONG_BINPUT
+  [0x94, (m, at) => void m.memo.set(m.memo.size, m.top(at))], // MEMOIZE
+  [0x68, (m, at) => m.memoGet(m.input.u8(), at)], // BINGET
+  [0x6a, (m, at) => m.memoGet(m.input.u32(), at)], // LONG_BINGET
+  // Globals, calls and persistent ids: only what the caller's hooks allow
+  [0x63, (m, at) => m.global(m.input.line(), m.input.line(), at)], // GLOBAL
+  [
+    0x93, // STACK_GLOBAL (protocol 4)
+    (m, at) => {
+      const name = m.popValue(at);
+      const module = m.popValue(at);
+      if (typeof module !== 'string' || typeof name !== 'string') {
+        m.input.fail('STACK_GLOBAL needs two strings', at);
+      }
+      m.global(module as string, name as string, at);
+    },
+  ],
+  [0x52, (m, at) => m.reduce(at)], // REDUCE
+  [0x51, (m, at) => m.push(m.hooks.persistentLoad(m.popValue(at), at))], // BINPERSID
+]);
 
 const globals = new WeakSet<object>();
 /** Mark a builder as callable by REDUCE; builders themselves can never be stored as data. */
@@ -320,19 +346,6 @@ function newDict(): { [key: string]: PyValue } {
 }
 function isDict(x: StackItem): x is { [key: string]: PyValue } {
   return typeof x === 'object' && x !== null && dicts.has(x);
-}
-
-function decodeText(
-  text: { decode(input: Uint8Array): string },
-  raw: Uint8Array,
-  fail: (m: string, at?: number) => never,
-  at: number,
-): string {
-  try {
-    return text.decode(raw);
-  } catch {
-    return fail('string is not valid UTF-8', at);
-  }
 }
 
 /** Little-endian two's-complement integer of any width; a number when it is safe, else a bigint. */

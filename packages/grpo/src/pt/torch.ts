@@ -45,7 +45,7 @@ interface Storage extends PyObject {
   key: string;
   bytes: Uint8Array;
   /** An aligned copy of `bytes`, made once per storage (views often share one storage). */
-  aligned?: ArrayBuffer;
+  aligned?: ArrayBuffer | undefined;
 }
 
 const STORAGES: Record<string, [TorchDtype, number]> = {

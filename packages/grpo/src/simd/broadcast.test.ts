@@ -72,7 +72,7 @@ describe('broadcastSimd', () => {
   it('without WebAssembly (node --jitless) it declines, and broadcastToTokens takes the scalar path', async () => {
     vi.resetModules();
     const simd = await import('./broadcast.js');
-    const { broadcastToTokens } = await import('../tokens.js');
+    const { broadcastToTokens } = await import('../tokens/tokens.js');
     // Hidden only while the fresh module first looks for it (synchronously: nothing else runs meanwhile).
     vi.stubGlobal('WebAssembly', undefined);
     const declined = simd.broadcastSimd(new Int32Array(2), [2, 3], null, new Float32Array(5));

@@ -30,7 +30,7 @@ let kernel: Kernel | null | undefined;
 function loadKernel(): Kernel | null {
   if (kernel !== undefined) return kernel;
   try {
-    const api = (globalThis as { WebAssembly?: WebAssemblyApi }).WebAssembly!;
+    const api = (globalThis as { WebAssembly?: WebAssemblyApi | undefined }).WebAssembly!;
     const instance = new api.Instance(new api.Module(Buffer.from(BROADCAST_WASM, 'base64')));
     const { memory, fill, off } = instance.exports as Kernel;
     kernel = { memory, fill, off };

@@ -12,7 +12,7 @@ const stamp = (ms: number) => {
 export const RUN_START = Date.UTC(2026, 7, 21, 10, 0, 0);
 
 /** One engine's log: `lines` decode entries every 2 s over two rollout phases, with noise lines. */
-export function sglangEngineLog(options: { lines?: number; peakQueue?: number; seed?: number } = {}): string {
+export function sglangEngineLog(options: { lines?: number | undefined; peakQueue?: number | undefined; seed?: number | undefined } = {}): string {
   const n = options.lines ?? 400;
   const peak = options.peakQueue ?? 120;
   const out: string[] = ['[2026-08-21 09:59:58] INFO:     Started server process [4242]'];

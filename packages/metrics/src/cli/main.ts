@@ -11,9 +11,10 @@ import { parseArgs } from 'node:util';
 import { ConfigError, EngineError, VimeError } from '@vime/core';
 import { ensureDirectory, parseDuration, pathError, readTextFile, sleep } from '@vime/core/utils';
 import { renderHtmlReport, renderTerminalReport } from '../html.js';
-import { type PrometheusScrape, type ScrapeSeries, scrapeEngines, scrapePrometheus } from '../prometheus.js';
+import type { ScrapeSeries } from '../prometheus.js';
 import { type EngineInput, runReport } from '../report.js';
 import type { SaturationPoint } from '../saturation.js';
+import { type PrometheusScrape, scrapeEngines, scrapePrometheus } from '../scrape/prometheus.js';
 import { SglangDecodeLogParser } from '../sglang-log.js';
 import { agentResults, parseSlimePerfLog, type SlimePerfLog } from '../slime-perf.js';
 

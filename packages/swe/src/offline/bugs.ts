@@ -6,7 +6,7 @@ import { join, relative } from 'node:path';
 import { createInterface } from 'node:readline';
 import { SandboxError } from '@vime/core';
 import { seededRandom } from '@vime/core/utils';
-import { validReport } from '../grading.js';
+import { validReport } from '../eval-report.js';
 import { parsePythonProfile } from '../parsers/swesmith.js';
 import type { StatusMap } from '../parsers/types.js';
 import { runOk } from '../process.js';
@@ -217,27 +217,57 @@ export interface FindBugsOptions {
   signal?: AbortSignal | undefined;
 }
 
+/** A kept bug made of two kept bugs in one file (`combine_file`). */
+type CombinedKept = Kept & { parts: [Kept, Kept] };
+
+/** What every stage of the search shares. */
+interface BugSearch {
+  options: FindBugsOptions;
+  /** One scratch copy of the library per worker (plain folders; the repo itself stays clean). */
+  scratch: string[];
+  /** Every test of the clean library, all PASSED. */
+  cleanMap: StatusMap;
+  /** The library's source files (the mutation candidates' files), by path. */
+  original: Map<string, string>;
+}
+
 /**
  * Validate the clean library, then try candidate bugs in a fixed order until `count` validate (F2P ≥ 1,
  * P2P ≥ 1, as SWE-smith keeps them), then combine pairs in one file (`combine_file`).
  */
 export async function findBugs(
   options: FindBugsOptions,
-): Promise<{ kept: Kept[]; combinedKept: Array<Kept & { parts: [Kept, Kept] }> }> {
-  const { assets, library, scratchRoot, python, concurrency, timeoutMs, count, combined, seed, signal } =
-    options;
+): Promise<{ kept: Kept[]; combinedKept: CombinedKept[] }> {
+  const scratch = await scratchCopies(options);
+  const cleanMap = await cleanBaseline(options, scratch[0]!);
+  const { ordered, original } = await listCandidates(options);
+  const search: BugSearch = { options, scratch, cleanMap, original };
+  const kept = await keepBugs(search, ordered);
+  // A worker stopped early may have been killed with a candidate applied: restore the scratch copies.
+  for (const workdir of scratch)
+    for (const [file, text] of original) await writeFile(join(workdir, file), text);
+  const combinedKept = await keepCombinedBugs(search, kept, pairsInOneFile(kept, original, options.combined));
+  return { kept, combinedKept };
+}
+
+async function scratchCopies(options: FindBugsOptions): Promise<string[]> {
   const filter = (src: string) => !/__pycache__|\.pytest_cache/.test(src);
-  // Scratch copies for validation runs (plain folders; the repo itself stays clean).
   const scratch: string[] = [];
-  for (let i = 0; i < concurrency; i++) {
-    const s = join(scratchRoot, `w${i}`);
-    await cp(library, s, { recursive: true, filter });
+  for (let i = 0; i < options.concurrency; i++) {
+    const s = join(options.scratchRoot, `w${i}`);
+    await cp(options.library, s, { recursive: true, filter });
     scratch.push(s);
   }
+  return scratch;
+}
+
+/** The clean library's test results; it must pass every one of its (at least 60) tests. */
+async function cleanBaseline(options: FindBugsOptions, workdir: string): Promise<StatusMap> {
+  const { assets, python, timeoutMs, signal } = options;
   let clean: RunReport | undefined;
   await validateRuns(
     assets,
-    scratch[0]!,
+    workdir,
     python,
     [null],
     timeoutMs,
@@ -253,8 +283,14 @@ export async function findBugs(
       `the clean offline library must pass all its tests with ${python}; got ${cleanIds.length} tests, log:\n${clean?.log.slice(-2000)}`,
     );
   }
-  const cleanMap = clean.statusMap;
+  return clean.statusMap;
+}
 
+/** The mutations `mutations.py` proposes for the library's modules, in search order, and their sources. */
+async function listCandidates(
+  options: FindBugsOptions,
+): Promise<{ ordered: Candidate[]; original: Map<string, string> }> {
+  const { assets, library, python, seed, signal } = options;
   const sources = (await listFiles(library)).filter(
     (f) => f.startsWith(`${OFFLINE_REPO}/`) && f.endsWith('.py') && !f.endsWith('__init__.py'),
   );
@@ -265,10 +301,18 @@ export async function findBugs(
   const ordered = orderCandidates(JSON.parse(listed) as Candidate[], seed);
   const original = new Map<string, string>();
   for (const f of sources) original.set(f, await readFile(join(library, f), 'utf8'));
+  return { ordered, original };
+}
 
+/**
+ * Validate candidates on every worker (candidate i on worker i % concurrency) until `count` are kept;
+ * the first `count` in candidate order, whichever worker found them (deterministic output).
+ */
+async function keepBugs(search: BugSearch, ordered: Candidate[]): Promise<Kept[]> {
+  const { options, scratch, cleanMap, original } = search;
+  const { assets, python, concurrency, timeoutMs, count, signal } = options;
   const kept: Kept[] = [];
   let tried = 0;
-  // Candidate i goes to worker i % concurrency.
   const mutatedOf = (c: Candidate) => {
     const source = original.get(c.file)!;
     return source.slice(0, c.start) + c.replacement + source.slice(c.end);
@@ -318,15 +362,20 @@ export async function findBugs(
       `only ${kept.length} of ${count} requested bugs validated (${tried} tried); lower count`,
     );
   }
-  // Keep the first `count` in candidate order, whichever worker found them (deterministic output).
   kept.sort((a, b) => a.order - b.order);
   kept.length = Math.min(kept.length, count);
+  return kept;
+}
 
-  // A worker stopped early may have been killed with a candidate applied: restore the scratch copies.
-  for (const workdir of scratch)
-    for (const [file, text] of original) await writeFile(join(workdir, file), text);
-
-  // combine_file: two kept bugs in different functions of one file, with disjoint F2P tests.
+/**
+ * combine_file: two kept bugs in different functions of one file, with disjoint F2P tests and
+ * non-overlapping edits; each bug in one pair at most, at most two pairs per file.
+ */
+function pairsInOneFile(
+  kept: Kept[],
+  original: Map<string, string>,
+  combined: number,
+): Array<{ a: Kept; b: Kept; content: string }> {
   const used = new Set<number>();
   const combos: Array<{ a: Kept; b: Kept; content: string }> = [];
   const perFile = new Map<string, number>();
@@ -356,16 +405,26 @@ export async function findBugs(
       perFile.set(a.candidate.file, (perFile.get(a.candidate.file) ?? 0) + 1);
     }
   }
-  const combinedKept: Array<Kept & { parts: [Kept, Kept] }> = [];
+  return combos;
+}
+
+/** The pairs that validate: every F2P test of both parts fails, and some test still passes. */
+async function keepCombinedBugs(
+  search: BugSearch,
+  kept: Kept[],
+  combos: Array<{ a: Kept; b: Kept; content: string }>,
+): Promise<CombinedKept[]> {
+  const { assets, python, timeoutMs, signal } = search.options;
+  const combinedKept: CombinedKept[] = [];
   await validateRuns(
     assets,
-    scratch[0]!,
+    search.scratch[0]!,
     python,
     combos.map((c) => ({ file: c.a.candidate.file, content: c.content })),
     timeoutMs,
     (index, buggy) => {
       const { a, b, content } = combos[index]!;
-      const report = validReport(buggy.statusMap, cleanMap);
+      const report = validReport(buggy.statusMap, search.cleanMap);
       const covers = [...a.failToPass, ...b.failToPass].every((t) => report.FAIL_TO_PASS.includes(t));
       if (!buggy.timedOut && covers && report.PASS_TO_PASS.length > 0) {
         combinedKept.push({
@@ -386,5 +445,5 @@ export async function findBugs(
     },
     signal,
   );
-  return { kept, combinedKept };
+  return combinedKept;
 }

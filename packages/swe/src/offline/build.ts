@@ -24,29 +24,29 @@ export interface OfflineTaskSetOptions {
   /** Output folder (created). A build with the same sources and options found there is reused. */
   dir: string;
   /** Single-bug instances to keep (default 40). */
-  count?: number;
+  count?: number | undefined;
   /**
    * Extra instances combining two kept bugs in different functions of one file (SWE-smith's `combine_file`),
    * at most this many (default 6). Fixing one of the two is a natural half fix (RESOLVED_PARTIAL).
    */
-  combined?: number;
+  combined?: number | undefined;
   /** Seed for the order in which candidates are tried (default 1). */
-  seed?: number;
+  seed?: number | undefined;
   /** Python with pytest used for validation on this machine (default `python3`). */
-  python?: string;
+  python?: string | undefined;
   /** Validation runs in parallel (default 2). */
-  concurrency?: number;
+  concurrency?: number | undefined;
   /**
    * Wall-clock backstop per validation run (default 60 s). Hanging bugs are cut by a CPU-time limit (3 s;
    * the suite needs ~0.2 s) and dropped, as SWE-smith drops bugs that time out.
    */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /** Rebuild even when a matching build exists. */
-  force?: boolean;
+  force?: boolean | undefined;
   /** Appended to pool names. */
   runSuffix?: string | undefined;
   /** Progress callback (validated, total tried). */
-  onProgress?: (event: { kept: number; tried: number; target: number }) => void;
+  onProgress?: ((event: { kept: number; tried: number; target: number }) => void) | undefined;
   signal?: AbortSignal | undefined;
 }
 
@@ -109,7 +109,7 @@ export async function buildOfflineTaskSet(options: OfflineTaskSetOptions): Promi
   const key = await sourceKey(assets, { count, combined, seed });
   const manifestPath = join(dir, 'manifest.json');
   if (!options.force && existsSync(manifestPath)) {
-    const manifest = JSON.parse(await readFile(manifestPath, 'utf8')) as { key?: string };
+    const manifest = JSON.parse(await readFile(manifestPath, 'utf8')) as { key?: string | undefined };
     if (manifest.key === key) return loadBuilt(dir, options, started, false);
   }
 
@@ -233,7 +233,7 @@ async function loadBuilt(
     throw new SandboxError(`offline task set in ${dir} has malformed rows; rebuild with force: true`);
   }
   const manifest = JSON.parse(await readFile(join(dir, 'manifest.json'), 'utf8')) as {
-    combined?: CombinedInstance[];
+    combined?: CombinedInstance[] | undefined;
     image: string;
   };
   return {

@@ -1,0 +1,10 @@
+/**
+ * `@vime/metrics/scrape`: the engine metrics read over the network. The parsing of what it reads, and the
+ * windows and reports computed from it, are in the package root.
+ */
+export {
+  type PrometheusScrape,
+  type ScrapeOptions,
+  scrapeEngines,
+  scrapePrometheus,
+} from './prometheus.js';
