@@ -1,4 +1,4 @@
-export { type CliIo, EXIT, main } from './cli/main.js';
+export { main } from './cli/main.js';
 export {
   type EngineState,
   type EngineStatus,

@@ -4,9 +4,9 @@
  * (`sky/utils/dag_utils.py`). Every problem is reported with its document and YAML path.
  */
 import { formatPath } from '@vime/core';
+import { didYouMean } from '@vime/core/utils';
 import { parseAllDocuments } from 'yaml';
 import { z } from 'zod';
-import { didYouMean } from '../internal/did-you-mean.js';
 import {
   ACCELERATOR_PATTERN,
   DURATION_PATTERN,

@@ -4,8 +4,8 @@
  * is rejected here first, all at once, with the fix.
  */
 import { ConfigError, parseWith } from '@vime/core';
+import { closest } from '@vime/core/utils';
 import { z } from 'zod';
-import { closest } from '../internal/did-you-mean.js';
 import { flagProblem, KNOWN_FLAGS } from './flags.js';
 
 const path = z.string().min(1);

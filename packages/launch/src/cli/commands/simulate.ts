@@ -5,7 +5,7 @@
  * fewest engines and sandboxes that reach it.
  */
 import { ConfigError } from '@vime/core';
-import { parseDuration, readTextFile } from '@vime/core/utils';
+import { type CliIo, parseDuration, positiveInt, readTextFile } from '@vime/core/utils';
 import type { LaunchPlan } from '../../plan.js';
 import {
   type CapacityAnswer,
@@ -15,7 +15,6 @@ import {
 } from '../../simulate/capacity.js';
 import { type FittedRun, fitRun, observationFrom, type RunObservation } from '../../simulate/fit.js';
 import { REFERENCE_BENCHMARK } from '../../simulate/reference.js';
-import { type CliIo, positiveInt } from '../command.js';
 
 export const SIMULATE_OPTIONS = {
   simulate: { type: 'boolean' },
@@ -85,7 +84,7 @@ export async function simulatePlan(
     obs.map(([, o]) => o),
     { labels: obs.map(([label]) => label) },
   );
-  const maxEngines = positiveInt(values['max-engines'] as string | undefined, 'max-engines') ?? 8;
+  const maxEngines = positiveInt(values['max-engines'] as string | undefined, '--max-engines') ?? 8;
   const mode = plan.config.mode;
   const curve = capacityCurve(fit, {
     mode,
