@@ -191,6 +191,7 @@ describe('runProgram', () => {
   });
 
   it("answers a command's --help anywhere before --, without running it", async () => {
+    expect((await run('--bogus', '--help')).stdout).toBe(`${programHelp(program)}\n`);
     const r = await run('ray', 'stop', '--bogus', '--help');
     expect(r).toMatchObject({ code: EXIT.ok, stdout: 'Usage: tool ray stop\n', ran: [] });
     expect((await run('ray', 'stop', '--', '--help')).ran).toEqual([['ray stop', ['--', '--help']]]);
@@ -200,7 +201,8 @@ describe('runProgram', () => {
     for (const [argv, message] of [
       [['pln'], 'tool: unknown command "pln" (did you mean "plan"?); commands: plan, ray status, ray stop'],
       [['ray', 'statsu'], 'unknown command "ray statsu" (did you mean "ray status"?)'],
-      [['ray'], 'unknown command "ray"'],
+      [['ray'], 'unknown command "ray"; commands:'],
+      [['ray', '--json'], 'unknown command "ray"; commands:'],
       [['frobnicate'], 'unknown command "frobnicate"; commands:'],
       [['--json'], 'tool needs a command before "--json"'],
       [['--json', 'x.yaml'], 'tool needs a command before "--json"'],

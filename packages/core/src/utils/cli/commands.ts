@@ -70,16 +70,19 @@ export async function runProgram(program: CliProgram, argv: readonly string[], i
     (first === undefined ? io.stderr : io.stdout)(`${programHelp(program)}\n`);
     return first === undefined ? EXIT.usage : EXIT.ok;
   }
-  const { command, args } = findCommand(program, argv);
-  if (wantsHelp(args)) {
-    io.stdout(`${command.help}\n`);
+  const found = findCommand(program, argv);
+  if (!found || wantsHelp(found.args)) {
+    io.stdout(`${found ? found.command.help : programHelp(program)}\n`);
     return EXIT.ok;
   }
-  return command.run(args, io);
+  return found.command.run(found.args, io);
 }
 
-/** The command `argv` names and the arguments around it. */
-function findCommand(program: CliProgram, argv: readonly string[]): { command: Command; args: string[] } {
+/** The command `argv` names and the arguments around it; undefined for options alone, `--help` among them. */
+function findCommand(
+  program: CliProgram,
+  argv: readonly string[],
+): { command: Command; args: string[] } | undefined {
   const { name: prog, commands } = program;
   const names = commands.map((c) => c.name);
   const firstWords = new Set(names.map((n) => n.split(' ')[0]!));
@@ -90,7 +93,7 @@ function findCommand(program: CliProgram, argv: readonly string[]): { command: C
   // Options before the command: the command is the first word that starts one.
   const at = argv[0]!.startsWith('-') ? head.findIndex((a) => firstWords.has(a)) : 0;
   if (at < 0) {
-    if (wantsHelp(argv)) return { command: helpOnly(program), args: ['--help'] };
+    if (wantsHelp(argv)) return undefined;
     // A misspelled command after the options (`--json chekc`) is named; any other word may be a value.
     const typo = head.find((a) => !a.startsWith('-') && closest(a, names));
     if (typo)
@@ -98,18 +101,13 @@ function findCommand(program: CliProgram, argv: readonly string[]): { command: C
     throw new UsageError(`${prog} needs a command before ${JSON.stringify(argv[0])}; ${list}`);
   }
   const word = argv[at]!;
-  const grouped = groups.has(word) && !names.includes(word);
-  const typed = grouped && argv[at + 1] !== undefined ? `${word} ${argv[at + 1]}` : word;
+  const next = argv[at + 1];
+  const grouped = groups.has(word) && !names.includes(word) && next !== undefined && !next.startsWith('-');
+  const typed = grouped ? `${word} ${next}` : word;
   const command = commands.find((c) => c.name === typed);
   if (!command)
     throw new UsageError(`unknown command ${JSON.stringify(typed)}${didYouMean(typed, names)}; ${list}`);
   const args = [...argv];
   args.splice(at, grouped ? 2 : 1);
   return { command, args };
-}
-
-/** `--bogus --help`: the program's help, whatever came before it. */
-function helpOnly(program: CliProgram): Command {
-  const help = programHelp(program);
-  return { name: 'help', summary: '', help, run: async () => EXIT.ok };
 }
