@@ -1,23 +1,19 @@
 #!/usr/bin/env node
 /** `vime-closed-loop <phase> [flags]`: the closed RL loop from the command line. See `--help`. */
 import { setMaxListeners } from 'node:events';
-import { runEntry } from '@vime/loop';
+import { type CliIo, EXIT, runCli } from '@vime/core/utils';
 import { parseCli, runPhase, usage } from './command.js';
 
-async function main(): Promise<number> {
-  const argv = process.argv.slice(2);
-  const parsed = parseCli(argv, (line) => console.log(line));
+async function main(argv: string[], io: CliIo): Promise<number> {
+  const parsed = parseCli(argv, (line) => io.stdout(`${line}\n`));
   if (parsed === 'help') {
-    console.log(usage);
-    return 0;
+    io.stdout(`${usage}\n`);
+    return EXIT.ok;
   }
-  const controller = new AbortController();
-  setMaxListeners(0, controller.signal);
-  process.once('SIGINT', () => controller.abort(new Error('interrupted')));
-  process.once('SIGTERM', () => controller.abort(new Error('terminated')));
-  const options = { ...parsed.options, signal: controller.signal };
+  if (io.signal) setMaxListeners(0, io.signal);
+  const options = { ...parsed.options, signal: io.signal };
   await runPhase(parsed.phase, options, parsed.model, parsed.name, ['vime-closed-loop', ...argv]);
-  return 0;
+  return EXIT.ok;
 }
 
-await runEntry('vime-closed-loop', main);
+await runCli('vime-closed-loop', main);

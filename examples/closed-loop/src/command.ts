@@ -1,8 +1,8 @@
 /** The `vime-closed-loop` command line: flags, phases and their order. */
 import { existsSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
 import { ConfigError } from '@vime/core';
+import { didYouMean, parseFlags, UsageError, wantsHelp } from '@vime/core/utils';
 import { type ClosedLoopOptions, evaluate, paths, warmstart } from './run.js';
 import { renderSummary, writeSummary } from './summary.js';
 import { train } from './train.js';
@@ -88,7 +88,6 @@ const FLAGS = {
   'warm-epochs': { type: 'string' },
   'sft-arg': { type: 'string', multiple: true },
   quiet: { type: 'boolean' },
-  help: { type: 'boolean', short: 'h' },
 } as const;
 
 const PHASES = ['warmstart', 'eval', 'train', 'summary', 'all'] as const;
@@ -118,26 +117,18 @@ export function parseCli(
   argv: string[],
   log: (line: string) => void,
 ): { phase: Phase; options: ClosedLoopOptions; model?: string; name: string } | 'help' {
-  let parsed: ReturnType<typeof parseArgs<{ options: typeof FLAGS; allowPositionals: true; strict: true }>>;
-  try {
-    parsed = parseArgs({
-      args: argv.filter((a) => a !== '--'),
-      options: FLAGS,
-      allowPositionals: true,
-      strict: true,
-    });
-  } catch (cause) {
-    throw new ConfigError((cause as Error).message.split('\n')[0]!, { cause });
-  }
-  const { values: v, positionals } = parsed;
-  if (v.help) return 'help';
+  const args = argv.filter((a) => a !== '--');
+  if (wantsHelp(args)) return 'help';
+  const { values: v, positionals } = parseFlags('vime-closed-loop', args, FLAGS);
   if (positionals.length !== 1)
     throw new ConfigError(
       `give one phase: ${PHASES.join(', ')} (got ${positionals.length ? positionals.join(' ') : 'none'})`,
     );
   const phase = positionals[0] as Phase;
   if (!PHASES.includes(phase))
-    throw new ConfigError(`unknown phase ${JSON.stringify(phase)}: give one of ${PHASES.join(', ')}`);
+    throw new UsageError(
+      `unknown phase ${JSON.stringify(phase)}${didYouMean(phase, PHASES)}: give one of ${PHASES.join(', ')}`,
+    );
   const lr = v.lr === undefined ? 5e-5 : Number(v.lr);
   if (!Number.isFinite(lr) || lr <= 0)
     throw new ConfigError(`--lr: ${JSON.stringify(v.lr)} is not a positive number`);

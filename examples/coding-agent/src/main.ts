@@ -2,6 +2,7 @@
  * The main job: the coding-agent RL loop of `@vime/loop` on its embedded defaults (`bash scripts/main.sh`),
  * or on your dataset and engines through the loop's flags (`pnpm coding-agent -- --help`).
  */
-import { loopMain, runEntry } from '@vime/loop';
+import { runCli } from '@vime/core/utils';
+import { loopMain } from '@vime/loop';
 
-await runEntry('coding-agent', () => loopMain(process.argv.slice(2), process.env));
+await runCli('coding-agent', loopMain);

@@ -230,7 +230,7 @@ describe('the committed H200 run (evidence/)', () => {
     const right = vimeGrpo(['check', rollout, train, '--preset', 'slime']);
     expect(right.status, right.output).toBe(0);
     const wrong = vimeGrpo(['check', rollout, train, '--preset', 'drGrpo']);
-    expect(wrong.status, wrong.output).toBe(1);
+    expect(wrong.status, wrong.output).toBe(3);
     expect(wrong.output).toContain('MISMATCH');
   });
 

@@ -9,7 +9,8 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type CliIo, main } from '@vime/launch';
+import type { CliIo } from '@vime/core/utils';
+import { main } from '@vime/launch';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments, stringify } from 'yaml';
 import { sharedOfflineSet } from '../../../packages/swe/src/__fixtures__/offline-set.js';
@@ -51,7 +52,7 @@ let dataset: string;
 beforeAll(async () => {
   dataset = (await sharedOfflineSet()).jsonlPath;
   engineUrl = await start(
-    'packages/loop/src/standin/server.ts',
+    'packages/loop/src/standin-server.ts',
     ['--dataset', dataset],
     { PATH: process.env.PATH!, HOME: process.env.HOME! },
     /listening on (http:\/\/\S+)/,

@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { type CliIo, main, renderVolume, resolvePlan, validateSkyPilotYaml } from '@vime/launch';
+import type { CliIo } from '@vime/core/utils';
+import { main, renderVolume, resolvePlan, validateSkyPilotYaml } from '@vime/launch';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments, parse as parseYaml, stringify } from 'yaml';
 

@@ -1,11 +1,11 @@
 /** `vime-grpo audit`: the token audit of a training batch against the proxy's captured-turn log. */
 import { readFileSync } from 'node:fs';
-import { parseArgs } from 'node:util';
-import { ConfigError, VimeError } from '@vime/core';
+import { ConfigError } from '@vime/core';
+import { type Command, EXIT, parseFlags, UsageError } from '@vime/core/utils';
 import { auditTokens, type TokenAuditReport } from './audit/audit.js';
 import { readAuditBatch, readTurnLog } from './audit/audit-input.js';
 
-export const AUDIT_USAGE = `usage: vime-grpo audit <batch.jsonl> <turns.jsonl> [--json]
+const AUDIT_HELP = `Usage: vime-grpo audit <batch.jsonl> <turns.jsonl> [--json]
 
 Check that every trained span of a batch (slime Sample.to_dict() rows: JSON lines, a JSON array, or
 {"samples": [...]}) maps to exactly one captured turn of the proxy's turn log (JSON lines of
@@ -15,53 +15,29 @@ captured turn of the batch's sessions is trained once.
 options:
   --json   print the report as JSON
 
-exit status: 0 the batch is what was captured, 1 it is not (the report names the sample and token),
-2 an input is unreadable or malformed.
-`;
+Exit codes: 0 the batch is what was captured, 3 it is not (the report names the sample and token),
+2 an input is unreadable or malformed, or a flag is wrong.`;
 
-/** Where the command writes (the `Io` of `vime-grpo`'s `main`). */
-interface AuditIo {
-  stdout: { write(text: string): unknown };
-  stderr: { write(text: string): unknown };
-}
-
-export function auditMain(argv: string[], io: AuditIo): number {
-  let files: [string, string];
-  let json: boolean;
-  try {
-    const { values, positionals } = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      options: { json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
-    });
-    if (values.help) {
-      io.stdout.write(AUDIT_USAGE);
-      return 0;
-    }
+export const auditCommand: Command = {
+  name: 'audit',
+  synopsis: 'audit <batch.jsonl> <turns.jsonl>',
+  summary: "check a batch's trained tokens against the captured turns",
+  help: AUDIT_HELP,
+  async run(args, io) {
+    const { values, positionals } = parseFlags('vime-grpo audit', args, { json: { type: 'boolean' } });
     if (positionals.length !== 2) {
-      throw new ConfigError(`audit needs <batch.jsonl> <turns.jsonl>, found ${positionals.length} file(s)`);
+      throw new UsageError(
+        `audit needs <batch.jsonl> <turns.jsonl>, found ${positionals.length} file(s); see \`vime-grpo audit --help\``,
+      );
     }
-    files = [positionals[0]!, positionals[1]!];
-    json = values.json ?? false;
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code ?? '';
-    if (!ConfigError.isInstance(error) && !code.startsWith('ERR_PARSE_ARGS')) throw error;
-    io.stderr.write(`vime-grpo audit: ${(error as Error).message}\n\n${AUDIT_USAGE}`);
-    return 2;
-  }
-  let report: TokenAuditReport;
-  try {
+    const files: [string, string] = [positionals[0]!, positionals[1]!];
     const batch = readAuditBatch(read(files[0]), files[0]);
     const turns = readTurnLog(read(files[1]), files[1]);
-    report = auditTokens(batch, turns);
-  } catch (error) {
-    if (!VimeError.isInstance(error)) throw error;
-    io.stderr.write(`vime-grpo audit: ${error.message}\n`);
-    return 2;
-  }
-  io.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : render(report, files));
-  return report.verdict === 'pass' ? 0 : 1;
-}
+    const report = auditTokens(batch, turns);
+    io.stdout(values.json ? `${JSON.stringify(report, null, 2)}\n` : render(report, files));
+    return report.verdict === 'pass' ? EXIT.ok : EXIT.checks;
+  },
+};
 
 function read(path: string): string {
   try {

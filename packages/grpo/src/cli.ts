@@ -1,4 +1,6 @@
 #!/usr/bin/env node
+import { runCli } from '@vime/core/utils';
 import { main } from './command.js';
 
-process.exitCode = await main(process.argv.slice(2), { stdout: process.stdout, stderr: process.stderr });
+// The check and the audit are synchronous: a Ctrl-C ends them at once, as Node does by default.
+await runCli('vime-grpo', main, { handleSignals: false });

@@ -1,29 +1,30 @@
 /**
  * The `vime-grpo` command line: `check` compares a slime trainer's dumped advantages with a recomputation;
- * `audit` checks a batch's trained tokens against the captured turns.
+ * `audit` checks a batch's trained tokens against the captured turns. `main` takes argv and an IO object
+ * and returns the exit code, so tests run it in-process; `src/cli.ts` binds it to the process.
  */
 import { readFileSync } from 'node:fs';
-import { parseArgs } from 'node:util';
-import { ConfigError, VimeError } from '@vime/core';
-import { auditMain } from './audit-command.js';
+import { ConfigError } from '@vime/core';
 import {
-  CHECK_ESTIMATORS,
-  type CheckEstimator,
-  type CheckOptions,
-  type CheckReport,
-  checkAgainstTrainer,
-} from './check/check.js';
+  type CliIo,
+  type CliProgram,
+  type Command,
+  EXIT,
+  finiteNumber,
+  oneOf,
+  parseFlags,
+  positiveInt,
+  runCli,
+  runProgram,
+  UsageError,
+} from '@vime/core/utils';
+import { auditCommand } from './audit-command.js';
+import { CHECK_ESTIMATORS, type CheckOptions, type CheckReport, checkAgainstTrainer } from './check/check.js';
 import { readRolloutDump, readTrainDump } from './check/dump.js';
-import { PRESETS, type Preset } from './estimators/presets.js';
+import { PRESETS } from './estimators/presets.js';
 
-export interface Io {
-  stdout: { write(text: string): unknown };
-  stderr: { write(text: string): unknown };
-}
-
-const USAGE = `usage: vime-grpo check <rollout.pt> <train.pt> [options]
+const CHECK_HELP = `Usage: vime-grpo check <rollout.pt> <train.pt> [options]
        vime-grpo check <train.pt> --group-size N [options]
-       vime-grpo audit <batch.jsonl> <turns.jsonl> [--json]   (vime-grpo audit --help)
 
 Recompute the advantages of a slime run from its debug dumps (--save-debug-rollout-data,
 --save-debug-train-data), or of dumps in that format, and compare them with the trainer's own
@@ -46,46 +47,59 @@ options:
   --atol A --rtol R        tolerance |a - e| <= A + R*|e| (default 1e-6, 1e-5)
   --json                   print the report as JSON
 
-exit status: 0 the trainer agrees, 1 it does not (the report says where), 2 an input is unreadable
-or not a slime dump.
-`;
+Exit codes: 0 the trainer agrees, 3 it does not (the report says where), 2 an input is unreadable
+or not a slime dump, or a flag is wrong.`;
 
-export async function main(argv: string[], io: Io): Promise<number> {
-  if (argv[0] === 'audit') return auditMain(argv.slice(1), io);
-  let parsed: ReturnType<typeof parse>;
-  try {
-    parsed = parse(argv);
-  } catch (error) {
-    // parseArgs throws TypeErrors coded ERR_PARSE_ARGS_* for unknown flags; ours are ConfigErrors.
-    const code = (error as NodeJS.ErrnoException).code ?? '';
-    if (!ConfigError.isInstance(error) && !code.startsWith('ERR_PARSE_ARGS')) throw error;
-    io.stderr.write(`vime-grpo: ${(error as Error).message}\n\n${USAGE}`);
-    return 2;
-  }
-  if (parsed === 'help') {
-    io.stdout.write(USAGE);
-    return 0;
-  }
-  const { rolloutPath, trainPath, options, json } = parsed;
-  let report: CheckReport;
-  try {
+const CHECK_FLAGS = {
+  preset: { type: 'string' },
+  estimator: { type: 'string' },
+  'group-size': { type: 'string' },
+  'reward-key': { type: 'string' },
+  'kl-coef': { type: 'string' },
+  'opd-kl-coef': { type: 'string' },
+  'normalize-advantages': { type: 'boolean' },
+  'no-normalize-advantages': { type: 'boolean' },
+  'no-std-normalization': { type: 'boolean' },
+  'per-rollout': { type: 'boolean' },
+  scale: { type: 'string' },
+  atol: { type: 'string' },
+  rtol: { type: 'string' },
+  json: { type: 'boolean' },
+} as const;
+
+const checkCommand: Command = {
+  name: 'check',
+  synopsis: 'check <rollout.pt> <train.pt>',
+  summary: "compare a slime trainer's dumped advantages with a recomputation",
+  help: CHECK_HELP,
+  async run(args, io) {
+    const { rolloutPath, trainPath, options, json } = parseCheck(args);
     const trainDump = readTrainDump(read(trainPath), trainPath);
-    if (rolloutPath) {
-      report = checkAgainstTrainer(
-        { rolloutDump: readRolloutDump(read(rolloutPath), rolloutPath), trainDump },
-        options,
-      );
-    } else {
-      report = checkAgainstTrainer({ trainDump }, options);
-    }
-  } catch (error) {
-    // Unreadable, corrupt or inconsistent dumps are Vime errors (exit 2); anything else is a bug.
-    if (!VimeError.isInstance(error)) throw error;
-    io.stderr.write(`vime-grpo check: ${error.message}\n`);
-    return 2;
-  }
-  io.stdout.write(json ? `${JSON.stringify(report, null, 2)}\n` : render(report, rolloutPath, trainPath));
-  return report.verdict === 'match' ? 0 : 1;
+    const report = rolloutPath
+      ? checkAgainstTrainer(
+          { rolloutDump: readRolloutDump(read(rolloutPath), rolloutPath), trainDump },
+          options,
+        )
+      : checkAgainstTrainer({ trainDump }, options);
+    io.stdout(json ? `${JSON.stringify(report, null, 2)}\n` : render(report, rolloutPath, trainPath));
+    return report.verdict === 'match' ? EXIT.ok : EXIT.checks;
+  },
+};
+
+export const GRPO: CliProgram = {
+  name: 'vime-grpo',
+  summary: "check a trainer's advantages and a batch's tokens against what was sampled",
+  commands: [checkCommand, auditCommand],
+  exitCodes: [
+    [0, 'the trainer agrees (check), the batch is what was captured (audit)'],
+    [2, 'an input is unreadable or malformed, or a flag is wrong'],
+    [3, 'it does not: the report says where'],
+  ],
+};
+
+/** Run `vime-grpo` with `argv`; never throws. A stack trace is printed only for a bug. */
+export function main(argv: string[], io: CliIo): Promise<number> {
+  return runCli('vime-grpo', (args, cliIo) => runProgram(GRPO, args, cliIo), { argv, io });
 }
 
 function read(path: string): Uint8Array {
@@ -98,84 +112,50 @@ function read(path: string): Uint8Array {
   }
 }
 
-function parse(argv: string[]) {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      preset: { type: 'string' },
-      estimator: { type: 'string' },
-      'group-size': { type: 'string' },
-      'reward-key': { type: 'string' },
-      'kl-coef': { type: 'string' },
-      'opd-kl-coef': { type: 'string' },
-      'normalize-advantages': { type: 'boolean' },
-      'no-normalize-advantages': { type: 'boolean' },
-      'no-std-normalization': { type: 'boolean' },
-      'per-rollout': { type: 'boolean' },
-      scale: { type: 'string' },
-      atol: { type: 'string' },
-      rtol: { type: 'string' },
-      json: { type: 'boolean' },
-      help: { type: 'boolean', short: 'h' },
-    },
+function parseCheck(args: string[]) {
+  const { values, positionals: files } = parseFlags('vime-grpo check', args, CHECK_FLAGS, {
+    maxPositionals: 2,
   });
-  if (values.help || positionals[0] === 'help') return 'help' as const;
-  const [command, ...files] = positionals;
-  if (command !== 'check')
-    throw new ConfigError(command ? `unknown command ${JSON.stringify(command)}` : 'missing command');
-  if (files.length === 0 || files.length > 2)
-    throw new ConfigError('check needs <rollout.pt> <train.pt> (or <train.pt> with --group-size)');
+  if (files.length === 0)
+    throw new UsageError('check needs <rollout.pt> <train.pt> (or <train.pt> with --group-size)');
   const [rolloutPath, trainPath] = files.length === 2 ? [files[0], files[1]!] : [undefined, files[0]!];
   if (!rolloutPath && values['group-size'] === undefined) {
-    throw new ConfigError("with only a train dump, pass --group-size (the run's --n-samples-per-prompt)");
+    throw new UsageError("with only a train dump, pass --group-size (the run's --n-samples-per-prompt)");
   }
-  const number = (name: string, v: string | undefined) => {
-    if (v === undefined) return undefined;
-    const n = Number(v);
-    if (!Number.isFinite(n)) throw new ConfigError(`--${name} must be a number, found ${JSON.stringify(v)}`);
-    return n;
-  };
-  const preset = values.preset as Preset | 'auto' | undefined;
-  if (preset !== undefined && preset !== 'auto' && !PRESETS.includes(preset)) {
-    throw new ConfigError(
-      `--preset must be one of ${PRESETS.join(', ')}, auto, found ${JSON.stringify(preset)}`,
-    );
-  }
-  const estimator = values.estimator as CheckEstimator | undefined;
-  if (estimator !== undefined && !CHECK_ESTIMATORS.includes(estimator)) {
-    throw new ConfigError(
-      `--estimator must be one of ${CHECK_ESTIMATORS.join(', ')}, found ${JSON.stringify(estimator)}`,
-    );
-  }
-  const scale = values.scale as CheckOptions['scale'];
-  if (scale !== undefined && !['group', 'batch', 'none'].includes(scale)) {
-    throw new ConfigError(`--scale must be group, batch or none, found ${JSON.stringify(scale)}`);
-  }
+  return { rolloutPath, trainPath, options: checkOptions(values), json: values.json ?? false };
+}
+
+type CheckValues = ReturnType<typeof parseFlags<typeof CHECK_FLAGS>>['values'];
+
+/** The check's options from its flags, each value checked and named by its flag. */
+function checkOptions(values: CheckValues): CheckOptions {
+  const preset = oneOf(values.preset, '--preset', [...PRESETS, 'auto'] as const);
+  const estimator = oneOf(values.estimator, '--estimator', CHECK_ESTIMATORS);
+  const scale = oneOf(values.scale, '--scale', ['group', 'batch', 'none'] as const);
   const options: CheckOptions = {};
   if (preset) options.preset = preset;
   if (estimator) options.estimator = estimator;
   if (values['no-std-normalization']) options.stdNormalization = false;
   if (values['per-rollout']) options.perRollout = true;
   if (scale) options.scale = scale;
-  const groupSize = number('group-size', values['group-size']);
+  const groupSize = positiveInt(values['group-size'], '--group-size');
   if (groupSize !== undefined) options.groupSize = groupSize;
   if (values['reward-key']) options.rewardKey = values['reward-key'];
-  const klCoef = number('kl-coef', values['kl-coef']);
+  const klCoef = finiteNumber(values['kl-coef'], '--kl-coef');
   if (klCoef !== undefined) options.klCoef = klCoef;
-  const opdKlCoef = number('opd-kl-coef', values['opd-kl-coef']);
+  const opdKlCoef = finiteNumber(values['opd-kl-coef'], '--opd-kl-coef');
   if (opdKlCoef !== undefined) options.opdKlCoef = opdKlCoef;
   if (values['normalize-advantages']) options.normalizeAdvantages = true;
   if (values['no-normalize-advantages']) options.normalizeAdvantages = false;
-  const atol = number('atol', values.atol);
-  const rtol = number('rtol', values.rtol);
+  const atol = finiteNumber(values.atol, '--atol', 0);
+  const rtol = finiteNumber(values.rtol, '--rtol', 0);
   if (atol !== undefined || rtol !== undefined) {
     options.tolerance = {
       ...(atol !== undefined ? { abs: atol } : {}),
       ...(rtol !== undefined ? { rel: rtol } : {}),
     };
   }
-  return { rolloutPath, trainPath, options, json: values.json ?? false };
+  return options;
 }
 
 const g = (x: number) =>

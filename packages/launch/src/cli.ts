@@ -1,13 +1,4 @@
+import { runCli } from '@vime/core/utils';
 import { main } from './cli/main.js';
 
-const controller = new AbortController();
-process.once('SIGINT', () => controller.abort(new Error('interrupted')));
-process.once('SIGTERM', () => controller.abort(new Error('terminated')));
-
-process.exitCode = await main(process.argv.slice(2), {
-  stdout: (text) => process.stdout.write(text),
-  stderr: (text) => process.stderr.write(text),
-  env: process.env,
-  cwd: process.cwd(),
-  signal: controller.signal,
-});
+await runCli('vime', main);

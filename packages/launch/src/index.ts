@@ -1,4 +1,4 @@
-export { type CliIo, EXIT, main } from './cli/main.js';
+export { main } from './cli/main.js';
 export { MODEL_ARCH_ARGS } from './models.js';
 export {
   expandEnv,

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { runEntry } from './cli/entry.js';
+import { runCli } from '@vime/core/utils';
 import { loopMain } from './cli/main.js';
 
-await runEntry('vime-loop', () => loopMain(process.argv.slice(2), process.env));
+await runCli('vime-loop', loopMain);

@@ -3,9 +3,8 @@
  * setup's names), then CLI flags; validated once with zod. Errors name the flag or variable, the value
  * and what is accepted.
  */
-import { parseArgs } from 'node:util';
 import { ConfigError } from '@vime/core';
-import { parseDuration } from '@vime/core/utils';
+import { parseDuration, parseFlags, wantsHelp } from '@vime/core/utils';
 import { AGENT_KINDS, type AgentKind } from '@vime/harness';
 import { z } from 'zod';
 
@@ -186,7 +185,6 @@ const FLAGS = {
   seed: { type: 'string' },
   quiet: { type: 'boolean' },
   'wandb-project': { type: 'string' },
-  help: { type: 'boolean', short: 'h' },
 } as const;
 
 /** Config field → the flag (or variable) a user sets it with, for messages. */
@@ -264,16 +262,15 @@ export function checkConfig(raw: Record<string, unknown>): Config {
   throw new ConfigError(lines.join('\n'));
 }
 
-export function parseConfig(argv: string[], env: Record<string, string | undefined> = {}): Config | 'help' {
-  let values: ReturnType<typeof parseArgs<{ options: typeof FLAGS; strict: true }>>['values'];
-  try {
-    ({ values } = parseArgs({ args: argv.filter((a) => a !== '--'), options: FLAGS, strict: true }));
-  } catch (cause) {
-    throw new ConfigError((cause as Error).message.split('\n')[0]!.replace(/\. To specify.*$/, ''), {
-      cause,
-    });
-  }
-  if (values.help) return 'help';
+/** Flags and env vars into a config (`command` names the bin in messages), or 'help' for `--help`. */
+export function parseConfig(
+  argv: string[],
+  env: Record<string, string | undefined> = {},
+  command = 'vime-loop',
+): Config | 'help' {
+  const args = argv.filter((a) => a !== '--');
+  if (wantsHelp(args)) return 'help';
+  const { values } = parseFlags(command, args, FLAGS, { maxPositionals: 0 });
   const flags = {
     steps: whole(values.steps, '--steps'),
     promptsPerStep: whole(values.prompts, '--prompts'),

@@ -1,6 +1,5 @@
 // @vime/loop: the coding-agent RL step loop. Every export is named here; the README documents each group.
 export { checkAgents, harnessSocket, type LoopRolloutDeps, loopRollout, usesHarness } from './agents.js';
-export { runEntry } from './cli/entry.js';
 export { loopMain } from './cli/main.js';
 export { summaryText } from './cli/summary.js';
 export { type Config, ConfigSchema, checkConfig, configFromEnv, parseConfig, usage } from './config.js';

@@ -28,10 +28,10 @@ const STACK = /^\s+at .+[:(]|\w+Error \[ERR_/m;
 describe('vime-sandbox CLI', () => {
   it('refuses bad usage with exit 2, the flag named, and no stack trace', async () => {
     const cases: Array<[string[], string]> = [
-      [['reap', '--bogus'], "vime-sandbox: Unknown option '--bogus'; see vime-sandbox --help"],
+      [['reap', '--bogus'], "vime-sandbox: Unknown option '--bogus'; see `vime-sandbox reap --help`"],
       [['reap', '--run', 'r1', '--root', root, '--bogus=1'], "Unknown option '--bogus'"],
       [['--bogus', 'reap'], "Unknown option '--bogus'"],
-      [['reap', '--run'], "Option '--run <value>' argument missing"],
+      [['reap', '--run'], '--run needs a value'],
       [
         ['reap', '--run', '--dry-run'],
         '--run needs a value; for a value that starts with a dash write --run=VALUE',
@@ -39,7 +39,10 @@ describe('vime-sandbox CLI', () => {
       [['reap', '--run='], '--run needs a run id'],
       [['reap', '--older-than', 'soon'], '--older-than: "soon" is not a duration'],
       [['reap', '--run', 'r1', 'extra'], 'unexpected argument "extra"'],
-      [['reap-all', '--run', 'r1'], 'unknown command "reap-all"'],
+      [['reap-all', '--run', 'r1'], 'unknown command "reap-all"; commands: reap'],
+      [['raep', '--run', 'r1'], 'unknown command "raep" (did you mean "reap"?)'],
+      [['reap', '--older-then', '1h'], `Unknown option '--older-then' (did you mean "--older-than"?)`],
+      [['reap', 'run', 'r1'], 'unexpected argument "run" (did you mean "--run"?)'],
       [['reap', '--run', 'r1', '--root', root, '--docker-socket', join(root, 'no.sock')], '--docker-socket'],
     ];
     const results = await Promise.all(cases.map(([args]) => sandboxCli(args)));
@@ -48,6 +51,7 @@ describe('vime-sandbox CLI', () => {
       expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(2);
       expect(r.stderr, args.join(' ')).toContain(message);
       expect(r.stderr, args.join(' ')).not.toMatch(STACK);
+      expect(r.stderr.trimEnd().split('\n'), `${args.join(' ')}: one line`).toHaveLength(1);
       expect(r.stdout, args.join(' ')).toBe('');
     });
   });

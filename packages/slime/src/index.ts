@@ -19,3 +19,4 @@ export {
   startRolloutServer,
 } from './rollout-server.js';
 export { handOffAnswered, runSampleUnit, UnitDropped, type UnitRun, unitKey } from './sample-units.js';
+export { serveMain } from './serve/main.js';

@@ -58,7 +58,7 @@ describe('vime-swe validate', () => {
     expect(verdicts.map((v) => v.valid)).toEqual([true, true, true]);
 
     const mixed = await vimeSwe(['validate', dataset('mixed', [...good.slice(0, 1), broken])]);
-    expect(mixed.code, mixed.stderr).toBe(1);
+    expect(mixed.code, mixed.stderr).toBe(3);
     expect(mixed.stdout).toContain('1 of 2 rows pass the baseline');
     expect(mixed.stdout).toMatch(
       new RegExp(`excluded ${broken.instance_id.replaceAll('.', '\\.')}: gold patch does not resolve`),
@@ -71,7 +71,7 @@ describe('vime-swe validate', () => {
     [['validate', '/nonexistent/rows.jsonl'], /rows\.jsonl/],
     [['validate', 'x.jsonl', '--concurrency', 'lots'], /--concurrency expects a positive whole number/],
     [['validate', 'x.jsonl', '--timeout', 'soon'], /--timeout: "soon" is not a duration/],
-    [['validate', 'x.jsonl', '--sandbox', 'vm'], /sandbox "vm" is not a backend/],
+    [['validate', 'x.jsonl', '--sandbox', 'vm'], /--sandbox must be bubblewrap, docker or local, got "vm"/],
     [['frobnicate'], /unknown command "frobnicate"/],
     [['validate', 'x.jsonl', '--bogus'], /Unknown option '--bogus'/],
   ])(

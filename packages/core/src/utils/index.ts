@@ -1,7 +1,12 @@
 // @vime/core/utils: the helpers every package shares (HTTP client, retry, sleep, deadlines, files, shell
-// quoting, durations, the logger interface, seeded randomness).
+// quoting, durations, the logger interface, seeded randomness, and the command line kit every bin uses).
 
-export { closest, didYouMean } from './did-you-mean.js';
+export { type CliProgram, type Command, runProgram } from './cli/commands.js';
+export { closest, didYouMean } from './cli/did-you-mean.js';
+export { type FlagSpec, type ParseFlagsOptions, parseFlags, wantsHelp } from './cli/flags.js';
+export { type CliIo, EXIT, type MemoryIo, memoryIo } from './cli/io.js';
+export { type CliMain, type RunCliOptions, runCli, signalExitCode } from './cli/run.js';
+export { finiteNumber, oneOf, positiveInt, UsageError } from './cli/values.js';
 export { parseDuration } from './duration.js';
 export {
   type CallerPathOptions,

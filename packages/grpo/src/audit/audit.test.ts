@@ -265,7 +265,7 @@ describe('vime-grpo audit, as a user runs it', () => {
     return path;
   };
 
-  it('exits 0 on the clean run, 1 naming the sample and token on a tampered batch', async () => {
+  it('exits 0 on the clean run, 3 naming the sample and token on a tampered batch', async () => {
     const turnsPath = file('turns.jsonl', run.turnsText);
     const ok = await vime('audit', file('batch.jsonl', run.batchText), turnsPath);
     expect(ok.stderr).toBe('');
@@ -283,14 +283,14 @@ describe('vime-grpo audit, as a user runs it', () => {
     row.rollout_log_probs[a] += 0.25;
     lines[1] = JSON.stringify(row);
     const bad = await vime('audit', file('tampered.jsonl', lines.join('\n')), turnsPath);
-    expect(bad.code).toBe(1);
+    expect(bad.code).toBe(3);
     expect(bad.stdout).toContain(
       `sample 1 (index 1) session "sibling-1": FAIL at token ${a} (tokens[${at}]) rollout_log_probs`,
     );
     expect(bad.stdout).toMatch(/verdict: FAIL — 1 of 2 samples differ/);
 
     const json = await vime('audit', file('tampered.jsonl', lines.join('\n')), turnsPath, '--json');
-    expect(json.code).toBe(1);
+    expect(json.code).toBe(3);
     expect(JSON.parse(json.stdout).samples[1].firstDifference).toMatchObject({ token: a, position: at });
   });
 

@@ -40,8 +40,14 @@ async function run(...argv: string[]) {
   let stdout = '';
   let stderr = '';
   const code = await main(argv, {
-    stdout: { write: (t: string) => (stdout += t) },
-    stderr: { write: (t: string) => (stderr += t) },
+    stdout: (t: string) => {
+      stdout += t;
+    },
+    stderr: (t: string) => {
+      stderr += t;
+    },
+    env: {},
+    cwd: process.cwd(),
   });
   return { code, stdout, stderr };
 }
@@ -85,7 +91,7 @@ describe('check --preset auto names the convention that produced a dump', () => 
       const named = await run('check', ...dumps, ...flags.split(' '));
       expect(named.code, named.stdout).toBe(0);
       const slime = await run('check', ...dumps);
-      expect(slime.code).toBe(1);
+      expect(slime.code).toBe(3);
       expect(slime.stdout).toContain(`pass ${flags}`);
     });
   }

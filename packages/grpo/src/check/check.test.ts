@@ -138,8 +138,14 @@ describe('vime-grpo check', () => {
     let stdout = '';
     let stderr = '';
     const code = await main(argv, {
-      stdout: { write: (t: string) => (stdout += t) },
-      stderr: { write: (t: string) => (stderr += t) },
+      stdout: (t: string) => {
+        stdout += t;
+      },
+      stderr: (t: string) => {
+        stderr += t;
+      },
+      env: {},
+      cwd: process.cwd(),
     });
     return { code, stdout, stderr };
   };
@@ -153,9 +159,9 @@ describe('vime-grpo check', () => {
     expect(r.stdout).toMatch(/zero variance/);
   });
 
-  it('exit 1 and the place of the mismatch when it does not', async () => {
+  it('exit 3 and the place of the mismatch when it does not', async () => {
     const r = await run('check', rollout, trainPath, '--preset', 'drGrpo');
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(3);
     expect(r.stdout).toMatch(/MISMATCH at token 0/);
     expect(r.stdout).toMatch(/hint: .*preset 'slime'/);
   });
@@ -194,6 +200,48 @@ describe('vime-grpo check', () => {
     expect((await run('check', trainPath)).stderr).toMatch(/--group-size/);
   });
 
+  it('points mistakes at the fix: exit 2, one line naming the flag or command, no stack trace', async () => {
+    const cases: Array<[string[], string]> = [
+      [
+        ['check', rollout, trainPath, '--presett', 'slime'],
+        `Unknown option '--presett' (did you mean "--preset"?)`,
+      ],
+      [
+        ['chekc', rollout, trainPath],
+        'unknown command "chekc" (did you mean "check"?); commands: check, audit',
+      ],
+      [['audti', 'a', 'b'], 'unknown command "audti" (did you mean "audit"?)'],
+      [
+        ['check', trainPath, '--group-size', 'four'],
+        '--group-size expects a positive whole number, got "four"',
+      ],
+      [['check', rollout, trainPath, '--atol=-1'], '--atol expects a number ≥ 0, got "-1"'],
+      [['check', rollout, trainPath, '--kl-coef', 'x'], '--kl-coef expects a number, got "x"'],
+      [['check', rollout, trainPath, '--preset', 'slim'], '--preset must be slime, '],
+      [['check', rollout, trainPath, '--preset', 'slim'], 'got "slim" (did you mean "slime"?)'],
+      [['check', rollout, trainPath, 'extra.pt'], 'unexpected argument "extra.pt"'],
+    ];
+    for (const [argv, message] of cases) {
+      const r = await run(...argv);
+      expect(r.code, argv.join(' ')).toBe(2);
+      expect(r.stderr).toMatch(/^vime-grpo: /);
+      expect(r.stderr).toContain(message);
+      expect(r.stderr.trimEnd().split('\n'), 'one line').toHaveLength(1);
+      expect(r.stdout).toBe('');
+    }
+  });
+
+  it('answers --help for the program and for each command', async () => {
+    const top = await run('--help');
+    expect(top.code).toBe(0);
+    expect(top.stdout).toMatch(/^vime-grpo: [\s\S]*check <rollout.pt> <train.pt>[\s\S]*Exit codes:/);
+    expect((await run('check', '--help')).stdout).toMatch(/^Usage: vime-grpo check/);
+    expect((await run('audit', 'x', '--bogus', '-h')).stdout).toMatch(/^Usage: vime-grpo audit/);
+    const none = await run();
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(/Usage: vime-grpo <command>/);
+  });
+
   it('the bin runs as a process with the documented exit status', async () => {
     const cli = fileURLToPath(new URL('../cli.ts', import.meta.url));
     const exec = promisify(execFile);
@@ -203,7 +251,7 @@ describe('vime-grpo check', () => {
     const failed = await exec(process.execPath, [...args, '--preset', 'verl']).catch(
       (e: { code: number }) => e,
     );
-    expect((failed as { code: number }).code).toBe(1);
+    expect((failed as { code: number }).code).toBe(3);
   });
 
   it('the bin answers user errors with exit 2 and no stack trace', { timeout: 180_000 }, async () => {

@@ -6,10 +6,11 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { startHealthStandIn } from '@vime/core/standin';
+import { EXIT } from '@vime/core/utils';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { type FakeRay, startFakeRay } from '../testing/ray.js';
-import { EXIT, main } from './main.js';
+import { main } from './main.js';
 
 const repoRoot = fileURLToPath(new URL('../../../../', import.meta.url));
 

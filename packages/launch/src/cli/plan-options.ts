@@ -4,10 +4,9 @@
  * column (syntax) or its key path (schema).
  */
 import { ConfigError, describeValue, formatPath } from '@vime/core';
-import { readTextFile } from '@vime/core/utils';
+import { type CliIo, positiveInt, readTextFile } from '@vime/core/utils';
 import { parseConfigText } from '../internal/config-text.js';
 import { type LaunchConfig, LaunchConfigSchema, type LaunchPlan, resolvePlan } from '../plan.js';
-import { type CliIo, positiveInt } from './command.js';
 
 /** Each override flag, the config path it sets, and whether it takes a whole number. */
 const OVERRIDES: ReadonlyArray<[flag: string, path: readonly string[], kind: 'int' | 'string']> = [
@@ -95,7 +94,7 @@ export async function loadConfig(values: FlagValues, io: Pick<CliIo, 'cwd'>): Pr
   for (const [flag, path, kind] of OVERRIDES) {
     const raw = values[flag] as string | undefined;
     if (raw === undefined) continue;
-    const value = kind === 'int' ? positiveInt(raw, flag) : raw;
+    const value = kind === 'int' ? positiveInt(raw, `--${flag}`) : raw;
     let node = config;
     for (const key of path.slice(0, -1)) {
       node[key] = { ...((node[key] as Record<string, unknown> | undefined) ?? {}) };

@@ -6,9 +6,10 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { EXIT } from '@vime/core/utils';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeRay, startFakeRay } from '../testing/ray.js';
-import { EXIT, main } from './main.js';
+import { main } from './main.js';
 
 let dir: string;
 beforeAll(async () => {
@@ -130,6 +131,27 @@ describe('vime: messages name the flag that was given, not the option behind it'
     expectUsage(await vime(['plna']), 'unknown command "plna" (did you mean "plan"?)', 'plna');
     expectUsage(await vime(['ray', 'statsu']), 'did you mean "ray status"?', 'ray statsu');
     expectUsage(await vime(['skypilot']), 'unknown command "skypilot"', 'skypilot');
+  });
+
+  it('a misspelled flag or command, or a bad value, is one line naming it and the closest right one', async () => {
+    for (const [args, message] of [
+      [
+        ['plan', '--batch-sise', '4'],
+        `Unknown option '--batch-sise' (did you mean "--batch-size"?); see \`vime plan --help\``,
+      ],
+      [
+        ['skypilot', 'rendr', '--out', 'x'],
+        'unknown command "skypilot rendr" (did you mean "skypilot render"?)',
+      ],
+      [['plan', '--tp', 'four'], '--tp expects a positive whole number, got "four"'],
+      [['skypilot', 'validate', 'x.yaml', '--kind', 'jobgroup'], '(did you mean "job-group"?)'],
+      [['--json', 'plna'], 'unknown command "plna" (did you mean "plan"?)'],
+      [['plan', 'extra'], 'unexpected argument "extra"; see `vime plan --help`'],
+    ] as const) {
+      const result = await vime([...args]);
+      expectUsage(result, message, args.join(' '));
+      expect(result.stderr.trimEnd().split('\n'), `${args.join(' ')}: one line`).toHaveLength(1);
+    }
   });
 
   it('answers --help before anything else on the line', async () => {

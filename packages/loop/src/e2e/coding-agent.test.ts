@@ -222,7 +222,7 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
       expect(run.stderr, args.join(' ')).not.toMatch(/\n\s+at /);
       expect(existsSync(out), `${args.join(' ')} left ${out}`).toBe(false);
     }
-    for (const script of ['packages/slime/src/serve.ts', 'packages/loop/src/standin/server.ts']) {
+    for (const script of ['packages/slime/src/serve.ts', 'packages/loop/src/standin-server.ts']) {
       const help = await promisify(execFile)(process.execPath, [...NODE_ARGS, script, '--help'], {
         cwd: root,
       });
@@ -233,7 +233,7 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
   it('uses an engine given by --engine-url, started as a separate process (async mode)', {
     timeout: 240_000,
   }, async () => {
-    const engine = spawn(process.execPath, [...NODE_ARGS, 'packages/loop/src/standin/server.ts'], {
+    const engine = spawn(process.execPath, [...NODE_ARGS, 'packages/loop/src/standin-server.ts'], {
       cwd: root,
       stdio: ['ignore', 'pipe', 'inherit'],
     });

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 const root = fileURLToPath(new URL('../../../../', import.meta.url));
 const NODE_ARGS = ['--import', 'tsx', '--conditions=@vime/source'];
 const CLI = 'packages/loop/src/cli.ts';
-const STANDIN = 'packages/loop/src/standin/server.ts';
+const STANDIN = 'packages/loop/src/standin-server.ts';
 
 let tmp: string;
 const children: ChildProcess[] = [];

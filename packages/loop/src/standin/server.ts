@@ -5,11 +5,10 @@
  *
  *   vime-standin [flags]
  */
-import { parseArgs } from 'node:util';
-import { ConfigError } from '@vime/core';
+
 import { loadTokenizer } from '@vime/core/engine';
 import { startStandInEngine } from '@vime/core/standin';
-import { runEntry } from '../cli/entry.js';
+import { type CliIo, EXIT, parseFlags, UsageError, wantsHelp } from '@vime/core/utils';
 import { checkConfig } from '../config.js';
 import { bundledTokenizerDir } from '../defaults.js';
 import { readTasks } from '../tasks.js';
@@ -25,40 +24,35 @@ A stand-in engine (a scripted coding policy behind SGLang's wire, not a model) i
   --dataset FILE  the tasks whose gold patches the policy knows (default: the offline task set)
 `;
 
-await runEntry('vime-standin', async () => {
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    ({ values } = parseArgs({
-      options: {
-        port: { type: 'string' },
-        tps: { type: 'string' },
-        seed: { type: 'string' },
-        slots: { type: 'string' },
-        dataset: { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-      strict: true,
-    }));
-  } catch (cause) {
-    throw new ConfigError(`${(cause as Error).message}\n\n${USAGE}`);
+const FLAGS = {
+  port: { type: 'string' },
+  tps: { type: 'string' },
+  seed: { type: 'string' },
+  slots: { type: 'string' },
+  dataset: { type: 'string' },
+} as const;
+
+/** A flag's whole number ≥ 0 (a port may be 0: any free one). */
+function whole(value: string | undefined, flag: string): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0)
+    throw new UsageError(`--${flag} expects a whole number, got ${JSON.stringify(value)}`);
+  return n;
+}
+
+/** Serve the stand-in engine until `io.signal` aborts (SIGINT/SIGTERM), then close it. */
+export async function standInMain(argv: string[], io: CliIo): Promise<number> {
+  if (wantsHelp(argv)) {
+    io.stdout(USAGE);
+    return EXIT.ok;
   }
-  if (values.help) {
-    console.log(USAGE);
-    return 0;
-  }
-  const int = (flag: string) => {
-    const v = values[flag] as string | undefined;
-    if (v === undefined) return undefined;
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < 0)
-      throw new ConfigError(`--${flag}: expected a whole number, got ${JSON.stringify(v)}`);
-    return n;
-  };
+  const { values } = parseFlags('vime-standin', argv, FLAGS, { maxPositionals: 0 });
   const config = checkConfig({
-    ...(values.seed !== undefined ? { seed: int('seed') } : {}),
+    ...(values.seed !== undefined ? { seed: whole(values.seed, 'seed') } : {}),
     ...(values.dataset !== undefined ? { dataset: values.dataset } : {}),
   });
-  const { tasks } = await readTasks(config, { log: (line) => console.error(line) });
+  const { tasks } = await readTasks(config, { log: (line) => io.stderr(`${line}\n`) });
   const policy = codingAgentPolicy(
     tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '', workdir: t.workdir })),
     { odds: config.odds, seed: config.seed },
@@ -66,14 +60,14 @@ await runEntry('vime-standin', async () => {
   const engine = await startStandInEngine({
     tokenizer: await loadTokenizer(bundledTokenizerDir()),
     policy: (request) => policy(request.prompt),
-    service: { slots: int('slots') || 16, tokensPerSecond: int('tps') || 4000 },
-    port: int('port') ?? 0,
+    service: { slots: whole(values.slots, 'slots') || 16, tokensPerSecond: whole(values.tps, 'tps') || 4000 },
+    port: whole(values.port, 'port') ?? 0,
   });
-  console.log(`stand-in engine (scripted policy, not a model) listening on ${engine.url}`);
+  io.stdout(`stand-in engine (scripted policy, not a model) listening on ${engine.url}\n`);
   await new Promise<void>((resolve) => {
-    const stop = () => void engine.close().then(resolve);
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
+    if (io.signal?.aborted) resolve();
+    io.signal?.addEventListener('abort', () => resolve(), { once: true });
   });
-  return 0;
-});
+  await engine.close();
+  return EXIT.ok;
+}

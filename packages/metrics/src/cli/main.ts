@@ -7,9 +7,20 @@
 import { createReadStream } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
-import { ConfigError, EngineError, VimeError } from '@vime/core';
-import { ensureDirectory, parseDuration, pathError, readTextFile, sleep } from '@vime/core/utils';
+import { ConfigError, EngineError } from '@vime/core';
+import {
+  type CliIo,
+  EXIT,
+  ensureDirectory,
+  oneOf,
+  parseDuration,
+  parseFlags,
+  pathError,
+  readTextFile,
+  runCli,
+  sleep,
+  wantsHelp,
+} from '@vime/core/utils';
 import { renderHtmlReport, renderTerminalReport } from '../html.js';
 import type { ScrapeSeries } from '../prometheus.js';
 import { type EngineInput, runReport } from '../report.js';
@@ -42,16 +53,7 @@ Exit codes:
   2  invalid usage or input: unknown flag, bad value, a log that cannot be read or holds no data
 `;
 
-export interface CliIo {
-  stdout: (text: string) => void;
-  stderr: (text: string) => void;
-  /** Relative paths are resolved against it. */
-  cwd: string;
-  /** Aborting stops a scrape early (the report is written from what was scraped). */
-  signal?: AbortSignal | undefined;
-}
-
-const MODES = ['sync', 'async'];
+const MODES = ['sync', 'async'] as const;
 /** Closer scrapes measure the scraper, not the engine; zero would scrape in a busy loop. */
 const MIN_INTERVAL_MS = 100;
 
@@ -181,48 +183,32 @@ async function scrapeSeries(
   });
 }
 
-function parseFlags(argv: string[]) {
-  try {
-    return parseArgs({
-      args: argv,
-      options: {
-        'trainer-log': { type: 'string' },
-        'engine-log': { type: 'string', multiple: true, default: [] },
-        scrape: { type: 'string', multiple: true, default: [] },
-        duration: { type: 'string', default: '60s' },
-        interval: { type: 'string', default: '5s' },
-        mode: { type: 'string' },
-        name: { type: 'string' },
-        json: { type: 'string', default: 'vime-metrics.json' },
-        html: { type: 'string', default: 'vime-metrics.html' },
-        quiet: { type: 'boolean', default: false },
-        help: { type: 'boolean', short: 'h', default: false },
-      },
-      strict: true,
-    });
-  } catch (cause) {
-    let message = (cause as Error).message.split('\n')[0]!.replace(/\. To specify.*$/, '');
-    const flag = /'(--[^' ]+)/.exec(message)?.[1];
-    if (/ambiguous/.test(message) && flag)
-      message = `${flag} needs a value; for a value that starts with a dash write ${flag}=VALUE`;
-    throw new ConfigError(`${message}; see vime-metrics --help`, { cause });
-  }
-}
+const FLAGS = {
+  'trainer-log': { type: 'string' },
+  'engine-log': { type: 'string', multiple: true, default: [] as string[] },
+  scrape: { type: 'string', multiple: true, default: [] as string[] },
+  duration: { type: 'string', default: '60s' },
+  interval: { type: 'string', default: '5s' },
+  mode: { type: 'string' },
+  name: { type: 'string' },
+  json: { type: 'string', default: 'vime-metrics.json' },
+  html: { type: 'string', default: 'vime-metrics.html' },
+  quiet: { type: 'boolean', default: false },
+} as const;
 
+/** Aborting `io.signal` stops a scrape early: the report is written from what was scraped. */
 async function run(argv: string[], io: CliIo): Promise<number> {
-  if (argv.some((a) => a === '--help' || a === '-h')) {
+  if (wantsHelp(argv)) {
     io.stdout(HELP);
-    return 0;
+    return EXIT.ok;
   }
-  const { values } = parseFlags(argv);
+  const { values } = parseFlags('vime-metrics', argv, FLAGS, { maxPositionals: 0 });
   const engineLogs = named(values['engine-log'], 'eng');
   const scrapes = named(values.scrape, `eng`);
   if (!values['trainer-log'] && engineLogs.length === 0 && scrapes.length === 0) {
     throw new ConfigError('nothing to read: pass --trainer-log, --engine-log or --scrape (see --help)');
   }
-  if (values.mode !== undefined && !MODES.includes(values.mode)) {
-    throw new ConfigError(`--mode must be sync or async, got ${JSON.stringify(values.mode)}`);
-  }
+  const mode = oneOf(values.mode, '--mode', MODES);
   const durationMs = parseDuration(values.duration, '--duration');
   const intervalMs = parseDuration(values.interval, '--interval');
   if (intervalMs < MIN_INTERVAL_MS) {
@@ -268,7 +254,7 @@ async function run(argv: string[], io: CliIo): Promise<number> {
 
   const record = runReport({
     ...(values.name ? { name: values.name } : {}),
-    ...(values.mode ? { mode: values.mode } : {}),
+    ...(mode ? { mode } : {}),
     engines,
     // Decode-batch logs and scrapes are a served engine's own readings, not a stand-in's.
     ...(engines.length
@@ -285,31 +271,10 @@ async function run(argv: string[], io: CliIo): Promise<number> {
   }
   if (!values.quiet) io.stdout(`${renderTerminalReport(record)}\n`);
   for (const [, path] of outputs) io.stdout(`wrote ${resolve(io.cwd, path)}\n`);
-  return 0;
+  return EXIT.ok;
 }
 
-/** A Node system error (`ENOSPC`): a failure to report, not a bug to trace. */
-const isSystemError = (error: unknown) =>
-  error instanceof Error && typeof (error as NodeJS.ErrnoException).code === 'string' && 'syscall' in error;
-
-/** Run the CLI; never throws. A stack trace is printed only for a bug, never for a user's error. */
-export async function main(argv: string[], io: CliIo): Promise<number> {
-  try {
-    return await run(argv, io);
-  } catch (error) {
-    if (io.signal?.aborted) {
-      io.stderr('vime-metrics: interrupted\n');
-      return 130;
-    }
-    if (VimeError.isInstance(error)) {
-      io.stderr(`vime-metrics: ${error.message}\n`);
-      return error.code === 'invalid_config' || error.code === 'validation_error' ? 2 : 1;
-    }
-    if (isSystemError(error)) {
-      io.stderr(`vime-metrics: ${(error as Error).message}\n`);
-      return 1;
-    }
-    io.stderr(`vime-metrics: internal error (please report it): ${(error as Error).stack}\n`);
-    return 1;
-  }
+/** Run `vime-metrics` with `argv`; never throws. A stack trace is printed only for a bug. */
+export function main(argv: string[], io: CliIo): Promise<number> {
+  return runCli('vime-metrics', run, { argv, io });
 }

@@ -34,6 +34,7 @@ async function metrics(args: string[]) {
     stderr: (t) => {
       stderr += t;
     },
+    env: {},
     cwd: dir,
   });
   return { code, stdout, stderr, wrote: existsSync(join(out, 'r.json')) || existsSync(join(out, 'r.html')) };
@@ -105,11 +106,26 @@ describe('vime-metrics: flags', () => {
       ['--scrape', 'http://127.0.0.1:9/metrics', '--duration', 'soon'],
       '--duration: "soon" is not a duration',
     ],
-    [['--trainer-log', 'train.log', '--bogus'], "Unknown option '--bogus'; see vime-metrics --help"],
+    [['--trainer-log', 'train.log', '--bogus'], "Unknown option '--bogus'; see `vime-metrics --help`"],
     [['--trainer-log', '--quiet'], '--trainer-log needs a value'],
-    [['positional'], "Unexpected argument 'positional'"],
+    [['positional'], 'unexpected argument "positional"'],
+    // The did-you-mean of every Vime bin: a misspelled flag, a flag typed without its dashes.
+    [
+      ['--trainer-log', 'train.log', '--trainer_log', 'x'],
+      `Unknown option '--trainer_log' (did you mean "--trainer-log"?)`,
+    ],
+    [
+      ['--trainer-log', 'train.log', 'scrape', 'x'],
+      'unexpected argument "scrape" (did you mean "--scrape"?)',
+    ],
+    [
+      ['--trainer-log', 'train.log', '--mode', 'asnyc'],
+      '--mode must be sync or async, got "asnyc" (did you mean "async"?)',
+    ],
   ])('%j', async (args, message) => {
-    expectRefused(await metrics(args), 2, message);
+    const r = await metrics(args);
+    expectRefused(r, 2, message);
+    expect(r.stderr.trimEnd().split('\n'), 'one line').toHaveLength(1);
   });
 
   it('answers --help whatever else is on the line', async () => {
@@ -218,6 +234,7 @@ describe('vime-metrics: outputs', () => {
       stderr: (t) => {
         stderr += t;
       },
+      env: {},
       cwd: dir,
     });
     expect(code).toBe(2);
@@ -235,6 +252,7 @@ describe('vime-metrics: outputs', () => {
         stderr: (t) => {
           stderr += t;
         },
+        env: {},
         cwd: dir,
       },
     );

@@ -41,7 +41,7 @@ function start(script: string, args: string[], ready: RegExp): Promise<string> {
 it('serves coding-agent rollouts to slime through the Python bridge, each sample on the agent its metadata names', {
   timeout: 300_000,
 }, async () => {
-  const engineUrl = await start('packages/loop/src/standin/server.ts', [], /listening on (http:\/\/\S+)/);
+  const engineUrl = await start('packages/loop/src/standin-server.ts', [], /listening on (http:\/\/\S+)/);
   const out = await mkdtemp(join(tmpdir(), 'vime-serve-'));
   const serverUrl = await start(
     'packages/slime/src/serve.ts',

@@ -1,14 +1,27 @@
 /**
  * `vime-swe`: `validate DATASET` grades the unchanged repository and the gold patch of every row in fresh
  * sandboxes and lists the rows that fail the baseline; `offline DIR` builds and publishes the offline task
- * set (with `--docker`, its Docker image too).
+ * set (with `--docker`, its Docker image too). `main` takes argv and an IO object and returns the exit
+ * code, so tests run it in-process; `src/cli.ts` binds it to the process.
  */
 import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
-import { parseArgs } from 'node:util';
-import { ConfigError, VimeError } from '@vime/core';
-import { parseDuration } from '@vime/core/utils';
+import { ConfigError } from '@vime/core';
+import {
+  type CliIo,
+  type CliProgram,
+  type Command,
+  EXIT,
+  oneOf,
+  parseDuration,
+  parseFlags,
+  pathError,
+  positiveInt,
+  runCli,
+  runProgram,
+  UsageError,
+} from '@vime/core/utils';
 import { DockerEngine, providerFor } from '@vime/sandbox';
 import { loadJsonl, loadParquet, rowToTask } from '../dataset.js';
 import { type SandboxKind, SweEnvironments } from '../environment.js';
@@ -17,78 +30,73 @@ import { buildOfflineDockerImage } from '../offline/publish.js';
 import { SwePools } from '../pools.js';
 import { validateDataset } from '../validate.js';
 
-export interface CliIo {
-  stdout: (text: string) => void;
-  stderr: (text: string) => void;
-  cwd: string;
-  signal?: AbortSignal | undefined;
-}
+const SANDBOXES: readonly SandboxKind[] = ['bubblewrap', 'docker', 'local'];
 
-export const USAGE = `Usage: vime-swe <command> [flags]
+const VALIDATE_FLAGS = {
+  sandbox: { type: 'string' },
+  concurrency: { type: 'string' },
+  timeout: { type: 'string' },
+  json: { type: 'string' },
+} as const;
 
-Commands:
-  validate DATASET     grade the unchanged repository and the gold patch of every row, each in a fresh
-                       sandbox: unchanged must fail its FAIL_TO_PASS tests, gold must resolve. Lists the
-                       rows that do not, with the reason.
-  offline DIR          build and publish the offline task set in DIR (instances.jsonl, instances.parquet,
-                       environments.json and the repository mirror)
+const validateCommand: Command = {
+  name: 'validate',
+  synopsis: 'validate DATASET',
+  summary: 'grade the unchanged repository and the gold patch of every row; list the rows that fail',
+  help: `Usage: vime-swe validate DATASET [--sandbox KIND] [--concurrency N] [--timeout DURATION] [--json FILE]
 
-validate flags:
+Grade the unchanged repository and the gold patch of every row of DATASET (a SWE-smith .jsonl or
+.parquet file), each in a fresh sandbox: unchanged must fail its FAIL_TO_PASS tests, gold must resolve.
+Lists the rows that do not, with the reason. Exits 3 when some rows fail the baseline.
+
   --sandbox KIND       bubblewrap (default), docker or local
   --concurrency N      rows graded at once (default 2)
   --timeout DURATION   test run timeout per grade (default 900s)
-  --json FILE          write the verdicts as JSON
-offline flags:
-  --docker             also build the set's Docker image (needs a Docker engine: DOCKER_HOST)
-  -h, --help           this text
-
-Exit codes: 0 every row passed (validate) or done, 1 some rows failed the baseline, 2 bad input.
-`;
-
-function flags(args: string[]) {
-  try {
-    return parseArgs({
-      args,
-      allowPositionals: true,
-      strict: true,
-      options: {
-        sandbox: { type: 'string' },
-        concurrency: { type: 'string' },
-        timeout: { type: 'string' },
-        json: { type: 'string' },
-        docker: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
+  --json FILE          write the verdicts as JSON`,
+  async run(args, io) {
+    const { values, positionals } = parseFlags('vime-swe validate', args, VALIDATE_FLAGS, {
+      maxPositionals: 1,
     });
-  } catch (cause) {
-    const message = (cause as Error).message.split('\n')[0]!.replace(/\. To specify.*$/, '');
-    throw new ConfigError(`${message}; see vime-swe --help`, { cause });
-  }
-}
+    return validate(positionals[0], values, io);
+  },
+};
 
-export async function main(argv: string[], io: CliIo): Promise<number> {
-  try {
-    const { values, positionals } = flags(argv);
-    if (values.help || positionals.length === 0) {
-      (positionals.length === 0 && !values.help ? io.stderr : io.stdout)(USAGE);
-      return values.help ? 0 : 2;
-    }
-    const [command, target, ...extra] = positionals;
-    if (extra.length > 0)
-      throw new ConfigError(`unexpected argument ${JSON.stringify(extra[0])}; see vime-swe --help`);
-    if (command === 'validate') return await validate(target, values, io);
-    if (command === 'offline') return await offline(target, values.docker === true, io);
-    throw new ConfigError(
-      `unknown command ${JSON.stringify(command)}: use validate or offline; see vime-swe --help`,
+const offlineCommand: Command = {
+  name: 'offline',
+  synopsis: 'offline DIR',
+  summary: 'build and publish the offline task set in DIR',
+  help: `Usage: vime-swe offline DIR [--docker]
+
+Build and publish the offline task set in DIR (instances.jsonl, instances.parquet, environments.json
+and the repository mirror).
+
+  --docker   also build the set's Docker image (needs a Docker engine: DOCKER_HOST)`,
+  async run(args, io) {
+    const { values, positionals } = parseFlags(
+      'vime-swe offline',
+      args,
+      { docker: { type: 'boolean' } },
+      { maxPositionals: 1 },
     );
-  } catch (error) {
-    if (io.signal?.aborted) return 130;
-    if (ConfigError.isInstance(error) || VimeError.isInstance(error)) {
-      io.stderr(`vime-swe: ${(error as Error).message}\n`);
-      return ConfigError.isInstance(error) || (error as VimeError).code === 'validation_error' ? 2 : 1;
-    }
-    throw error;
-  }
+    return offline(positionals[0], values.docker === true, io);
+  },
+};
+
+export const SWE: CliProgram = {
+  name: 'vime-swe',
+  summary: 'validate SWE-smith datasets and build the offline task set',
+  commands: [validateCommand, offlineCommand],
+  exitCodes: [
+    [0, 'every row passed the baseline (validate), or done'],
+    [1, 'the work failed (a sandbox, the disk, the Docker engine)'],
+    [2, 'bad input: an unknown flag or command, a bad value, a missing or malformed dataset'],
+    [3, 'some rows failed the baseline (validate)'],
+  ],
+};
+
+/** Run `vime-swe` with `argv`; never throws. A stack trace is printed only for a bug. */
+export function main(argv: string[], io: CliIo): Promise<number> {
+  return runCli('vime-swe', (args, cliIo) => runProgram(SWE, args, cliIo), { argv, io });
 }
 
 async function validate(
@@ -101,16 +109,11 @@ async function validate(
   },
   io: CliIo,
 ): Promise<number> {
-  if (!dataset) throw new ConfigError('validate needs the dataset file: vime-swe validate rows.jsonl');
+  if (!dataset) throw new UsageError('validate needs the dataset file: vime-swe validate rows.jsonl');
   // Flags first: a typo in one is reported even when the file is also wrong.
-  const kind = (values.sandbox ?? 'bubblewrap') as SandboxKind;
+  const kind = oneOf(values.sandbox, '--sandbox', SANDBOXES) ?? 'bubblewrap';
   const provider = providerFor(kind);
-  const concurrency = values.concurrency === undefined ? 2 : Number(values.concurrency);
-  if (!Number.isInteger(concurrency) || concurrency < 1) {
-    throw new ConfigError(
-      `--concurrency expects a positive whole number, got ${JSON.stringify(values.concurrency)}`,
-    );
-  }
+  const concurrency = positiveInt(values.concurrency, '--concurrency') ?? 2;
   const timeoutMs = values.timeout === undefined ? undefined : parseDuration(values.timeout, '--timeout');
   const path = resolve(io.cwd, dataset);
   if (!existsSync(path))
@@ -131,20 +134,26 @@ async function validate(
         io.stderr(`[${done}/${total}] ${v.instanceId}: ${v.valid ? 'ok' : `FAILED — ${v.reason}`}\n`);
       },
     });
-    if (values.json)
-      await writeFile(resolve(io.cwd, values.json), `${JSON.stringify(report.verdicts, null, 2)}\n`);
+    const json = values.json;
+    if (json !== undefined) {
+      await writeFile(resolve(io.cwd, json), `${JSON.stringify(report.verdicts, null, 2)}\n`).catch(
+        (error: unknown) => {
+          throw pathError(error, '--json', json, 'write the verdicts there');
+        },
+      );
+    }
     io.stdout(
       `${report.valid.length} of ${tasks.length} rows pass the baseline (unchanged fails F2P, gold resolves)\n`,
     );
     for (const v of report.invalid) io.stdout(`excluded ${v.instanceId}: ${v.reason}\n`);
-    return report.invalid.length === 0 ? 0 : 1;
+    return report.invalid.length === 0 ? EXIT.ok : EXIT.checks;
   } finally {
     await pools.close();
   }
 }
 
 async function offline(dir: string | undefined, docker: boolean, io: CliIo): Promise<number> {
-  if (!dir) throw new ConfigError('offline needs an output folder: vime-swe offline ./offline-tasks');
+  if (!dir) throw new UsageError('offline needs an output folder: vime-swe offline ./offline-tasks');
   const set = await buildOfflineTaskSet({ dir: resolve(io.cwd, dir), signal: io.signal });
   io.stdout(
     `${set.rows.length} instances (${set.built ? 'built' : 'up to date'}):\n  ${set.jsonlPath}\n  ${set.parquetPath}\n  ${set.environmentsPath}\n`,
@@ -157,5 +166,5 @@ async function offline(dir: string | undefined, docker: boolean, io: CliIo): Pro
       await engine.close();
     }
   }
-  return 0;
+  return EXIT.ok;
 }

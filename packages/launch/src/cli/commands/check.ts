@@ -2,8 +2,8 @@
 import { existsSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { ConfigError } from '@vime/core';
+import { type Command, EXIT, parseFlags } from '@vime/core/utils';
 import { checkRenderedJobGroup } from '../../skypilot/check.js';
-import { type Command, EXIT, parseFlags } from '../command.js';
 
 export const launchCheckCommand: Command = {
   name: 'launch check',
@@ -19,7 +19,12 @@ checkpoint slime loads that the trainer's setup does not provide. Exits 3 on pro
 
   --root REPO   the repository checkout (default .)`,
   async run(args, io) {
-    const { values, positionals } = parseFlags('launch check', args, { root: { type: 'string' } });
+    const { values, positionals } = parseFlags(
+      'vime launch check',
+      args,
+      { root: { type: 'string' } },
+      { maxPositionals: 1 },
+    );
     const [dir] = positionals;
     if (!dir)
       throw new ConfigError(

@@ -1,9 +1,8 @@
 /** `vime engines wait [URL...]`: gate on every inference engine being healthy. */
-import { ConfigError, VimeError } from '@vime/core';
+import { VimeError } from '@vime/core';
 import { type EngineHealthStatus, waitForEngines } from '@vime/core/engine';
-import { httpUrl, parseDuration } from '@vime/core/utils';
+import { type Command, EXIT, httpUrl, oneOf, parseDuration, parseFlags, positiveInt } from '@vime/core/utils';
 import { expandEnv } from '../../plan.js';
-import { type Command, EXIT, parseFlags, positiveInt } from '../command.js';
 import { PLAN_HELP, PLAN_OPTIONS, planFrom } from '../plan-options.js';
 
 export const enginesWaitCommand: Command = {
@@ -22,18 +21,16 @@ the engines that never came up.
 
 ${PLAN_HELP}`,
   async run(args, io) {
-    const { values, positionals } = parseFlags('engines wait', args, {
+    const { values, positionals } = parseFlags('vime engines wait', args, {
       ...PLAN_OPTIONS,
       kind: { type: 'string' },
       timeout: { type: 'string' },
       stable: { type: 'string' },
     });
     const deadline = parseDuration(values.timeout ?? '30m', '--timeout');
-    const stable = positiveInt(values.stable, 'stable');
+    const stable = positiveInt(values.stable, '--stable');
     const plan = await planFrom(values, io);
-    const kind = values.kind ?? plan.jobGroup.engines.kind;
-    if (kind !== 'sglang' && kind !== 'vllm')
-      throw new ConfigError(`--kind must be sglang or vllm, got ${JSON.stringify(kind)}`);
+    const kind = oneOf(values.kind, '--kind', ['sglang', 'vllm'] as const) ?? plan.jobGroup.engines.kind;
     const urls = positionals.length ? positionals : plan.engineUrls.map((u) => expandEnv(u, io.env));
     for (const url of urls) httpUrl(url, 'engine URL', 'http://HOST:PORT (e.g. http://127.0.0.1:30000)');
     io.stderr(`waiting for ${urls.length} engine(s): ${urls.join(' ')}\n`);

@@ -1,10 +1,9 @@
 /** `vime plan`: the resolved plan and its preflight report. */
 import { ConfigError } from '@vime/core';
-import { shellJoin } from '@vime/core/utils';
+import { type CliIo, type Command, EXIT, parseFlags, shellJoin } from '@vime/core/utils';
 import { slimeArgs } from '@vime/slime';
 import type { LaunchPlan } from '../../plan.js';
 import { preflight } from '../../preflight.js';
-import { type CliIo, type Command, EXIT, parseFlags } from '../command.js';
 import { PLAN_HELP, PLAN_OPTIONS, planFrom } from '../plan-options.js';
 import { printSimulation, SIMULATE_HELP, SIMULATE_OPTIONS, simulatePlan } from './simulate.js';
 
@@ -53,11 +52,12 @@ ${SIMULATE_HELP}
 
 ${PLAN_HELP}`,
   async run(args, io) {
-    const { values } = parseFlags('plan', args, {
-      ...PLAN_OPTIONS,
-      ...SIMULATE_OPTIONS,
-      json: { type: 'boolean' },
-    });
+    const { values } = parseFlags(
+      'vime plan',
+      args,
+      { ...PLAN_OPTIONS, ...SIMULATE_OPTIONS, json: { type: 'boolean' } },
+      { maxPositionals: 0 },
+    );
     const plan = await planFrom(values, io);
     const report = preflight(plan);
     const argv = slimeArgvOf(plan);

@@ -1,9 +1,16 @@
 /** `vime ray submit|status|logs|stop`: Ray Jobs over the dashboard's REST API. */
 import { ConfigError } from '@vime/core';
-import { httpUrl, readTextFile, shellJoin } from '@vime/core/utils';
+import {
+  type CliIo,
+  type Command,
+  EXIT,
+  httpUrl,
+  parseFlags,
+  readTextFile,
+  shellJoin,
+} from '@vime/core/utils';
 import { RayJobsClient } from '../../ray/client.js';
 import { redactRequest, slimeJobRequest } from '../../ray/job.js';
-import { type CliIo, type Command, EXIT, parseFlags } from '../command.js';
 import { type FlagValues, PLAN_HELP, PLAN_OPTIONS, planFrom } from '../plan-options.js';
 
 const RAY_OPTIONS = {
@@ -65,7 +72,7 @@ ${RAY_HELP}
 
 ${PLAN_HELP}`,
   async run(args, io) {
-    const { values, positionals } = parseFlags('ray submit', args, {
+    const { values, positionals } = parseFlags('vime ray submit', args, {
       ...RAY_OPTIONS,
       'submission-id': { type: 'string' },
       'no-wait': { type: 'boolean' },
@@ -106,7 +113,7 @@ export const rayStatusCommand: Command = {
   summary: 'show a job (or list all jobs)',
   help: `Usage: vime ray status [ID] [--json]\n\nShow one job's status, or list all jobs.\n\n${RAY_HELP}`,
   async run(args, io) {
-    const { values, positionals } = parseFlags('ray status', args, {
+    const { values, positionals } = parseFlags('vime ray status', args, {
       ...RAY_OPTIONS,
       json: { type: 'boolean' },
     });
@@ -132,10 +139,12 @@ export const rayLogsCommand: Command = {
   summary: "print a job's log (--follow to keep reading)",
   help: `Usage: vime ray logs ID [--follow]\n\nPrint a job's log; --follow keeps polling until the job ends.\n\n${RAY_HELP}`,
   async run(args, io) {
-    const { values, positionals } = parseFlags('ray logs', args, {
-      ...RAY_OPTIONS,
-      follow: { type: 'boolean', short: 'f' },
-    });
+    const { values, positionals } = parseFlags(
+      'vime ray logs',
+      args,
+      { ...RAY_OPTIONS, follow: { type: 'boolean', short: 'f' } },
+      { maxPositionals: 1 },
+    );
     const [id] = positionals;
     if (!id) throw new ConfigError('name the job: vime ray logs ID');
     await withRayClient(values, io, async (client) => {
@@ -155,7 +164,7 @@ export const rayStopCommand: Command = {
   summary: 'stop a job',
   help: `Usage: vime ray stop ID\n\nStop a running job (prints whether it was running).\n\n${RAY_HELP}`,
   async run(args, io) {
-    const { values, positionals } = parseFlags('ray stop', args, RAY_OPTIONS);
+    const { values, positionals } = parseFlags('vime ray stop', args, RAY_OPTIONS, { maxPositionals: 1 });
     const [id] = positionals;
     if (!id) throw new ConfigError('name the job: vime ray stop ID');
     const stopped = await withRayClient(values, io, (client) => client.stop(id, signalOf(io)));

@@ -2,10 +2,9 @@
 import { writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { ConfigError } from '@vime/core';
-import { ensureDirectory, pathError } from '@vime/core/utils';
+import { type Command, EXIT, ensureDirectory, parseFlags, pathError } from '@vime/core/utils';
 import { renderJobGroup, renderVolume } from '../../skypilot/render.js';
 import { formatProblem, validateSkyPilotYaml } from '../../skypilot/validate.js';
-import { type Command, EXIT, parseFlags } from '../command.js';
 import { PLAN_HELP, PLAN_OPTIONS, planFrom } from '../plan-options.js';
 
 export const renderCommand: Command = {
@@ -21,10 +20,12 @@ loader rules. Launch with: sky volumes apply DIR/volume.yaml && sky jobs launch 
 
 ${PLAN_HELP}`,
   async run(args, io) {
-    const { values } = parseFlags('skypilot render', args, {
-      ...PLAN_OPTIONS,
-      out: { type: 'string', short: 'o' },
-    });
+    const { values } = parseFlags(
+      'vime skypilot render',
+      args,
+      { ...PLAN_OPTIONS, out: { type: 'string', short: 'o' } },
+      { maxPositionals: 0 },
+    );
     if (!values.out) throw new ConfigError('--out DIR is required (where job-group.yaml and volume.yaml go)');
     const out = values.out;
     const plan = await planFrom(values, io);

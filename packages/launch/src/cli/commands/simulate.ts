@@ -5,7 +5,7 @@
  * fewest engines and sandboxes that reach it.
  */
 import { ConfigError } from '@vime/core';
-import { parseDuration, readTextFile } from '@vime/core/utils';
+import { type CliIo, parseDuration, positiveInt, readTextFile } from '@vime/core/utils';
 import {
   type CapacityAnswer,
   type CapacityCurve,
@@ -18,7 +18,6 @@ import {
   type RunObservation,
 } from '@vime/metrics';
 import type { LaunchPlan } from '../../plan.js';
-import { type CliIo, positiveInt } from '../command.js';
 
 export const SIMULATE_OPTIONS = {
   simulate: { type: 'boolean' },
@@ -88,7 +87,7 @@ export async function simulatePlan(
     obs.map(([, o]) => o),
     { labels: obs.map(([label]) => label) },
   );
-  const maxEngines = positiveInt(values['max-engines'] as string | undefined, 'max-engines') ?? 8;
+  const maxEngines = positiveInt(values['max-engines'] as string | undefined, '--max-engines') ?? 8;
   const mode = plan.config.mode;
   const curve = capacityCurve(fit, {
     mode,

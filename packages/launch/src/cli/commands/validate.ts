@@ -1,8 +1,7 @@
 /** `vime skypilot validate FILE...`: SkyPilot YAML against SkyPilot's loader rules. */
 import { ConfigError } from '@vime/core';
-import { readTextFile } from '@vime/core/utils';
+import { type Command, EXIT, oneOf, parseFlags, readTextFile } from '@vime/core/utils';
 import { formatProblem, type SkyPilotYamlKind, validateSkyPilotYaml } from '../../skypilot/validate.js';
-import { type Command, EXIT, parseFlags } from '../command.js';
 
 const KINDS: readonly SkyPilotYamlKind[] = ['task', 'job-group', 'pipeline', 'volume'];
 
@@ -14,11 +13,9 @@ export const validateCommand: Command = {
 
 Check SkyPilot YAML files; prints every problem with its document and path. Exits 3 on errors.`,
   async run(args, io) {
-    const { values, positionals } = parseFlags('skypilot validate', args, { kind: { type: 'string' } });
+    const { values, positionals } = parseFlags('vime skypilot validate', args, { kind: { type: 'string' } });
     if (!positionals.length) throw new ConfigError('name at least one YAML file to validate');
-    const kind = values.kind as SkyPilotYamlKind | undefined;
-    if (kind !== undefined && !KINDS.includes(kind))
-      throw new ConfigError(`--kind must be one of ${KINDS.join(', ')}, got ${JSON.stringify(kind)}`);
+    const kind = oneOf(values.kind, '--kind', KINDS);
     // Read every file first, so a missing one fails before any report is printed.
     const texts = await Promise.all(positionals.map((file) => readTextFile(file, 'file', { cwd: io.cwd })));
     let errors = 0;

@@ -1,7 +1,7 @@
-// "Did you mean" hints for misspelled keys and flags.
+// "Did you mean" hints for misspelled flags, subcommands, config keys and values.
 
-/** Levenshtein distance, for "did you mean" hints on misspelled keys and flags. */
-function distance(a: string, b: string): number {
+/** Levenshtein distance: the fewest single-character insertions, deletions and substitutions from a to b. */
+export function editDistance(a: string, b: string): number {
   const row = Array.from({ length: b.length + 1 }, (_, i) => i);
   for (let i = 1; i <= a.length; i++) {
     let prev = row[0]!;
@@ -15,12 +15,15 @@ function distance(a: string, b: string): number {
   return row[b.length]!;
 }
 
-/** The closest known name within a third of its length, if any. */
+/**
+ * The known name closest to `name` (case ignored), if it is within 2 edits or a third of its length:
+ * close enough to be a typo, far enough that an unrelated name gets no hint.
+ */
 export function closest(name: string, known: Iterable<string>): string | undefined {
   let best: string | undefined;
   let bestScore = Number.POSITIVE_INFINITY;
   for (const candidate of known) {
-    const d = distance(name.toLowerCase(), candidate.toLowerCase());
+    const d = editDistance(name.toLowerCase(), candidate.toLowerCase());
     if (d < bestScore) {
       best = candidate;
       bestScore = d;
@@ -29,6 +32,7 @@ export function closest(name: string, known: Iterable<string>): string | undefin
   return best !== undefined && bestScore <= Math.max(2, Math.floor(best.length / 3)) ? best : undefined;
 }
 
+/** ` (did you mean "x"?)` for the closest known name, or `''` when none is close. */
 export function didYouMean(name: string, known: Iterable<string>): string {
   const hint = closest(name, known);
   return hint ? ` (did you mean ${JSON.stringify(hint)}?)` : '';

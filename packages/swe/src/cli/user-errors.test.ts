@@ -1,0 +1,66 @@
+// `vime-swe` answers a user's mistakes in-process through `main` (what the bin calls): exit 2, one line
+// naming the flag or command with the closest right one, no stack trace, and nothing graded or built.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { EXIT, memoryIo } from '@vime/core/utils';
+import { afterAll, describe, expect, it } from 'vitest';
+import { main } from './main.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'vime-swe-errors-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+writeFileSync(join(dir, 'rows.jsonl'), '');
+
+async function vimeSwe(args: string[]) {
+  const io = memoryIo({ cwd: dir });
+  const code = await main(args, io);
+  return { code, ...io.output };
+}
+
+describe('vime-swe: mistakes on the command line', () => {
+  it.each([
+    [
+      ['validate', 'rows.jsonl', '--concurency', '2'],
+      `Unknown option '--concurency' (did you mean "--concurrency"?)`,
+    ],
+    [['offline', 'out', '--dokcer'], `Unknown option '--dokcer' (did you mean "--docker"?)`],
+    [
+      ['valdate', 'rows.jsonl'],
+      'unknown command "valdate" (did you mean "validate"?); commands: validate, offline',
+    ],
+    [['ofline', 'out'], 'unknown command "ofline" (did you mean "offline"?)'],
+    [
+      ['validate', 'rows.jsonl', '--concurrency', 'lots'],
+      '--concurrency expects a positive whole number, got "lots"',
+    ],
+    [
+      ['validate', 'rows.jsonl', '--sandbox', 'dokcer'],
+      '--sandbox must be bubblewrap, docker or local, got "dokcer" (did you mean "docker"?)',
+    ],
+    [['validate', 'rows.jsonl', '--timeout', 'soon'], '--timeout: "soon" is not a duration'],
+    [
+      ['validate', 'rows.jsonl', 'more.jsonl'],
+      'unexpected argument "more.jsonl"; see `vime-swe validate --help`',
+    ],
+    [['offline', 'out', '--concurrency', '2'], `Unknown option '--concurrency'`],
+    [['validate'], 'validate needs the dataset file'],
+    [['validate', 'rows.jsonl'], 'rows.jsonl: no valid SWE-smith rows'],
+  ])('%j', async (args, message) => {
+    const r = await vimeSwe(args);
+    expect(r.code, r.stderr).toBe(EXIT.usage);
+    expect(r.stderr).toBe(`vime-swe: ${r.stderr.slice('vime-swe: '.length).split('\n')[0]}\n`);
+    expect(r.stderr).toContain(message);
+    expect(r.stdout).toBe('');
+  });
+
+  it('answers --help for the program and each command', async () => {
+    const top = await vimeSwe(['--help']);
+    expect(top.code).toBe(EXIT.ok);
+    expect(top.stdout).toMatch(/^vime-swe: [\s\S]*validate DATASET[\s\S]*offline DIR[\s\S]*Exit codes:/);
+    for (const command of ['validate', 'offline']) {
+      const r = await vimeSwe([command, '--bogus', '--help']);
+      expect(r.code).toBe(EXIT.ok);
+      expect(r.stdout).toMatch(new RegExp(`^Usage: vime-swe ${command}`));
+    }
+  });
+});
