@@ -5,7 +5,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { EngineError, ValidationError } from '@vime/core';
+import { EngineError, errorMarker, hasErrorMarker, ValidationError } from '@vime/core';
 import { findPython } from '@vime/core/utils';
 import type { TrainerHook, TrainResult } from '@vime/loop';
 import { z } from 'zod';
@@ -34,7 +34,16 @@ const EventSchema = z.discriminatedUnion('event', [ReadySchema.loose(), StepSche
 export type TrainerReady = z.output<typeof ReadySchema> & Record<string, unknown>;
 export type TrainerStep = z.output<typeof StepSchema>;
 
-export class TrainerError extends EngineError {}
+const trainerMarker = errorMarker('TrainerError');
+
+/** The trainer process failed or answered what it should not: an infrastructure failure of the run. */
+export class TrainerError extends EngineError {
+  readonly [trainerMarker] = true;
+
+  static override isInstance(value: unknown): value is TrainerError {
+    return hasErrorMarker(value, trainerMarker);
+  }
+}
 
 export interface TrainerOptions {
   /** The initial Hugging Face checkpoint (weight version 0). */

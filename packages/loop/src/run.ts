@@ -14,7 +14,7 @@ import {
 } from '@vime/core';
 import { loadTokenizer } from '@vime/core/engine';
 import { type CaptureProxy, startCaptureProxy } from '@vime/core/proxy';
-import { GroupQueue } from '@vime/core/queue';
+import { type GradeEntry, GroupQueue, type GroupsOutcome, runGroups, scoredOf } from '@vime/core/queue';
 import { type RolloutFunction, rolloutProgressBar } from '@vime/core/runner';
 import { writeFileAtomic } from '@vime/core/utils';
 import { rolloutMetrics, weightStaleness } from '@vime/metrics';
@@ -25,7 +25,7 @@ import { checkAgents, harnessSocket, loopRollout, usesHarness } from './agents.j
 import type { Config } from './config.js';
 import { bundledTokenizerDir, defaultRunFolder } from './defaults.js';
 import { type RunEngines, startEngines } from './engines.js';
-import { createStepGroups, doneSiblings, rollOutGroups, type StepGroups, scoredOf } from './groups.js';
+import { createStepGroups, doneSiblings } from './groups.js';
 import type { LoopIO, RunSummary } from './loop.js';
 import { sampleEngines, writeRunReport } from './report.js';
 import { RouterLog } from './router-log.js';
@@ -94,7 +94,7 @@ export class LoopRun {
   readonly #results: RolloutResult[] = [];
   readonly #resultsByStep = new Map<number, RolloutResult[]>();
   readonly #trainedRows: Sample[] = [];
-  readonly #stepGroups = new Map<number, StepGroups>();
+  readonly #stepGroups = new Map<number, GroupsOutcome>();
   readonly #claims: Array<{ warm: boolean; latencyMs: number }> = [];
   readonly #startedAt = Date.now();
   readonly #started = performance.now();
@@ -241,7 +241,7 @@ export class LoopRun {
     );
     this.#resumedRollouts += doneSiblings(queue, ids);
     let bar: { stop(): void } | undefined;
-    const groups = await rollOutGroups(queue, ids, this.services.tasks, this.#rollout, {
+    const groups = await runGroups(queue, ids, this.services.tasks, this.#rollout, {
       samplesPerPrompt: config.samplesPerPrompt,
       concurrency: config.concurrency,
       guardMs: config.rolloutGuardMs,
@@ -269,7 +269,7 @@ export class LoopRun {
    * On record before its receipt: a restart shows every reward that was computed again. Like the metrics,
    * a ledger that cannot be written (a full disk) is reported once and costs no rollout.
    */
-  #ledger(step: number, g: Parameters<NonNullable<Parameters<typeof rollOutGroups>[4]['onGraded']>>[0]) {
+  #ledger(step: number, g: GradeEntry) {
     const line = {
       t: Date.now(),
       step,

@@ -149,161 +149,188 @@ function sendError(res: ServerResponse, status: number, code: string, message: s
   res.end(body);
 }
 
+/** One POST /rollout at a time: decode, wait for a slot, run (durably or with retries), answer. */
+class RolloutHandler {
+  readonly counts = { inFlight: 0, completed: 0, aborted: 0, failed: 0, retried: 0, replayed: 0 };
+  readonly gate: Semaphore;
+  #handing = Promise.resolve();
+
+  constructor(
+    private readonly options: RolloutServerOptions,
+    readonly capacity: number,
+    readonly deadlineMs: number,
+    readonly attempts: number,
+  ) {
+    this.gate = new Semaphore(capacity);
+  }
+
+  /** Resolves once every answered unit was handed off (the server is closing). */
+  drained(): Promise<void> {
+    return this.#handing;
+  }
+
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const disconnected = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) disconnected.abort(new VimeError('aborted', 'client disconnected'));
+    });
+    let request: { sample: Sample; samplingParams: Record<string, unknown> };
+    try {
+      request = await this.#decode(req);
+    } catch (error) {
+      const code = VimeError.isInstance(error) ? error.code : 'decode_error';
+      return sendError(res, 400, code, (error as Error).message);
+    }
+    const deadline = deadlineSignal(this.deadlineMs, disconnected.signal);
+    const { signal } = deadline;
+    let release: (() => void) | undefined;
+    try {
+      release = await this.gate.acquire(signal);
+      this.counts.inFlight++;
+      const rows = await this.#rows(request.sample, request.samplingParams, signal);
+      signal.throwIfAborted();
+      const bytes = encodeSamples(rows);
+      res.writeHead(200, { 'content-type': 'application/msgpack', 'content-length': bytes.length });
+      res.end(bytes);
+      this.counts.completed++;
+    } catch (error) {
+      this.#fail(res, error, signal, disconnected.signal);
+    } finally {
+      deadline.clear();
+      if (release) {
+        this.counts.inFlight--;
+        release();
+      }
+    }
+  }
+
+  async #decode(req: IncomingMessage): Promise<{ sample: Sample; samplingParams: Record<string, unknown> }> {
+    const body = decode(await readBody(req, this.options.maxBodyBytes ?? 64 << 20)) as {
+      sample?: unknown;
+      sampling_params?: unknown;
+    };
+    if (typeof body !== 'object' || body === null || !('sample' in body)) {
+      throw new VimeError('invalid_argument', 'body must be a msgpack map { sample, sampling_params }');
+    }
+    return {
+      sample: fromSlimeDict(body.sample, 'sample'),
+      samplingParams: (body.sampling_params ?? {}) as Record<string, unknown>,
+    };
+  }
+
+  /** The rows to answer: the durable unit's (recorded or run now), or a rollout retried in memory. */
+  #rows(sample: Sample, samplingParams: Record<string, unknown>, signal: AbortSignal): Promise<Sample[]> {
+    const { queue } = this.options;
+    const key = queue && unitKey(sample);
+    return queue && key
+      ? this.#fromUnit(queue, key, sample, samplingParams, signal)
+      : this.#withRetries(sample, samplingParams, signal);
+  }
+
+  async #fromUnit(
+    queue: GroupQueue,
+    key: string,
+    sample: Sample,
+    samplingParams: Record<string, unknown>,
+    signal: AbortSignal,
+  ): Promise<Sample[]> {
+    const run = (attemptSignal: AbortSignal) =>
+      this.options.rollout({ sample, samplingParams, signal: attemptSignal });
+    const rows = await runSampleUnit(queue, key, run, {
+      signal,
+      deadlineMs: this.deadlineMs,
+      retryDelayMs: this.options.retryDelayMs ?? 1000,
+      shouldRetry: worthRetrying,
+      onRetry: () => this.counts.retried++,
+    }).then(
+      (unit) => {
+        if (unit.replayed) this.counts.replayed++;
+        return unit.rows;
+      },
+      (error: unknown) => {
+        if (signal.aborted || !UnitDropped.isInstance(error)) throw error;
+        this.counts.failed++;
+        const code = VimeError.isInstance(error.cause) ? error.cause.code : 'rollout_error';
+        return [infraFailureSample(sample, { code, message: error.message, attempts: error.attempts })];
+      },
+    );
+    // Answered units go to the queue's hand-off (one at a time), so GC keeps it small.
+    this.#handing = this.#handing.then(() => handOffAnswered(queue)).catch(() => {});
+    return rows;
+  }
+
+  async #withRetries(
+    sample: Sample,
+    samplingParams: Record<string, unknown>,
+    signal: AbortSignal,
+  ): Promise<Sample[]> {
+    let tries = 0;
+    const attempt = (n: number) => {
+      tries = n + 1;
+      return this.options.rollout({ sample, samplingParams, signal });
+    };
+    return retry(attempt, {
+      retries: this.attempts - 1,
+      signal,
+      initialDelayMs: this.options.retryDelayMs ?? 1000,
+      shouldRetry: worthRetrying,
+      onRetry: () => this.counts.retried++,
+    }).catch((error: unknown) => {
+      if (signal.aborted) throw error;
+      this.counts.failed++;
+      const code = VimeError.isInstance(error) ? error.code : 'rollout_error';
+      return [infraFailureSample(sample, { code, message: (error as Error).message, attempts: tries })];
+    });
+  }
+
+  /** A request that ended without rows: its deadline (504), its client gone (499), or a server fault (500). */
+  #fail(res: ServerResponse, error: unknown, signal: AbortSignal, disconnected: AbortSignal): void {
+    if (signal.aborted) {
+      this.counts.aborted++;
+      if (disconnected.aborted) sendError(res, 499, 'aborted', 'client disconnected');
+      else sendError(res, 504, 'timeout', `rollout exceeded its ${this.deadlineMs} ms deadline`);
+      return;
+    }
+    this.counts.failed++;
+    sendError(res, 500, VimeError.isInstance(error) ? error.code : 'rollout_error', (error as Error).message);
+  }
+}
+
 export async function startRolloutServer(options: RolloutServerOptions): Promise<RolloutServer> {
   const capacity = options.concurrency ?? 64;
   const deadlineMs = options.deadlineMs ?? 30 * 60_000;
-  const maxBody = options.maxBodyBytes ?? 64 << 20;
   const attempts = options.attempts ?? 3;
   if (!Number.isInteger(attempts) || attempts < 1) {
     throw new ConfigError(`attempts must be a whole number >= 1 (got ${JSON.stringify(options.attempts)})`);
   }
-  const gate = new Semaphore(capacity);
-  const counts = { inFlight: 0, completed: 0, aborted: 0, failed: 0, retried: 0, replayed: 0 };
-  const queue = options.queue;
+  const { queue } = options;
   if (queue && queue.options.maxAttempts !== attempts) {
     throw new ConfigError(
       `startRolloutServer queue: opened with maxAttempts ${queue.options.maxAttempts}, but attempts is ${attempts}; open it with maxAttempts: ${attempts}`,
     );
   }
-  let handing = Promise.resolve();
+  const handler = new RolloutHandler(options, capacity, deadlineMs, attempts);
   const config = JSON.stringify({
     settings: options.settings ?? {},
     attempts,
     concurrency: capacity,
     deadlineMs,
   });
-
-  const handleRollout = async (req: IncomingMessage, res: ServerResponse) => {
-    const disconnected = new AbortController();
-    res.on('close', () => {
-      if (!res.writableFinished) disconnected.abort(new VimeError('aborted', 'client disconnected'));
-    });
-    let sample: Sample;
-    let samplingParams: Record<string, unknown>;
-    try {
-      const body = decode(await readBody(req, maxBody)) as { sample?: unknown; sampling_params?: unknown };
-      if (typeof body !== 'object' || body === null || !('sample' in body)) {
-        throw new VimeError('invalid_argument', 'body must be a msgpack map { sample, sampling_params }');
-      }
-      sample = fromSlimeDict(body.sample, 'sample');
-      samplingParams = (body.sampling_params ?? {}) as Record<string, unknown>;
-    } catch (error) {
-      return sendError(
-        res,
-        400,
-        VimeError.isInstance(error) ? error.code : 'decode_error',
-        (error as Error).message,
-      );
-    }
-    const deadline = deadlineSignal(deadlineMs, disconnected.signal);
-    const { signal } = deadline;
-    let release: (() => void) | undefined;
-    try {
-      release = await gate.acquire(signal);
-      counts.inFlight++;
-      const key = queue && unitKey(sample);
-      let rows: Sample[];
-      if (queue && key) {
-        rows = await runSampleUnit(
-          queue,
-          key,
-          (attemptSignal) => options.rollout({ sample, samplingParams, signal: attemptSignal }),
-          {
-            signal,
-            deadlineMs,
-            retryDelayMs: options.retryDelayMs ?? 1000,
-            shouldRetry: worthRetrying,
-            onRetry: () => {
-              counts.retried++;
-            },
-          },
-        ).then(
-          (run) => {
-            if (run.replayed) counts.replayed++;
-            return run.rows;
-          },
-          (error: unknown) => {
-            if (signal.aborted || !(error instanceof UnitDropped)) throw error;
-            counts.failed++;
-            const code = VimeError.isInstance(error.cause) ? error.cause.code : 'rollout_error';
-            return [infraFailureSample(sample, { code, message: error.message, attempts: error.attempts })];
-          },
-        );
-        // Answered units go to the queue's hand-off (one at a time), so GC keeps it small.
-        handing = handing.then(() => handOffAnswered(queue)).catch(() => {});
-      } else {
-        let tries = 0;
-        rows = await retry(
-          (attempt) => {
-            tries = attempt + 1;
-            return options.rollout({ sample, samplingParams, signal });
-          },
-          {
-            retries: attempts - 1,
-            signal,
-            initialDelayMs: options.retryDelayMs ?? 1000,
-            shouldRetry: worthRetrying,
-            onRetry: () => {
-              counts.retried++;
-            },
-          },
-        ).catch((error: unknown) => {
-          if (signal.aborted) throw error;
-          counts.failed++;
-          const code = VimeError.isInstance(error) ? error.code : 'rollout_error';
-          return [infraFailureSample(sample, { code, message: (error as Error).message, attempts: tries })];
-        });
-      }
-      signal.throwIfAborted();
-      const bytes = encodeSamples(rows);
-      res.writeHead(200, { 'content-type': 'application/msgpack', 'content-length': bytes.length });
-      res.end(bytes);
-      counts.completed++;
-    } catch (error) {
-      if (signal.aborted) {
-        counts.aborted++;
-        const timedOut = !disconnected.signal.aborted;
-        sendError(
-          res,
-          timedOut ? 504 : 499,
-          timedOut ? 'timeout' : 'aborted',
-          timedOut ? `rollout exceeded its ${deadlineMs} ms deadline` : 'client disconnected',
-        );
-      } else {
-        counts.failed++;
-        sendError(
-          res,
-          500,
-          VimeError.isInstance(error) ? error.code : 'rollout_error',
-          (error as Error).message,
-        );
-      }
-    } finally {
-      deadline.clear();
-      if (release) {
-        counts.inFlight--;
-        release();
-      }
-    }
-  };
-
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (req.method === 'GET' && path === '/config') {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(config);
     } else if (req.method === 'GET' && path === '/health') {
+      const { inFlight } = handler.counts;
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ status: 'ok', inFlight: counts.inFlight, waiting: gate.waiting, capacity }));
+      res.end(JSON.stringify({ status: 'ok', inFlight, waiting: handler.gate.waiting, capacity }));
     } else if (req.method === 'POST' && path === '/rollout') {
-      void handleRollout(req, res);
-    } else
-      sendError(
-        res,
-        404,
-        'not_found',
-        `no route for ${req.method} ${path}; use POST /rollout, GET /health or GET /config`,
-      );
+      void handler.handle(req, res);
+    } else {
+      const message = `no route for ${req.method} ${path}; use POST /rollout, GET /health or GET /config`;
+      sendError(res, 404, 'not_found', message);
+    }
   });
   server.keepAliveTimeout = 75_000;
   await new Promise<void>((resolve, reject) => {
@@ -315,13 +342,13 @@ export async function startRolloutServer(options: RolloutServerOptions): Promise
   return {
     url: `http://${host}:${port}`,
     server,
-    stats: () => ({ ...counts, waiting: gate.waiting }),
+    stats: () => ({ ...handler.counts, waiting: handler.gate.waiting }),
     close: async () => {
       await new Promise<void>((resolve) => {
         server.closeAllConnections();
         server.close(() => resolve());
       });
-      await handing;
+      await handler.drained();
     },
   };
 }

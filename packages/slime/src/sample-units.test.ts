@@ -4,10 +4,11 @@ import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { encode } from '@msgpack/msgpack';
-import { createSample, decodeSamples, type Sample, SandboxError, toSlimeDict } from '@vime/core';
+import { createSample, decodeSamples, type Sample, SandboxError, toSlimeDict, VimeError } from '@vime/core';
 import { GroupQueue } from '@vime/core/queue';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type RolloutServer, startRolloutServer } from './rollout-server.js';
+import { runSampleUnit, UnitDropped } from './sample-units.js';
 
 const cleanup: Array<() => Promise<unknown>> = [];
 afterEach(async () => {
@@ -144,5 +145,47 @@ describe('rollout server with durable sample units', () => {
     clearTimeout(collected);
     expect(res.status).toBe(504);
     expect(await res.json()).toMatchObject({ error: { code: 'timeout' } });
+  });
+});
+
+describe('runSampleUnit', () => {
+  it('stops waiting to retry as soon as its signal aborts (the wait between attempts listens to it)', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'vime-unit-abort-'));
+    const queue = await GroupQueue.open(dir, { maxAttempts: 3 });
+    cleanup.push(async () => {
+      await queue.close();
+      await rm(dir, { recursive: true, force: true });
+    });
+    const controller = new AbortController();
+    let runs = 0;
+    const stop = new Error('stopped by the caller');
+    const unit = runSampleUnit(
+      queue,
+      'sample/0/0',
+      async () => {
+        runs++;
+        // The first attempt fails for infrastructure reasons; the caller stops during the retry wait.
+        setImmediate(() => controller.abort(stop));
+        throw new SandboxError('sandbox create failed');
+      },
+      // A wait no test would sit out: only the abort can end it.
+      {
+        signal: controller.signal,
+        deadlineMs: 60_000,
+        retryDelayMs: 3_600_000,
+        shouldRetry: () => true,
+        onRetry: () => {},
+      },
+    );
+    await expect(unit).rejects.toBe(stop);
+    expect(runs).toBe(1);
+  });
+});
+
+describe('UnitDropped', () => {
+  it('has its own marker: its guard is true for it alone, not for any VimeError', () => {
+    expect(UnitDropped.isInstance(new UnitDropped('dropped', 3))).toBe(true);
+    expect(UnitDropped.isInstance(new VimeError('rollout_failed', 'x'))).toBe(false);
+    expect(VimeError.isInstance(new UnitDropped('dropped', 3))).toBe(true);
   });
 });

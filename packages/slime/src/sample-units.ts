@@ -6,9 +6,9 @@
  * then the unit is dropped (counted as `infra_failed`) and answered with a failure row. Answered units
  * are handed off at once (one step each) and kept for `retain` more answers, then collected.
  */
-import { type Sample, VimeError } from '@vime/core';
+import { errorMarker, hasErrorMarker, type Sample, VimeError } from '@vime/core';
 import type { GroupQueue, SampleVersions } from '@vime/core/queue';
-import { deadlineSignal } from '@vime/core/utils';
+import { deadlineSignal, sleep } from '@vime/core/utils';
 
 export interface UnitRun {
   rows: Sample[];
@@ -22,14 +22,21 @@ export function unitKey(sample: Sample): string | undefined {
   return `sample/${sample.group_index ?? '-'}/${sample.index}`;
 }
 
+const unitDroppedMarker = errorMarker('UnitDropped');
+
 /** The error a dropped unit answers with (the caller turns it into a failure row). */
 export class UnitDropped extends VimeError {
+  readonly [unitDroppedMarker] = true;
   constructor(
     message: string,
     readonly attempts: number,
     cause?: unknown,
   ) {
     super('rollout_failed', message, { cause });
+  }
+
+  static override isInstance(value: unknown): value is UnitDropped {
+    return hasErrorMarker(value, unitDroppedMarker);
   }
 }
 
@@ -88,7 +95,7 @@ export async function runSampleUnit(
       });
       if (outcome.outcome === 'drop') throw new UnitDropped((error as Error).message, tries, error);
       o.onRetry();
-      await new Promise((r) => setTimeout(r, o.retryDelayMs * 2 ** (tries - 1)));
+      await sleep(o.retryDelayMs * 2 ** (tries - 1), o.signal);
       continue;
     }
     const reward = rows.find((r) => typeof r.reward === 'number')?.reward;

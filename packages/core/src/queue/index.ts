@@ -25,4 +25,12 @@ export { GroupQueue } from './groups.js';
 export { type QueueEvents, SampleQueue, type SampleQueueOptions } from './queue.js';
 export type { CommitOptions, QueueBatch, QueueRecord, ReadOptions } from './reader.js';
 export type { RepairReport } from './repair.js';
+export {
+  type GradeEntry,
+  type GroupsOutcome,
+  type GroupWork,
+  type RunGroupsOptions,
+  runGroups,
+  scoredOf,
+} from './worker.js';
 export type { AppendResult } from './writer.js';

@@ -3,30 +3,30 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { createSample, type TaskSpec } from '@vime/core';
-import { GroupQueue } from '@vime/core/queue';
 import { describe, expect, it } from 'vitest';
-import { createStepGroups, rollOutGroups } from './groups.js';
+import { createSample } from '../sample.js';
+import { GroupQueue } from './groups.js';
+import { runGroups } from './worker.js';
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
 
-const tasks = [{ id: 't0', prompt: 'fix it' }] as unknown as TaskSpec[];
+const tasks = [{ id: 't0' }];
 
-describe('rollOutGroups', () => {
+describe('runGroups', () => {
   it('ends the step when its last sibling is graded, also after a garbage collection while it waits for a lease', {
     timeout: 20_000,
   }, async () => {
     const dir = await mkdtemp(join(tmpdir(), 'vime-groups-'));
     const queue = await GroupQueue.open(dir);
     try {
-      const ids = await createStepGroups(queue, 1, 0, 1, tasks.length, 2);
+      const ids = [await queue.create({ n: 2, key: 'group-0', payload: { groupIndex: 0, task: 0 } })];
       // The first sibling finishes at once; while the runner waits for another lease, a collection runs;
       // then the second sibling finishes and nothing is left to lease.
       const delays = [20, 400];
       let started = 0;
       const collected = setTimeout(gc, 150);
-      const groups = await rollOutGroups(
+      const groups = await runGroups(
         queue,
         ids,
         tasks,
