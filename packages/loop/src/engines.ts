@@ -4,6 +4,7 @@
  */
 import { ConfigError, type TaskSpec } from '@vime/core';
 import { type ChatTokenizer, type Engine, sglangEngine, vllmEngine, waitForEngines } from '@vime/core/engine';
+import { type CaptureProxy, startCaptureProxy } from '@vime/core/proxy';
 import { type StandInEngine, startStandInEngine } from '@vime/core/standin';
 
 import type { Config } from './config.js';
@@ -90,4 +91,23 @@ export async function startEngines(
       await Promise.all(standIns.map((e) => e.close()));
     },
   };
+}
+
+/** The capture proxy in front of the run's engines, with the run's router settings. */
+export function startRunProxy(
+  config: Config,
+  engines: RunEngines,
+  tokenizer: ChatTokenizer,
+  socketPath: string | undefined,
+): Promise<CaptureProxy> {
+  return startCaptureProxy({
+    engine: engines.engines,
+    tokenizer,
+    socketPath,
+    onWeightUpdate: config.onWeightUpdate,
+    router: {
+      healthIntervalMs: config.engineHealthIntervalMs,
+      unavailableDeadlineMs: config.engineDeadlineMs,
+    },
+  });
 }

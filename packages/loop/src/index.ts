@@ -4,7 +4,7 @@ export { loopMain } from './cli/main.js';
 export { summaryText } from './cli/summary.js';
 export { type Config, ConfigSchema, checkConfig, configFromEnv, parseConfig, usage } from './config.js';
 export { bundledTokenizerDir, defaultRunFolder } from './defaults.js';
-export { type RunEngines, startEngines } from './engines.js';
+export { type RunEngines, startEngines, startRunProxy } from './engines.js';
 export { createStepGroups, doneSiblings, type GroupPayload, groupKey } from './groups.js';
 export { type LoopIO, type RunSummary, readConfigOf, runLoop, type TrainerHook } from './loop.js';
 export { type ReportInput, sampleEngines, writeRunReport } from './report.js';

@@ -13,7 +13,7 @@ import {
   type TaskSpec,
 } from '@vime/core';
 import { loadTokenizer } from '@vime/core/engine';
-import { type CaptureProxy, startCaptureProxy } from '@vime/core/proxy';
+import type { CaptureProxy } from '@vime/core/proxy';
 import { type GradeEntry, GroupQueue, type GroupsOutcome, runGroups, scoredOf } from '@vime/core/queue';
 import { type RolloutFunction, rolloutProgressBar } from '@vime/core/runner';
 import { writeFileAtomic } from '@vime/core/utils';
@@ -24,7 +24,7 @@ import type { RowVerdict, SwePools } from '@vime/swe';
 import { checkAgents, harnessSocket, loopRollout, usesHarness } from './agents.js';
 import type { Config } from './config.js';
 import { bundledTokenizerDir, defaultRunFolder } from './defaults.js';
-import { type RunEngines, startEngines } from './engines.js';
+import { type RunEngines, startEngines, startRunProxy } from './engines.js';
 import { createStepGroups, doneSiblings } from './groups.js';
 import type { LoopIO, RunSummary } from './loop.js';
 import { sampleEngines, writeRunReport } from './report.js';
@@ -76,16 +76,7 @@ async function startServices(config: Config, io: LoopIO, labels: Record<string, 
     await socket.close();
     throw error;
   }
-  const proxy = await startCaptureProxy({
-    engine: engines.engines,
-    tokenizer,
-    socketPath: socket.socketPath,
-    onWeightUpdate: config.onWeightUpdate,
-    router: {
-      healthIntervalMs: config.engineHealthIntervalMs,
-      unavailableDeadlineMs: config.engineDeadlineMs,
-    },
-  });
+  const proxy = await startRunProxy(config, engines, tokenizer, socket.socketPath);
   return { dataset, tasks, excluded, pools, sandboxEvents, engines, proxy, socket };
 }
 

@@ -5,7 +5,7 @@
 import { join, resolve } from 'node:path';
 import type { TaskSpec } from '@vime/core';
 import { loadTokenizer } from '@vime/core/engine';
-import { type CaptureProxy, startCaptureProxy } from '@vime/core/proxy';
+import type { CaptureProxy } from '@vime/core/proxy';
 import { GroupQueue } from '@vime/core/queue';
 import {
   bundledTokenizerDir,
@@ -16,6 +16,7 @@ import {
   type RunEngines,
   readTasks,
   startEngines,
+  startRunProxy,
 } from '@vime/loop';
 import type { MetricSink } from '@vime/metrics/sinks';
 import { providerFor } from '@vime/sandbox';
@@ -48,16 +49,7 @@ export async function startServeServices(
   // (`metadata.agent`), also on rows the dataset lacks, so a server whose sandboxes have the channel
   // always listens on one.
   const socket = await harnessSocket(config.sandbox !== 'local');
-  const proxy = await startCaptureProxy({
-    engine: engines.engines,
-    tokenizer,
-    socketPath: socket.socketPath,
-    onWeightUpdate: config.onWeightUpdate,
-    router: {
-      healthIntervalMs: config.engineHealthIntervalMs,
-      unavailableDeadlineMs: config.engineDeadlineMs,
-    },
-  });
+  const proxy = await startRunProxy(config, engines, tokenizer, socket.socketPath);
   const pools = new SwePools(providerFor(config.sandbox), tasks, {
     kind: config.sandbox,
     environments,
