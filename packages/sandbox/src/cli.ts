@@ -6,7 +6,7 @@ import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { VimeError } from '@vime/core';
 import { parseDuration } from '@vime/core/utils';
-import { defaultDockerSocket } from './docker-engine.js';
+import { defaultDockerSocket } from './docker/engine-api.js';
 import { type ReapOptions, reapOrphans } from './reap.js';
 
 const USAGE = `Usage: vime-sandbox reap [--run ID] [--older-than DURATION] [options]

@@ -7,9 +7,9 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
-import { cgroupHasProcesses, cgroupOwner, findCgroups, removeCgroupTree } from './cgroup.js';
-import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
-import { cleanupSandboxDir, defaultRootDir, listSandboxDirs } from './host-state.js';
+import { DockerEngine, defaultDockerSocket } from './docker/engine-api.js';
+import { cgroupHasProcesses, cgroupOwner, findCgroups, removeCgroupTree } from './host/cgroups.js';
+import { cleanupSandboxDir, defaultRootDir, listSandboxDirs } from './host/state.js';
 import {
   CREATED_LABEL,
   idOfRun,
@@ -19,7 +19,7 @@ import {
   runTag,
   SANDBOX_LABEL,
 } from './lifecycle.js';
-import { killByEnvPrefix, SANDBOX_MARKER_ENV } from './proc.js';
+import { killByEnvPrefix, SANDBOX_MARKER_ENV } from './process-markers.js';
 import type { SandboxEmitter } from './types.js';
 
 export interface ReapOptions {

@@ -36,8 +36,8 @@ import {
   startFixture,
   userDir,
 } from './__fixtures__/support.js';
-import { bubblewrapProvider } from './bubblewrap.js';
-import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
+import { bubblewrapProvider } from './bubblewrap/provider.js';
+import { DockerEngine, defaultDockerSocket } from './docker/engine-api.js';
 
 const withDocker = isRoot || dockerAvailable();
 const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));

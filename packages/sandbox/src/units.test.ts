@@ -7,7 +7,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { MAX_POOL_NAME_LENGTH, poolName } from './names.js';
 import { BoundedOutput } from './output.js';
-import { killByEnv } from './proc.js';
+import { killByEnv } from './process-markers.js';
 import { packTar, unpackTar } from './tar.js';
 
 describe('BoundedOutput', () => {

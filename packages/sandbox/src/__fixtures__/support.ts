@@ -16,7 +16,7 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { DockerEngine, defaultDockerSocket } from '../docker-engine.js';
+import { DockerEngine, defaultDockerSocket } from '../docker/engine-api.js';
 import { dockerAvailable } from '../testing.js';
 
 export { dockerAvailable, testImage } from '../testing.js';

@@ -7,14 +7,11 @@ import { dirname, join, posix } from 'node:path';
 import { SandboxError } from '@vime/core';
 import type { Logger } from '@vime/core/utils';
 import { EventEmitter } from 'eventemitter3';
-import { refuseChannel } from './bwrap-channel.js';
-import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
-import { defaultRootDir, HostState } from './host-state.js';
-import { forwardWarnings, newSandboxId, runOf, sandboxLabels, withTrackedCreate } from './lifecycle.js';
-import { checkLifetime, type EffectiveLimits, resolveLimits, resolveWorkdir, rlimitsOf } from './limits.js';
-import { DEFAULT_MAX_READ_BYTES, readCap, tooLarge } from './output.js';
-import { EXEC_MARKER_ENV, killByExecMarker, newExecId, SANDBOX_MARKER_ENV } from './proc.js';
-import { type RunResult, runProcess } from './process.js';
+import { refuseChannel } from '../channel.js';
+import { forwardWarnings, newSandboxId, runOf, sandboxLabels, withTrackedCreate } from '../lifecycle.js';
+import { checkLifetime, type EffectiveLimits, resolveLimits, resolveWorkdir, rlimitsOf } from '../limits.js';
+import { DEFAULT_MAX_READ_BYTES, readCap, tooLarge } from '../output.js';
+import { EXEC_MARKER_ENV, killByExecMarker, newExecId, SANDBOX_MARKER_ENV } from '../process-markers.js';
 import type {
   OpOptions,
   ReadOptions,
@@ -22,7 +19,10 @@ import type {
   SandboxEmitter,
   SandboxProvider,
   SandboxSpec,
-} from './types.js';
+} from '../types.js';
+import { type RunResult, runProcess } from './run-process.js';
+import { HostSandbox, type RunExecOptions, sandboxPath } from './sandbox.js';
+import { defaultRootDir, HostState } from './state.js';
 
 export interface LocalProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */

@@ -7,16 +7,16 @@ import { spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { ConfigError, SandboxError } from '@vime/core';
 import { deadlineSignal, sleep } from '@vime/core/utils';
-import { FORWARDER, PROXY_SOCKET_IN_SANDBOX } from './bwrap-channel.js';
-import { BwrapSession, type SessionLaunch } from './bwrap-session.js';
-import { SUPERVISOR } from './bwrap-supervisor.js';
-import type { ExecCgroups } from './cgroup.js';
-import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
-import type { EffectiveLimits, Rlimits } from './limits.js';
-import { DEFAULT_MAX_READ_BYTES, readCap, tailOf, tooLarge } from './output.js';
-import { SANDBOX_MARKER_ENV } from './proc.js';
-import { type RunResult, runProcess } from './process.js';
-import type { OpOptions, ProxyChannel, ReadOnlyBind, ReadOptions } from './types.js';
+import { FORWARDER, PROXY_SOCKET_IN_SANDBOX } from '../channel.js';
+import type { ExecCgroups } from '../host/cgroups.js';
+import { type RunResult, runProcess } from '../host/run-process.js';
+import { HostSandbox, type RunExecOptions, sandboxPath } from '../host/sandbox.js';
+import type { EffectiveLimits, Rlimits } from '../limits.js';
+import { DEFAULT_MAX_READ_BYTES, readCap, tailOf, tooLarge } from '../output.js';
+import { SANDBOX_MARKER_ENV } from '../process-markers.js';
+import type { OpOptions, ProxyChannel, ReadOnlyBind, ReadOptions } from '../types.js';
+import { BwrapSession, type SessionLaunch } from './session.js';
+import { SUPERVISOR } from './supervisor.js';
 
 export interface BwrapConfig {
   bwrap: string;

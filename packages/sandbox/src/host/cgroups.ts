@@ -20,7 +20,7 @@ import {
 import { rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { sleep } from '@vime/core/utils';
-import type { EffectiveLimits } from './limits.js';
+import type { EffectiveLimits } from '../limits.js';
 
 export type Controller = 'memory' | 'pids' | 'cpu';
 

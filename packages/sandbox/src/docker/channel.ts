@@ -1,14 +1,14 @@
 /**
  * The proxy channel and read-only binds of a docker sandbox: the same boundary as bubblewrap's
- * (`bwrap-channel.ts`, which checks the spec and holds the forwarder). The container keeps `NetworkMode:
+ * (`../channel.ts`, which checks the spec and loads the forwarder). The container keeps `NetworkMode:
  * none`; the proxy's socket is bind-mounted read-only and the forwarder, started by an exec before the
  * sandbox is handed out, relays `127.0.0.1:<port>` inside the container's own network namespace to it.
  */
 import { ConfigError, SandboxError } from '@vime/core';
-import { FORWARDER, PROXY_SOCKET_IN_SANDBOX } from './bwrap-channel.js';
-import type { DockerEngine } from './docker-engine.js';
-import { tailOf } from './output.js';
-import type { ProxyChannel, ReadOnlyBind } from './types.js';
+import { FORWARDER, PROXY_SOCKET_IN_SANDBOX } from '../channel.js';
+import { tailOf } from '../output.js';
+import type { ProxyChannel, ReadOnlyBind } from '../types.js';
+import type { DockerEngine } from './engine-api.js';
 
 /** A bind mount in the Engine's `HostConfig.Mounts` form (JSON: no `:` or `,` parsing of paths). */
 export interface DockerBindMount {

@@ -11,10 +11,16 @@ import { dirname, isAbsolute, join } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
 import type { Logger } from '@vime/core/utils';
 import { EventEmitter } from 'eventemitter3';
-import { resolveBinds, resolveChannel } from './bwrap-channel.js';
-import { assertDir, type BwrapConfig, BwrapSandbox } from './bwrap-sandbox.js';
-import { type CgroupPlan, createCgroups, ExecCgroups, markCgroupOwner, planCgroups } from './cgroup.js';
-import { defaultRootDir, HostState } from './host-state.js';
+import { resolveBinds, resolveChannel } from '../channel.js';
+import {
+  type CgroupPlan,
+  createCgroups,
+  ExecCgroups,
+  markCgroupOwner,
+  planCgroups,
+} from '../host/cgroups.js';
+import { type RunResult, runProcess } from '../host/run-process.js';
+import { defaultRootDir, HostState } from '../host/state.js';
 import {
   forwardWarnings,
   newSandboxId,
@@ -22,7 +28,7 @@ import {
   runOf,
   sandboxLabels,
   withTrackedCreate,
-} from './lifecycle.js';
+} from '../lifecycle.js';
 import {
   checkLifetime,
   type EffectiveLimits,
@@ -31,9 +37,8 @@ import {
   resolveLimits,
   resolveWorkdir,
   rlimitsOf,
-} from './limits.js';
-import { tailOf } from './output.js';
-import { type RunResult, runProcess } from './process.js';
+} from '../limits.js';
+import { tailOf } from '../output.js';
 import type {
   OpOptions,
   ReadOnlyBind,
@@ -41,7 +46,8 @@ import type {
   SandboxEmitter,
   SandboxProvider,
   SandboxSpec,
-} from './types.js';
+} from '../types.js';
+import { assertDir, type BwrapConfig, BwrapSandbox } from './sandbox.js';
 
 export interface BubblewrapProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */

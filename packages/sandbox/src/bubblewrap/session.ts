@@ -1,5 +1,5 @@
 /**
- * A long-lived bubblewrap session: one `bwrap` per sandbox runs a small supervisor (bwrap-supervisor.ts)
+ * A long-lived bubblewrap session: one `bwrap` per sandbox runs a small supervisor (supervisor.ts)
  * that forks each command inside the already-built namespaces. An exec then costs a fork instead of
  * building namespaces and mounts again, which is what makes bubblewrap as cheap as a plain spawn.
  *
@@ -15,9 +15,9 @@ import { readFileSync } from 'node:fs';
 import type { Duplex, Readable } from 'node:stream';
 import { SandboxError } from '@vime/core';
 import { sleep } from '@vime/core/utils';
-import { closeFd, type ExecCgroups } from './cgroup.js';
-import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, tailOf } from './output.js';
-import type { RunResult } from './process.js';
+import { closeFd, type ExecCgroups } from '../host/cgroups.js';
+import type { RunResult } from '../host/run-process.js';
+import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, tailOf } from '../output.js';
 
 const OP = { run: 1, stdin: 2, eof: 3, kill: 4, spare: 5 } as const;
 const OUT = { stdout: 1, stderr: 2, exit: 3, ready: 9 } as const;

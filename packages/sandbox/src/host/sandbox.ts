@@ -6,10 +6,8 @@ import { access } from 'node:fs/promises';
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import { SandboxError } from '@vime/core';
-import type { HostState } from './host-state.js';
-import { register } from './lifecycle.js';
-import { SandboxOps } from './ops.js';
-import type { RunResult } from './process.js';
+import { register } from '../lifecycle.js';
+import { SandboxOps } from '../ops.js';
 import type {
   ExecOptions,
   ExecResult,
@@ -20,7 +18,9 @@ import type {
   SandboxEmitter,
   SandboxSpec,
   TerminateReason,
-} from './types.js';
+} from '../types.js';
+import type { RunResult } from './run-process.js';
+import type { HostState } from './state.js';
 
 /** Exec options as the providers receive them: stdin may also be a stream (`copyIn`). */
 export type RunExecOptions = Omit<ExecOptions, 'stdin'> & { stdin?: string | Uint8Array | Readable };

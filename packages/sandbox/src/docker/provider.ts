@@ -7,10 +7,7 @@
 import { ConfigError, SandboxError } from '@vime/core';
 import type { Logger } from '@vime/core/utils';
 import { EventEmitter } from 'eventemitter3';
-import { resolveBinds, resolveChannel } from './bwrap-channel.js';
-import { channelMounts, startForwarder } from './docker-channel.js';
-import { DockerEngine } from './docker-engine.js';
-import { DockerSandbox, removeContainerSync } from './docker-sandbox.js';
+import { resolveBinds, resolveChannel } from '../channel.js';
 import {
   forwardWarnings,
   newSandboxId,
@@ -18,10 +15,13 @@ import {
   runOf,
   sandboxLabels,
   withTrackedCreate,
-} from './lifecycle.js';
-import { checkLifetime, type EffectiveLimits, resolveLimits, resolveWorkdir } from './limits.js';
-import { packTar } from './tar.js';
-import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
+} from '../lifecycle.js';
+import { checkLifetime, type EffectiveLimits, resolveLimits, resolveWorkdir } from '../limits.js';
+import { packTar } from '../tar.js';
+import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from '../types.js';
+import { channelMounts, startForwarder } from './channel.js';
+import { DockerEngine } from './engine-api.js';
+import { DockerSandbox, removeContainerSync } from './sandbox.js';
 
 /** Image label saying "bind the host's /usr read-only" (a registry-free image holding only folder stubs). */
 export const HOST_USR_LABEL = 'dev.vime.host-usr';

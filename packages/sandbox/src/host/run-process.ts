@@ -6,8 +6,8 @@ import { spawn } from 'node:child_process';
 import { constants } from 'node:os';
 import type { Readable } from 'node:stream';
 import { SandboxError } from '@vime/core';
-import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES } from './output.js';
-import type { ExecResult } from './types.js';
+import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES } from '../output.js';
+import type { ExecResult } from '../types.js';
 
 export interface RunOptions {
   cwd?: string;

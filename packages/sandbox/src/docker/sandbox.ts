@@ -7,13 +7,12 @@ import { execFileSync, spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { posix } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
-import type { DockerEngine } from './docker-engine.js';
-import { sandboxPath } from './host-sandbox.js';
-import { register } from './lifecycle.js';
-import { SandboxOps } from './ops.js';
-import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8, readCap, tailOf, tooLarge } from './output.js';
-import { EXEC_MARKER_ENV, killByExecMarker, newExecId } from './proc.js';
-import { packTar, unpackTar } from './tar.js';
+import { sandboxPath } from '../host/sandbox.js';
+import { register } from '../lifecycle.js';
+import { SandboxOps } from '../ops.js';
+import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8, readCap, tailOf, tooLarge } from '../output.js';
+import { EXEC_MARKER_ENV, killByExecMarker, newExecId } from '../process-markers.js';
+import { packTar, unpackTar } from '../tar.js';
 import type {
   ExecOptions,
   ExecResult,
@@ -23,7 +22,8 @@ import type {
   SandboxCapabilities,
   SandboxEmitter,
   TerminateReason,
-} from './types.js';
+} from '../types.js';
+import type { DockerEngine } from './engine-api.js';
 
 export interface DockerSandboxInit {
   id: string;
