@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { ConfigError, SandboxError } from '@vime/core';
 import { deadlineSignal, sleep } from '@vime/core/utils';
-import { FORWARDER, PROXY_SOCKET_IN_SANDBOX } from '../channel.js';
+import { forwarderSource, PROXY_SOCKET_IN_SANDBOX } from '../channel.js';
 import type { ExecCgroups } from '../host/cgroups.js';
 import { type RunResult, runProcess } from '../host/run-process.js';
 import { HostSandbox, type RunExecOptions, sandboxPath } from '../host/sandbox.js';
@@ -16,7 +16,7 @@ import { DEFAULT_MAX_READ_BYTES, readCap, tailOf, tooLarge } from '../output.js'
 import { SANDBOX_MARKER_ENV } from '../process-markers.js';
 import type { OpOptions, ProxyChannel, ReadOnlyBind, ReadOptions } from '../types.js';
 import { BwrapSession, type SessionLaunch } from './session.js';
-import { SUPERVISOR } from './supervisor.js';
+import { supervisorSource } from './supervisor.js';
 
 export interface BwrapConfig {
   bwrap: string;
@@ -155,13 +155,19 @@ export class BwrapSandbox extends HostSandbox {
   /** Start (or restart) the sandbox's session and wait for its supervisor to report ready. */
   async startSession(signal?: AbortSignal): Promise<BwrapSession> {
     const { config } = this;
-    let argv = ['python3', '-c', SUPERVISOR, JSON.stringify(config.rlimits), config.execCgroups ? '4' : ''];
+    let argv = [
+      'python3',
+      '-c',
+      supervisorSource(),
+      JSON.stringify(config.rlimits),
+      config.execCgroups ? '4' : '',
+    ];
     if (config.channel) {
       const { port } = config.channel;
       argv = [
         'python3',
         '-c',
-        FORWARDER,
+        forwarderSource(),
         PROXY_SOCKET_IN_SANDBOX,
         String(port),
         config.python!,

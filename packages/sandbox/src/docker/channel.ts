@@ -5,7 +5,7 @@
  * sandbox is handed out, relays `127.0.0.1:<port>` inside the container's own network namespace to it.
  */
 import { ConfigError, SandboxError } from '@vime/core';
-import { FORWARDER, PROXY_SOCKET_IN_SANDBOX } from '../channel.js';
+import { forwarderSource, PROXY_SOCKET_IN_SANDBOX } from '../channel.js';
 import { tailOf } from '../output.js';
 import type { ProxyChannel, ReadOnlyBind } from '../types.js';
 import type { DockerEngine } from './engine-api.js';
@@ -59,7 +59,7 @@ export async function startForwarder(
       AttachStdout: true,
       AttachStderr: true,
       Tty: false,
-      Cmd: ['python3', '-c', FORWARDER, PROXY_SOCKET_IN_SANDBOX, String(channel.port)],
+      Cmd: ['python3', '-c', forwarderSource(), PROXY_SOCKET_IN_SANDBOX, String(channel.port)],
     },
     signal: wait,
   });
