@@ -4,8 +4,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { SandboxError, type StagedFile } from '@vime/core';
-import { retry, shellQuote, sleep } from '@vime/core/utils';
-import { BoundedOutput, tailOf } from './output.js';
+import { BoundedOutput, retry, shellQuote, sleep } from '@vime/core/utils';
+import { tailOf } from './output.js';
 import type { ExecOptions, ExecResult, OpOptions, Sandbox } from './types.js';
 
 /**

@@ -1,3 +1,5 @@
+// Output capture lives in @vime/core/utils (it runs this package's host processes); named here too.
+export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from '@vime/core/utils';
 export { type BubblewrapProviderOptions, bubblewrapProvider } from './bubblewrap/provider.js';
 export { PROXY_CHANNEL_PORT, PROXY_SOCKET_IN_SANDBOX } from './channel.js';
 export { DOCKER_API_MAX, DOCKER_API_MIN, DockerEngine, defaultDockerSocket } from './docker/engine-api.js';
@@ -37,7 +39,7 @@ export {
   resolveWorkdir,
 } from './limits.js';
 export { MAX_POOL_NAME_LENGTH, poolName } from './names.js';
-export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_READ_BYTES, decodeUtf8 } from './output.js';
+export { DEFAULT_MAX_READ_BYTES } from './output.js';
 export { POOL_LABEL, WarmPool, type WarmPoolOptions, type WarmPoolStats } from './pool.js';
 export { type ProviderKind, providerFor } from './provider-for.js';
 export { type ReapedSandbox, type ReapOptions, type ReapReport, reapOrphans } from './reap.js';

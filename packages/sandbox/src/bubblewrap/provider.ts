@@ -19,7 +19,7 @@ import {
   markCgroupOwner,
   planCgroups,
 } from '../host/cgroups.js';
-import { type RunResult, runProcess } from '../host/run-process.js';
+import { type RunResult, runHostProcess } from '../host/run-process.js';
 import { defaultRootDir, HostState } from '../host/state.js';
 import {
   forwardWarnings,
@@ -358,7 +358,7 @@ async function prepareRoot(
     await Promise.all([mkdir(root), mkdir(upper), mkdir(work)]);
     state.meta.mounts.push(root);
     await state.saveMeta();
-    const result = await runProcess(
+    const result = await runHostProcess(
       'mount',
       ['-t', 'overlay', 'overlay', '-o', `lowerdir=${rootfs},upperdir=${upper},workdir=${work}`, root],
       { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' }, ...abortable },
@@ -367,7 +367,7 @@ async function prepareRoot(
       throw new SandboxError(`overlay mount of rootfs ${rootfs} failed: ${result.output.trim()}`);
     }
   } else {
-    const result = await runProcess('cp', ['-a', '--reflink=auto', `${rootfs}/.`, root], {
+    const result = await runHostProcess('cp', ['-a', '--reflink=auto', `${rootfs}/.`, root], {
       env: { PATH: '/usr/bin:/bin' },
       ...abortable,
     });
@@ -409,7 +409,7 @@ async function probeBwrap(
     'localProvider() explicitly.';
   let result: RunResult;
   try {
-    result = await runProcess(
+    result = await runHostProcess(
       bwrap,
       [...systemArgs, '--unshare-all', '--die-with-parent', '--new-session', 'true'],
       { env: { PATH: process.env.PATH ?? '/usr/bin:/bin' }, timeoutMs: 10_000, ...(user ?? {}) },

@@ -9,7 +9,7 @@ import { ConfigError, SandboxError } from '@vime/core';
 import { deadlineSignal, sleep } from '@vime/core/utils';
 import { forwarderSource, PROXY_SOCKET_IN_SANDBOX } from '../channel.js';
 import type { ExecCgroups } from '../host/cgroups.js';
-import { type RunResult, runProcess } from '../host/run-process.js';
+import { type RunResult, runHostProcess } from '../host/run-process.js';
 import { HostSandbox, type RunExecOptions, sandboxPath } from '../host/sandbox.js';
 import type { EffectiveLimits, Rlimits } from '../limits.js';
 import { DEFAULT_MAX_READ_BYTES, readCap, tailOf, tooLarge } from '../output.js';
@@ -271,7 +271,7 @@ export class BwrapSandbox extends HostSandbox {
   ): Promise<RunResult> {
     const launch = this.launch(this.bwrapArgs(argv, options), true);
     let pid: number | undefined;
-    return runProcess(launch.command, launch.args, {
+    return runHostProcess(launch.command, launch.args, {
       env: launch.env,
       ...(launch.launchReport ? { launchReport: true } : {}),
       ...(launch.uid === undefined ? {} : { uid: launch.uid, gid: launch.gid! }),
@@ -280,7 +280,7 @@ export class BwrapSandbox extends HostSandbox {
       ...(options.signal === undefined ? {} : { signal: options.signal }),
       ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
       ...(maxRawBytes === undefined ? {} : { maxRawBytes }),
-      track: (p) => {
+      trackPid: (p) => {
         this.state.trackPid(p, pid);
         pid = p;
       },

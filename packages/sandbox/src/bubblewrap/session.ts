@@ -14,10 +14,10 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import type { Duplex, Readable } from 'node:stream';
 import { SandboxError } from '@vime/core';
-import { sleep } from '@vime/core/utils';
+import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, sleep } from '@vime/core/utils';
 import { closeFd, type ExecCgroups } from '../host/cgroups.js';
 import type { RunResult } from '../host/run-process.js';
-import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, tailOf } from '../output.js';
+import { tailOf } from '../output.js';
 
 const OP = { run: 1, stdin: 2, eof: 3, kill: 4, spare: 5 } as const;
 const OUT = { stdout: 1, stderr: 2, exit: 3, ready: 9 } as const;

@@ -7,10 +7,11 @@ import { execFileSync, spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { posix } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
+import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from '@vime/core/utils';
 import { sandboxPath } from '../host/sandbox.js';
 import { register } from '../lifecycle.js';
 import { SandboxOps } from '../ops.js';
-import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8, readCap, tailOf, tooLarge } from '../output.js';
+import { readCap, tailOf, tooLarge } from '../output.js';
 import { EXEC_MARKER_ENV, killByExecMarker, newExecId } from '../process-markers.js';
 import { packTar, unpackTar } from '../tar.js';
 import type {

@@ -20,7 +20,7 @@ import type {
   SandboxProvider,
   SandboxSpec,
 } from '../types.js';
-import { type RunResult, runProcess } from './run-process.js';
+import { type RunResult, runHostProcess } from './run-process.js';
 import { HostSandbox, type RunExecOptions, sandboxPath } from './sandbox.js';
 import { defaultRootDir, HostState } from './state.js';
 
@@ -149,7 +149,7 @@ class LocalSandbox extends HostSandbox {
     const execId = newExecId();
     let pid: number | undefined;
     try {
-      return await runProcess(argv[0]!, argv.slice(1), {
+      return await runHostProcess(argv[0]!, argv.slice(1), {
         cwd,
         env: {
           PATH: this.path,
@@ -165,7 +165,7 @@ class LocalSandbox extends HostSandbox {
         ...(options.signal === undefined ? {} : { signal: options.signal }),
         ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
         ...(raw ? { maxRawBytes: DEFAULT_MAX_READ_BYTES } : {}),
-        track: (p) => {
+        trackPid: (p) => {
           this.state.trackPid(p, pid);
           pid = p;
         },
