@@ -21,7 +21,7 @@ describe('python/', () => {
       cwd: packageRoot,
       env: { ...process.env, PYTHONDONTWRITEBYTECODE: '1' },
       timeout: 120_000,
-    }).catch((error: { stdout?: string; stderr?: string; message: string }) => {
+    }).catch((error: { stdout?: string | undefined; stderr?: string | undefined; message: string }) => {
       throw new Error(`pytest failed: ${error.stdout ?? ''}${error.stderr ?? error.message}`);
     });
     const passed = Number(/(\d+) passed/.exec(r.stdout)?.[1] ?? 0);

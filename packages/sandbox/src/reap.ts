@@ -24,22 +24,22 @@ import type { SandboxEmitter } from './types.js';
 
 export interface ReapOptions {
   /** Only sandboxes labelled with this run (`vime.run`). */
-  run?: string;
+  run?: string | undefined;
   /** Only sandboxes created longer ago than this. */
-  olderThanMs?: number;
+  olderThanMs?: number | undefined;
   /** Also remove sandboxes whose creating process is still running (default false). */
-  includeLive?: boolean;
+  includeLive?: boolean | undefined;
   /** Host sandbox state folder (default `<tmpdir>/vime-sandboxes`). */
-  rootDir?: string;
+  rootDir?: string | undefined;
   /**
    * Docker engine to sweep: a client, a socket path, or false to skip. Default: the default socket when it
    * exists.
    */
-  docker?: DockerEngine | string | false;
+  docker?: DockerEngine | string | false | undefined;
   /** Report what would be removed without removing it. */
-  dryRun?: boolean;
-  events?: SandboxEmitter;
-  signal?: AbortSignal;
+  dryRun?: boolean | undefined;
+  events?: SandboxEmitter | undefined;
+  signal?: AbortSignal | undefined;
 }
 
 export interface ReapedSandbox {

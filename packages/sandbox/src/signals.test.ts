@@ -73,7 +73,10 @@ interface Run {
   asOther: boolean;
 }
 
-function start(mode: string, options: { asOther?: boolean; handler?: string } = {}): Run {
+function start(
+  mode: string,
+  options: { asOther?: boolean | undefined; handler?: string | undefined } = {},
+): Run {
   const asOther = options.asOther ?? false;
   const home = userDir('vime-signals-', asOther);
   dirs.push(home);
@@ -108,10 +111,10 @@ function sandboxDirs(r: Run): string[] {
   }
 }
 
-function metas(r: Run): Array<{ cgroups?: string[] }> {
+function metas(r: Run): Array<{ cgroups?: string[] | undefined }> {
   return sandboxDirs(r).flatMap((d) => {
     try {
-      return [JSON.parse(readFileSync(join(d, 'meta.json'), 'utf8')) as { cgroups?: string[] }];
+      return [JSON.parse(readFileSync(join(d, 'meta.json'), 'utf8')) as { cgroups?: string[] | undefined }];
     } catch {
       return [];
     }

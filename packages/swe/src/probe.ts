@@ -58,7 +58,7 @@ export async function sandboxHacks(
   options: { python?: string | undefined; signal?: AbortSignal | undefined } = {},
 ): Promise<HackFlag[]> {
   if (files.added.length + files.changed.length === 0) return [];
-  await sandbox.writeFile('.git/vime-probe.py', probe(), options.signal ? { signal: options.signal } : {});
+  await sandbox.writeFile('.git/vime-probe.py', probe(), { signal: options.signal });
   const r = await sh(
     sandbox,
     `${options.python ?? 'python3'} -I .git/vime-probe.py '${JSON.stringify(RUNNER_MODULES)}'`,

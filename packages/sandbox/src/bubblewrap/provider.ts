@@ -51,30 +51,30 @@ import { assertDir, type BwrapConfig, BwrapSandbox } from './sandbox.js';
 
 export interface BubblewrapProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */
-  rootDir?: string;
+  rootDir?: string | undefined;
   /** The bwrap binary (default `bwrap` on PATH). */
-  bwrapPath?: string;
+  bwrapPath?: string | undefined;
   /**
    * Unprivileged uid/gid the sandboxed processes run as when this process is root (default 65533).
    * Root inside bwrap could remount the read-only system writable, so root is never used.
    */
-  uid?: number;
-  gid?: number;
+  uid?: number | undefined;
+  gid?: number | undefined;
   /** Named rootfs folders usable as `spec.image` (an absolute folder path works too). */
-  images?: Record<string, string>;
+  images?: Record<string, string> | undefined;
   /** PATH inside the sandbox (default `/usr/local/bin:/usr/bin:/bin`). */
-  path?: string;
+  path?: string | undefined;
   /**
    * `session` (default when the sandbox root has python3): one bwrap per sandbox with a small supervisor
    * that forks each command, so an exec costs about a plain spawn, and background processes live until
    * terminate. `per-exec`: a fresh bwrap for every command (fresh namespaces each time; nothing outlives
    * its exec), the fallback for roots without python3.
    */
-  execMode?: 'session' | 'per-exec';
-  events?: SandboxEmitter;
-  logger?: Logger;
+  execMode?: 'session' | 'per-exec' | undefined;
+  events?: SandboxEmitter | undefined;
+  logger?: Logger | undefined;
   /** Terminate live sandboxes on SIGINT/SIGTERM/SIGHUP and exit (default true). */
-  handleSignals?: boolean;
+  handleSignals?: boolean | undefined;
 }
 
 const isRoot = () => process.getuid?.() === 0;
@@ -156,7 +156,7 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
           provider: 'bubblewrap',
           labels,
           createdAt: Date.now(),
-          ...(spec.lifetimeMs === undefined ? {} : { lifetimeMs: spec.lifetimeMs }),
+          lifetimeMs: spec.lifetimeMs,
           cgroups: [],
           mounts: [],
         });

@@ -116,7 +116,10 @@ export class BwrapSandbox extends HostSandbox {
    * process count is counted in the sandbox's own user namespace. A per-exec launch also reports on fd 3
    * that its cgroups were joined (a session's fd 3 is its channel, and its supervisor reports readiness).
    */
-  private launch(bwrapArgs: string[], perExec: boolean): SessionLaunch & { launchReport?: boolean } {
+  private launch(
+    bwrapArgs: string[],
+    perExec: boolean,
+  ): SessionLaunch & { launchReport?: boolean | undefined } {
     const { config } = this;
     let chain = [config.bwrap, ...bwrapArgs];
     const rl = perExec
@@ -244,11 +247,11 @@ export class BwrapSandbox extends HostSandbox {
         argv,
         env: this.commandEnv(options),
         cwd: sandboxPath(this.config.workdir, options.cwd ?? this.config.workdir),
-        ...(options.stdin === undefined ? {} : { stdin: options.stdin }),
-        ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
-        ...(options.signal === undefined ? {} : { signal: options.signal }),
-        ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
-        ...(maxRawBytes === undefined ? {} : { maxRawBytes }),
+        stdin: options.stdin,
+        timeoutMs: options.timeoutMs,
+        signal: options.signal,
+        maxOutputBytes: options.maxOutputBytes,
+        maxRawBytes,
       });
     }
     return this.runPerExec(argv, options, maxRawBytes);
@@ -273,13 +276,14 @@ export class BwrapSandbox extends HostSandbox {
     let pid: number | undefined;
     return runHostProcess(launch.command, launch.args, {
       env: launch.env,
-      ...(launch.launchReport ? { launchReport: true } : {}),
-      ...(launch.uid === undefined ? {} : { uid: launch.uid, gid: launch.gid! }),
-      ...(options.stdin === undefined ? {} : { stdin: options.stdin }),
-      ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
-      ...(options.signal === undefined ? {} : { signal: options.signal }),
-      ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
-      ...(maxRawBytes === undefined ? {} : { maxRawBytes }),
+      launchReport: launch.launchReport,
+      uid: launch.uid,
+      gid: launch.gid,
+      stdin: options.stdin,
+      timeoutMs: options.timeoutMs,
+      signal: options.signal,
+      maxOutputBytes: options.maxOutputBytes,
+      maxRawBytes,
       trackPid: (p) => {
         this.state.trackPid(p, pid);
         pid = p;
@@ -294,11 +298,7 @@ export class BwrapSandbox extends HostSandbox {
     maxRawBytes?: number,
   ): Promise<RunResult> {
     return this.ops.track(options, async (signal) => {
-      const result = await this.runWith(
-        argv,
-        { signal, ...(options.stdin === undefined ? {} : { stdin: options.stdin }) },
-        maxRawBytes,
-      );
+      const result = await this.runWith(argv, { signal, stdin: options.stdin }, maxRawBytes);
       if (result.exitCode !== 0) {
         throw new SandboxError(`${what} failed in sandbox ${this.id}: ${tailOf(result.stderr.trim(), 500)}`, {
           data: { exitCode: result.exitCode, stderr: result.stderr },
@@ -311,7 +311,7 @@ export class BwrapSandbox extends HostSandbox {
   async writeFile(
     path: string,
     content: string | Uint8Array,
-    options: OpOptions & { mode?: number } = {},
+    options: OpOptions & { mode?: number | undefined } = {},
   ): Promise<void> {
     const target = sandboxPath(this.workdir, path);
     const mode = options.mode === undefined ? '' : options.mode.toString(8);

@@ -43,19 +43,19 @@ export interface SessionRun {
   argv: string[];
   env: Record<string, string>;
   cwd: string;
-  stdin?: string | Uint8Array | Readable;
-  timeoutMs?: number;
-  signal?: AbortSignal;
-  maxOutputBytes?: number;
+  stdin?: string | Uint8Array | Readable | undefined;
+  timeoutMs?: number | undefined;
+  signal?: AbortSignal | undefined;
+  maxOutputBytes?: number | undefined;
   /** Keep stdout as raw bytes, at most this many (file reads): more fails with `file_too_large`. */
-  maxRawBytes?: number;
+  maxRawBytes?: number | undefined;
 }
 
 export interface SessionLaunch {
   command: string;
   args: string[];
-  uid?: number;
-  gid?: number;
+  uid?: number | undefined;
+  gid?: number | undefined;
   env: Record<string, string>;
 }
 
@@ -109,7 +109,8 @@ export class BwrapSession {
         env: launch.env,
         stdio: ['ignore', 'ignore', 'pipe', 'pipe', ...(dirFd === undefined ? [] : [dirFd])],
         detached: true,
-        ...(launch.uid === undefined ? {} : { uid: launch.uid, gid: launch.gid! }),
+        uid: launch.uid,
+        gid: launch.gid,
       });
     } finally {
       if (dirFd !== undefined) closeFd(dirFd);

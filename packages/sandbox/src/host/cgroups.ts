@@ -301,7 +301,10 @@ export function removeCgroupTreeSync(dir: string): boolean {
 }
 
 /** Kill every process in a cgroup tree and remove it; throws when processes remain after 5 s. */
-export async function removeCgroupTree(dir: string, options: { keep?: boolean } = {}): Promise<void> {
+export async function removeCgroupTree(
+  dir: string,
+  options: { keep?: boolean | undefined } = {},
+): Promise<void> {
   const end = Date.now() + KILL_DEADLINE_MS;
   for (;;) {
     const dirs = subtree(dir);

@@ -26,14 +26,14 @@ import { defaultRootDir, HostState } from './state.js';
 
 export interface LocalProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */
-  rootDir?: string;
+  rootDir?: string | undefined;
   /** PATH given to commands (default: this process's PATH). */
-  path?: string;
+  path?: string | undefined;
   /** Shared event emitter (default: a new one, exposed as `provider.events`). */
-  events?: SandboxEmitter;
-  logger?: Logger;
+  events?: SandboxEmitter | undefined;
+  logger?: Logger | undefined;
   /** Terminate live sandboxes on SIGINT/SIGTERM/SIGHUP and exit (default true). */
-  handleSignals?: boolean;
+  handleSignals?: boolean | undefined;
 }
 
 /**
@@ -82,7 +82,7 @@ export function localProvider(options: LocalProviderOptions = {}): SandboxProvid
           provider: 'local',
           labels,
           createdAt: Date.now(),
-          ...(spec.lifetimeMs === undefined ? {} : { lifetimeMs: spec.lifetimeMs }),
+          lifetimeMs: spec.lifetimeMs,
           cgroups: [],
           mounts: [],
         });
@@ -160,11 +160,11 @@ class LocalSandbox extends HostSandbox {
           [EXEC_MARKER_ENV]: execId,
           [SANDBOX_MARKER_ENV]: this.id,
         },
-        ...(options.stdin === undefined ? {} : { stdin: options.stdin }),
-        ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
-        ...(options.signal === undefined ? {} : { signal: options.signal }),
-        ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
-        ...(raw ? { maxRawBytes: DEFAULT_MAX_READ_BYTES } : {}),
+        stdin: options.stdin,
+        timeoutMs: options.timeoutMs,
+        signal: options.signal,
+        maxOutputBytes: options.maxOutputBytes,
+        maxRawBytes: raw ? DEFAULT_MAX_READ_BYTES : undefined,
         trackPid: (p) => {
           this.state.trackPid(p, pid);
           pid = p;
@@ -214,7 +214,7 @@ class LocalSandbox extends HostSandbox {
   async writeFile(
     path: string,
     content: string | Uint8Array,
-    options: OpOptions & { mode?: number } = {},
+    options: OpOptions & { mode?: number | undefined } = {},
   ): Promise<void> {
     await this.fsOp('writeFile', path, options, async (signal) => {
       const target = this.hostPath(path);

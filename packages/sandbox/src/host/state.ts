@@ -185,7 +185,7 @@ export async function removeTree(dir: string): Promise<void> {
 export async function cleanupSandboxDir(
   dir: string,
   meta: SandboxMeta | undefined,
-  options: { scan?: boolean } = {},
+  options: { scan?: boolean | undefined } = {},
 ): Promise<void> {
   const id = basename(dir);
   killTrackedSync(dir);
