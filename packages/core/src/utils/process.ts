@@ -123,7 +123,6 @@ export async function runProcessOk(
 
 /** One child's run: its streams, its timers, and how it settles (once). */
 class ProcessRun {
-  private readonly max: number;
   private readonly stdout: BoundedOutput;
   private readonly stderr: BoundedOutput;
   private readonly merged: BoundedOutput;
@@ -152,10 +151,10 @@ class ProcessRun {
     private readonly resolve: (result: ProcessResult) => void,
     private readonly reject: (error: unknown) => void,
   ) {
-    this.max = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
-    this.stdout = new BoundedOutput(this.max);
-    this.stderr = new BoundedOutput(this.max);
-    this.merged = new BoundedOutput(this.max);
+    const max = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+    this.stdout = new BoundedOutput(max);
+    this.stderr = new BoundedOutput(max);
+    this.merged = new BoundedOutput(max);
   }
 
   start(): void {
