@@ -4,7 +4,6 @@
  * unpacked into a store folder every user can read, from where the sandbox binds it read-only. No Node
  * and no toolchain: both packages ship a native Linux x64 executable.
  */
-import { spawn } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { chmod, lstat, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
@@ -13,6 +12,7 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ConfigError } from '@vime/core';
+import { ProcessError, runProcessOk } from '@vime/core/utils';
 import { HarnessError } from './errors.js';
 
 export type HarnessKind = 'claude-code' | 'codex';
@@ -118,7 +118,7 @@ export async function installHarness(
   await mkdir(staging, { mode: 0o755 });
   try {
     await untar(tarball, staging, options.signal);
-    await run('chmod', ['-R', 'a+rX', staging], options.signal);
+    await runTool('chmod', ['-R', 'a+rX', staging], options.signal);
     await writeFile(join(staging, '.vime-integrity'), pkg.integrity);
     await rm(dir, { recursive: true, force: true });
     await rename(staging, dir).catch(async (error: NodeJS.ErrnoException) => {
@@ -194,26 +194,15 @@ async function sriOf(path: string): Promise<string> {
 }
 
 function untar(tarball: string, into: string, signal: AbortSignal | undefined): Promise<void> {
-  return run('tar', ['-xzf', tarball, '-C', into, '--no-same-owner', '--no-same-permissions'], signal);
+  return runTool('tar', ['-xzf', tarball, '-C', into, '--no-same-owner', '--no-same-permissions'], signal);
 }
 
-function run(command: string, args: string[], signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, {
-      stdio: ['ignore', 'ignore', 'pipe'],
-      signal,
-    });
-    let stderr = '';
-    child.stderr.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    child.once('error', reject);
-    child.once('close', (code) =>
-      code === 0
-        ? resolve()
-        : reject(
-            new HarnessError('harness_install', `${command} ${args.join(' ')} failed: ${stderr.trim()}`),
-          ),
-    );
-  });
+/** A host tool the install needs (tar, chmod): its failure is an install failure, saying what it said. */
+async function runTool(command: string, args: string[], signal: AbortSignal | undefined): Promise<void> {
+  try {
+    await runProcessOk(command, args, { signal });
+  } catch (error) {
+    if (!ProcessError.isInstance(error)) throw error;
+    throw new HarnessError('harness_install', error.message, { cause: error });
+  }
 }

@@ -14,7 +14,7 @@ import {
   runProgram,
   UsageError,
 } from '@vime/core/utils';
-import { defaultDockerSocket } from './docker-engine.js';
+import { defaultDockerSocket } from './docker/engine-api.js';
 import { type ReapOptions, reapOrphans } from './reap.js';
 
 const HELP = `Usage: vime-sandbox reap [--run ID] [--older-than DURATION] [options]

@@ -10,9 +10,9 @@ import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hostSleepers } from './__fixtures__/support.js';
-import { bubblewrapProvider } from './bubblewrap.js';
-import { findCgroups, removeCgroupTreeSync } from './cgroup.js';
-import { dockerProvider } from './docker.js';
+import { bubblewrapProvider } from './bubblewrap/provider.js';
+import { dockerProvider } from './docker/provider.js';
+import { findCgroups, removeCgroupTreeSync } from './host/cgroups.js';
 import { dockerAvailable, testImage } from './testing.js';
 import type { Sandbox, SandboxProvider, SandboxSpec } from './types.js';
 

@@ -20,7 +20,7 @@ afterAll(removeDirs);
 const limitCases: Array<{
   name: string;
   /** Also run against docker (the engine enforces these with the same kernel mechanisms as above). */
-  docker?: boolean;
+  docker?: boolean | undefined;
   steps: (t: number) => AttackCase['steps'];
   check: (r: CaseResult, who: { nonRoot: boolean; docker: boolean }) => void;
 }> = [
@@ -287,7 +287,7 @@ describe.runIf(withDocker)('default limits on docker', () => {
 const survivorCases: Array<{
   name: string;
   steps: (t: number[]) => AttackCase['steps'];
-  check?: (r: CaseResult) => void;
+  check?: ((r: CaseResult) => void) | undefined;
 }> = [
   {
     name: 'drops the exec marker (env -u) and detaches with setsid',

@@ -3,10 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bubblewrapProvider } from './bubblewrap.js';
-import { dockerProvider } from './docker.js';
+import { bubblewrapProvider } from './bubblewrap/provider.js';
+import { dockerProvider } from './docker/provider.js';
 import { execDetached, runSetup, stageFiles } from './helpers.js';
-import { localProvider } from './local.js';
+import { localProvider } from './host/local-provider.js';
 import { dockerAvailable, testImage } from './testing.js';
 import type { Sandbox, SandboxProvider } from './types.js';
 

@@ -4,8 +4,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { SandboxError, type StagedFile } from '@vime/core';
-import { retry, shellQuote, sleep } from '@vime/core/utils';
-import { BoundedOutput, tailOf } from './output.js';
+import { BoundedOutput, retry, shellQuote, sleep } from '@vime/core/utils';
+import { tailOf } from './output.js';
 import type { ExecOptions, ExecResult, OpOptions, Sandbox } from './types.js';
 
 /**
@@ -18,10 +18,7 @@ export async function stageFiles(
   options: OpOptions = {},
 ): Promise<void> {
   for (const file of files) {
-    await sandbox.writeFile(file.path, file.content, {
-      ...(options.signal ? { signal: options.signal } : {}),
-      ...(file.mode === undefined ? {} : { mode: file.mode }),
-    });
+    await sandbox.writeFile(file.path, file.content, { signal: options.signal, mode: file.mode });
   }
 }
 
@@ -36,12 +33,12 @@ export function isTransientFailure(result: ExecResult): boolean {
 
 export interface SetupOptions extends Omit<ExecOptions, 'stdin'> {
   /** Extra attempts after the first (default 2). */
-  retries?: number;
+  retries?: number | undefined;
   /** First backoff in milliseconds, doubled per attempt with ±20% jitter (default 500). */
-  backoffMs?: number;
-  maxBackoffMs?: number;
+  backoffMs?: number | undefined;
+  maxBackoffMs?: number | undefined;
   /** Which failures are worth retrying (default `isTransientFailure`). */
-  isTransient?: (result: ExecResult) => boolean;
+  isTransient?: ((result: ExecResult) => boolean) | undefined;
 }
 
 /** One failed setup attempt, inside the retry loop only. */
@@ -108,9 +105,9 @@ export async function runSetup(
 
 export interface DetachedOptions extends Omit<ExecOptions, 'stdin'> {
   /** How often to look for the exit-code marker (default 500 ms). */
-  pollIntervalMs?: number;
+  pollIntervalMs?: number | undefined;
   /** Consecutive failed polls tolerated before giving up (default 5). */
-  maxPollFailures?: number;
+  maxPollFailures?: number | undefined;
 }
 
 /**
@@ -127,11 +124,7 @@ export async function execDetached(
   const { pollIntervalMs = 500, maxPollFailures = 5, timeoutMs, signal, ...exec } = options;
   // Processes there end with their exec, and the exec is a local child process: no stream can drop.
   if (!sandbox.capabilities.persistentProcesses) {
-    return sandbox.exec(command, {
-      ...exec,
-      ...(timeoutMs === undefined ? {} : { timeoutMs }),
-      ...(signal ? { signal } : {}),
-    });
+    return sandbox.exec(command, { ...exec, timeoutMs, signal });
   }
   const started = performance.now();
   const dir = `/tmp/.vime-detached-${randomBytes(6).toString('hex')}`;
@@ -144,7 +137,7 @@ export async function execDetached(
   // In its own session when setsid exists, so an abort can kill the whole group.
   const detach = `command -v setsid >/dev/null && exec setsid sh -c ${shellQuote(body)} || exec sh -c ${shellQuote(body)}`;
   const launch = `mkdir -p ${q} && { (${detach}) </dev/null >/dev/null 2>&1 & echo $! >${q}/pid; }`;
-  const execOptions = { ...exec, ...(signal ? { signal } : {}) };
+  const execOptions = { ...exec, signal };
 
   const collect = async (rc: string): Promise<ExecResult> => {
     const max = exec.maxOutputBytes;

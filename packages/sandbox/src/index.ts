@@ -1,13 +1,15 @@
-export { type BubblewrapProviderOptions, bubblewrapProvider } from './bubblewrap.js';
-export { PROXY_CHANNEL_PORT, PROXY_SOCKET_IN_SANDBOX } from './bwrap-channel.js';
+// Output capture lives in @vime/core/utils (it runs this package's host processes); named here too.
+export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from '@vime/core/utils';
+export { type BubblewrapProviderOptions, bubblewrapProvider } from './bubblewrap/provider.js';
+export { PROXY_CHANNEL_PORT, PROXY_SOCKET_IN_SANDBOX } from './channel.js';
+export { DOCKER_API_MAX, DOCKER_API_MIN, DockerEngine, defaultDockerSocket } from './docker/engine-api.js';
 export {
   DEFAULT_DOCKER_IMAGE,
   type DockerProviderOptions,
   type DockerUlimit,
   dockerProvider,
   HOST_USR_LABEL,
-} from './docker.js';
-export { DOCKER_API_MAX, DOCKER_API_MIN, DockerEngine, defaultDockerSocket } from './docker-engine.js';
+} from './docker/provider.js';
 export {
   type DetachedOptions,
   execDetached,
@@ -17,7 +19,8 @@ export {
   stageFiles,
   TRANSIENT_OUTPUT,
 } from './helpers.js';
-export { defaultRootDir } from './host-state.js';
+export { type LocalProviderOptions, localProvider } from './host/local-provider.js';
+export { defaultRootDir } from './host/state.js';
 export {
   CREATED_LABEL,
   defaultRunId,
@@ -35,9 +38,8 @@ export {
   resolveLimits,
   resolveWorkdir,
 } from './limits.js';
-export { type LocalProviderOptions, localProvider } from './local.js';
 export { MAX_POOL_NAME_LENGTH, poolName } from './names.js';
-export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_READ_BYTES, decodeUtf8 } from './output.js';
+export { DEFAULT_MAX_READ_BYTES } from './output.js';
 export { POOL_LABEL, WarmPool, type WarmPoolOptions, type WarmPoolStats } from './pool.js';
 export { type ProviderKind, providerFor } from './provider-for.js';
 export { type ReapedSandbox, type ReapOptions, type ReapReport, reapOrphans } from './reap.js';

@@ -181,8 +181,8 @@ function onSignal(signal: NodeJS.Signals): void {
 
 export interface RegisterOptions {
   /** Install SIGINT/SIGTERM/SIGHUP and exit handlers that terminate live sandboxes (default true). */
-  handleSignals?: boolean;
-  lifetimeMs?: number;
+  handleSignals?: boolean | undefined;
+  lifetimeMs?: number | undefined;
 }
 
 function installHandlers(): void {
@@ -228,7 +228,7 @@ export function withTrackedCreate(provider: SandboxProvider, handleSignals = tru
         : options.signal
           ? AbortSignal.any([options.signal, shutdown.signal])
           : shutdown.signal;
-      return trackCreate(create(spec, { ...options, ...(signal ? { signal } : {}) }), handleSignals);
+      return trackCreate(create(spec, { ...options, signal }), handleSignals);
     },
   };
 }

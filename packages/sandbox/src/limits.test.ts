@@ -8,10 +8,10 @@ import { join } from 'node:path';
 import { ConfigError } from '@vime/core';
 import { afterAll, describe, expect, it } from 'vitest';
 import { dockerAvailable, isRoot, testImage } from './__fixtures__/support.js';
-import { bubblewrapProvider } from './bubblewrap.js';
-import { dockerProvider } from './docker.js';
+import { bubblewrapProvider } from './bubblewrap/provider.js';
+import { dockerProvider } from './docker/provider.js';
+import { localProvider } from './host/local-provider.js';
 import { DEFAULT_LIMITS, resolveLimits } from './limits.js';
-import { localProvider } from './local.js';
 import type { SandboxProvider, SandboxSpec } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-limits-test-'));

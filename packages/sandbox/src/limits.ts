@@ -63,7 +63,7 @@ function suggest(key: string): string {
  */
 export function resolveLimits(
   limits: unknown,
-  options: { field?: string; defaults?: boolean } = {},
+  options: { field?: string | undefined; defaults?: boolean | undefined } = {},
 ): EffectiveLimits {
   const field = options.field ?? 'spec.limits';
   const base: EffectiveLimits = options.defaults === false ? noLimits() : { ...DEFAULT_LIMITS };
@@ -119,7 +119,7 @@ export type Rlimits = Partial<Record<'cpu' | 'fsize' | 'nofile' | 'as' | 'data' 
  */
 export function rlimitsOf(
   limits: EffectiveLimits,
-  fallback: { memory?: boolean; pids?: boolean } = {},
+  fallback: { memory?: boolean | undefined; pids?: boolean | undefined } = {},
 ): Rlimits {
   const out: Rlimits = {};
   if (limits.cpuSeconds !== undefined) out.cpu = limits.cpuSeconds;

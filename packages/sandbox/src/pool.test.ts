@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { bubblewrapProvider } from './bubblewrap.js';
-import { localProvider } from './local.js';
+import { bubblewrapProvider } from './bubblewrap/provider.js';
+import { localProvider } from './host/local-provider.js';
 import { WarmPool } from './pool.js';
 import type { Sandbox, SandboxEvents, SandboxProvider } from './types.js';
 

@@ -16,22 +16,22 @@ export interface WarmPoolOptions {
   /** What every sandbox of the pool is created from. */
   spec: SandboxSpec;
   /** Sandboxes kept ready (default 0: every claim creates on demand). */
-  size?: number;
+  size?: number | undefined;
   /** Most sandboxes alive at once, counting creating, idle and claimed ones (default max(2 × size, 4)). */
-  maxLive?: number;
+  maxLive?: number | undefined;
   /** Most creations started per second, warm refills and cold claims together (default unlimited). */
-  createsPerSecond?: number;
+  createsPerSecond?: number | undefined;
   /**
    * Most background refills in flight at once (default 8), so a burst of on-demand creates is not
    * starved by a herd of refills.
    */
-  refillConcurrency?: number;
+  refillConcurrency?: number | undefined;
   /** Pool name (default derived from the image); see `poolName`. */
-  name?: string;
+  name?: string | undefined;
   /** Check `isAlive` before handing out a warm sandbox (default true). */
-  checkAlive?: boolean;
+  checkAlive?: boolean | undefined;
   /** Emitter for `claim` and `warning` events (default: the provider's). */
-  events?: SandboxEmitter;
+  events?: SandboxEmitter | undefined;
   /**
    * Run on every new sandbox before it is handed out or kept warm (e.g. copy a repository template into the
    * work dir), so warm claims pay nothing for it. A failure terminates the sandbox and fails that create.

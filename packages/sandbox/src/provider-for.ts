@@ -1,7 +1,7 @@
 import { ConfigError } from '@vime/core';
-import { bubblewrapProvider } from './bubblewrap.js';
-import { dockerProvider } from './docker.js';
-import { localProvider } from './local.js';
+import { bubblewrapProvider } from './bubblewrap/provider.js';
+import { dockerProvider } from './docker/provider.js';
+import { localProvider } from './host/local-provider.js';
 import type { SandboxProvider } from './types.js';
 
 export type ProviderKind = 'bubblewrap' | 'docker' | 'local';

@@ -9,11 +9,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bubblewrapProvider } from './bubblewrap.js';
-import type { BwrapSandbox } from './bwrap-sandbox.js';
-import { dockerProvider } from './docker.js';
-import { DOCKER_API_MAX, DockerEngine } from './docker-engine.js';
-import { localProvider } from './local.js';
+import { bubblewrapProvider } from './bubblewrap/provider.js';
+import type { BwrapSandbox } from './bubblewrap/sandbox.js';
+import { DOCKER_API_MAX, DockerEngine } from './docker/engine-api.js';
+import { dockerProvider } from './docker/provider.js';
+import { localProvider } from './host/local-provider.js';
 import { dockerAvailable, testImage } from './testing.js';
 import type { Sandbox, SandboxProvider } from './types.js';
 

@@ -9,9 +9,9 @@ import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dockerAvailable, isRoot, testImage } from './__fixtures__/support.js';
-import { bubblewrapProvider } from './bubblewrap.js';
-import { dockerProvider } from './docker.js';
-import { localProvider } from './local.js';
+import { bubblewrapProvider } from './bubblewrap/provider.js';
+import { dockerProvider } from './docker/provider.js';
+import { localProvider } from './host/local-provider.js';
 import { DEFAULT_MAX_READ_BYTES } from './output.js';
 import type { Sandbox, SandboxProvider } from './types.js';
 

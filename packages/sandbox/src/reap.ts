@@ -7,9 +7,9 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
-import { cgroupHasProcesses, cgroupOwner, findCgroups, removeCgroupTree } from './cgroup.js';
-import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
-import { cleanupSandboxDir, defaultRootDir, listSandboxDirs } from './host-state.js';
+import { DockerEngine, defaultDockerSocket } from './docker/engine-api.js';
+import { cgroupHasProcesses, cgroupOwner, findCgroups, removeCgroupTree } from './host/cgroups.js';
+import { cleanupSandboxDir, defaultRootDir, listSandboxDirs } from './host/state.js';
 import {
   CREATED_LABEL,
   idOfRun,
@@ -19,27 +19,27 @@ import {
   runTag,
   SANDBOX_LABEL,
 } from './lifecycle.js';
-import { killByEnvPrefix, SANDBOX_MARKER_ENV } from './proc.js';
+import { killByEnvPrefix, SANDBOX_MARKER_ENV } from './process-markers.js';
 import type { SandboxEmitter } from './types.js';
 
 export interface ReapOptions {
   /** Only sandboxes labelled with this run (`vime.run`). */
-  run?: string;
+  run?: string | undefined;
   /** Only sandboxes created longer ago than this. */
-  olderThanMs?: number;
+  olderThanMs?: number | undefined;
   /** Also remove sandboxes whose creating process is still running (default false). */
-  includeLive?: boolean;
+  includeLive?: boolean | undefined;
   /** Host sandbox state folder (default `<tmpdir>/vime-sandboxes`). */
-  rootDir?: string;
+  rootDir?: string | undefined;
   /**
    * Docker engine to sweep: a client, a socket path, or false to skip. Default: the default socket when it
    * exists.
    */
-  docker?: DockerEngine | string | false;
+  docker?: DockerEngine | string | false | undefined;
   /** Report what would be removed without removing it. */
-  dryRun?: boolean;
-  events?: SandboxEmitter;
-  signal?: AbortSignal;
+  dryRun?: boolean | undefined;
+  events?: SandboxEmitter | undefined;
+  signal?: AbortSignal | undefined;
 }
 
 export interface ReapedSandbox {

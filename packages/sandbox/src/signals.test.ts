@@ -36,8 +36,8 @@ import {
   startFixture,
   userDir,
 } from './__fixtures__/support.js';
-import { bubblewrapProvider } from './bubblewrap.js';
-import { DockerEngine, defaultDockerSocket } from './docker-engine.js';
+import { bubblewrapProvider } from './bubblewrap/provider.js';
+import { DockerEngine, defaultDockerSocket } from './docker/engine-api.js';
 
 const withDocker = isRoot || dockerAvailable();
 const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));
@@ -73,7 +73,10 @@ interface Run {
   asOther: boolean;
 }
 
-function start(mode: string, options: { asOther?: boolean; handler?: string } = {}): Run {
+function start(
+  mode: string,
+  options: { asOther?: boolean | undefined; handler?: string | undefined } = {},
+): Run {
   const asOther = options.asOther ?? false;
   const home = userDir('vime-signals-', asOther);
   dirs.push(home);
@@ -108,10 +111,10 @@ function sandboxDirs(r: Run): string[] {
   }
 }
 
-function metas(r: Run): Array<{ cgroups?: string[] }> {
+function metas(r: Run): Array<{ cgroups?: string[] | undefined }> {
   return sandboxDirs(r).flatMap((d) => {
     try {
-      return [JSON.parse(readFileSync(join(d, 'meta.json'), 'utf8')) as { cgroups?: string[] }];
+      return [JSON.parse(readFileSync(join(d, 'meta.json'), 'utf8')) as { cgroups?: string[] | undefined }];
     } catch {
       return [];
     }

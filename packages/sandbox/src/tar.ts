@@ -28,7 +28,7 @@ function headerBlock(
   name: string,
   typeflag: string,
   size: number,
-  options: { mode: number; uid: number; gid: number; mtime: number; linkname?: string },
+  options: { mode: number; uid: number; gid: number; mtime: number; linkname?: string | undefined },
 ): Uint8Array {
   const h = new Uint8Array(BLOCK);
   writeString(h, 0, 100, name);
@@ -70,10 +70,10 @@ function paxPath(name: string, options: { mtime: number }): Uint8Array[] {
 export interface PackEntry {
   name: string;
   type: 'file' | 'dir';
-  content?: string | Uint8Array;
-  mode?: number;
-  uid?: number;
-  gid?: number;
+  content?: string | Uint8Array | undefined;
+  mode?: number | undefined;
+  uid?: number | undefined;
+  gid?: number | undefined;
 }
 
 /** Pack entries into a tar archive (in memory; meant for single files and folder stubs). */

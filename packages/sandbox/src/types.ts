@@ -10,38 +10,38 @@ import type { EventEmitter } from 'eventemitter3';
  */
 export interface ResourceLimits {
   /** Memory of the whole sandbox, bytes (memory cgroup; where none is writable, RLIMIT_DATA per process). */
-  memoryBytes?: number | null;
+  memoryBytes?: number | null | undefined;
   /** Processes and threads of the whole sandbox (pids cgroup; else RLIMIT_NPROC in its user namespace). */
-  pids?: number | null;
+  pids?: number | null | undefined;
   /** CPU seconds of each process (RLIMIT_CPU). */
-  cpuSeconds?: number | null;
+  cpuSeconds?: number | null | undefined;
   /** Largest file a process may write, bytes (RLIMIT_FSIZE). */
-  fileSizeBytes?: number | null;
+  fileSizeBytes?: number | null | undefined;
   /** Open files of each process (RLIMIT_NOFILE). */
-  openFiles?: number | null;
+  openFiles?: number | null | undefined;
   /** Size of the private `/tmp` (and of `/dev/shm`), bytes. */
-  tmpBytes?: number | null;
+  tmpBytes?: number | null | undefined;
   /** Address space of each process, bytes (RLIMIT_AS; RLIMIT_DATA on docker, whose engine has no `as` ulimit). */
-  addressSpaceBytes?: number | null;
+  addressSpaceBytes?: number | null | undefined;
   /** CPU share in cores (cpu cgroup, or the engine's NanoCpus). */
-  cpus?: number | null;
+  cpus?: number | null | undefined;
 }
 
 export interface SandboxSpec {
   /** Image (docker) or prepared rootfs name/folder (bubblewrap); default: the host's read-only system. */
-  image?: string;
+  image?: string | undefined;
   /** Working directory inside the sandbox (e.g. `/testbed`). */
   workdir: string;
-  env?: Record<string, string>;
+  env?: Record<string, string> | undefined;
   /** Resource limits (default `DEFAULT_LIMITS`); `'none'` opts out of every limit explicitly. */
-  limits?: ResourceLimits | 'none';
+  limits?: ResourceLimits | 'none' | undefined;
   /** Labels stamped on everything created (the run label makes `reapOrphans` possible). */
-  labels?: Record<string, string>;
+  labels?: Record<string, string> | undefined;
   /**
    * Maximum lifetime in milliseconds, counted from the create: terminated when it ends (and
    * `reapOrphans({ olderThanMs })` finds leftovers). A lifetime that ends before the sandbox is ready fails the create.
    */
-  lifetimeMs?: number;
+  lifetimeMs?: number | undefined;
   /**
    * The one endpoint the sandbox may reach (bubblewrap, docker): a host unix socket served inside the sandbox's own
    * network namespace at `http://127.0.0.1:<port>`. Nothing else is reachable: not the host's loopback,
@@ -75,14 +75,14 @@ export interface SandboxCapabilities {
 }
 
 export interface ExecOptions {
-  cwd?: string;
-  env?: Record<string, string>;
+  cwd?: string | undefined;
+  env?: Record<string, string> | undefined;
   /** Wall-clock timeout; on expiry the whole process tree is killed and `timedOut` is true. */
-  timeoutMs?: number;
-  stdin?: string | Uint8Array;
+  timeoutMs?: number | undefined;
+  stdin?: string | Uint8Array | undefined;
   /** Cap on captured output per stream, in bytes (default 1 MiB); head and tail are kept, the middle elided. */
-  maxOutputBytes?: number;
-  signal?: AbortSignal;
+  maxOutputBytes?: number | undefined;
+  signal?: AbortSignal | undefined;
 }
 
 export interface ExecResult {
@@ -98,7 +98,7 @@ export interface ExecResult {
 }
 
 export interface OpOptions {
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
 }
 
 export interface ReadOptions extends OpOptions {
@@ -106,7 +106,7 @@ export interface ReadOptions extends OpOptions {
    * Largest file read back to the host, bytes (default `DEFAULT_MAX_READ_BYTES`, 64 MiB); a larger one
    * fails with a `SandboxError` (`code: 'file_too_large'`) instead of filling this process's memory.
    */
-  maxBytes?: number;
+  maxBytes?: number | undefined;
 }
 
 export interface Sandbox {
@@ -120,7 +120,7 @@ export interface Sandbox {
   writeFile(
     path: string,
     content: string | Uint8Array,
-    options?: OpOptions & { mode?: number },
+    options?: OpOptions & { mode?: number | undefined },
   ): Promise<void>;
   readFile(path: string, options?: ReadOptions): Promise<Uint8Array>;
   readTextFile(path: string, options?: ReadOptions): Promise<string>;
@@ -174,8 +174,8 @@ export interface SandboxEvents {
   warning: (event: {
     message: string;
     cause?: unknown;
-    code?: string;
-    data?: Record<string, unknown>;
+    code?: string | undefined;
+    data?: Record<string, unknown> | undefined;
   }) => void;
 }
 

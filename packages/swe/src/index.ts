@@ -82,6 +82,7 @@ export {
   type TestStatus,
 } from './parsers/index.js';
 export { type SwePoolStats, SwePools, type SwePoolsOptions } from './pools.js';
+export { sandboxHacks } from './probe.js';
 export {
   defineProfile,
   LANGUAGE_PROFILES,

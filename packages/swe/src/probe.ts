@@ -4,6 +4,10 @@
  * (a module in a folder that is not a package can land on the import path), and what the changed runner
  * configuration files say once parsed. Its answer is a list of `HackFlag`s as JSON.
  */
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { ConfigError } from '@vime/core';
 import type { Sandbox } from '@vime/sandbox';
 import type { HackFlag } from './antihack.js';
 import { sh } from './git.js';
@@ -21,48 +25,28 @@ const RUNNER_MODULES = [
   'xdist',
 ];
 
-const PROBE = String.raw`
-import configparser, json, os, sys
-paths = json.load(sys.stdin)
-added = set(paths["added"])
-changed = paths["added"] + paths["changed"]
-stdlib = set(getattr(sys, "stdlib_module_names", ())) | set(sys.builtin_module_names)
-runner = set(json.loads(sys.argv[1]))
-flags = []
-def flag(kind, detail):
-    flags.append({"kind": kind, "detail": detail})
-def is_package(folder):
-    return os.path.isfile(os.path.join(folder, "__init__.py"))
-for path in changed:
-    if not os.path.exists(path):
-        continue
-    parts = path.split("/")
-    # The module a new file defines at the top of a folder that could be on sys.path.
-    for depth in range(len(parts) if path in added else 0):
-        folder = "/".join(parts[:depth]) or "."
-        if depth > 0 and is_package(folder):
-            continue
-        name = parts[depth]
-        module = name[:-3] if depth == len(parts) - 1 and name.endswith(".py") else (name if depth < len(parts) - 1 else None)
-        if module and (module in stdlib or module in runner):
-            flag("module_shadowing", "%s defines a module %r that shadows %s" % (path, module, "the test runner" if module in runner else "the standard library"))
-            break
-    base = parts[-1]
-    try:
-        if base in ("tox.ini", "setup.cfg"):
-            cp = configparser.ConfigParser(interpolation=None)
-            cp.read(path)
-            section = "pytest" if base == "tox.ini" else "tool:pytest"
-            if cp.has_section(section):
-                flag("test_config_changed", "%s has a [%s] section after the patch" % (path, section))
-        elif base == "pyproject.toml":
-            text = open(path, encoding="utf-8", errors="replace").read()
-            if "[tool.pytest" in text or "tool.pytest" in text:
-                flag("test_config_changed", "%s configures pytest after the patch" % path)
-    except Exception as e:
-        flag("test_config_changed", "%s is a runner configuration file that no longer parses: %s" % (path, e))
-json.dump(flags, sys.stdout)
-`;
+/**
+ * The probe's source, `python/vime_patch_probe.py` (tested there with pytest), read once. It is found
+ * through this package's own `package.json`, resolved by name (a package may refer to itself through its
+ * `exports`): one path that is right from the sources (tsx, vitest) and from the bundle (`dist/*.js`),
+ * with no build step that copies files.
+ */
+let probeSource: string | undefined;
+function probe(): string {
+  if (probeSource === undefined) {
+    const root = dirname(createRequire(import.meta.url).resolve('@vime/swe/package.json'));
+    const path = join(root, 'python', 'vime_patch_probe.py');
+    try {
+      probeSource = readFileSync(path, 'utf8');
+    } catch (error) {
+      throw new ConfigError(
+        `@vime/swe's patch probe is missing at ${path} (it ships in the package's python/ folder); reinstall @vime/swe`,
+        { cause: error },
+      );
+    }
+  }
+  return probeSource;
+}
 
 /**
  * Run the probe over the paths the patch added and changed in the grading sandbox (Python repositories only). A probe that
@@ -74,7 +58,7 @@ export async function sandboxHacks(
   options: { python?: string | undefined; signal?: AbortSignal | undefined } = {},
 ): Promise<HackFlag[]> {
   if (files.added.length + files.changed.length === 0) return [];
-  await sandbox.writeFile('.git/vime-probe.py', PROBE, options.signal ? { signal: options.signal } : {});
+  await sandbox.writeFile('.git/vime-probe.py', probe(), { signal: options.signal });
   const r = await sh(
     sandbox,
     `${options.python ?? 'python3'} -I .git/vime-probe.py '${JSON.stringify(RUNNER_MODULES)}'`,

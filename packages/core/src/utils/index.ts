@@ -1,6 +1,8 @@
 // @vime/core/utils: the helpers every package shares (HTTP client, retry, sleep, deadlines, files, shell
-// quoting, durations, the logger interface, seeded randomness, and the command line kit every bin uses).
+// quoting, durations, the logger interface, seeded randomness, running a program with bounded output, and
+// the command line kit every bin uses).
 
+export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from './bounded-output.js';
 export { type CliProgram, type Command, runProgram } from './cli/commands.js';
 export { closest, didYouMean } from './cli/did-you-mean.js';
 export { type FlagSpec, type ParseFlagsOptions, parseFlags, wantsHelp } from './cli/flags.js';
@@ -26,6 +28,13 @@ export {
 } from './http.js';
 export { httpUrl } from './http-url.js';
 export type { Logger } from './logger.js';
+export {
+  ProcessError,
+  type ProcessResult,
+  type RunProcessOptions,
+  runProcess,
+  runProcessOk,
+} from './process.js';
 export { findPython, TORCH_MODULES } from './python.js';
 export { seededRandom } from './random.js';
 export { type BackoffOptions, isRetryableError, type RetryOptions, retry } from './retry.js';

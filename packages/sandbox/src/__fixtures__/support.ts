@@ -16,7 +16,7 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { DockerEngine, defaultDockerSocket } from '../docker-engine.js';
+import { DockerEngine, defaultDockerSocket } from '../docker/engine-api.js';
 import { dockerAvailable } from '../testing.js';
 
 export { dockerAvailable, testImage } from '../testing.js';
@@ -64,7 +64,7 @@ export function assertReadableByOthers(): void {
 export function startFixture(
   name: string,
   args: string[],
-  options: { asOther?: boolean; home?: string } = {},
+  options: { asOther?: boolean | undefined; home?: string | undefined } = {},
 ): ChildProcess {
   const script = fileURLToPath(new URL(`./${name}.ts`, import.meta.url));
   const env = { ...process.env, ...(options.home ? { HOME: options.home, TMPDIR: options.home } : {}) };
@@ -80,7 +80,7 @@ export function startFixture(
 export function runFixture<T>(
   name: string,
   args: string[],
-  options: { asOther?: boolean; home?: string } = {},
+  options: { asOther?: boolean | undefined; home?: string | undefined } = {},
 ): Promise<T> {
   const child = startFixture(name, args, options);
   let out = '';
@@ -201,7 +201,7 @@ export interface Leftovers {
 export async function leftovers(
   rootDir: string,
   run: string,
-  options: { ids?: string[]; tags?: number[] } = {},
+  options: { ids?: string[] | undefined; tags?: number[] | undefined } = {},
 ): Promise<Leftovers> {
   const prefix = `sbx-${runTagOf(run)}-`;
   let dirs: string[] = [];

@@ -5,11 +5,10 @@ import { cp, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { createInterface } from 'node:readline';
 import { SandboxError } from '@vime/core';
-import { seededRandom } from '@vime/core/utils';
+import { runProcessOk, seededRandom } from '@vime/core/utils';
 import { validReport } from '../eval-report.js';
 import { parsePythonProfile } from '../parsers/swesmith.js';
 import type { StatusMap } from '../parsers/types.js';
-import { runOk } from '../process.js';
 import { PYTHON_TEST_CMD } from '../profiles.js';
 import {
   type BugKind,
@@ -294,11 +293,12 @@ async function listCandidates(
   const sources = (await listFiles(library)).filter(
     (f) => f.startsWith(`${OFFLINE_REPO}/`) && f.endsWith('.py') && !f.endsWith('__init__.py'),
   );
-  const listed = await runOk(python, [join(assets, 'mutations.py'), library, ...sources], {
+  const listed = await runProcessOk(python, [join(assets, 'mutations.py'), library, ...sources], {
     cwd: library,
-    ...(signal ? { signal } : {}),
+    maxOutputBytes: Number.POSITIVE_INFINITY,
+    signal,
   });
-  const ordered = orderCandidates(JSON.parse(listed) as Candidate[], seed);
+  const ordered = orderCandidates(JSON.parse(listed.stdout) as Candidate[], seed);
   const original = new Map<string, string>();
   for (const f of sources) original.set(f, await readFile(join(library, f), 'utf8'));
   return { ordered, original };

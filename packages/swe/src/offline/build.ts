@@ -4,9 +4,9 @@ import { existsSync } from 'node:fs';
 import { cp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError, SandboxError, type TaskSpec } from '@vime/core';
+import { runProcessOk } from '@vime/core/utils';
 import { parseJsonlRows, rowToTask, type SweSmithRow, swesmithNames } from '../dataset.js';
 import { BUG_PATCH_SUBJECT, REMOVE_TESTS_SUBJECT } from '../layout.js';
-import { runOk } from '../process.js';
 import type { SweProfile } from '../profiles.js';
 import {
   bugKindOf,
@@ -125,16 +125,15 @@ export async function buildOfflineTaskSet(options: OfflineTaskSetOptions): Promi
   await cp(library, repoDir, { recursive: true, filter });
   // Written here, not shipped: package managers drop `.gitignore` files from published packages.
   await writeFile(join(repoDir, '.gitignore'), LIBRARY_GITIGNORE);
-  const git = (args: string[], cwd = repoDir) =>
-    runOk(
+  const gitEnv = { ...process.env, ...OFFLINE_GIT_ENV };
+  const git = async (args: string[], cwd = repoDir) => {
+    const r = await runProcessOk(
       'git',
       ['-c', 'init.defaultBranch=main', '-c', 'commit.gpgsign=false', '-c', 'core.autocrlf=false', ...args],
-      {
-        cwd,
-        env: OFFLINE_GIT_ENV,
-        ...(signal ? { signal } : {}),
-      },
+      { cwd, env: gitEnv, maxOutputBytes: Number.POSITIVE_INFINITY, signal },
     );
+    return r.stdout;
+  };
   await git(['init', '-q']);
   await git(['add', '-A']);
   await git(['commit', '-q', '-m', 'Initial commit']);
@@ -173,11 +172,11 @@ export async function buildOfflineTaskSet(options: OfflineTaskSetOptions): Promi
     stream += `commit ${ref}\nmark :${3 * i + 2}\nauthor ${who}\ncommitter ${who}\n${data(`${BUG_PATCH_SUBJECT}\n`)}from ${sha}\nM 100644 :${3 * i + 1} ${k.candidate.file}\n\n`;
     stream += `commit ${ref}\nmark :${3 * i + 3}\nauthor ${who}\ncommitter ${who}\n${data(`${REMOVE_TESTS_SUBJECT}\n`)}from :${3 * i + 2}\n${k.f2pFiles.map((f) => `D ${f}\n`).join('')}\n`;
   });
-  await runOk('git', ['fast-import', '--quiet'], {
+  await runProcessOk('git', ['fast-import', '--quiet'], {
     cwd: repoDir,
-    env: OFFLINE_GIT_ENV,
-    input: stream,
-    ...(signal ? { signal } : {}),
+    env: gitEnv,
+    stdin: stream,
+    signal,
   });
   const rows: SweSmithRow[] = [];
   for (const k of instances) {

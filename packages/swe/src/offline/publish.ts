@@ -20,11 +20,11 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { SandboxError } from '@vime/core';
+import { runProcessOk } from '@vime/core/utils';
 import { type DockerEngine, HOST_USR_LABEL } from '@vime/sandbox';
 import { parquetWriteBuffer } from 'hyparquet-writer';
 import type { SweSmithRow } from '../dataset.js';
 import { ENVIRONMENTS_FILE } from '../environment.js';
-import { runOk } from '../process.js';
 
 /** Where an image's workspace template lives inside the published folder. */
 export function environmentFolder(image: string): string {
@@ -109,19 +109,19 @@ export async function buildOfflineDockerImage(
     await writeFile(join(root, 'etc/group'), 'root:x:0:\nsandbox:x:1000:\n');
     await cp(set.repoDir, join(work, 'testbed'), { recursive: true });
     const tar = join(work, 'image.tar');
-    await runOk(
+    await runProcessOk(
       'tar',
       ['-C', root, '--numeric-owner', '--owner=0', '--group=0', '--exclude=./home/sandbox', '-cf', tar, '.'],
       {
         cwd: work,
       },
     );
-    await runOk(
+    await runProcessOk(
       'tar',
       ['-C', root, '--numeric-owner', '--owner=1000', '--group=1000', '-rf', tar, './home/sandbox'],
       { cwd: work },
     );
-    await runOk(
+    await runProcessOk(
       'tar',
       ['-C', work, '--numeric-owner', '--owner=1000', '--group=1000', '-rf', tar, './testbed'],
       { cwd: work },

@@ -20,7 +20,7 @@ import {
 import { rmdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { sleep } from '@vime/core/utils';
-import type { EffectiveLimits } from './limits.js';
+import type { EffectiveLimits } from '../limits.js';
 
 export type Controller = 'memory' | 'pids' | 'cpu';
 
@@ -301,7 +301,10 @@ export function removeCgroupTreeSync(dir: string): boolean {
 }
 
 /** Kill every process in a cgroup tree and remove it; throws when processes remain after 5 s. */
-export async function removeCgroupTree(dir: string, options: { keep?: boolean } = {}): Promise<void> {
+export async function removeCgroupTree(
+  dir: string,
+  options: { keep?: boolean | undefined } = {},
+): Promise<void> {
   const end = Date.now() + KILL_DEADLINE_MS;
   for (;;) {
     const dirs = subtree(dir);

@@ -6,10 +6,8 @@ import { access } from 'node:fs/promises';
 import { posix } from 'node:path';
 import type { Readable } from 'node:stream';
 import { SandboxError } from '@vime/core';
-import type { HostState } from './host-state.js';
-import { register } from './lifecycle.js';
-import { SandboxOps } from './ops.js';
-import type { RunResult } from './process.js';
+import { register } from '../lifecycle.js';
+import { SandboxOps } from '../ops.js';
 import type {
   ExecOptions,
   ExecResult,
@@ -20,10 +18,14 @@ import type {
   SandboxEmitter,
   SandboxSpec,
   TerminateReason,
-} from './types.js';
+} from '../types.js';
+import type { RunResult } from './run-process.js';
+import type { HostState } from './state.js';
 
 /** Exec options as the providers receive them: stdin may also be a stream (`copyIn`). */
-export type RunExecOptions = Omit<ExecOptions, 'stdin'> & { stdin?: string | Uint8Array | Readable };
+export type RunExecOptions = Omit<ExecOptions, 'stdin'> & {
+  stdin?: string | Uint8Array | Readable | undefined;
+};
 
 /** Resolve a sandbox path: relative paths are under the work dir; the result is normalized and absolute. */
 export function sandboxPath(workdir: string, path: string): string {
@@ -67,7 +69,7 @@ export abstract class HostSandbox implements Sandbox {
     this.events = init.events;
     const unregister = register(this, {
       handleSignals: init.handleSignals,
-      ...(init.spec.lifetimeMs === undefined ? {} : { lifetimeMs: init.spec.lifetimeMs }),
+      lifetimeMs: init.spec.lifetimeMs,
     });
     this.ops = new SandboxOps({ id: this.id, provider: this.provider, events: this.events, unregister });
   }
@@ -96,7 +98,7 @@ export abstract class HostSandbox implements Sandbox {
   abstract writeFile(
     path: string,
     content: string | Uint8Array,
-    options?: OpOptions & { mode?: number },
+    options?: OpOptions & { mode?: number | undefined },
   ): Promise<void>;
   abstract readFile(path: string, options?: ReadOptions): Promise<Uint8Array>;
   abstract copyIn(hostDir: string, path: string, options?: OpOptions): Promise<void>;

@@ -7,10 +7,7 @@
 import { ConfigError, SandboxError } from '@vime/core';
 import type { Logger } from '@vime/core/utils';
 import { EventEmitter } from 'eventemitter3';
-import { resolveBinds, resolveChannel } from './bwrap-channel.js';
-import { channelMounts, startForwarder } from './docker-channel.js';
-import { DockerEngine } from './docker-engine.js';
-import { DockerSandbox, removeContainerSync } from './docker-sandbox.js';
+import { resolveBinds, resolveChannel } from '../channel.js';
 import {
   forwardWarnings,
   newSandboxId,
@@ -18,10 +15,13 @@ import {
   runOf,
   sandboxLabels,
   withTrackedCreate,
-} from './lifecycle.js';
-import { checkLifetime, type EffectiveLimits, resolveLimits, resolveWorkdir } from './limits.js';
-import { packTar } from './tar.js';
-import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
+} from '../lifecycle.js';
+import { checkLifetime, type EffectiveLimits, resolveLimits, resolveWorkdir } from '../limits.js';
+import { packTar } from '../tar.js';
+import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from '../types.js';
+import { channelMounts, startForwarder } from './channel.js';
+import { DockerEngine } from './engine-api.js';
+import { DockerSandbox, removeContainerSync } from './sandbox.js';
 
 /** Image label saying "bind the host's /usr read-only" (a registry-free image holding only folder stubs). */
 export const HOST_USR_LABEL = 'dev.vime.host-usr';
@@ -35,27 +35,27 @@ export interface DockerUlimit {
 
 export interface DockerProviderOptions {
   /** Engine socket (default: `DOCKER_HOST`'s unix socket, else /var/run/docker.sock). */
-  socketPath?: string;
+  socketPath?: string | undefined;
   /** Share one engine client between providers. */
-  engine?: DockerEngine;
+  engine?: DockerEngine | undefined;
   /** Image when the spec names none (default `vime/sandbox-base:latest`). Images are never pulled. */
-  defaultImage?: string;
+  defaultImage?: string | undefined;
   /** Container user (default `1000:1000`). */
-  user?: string;
+  user?: string | undefined;
   /** PATH inside the container (default `/usr/local/bin:/usr/bin:/bin`). */
-  path?: string;
+  path?: string | undefined;
   /**
    * Ulimits for every container (default nofile 4096); a spec's limits of the same name (`openFiles`,
    * 1024 by default, `cpuSeconds`, `fileSizeBytes`) take precedence. Rootful Podman on hosts whose root
    * lacks CAP_SYS_RESOURCE also needs `{ Name: 'nproc', Soft: 4096, Hard: 4096 }`.
    */
-  ulimits?: DockerUlimit[];
+  ulimits?: DockerUlimit[] | undefined;
   /** Extra `HostConfig` fields merged over the defaults (e.g. `Runtime: 'runsc'`). */
-  hostConfig?: Record<string, unknown>;
-  events?: SandboxEmitter;
-  logger?: Logger;
+  hostConfig?: Record<string, unknown> | undefined;
+  events?: SandboxEmitter | undefined;
+  logger?: Logger | undefined;
   /** Terminate live sandboxes on SIGINT/SIGTERM/SIGHUP and exit (default true). */
-  handleSignals?: boolean;
+  handleSignals?: boolean | undefined;
 }
 
 interface ImageInfo {
@@ -88,7 +88,7 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
     let info = images.get(image);
     if (!info) {
       info = engine
-        .json<{ Config?: { Labels?: Record<string, string> | null } }>(
+        .json<{ Config?: { Labels?: Record<string, string> | null | undefined } | undefined }>(
           'GET',
           `/images/${encodeURIComponent(image)}/json`,
           { signal },
@@ -169,7 +169,7 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
         try {
           // Not aborted midway: an engine finishes a create whose client went away, and the container must
           // then be known to be removed. The abort is honoured right after.
-          const created = await engine.json<{ Id: string; Warnings?: string[] | null }>(
+          const created = await engine.json<{ Id: string; Warnings?: string[] | null | undefined }>(
             'POST',
             '/containers/create',
             {
@@ -206,7 +206,7 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
           owner,
           events,
           handleSignals: options.handleSignals ?? true,
-          ...(spec.lifetimeMs === undefined ? {} : { lifetimeMs: spec.lifetimeMs }),
+          lifetimeMs: spec.lifetimeMs,
         });
         events.emit('create', { id, provider: 'docker', labels, durationMs: performance.now() - started });
         return sandbox;

@@ -18,8 +18,8 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bubblewrapProvider } from './bubblewrap.js';
-import type { SandboxProvider } from './types.js';
+import type { SandboxProvider } from '../types.js';
+import { bubblewrapProvider } from './provider.js';
 
 const TOOLS = ['sh', 'cat', 'mkdir', 'dirname', 'ls', 'touch', 'id', 'tar', 'chmod', 'rm', 'wc'];
 

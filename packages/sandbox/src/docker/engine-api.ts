@@ -24,15 +24,15 @@ export function defaultDockerSocket(): string {
 }
 
 export interface RequestOptions {
-  query?: Record<string, string | number | boolean | undefined>;
+  query?: Record<string, string | number | boolean | undefined> | undefined;
   json?: unknown;
-  body?: Buffer | Readable;
-  contentType?: string;
+  body?: Buffer | Readable | undefined;
+  contentType?: string | undefined;
   signal?: AbortSignal | undefined;
   /** Status codes that are not errors (default: 2xx). */
-  ok?: readonly number[];
+  ok?: readonly number[] | undefined;
   /** Largest response body read (default 64 MiB); a larger one fails with `response_too_large`. */
-  maxBytes?: number;
+  maxBytes?: number | undefined;
 }
 
 export interface EngineResponse {
@@ -65,7 +65,10 @@ export class DockerEngine {
   apiVersion(signal?: AbortSignal): Promise<string> {
     this.versionPromise ??= (async () => {
       const res = await this.raw('GET', '/version', { signal });
-      const info = JSON.parse(res.body.toString()) as { ApiVersion?: string; MinAPIVersion?: string };
+      const info = JSON.parse(res.body.toString()) as {
+        ApiVersion?: string | undefined;
+        MinAPIVersion?: string | undefined;
+      };
       const server = info.ApiVersion ?? DOCKER_API_MIN;
       const chosen = compareVersions(server, DOCKER_API_MAX) < 0 ? server : DOCKER_API_MAX;
       if (compareVersions(chosen, DOCKER_API_MIN) < 0) {
@@ -129,7 +132,7 @@ export class DockerEngine {
     if ((res.statusCode < 200 || res.statusCode >= 300) && !ok.includes(res.statusCode)) {
       let message = body.toString();
       try {
-        message = (JSON.parse(message) as { message?: string }).message ?? message;
+        message = (JSON.parse(message) as { message?: string | undefined }).message ?? message;
       } catch {
         // plain-text error
       }

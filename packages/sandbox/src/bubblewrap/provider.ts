@@ -11,10 +11,16 @@ import { dirname, isAbsolute, join } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
 import type { Logger } from '@vime/core/utils';
 import { EventEmitter } from 'eventemitter3';
-import { resolveBinds, resolveChannel } from './bwrap-channel.js';
-import { assertDir, type BwrapConfig, BwrapSandbox } from './bwrap-sandbox.js';
-import { type CgroupPlan, createCgroups, ExecCgroups, markCgroupOwner, planCgroups } from './cgroup.js';
-import { defaultRootDir, HostState } from './host-state.js';
+import { resolveBinds, resolveChannel } from '../channel.js';
+import {
+  type CgroupPlan,
+  createCgroups,
+  ExecCgroups,
+  markCgroupOwner,
+  planCgroups,
+} from '../host/cgroups.js';
+import { type RunResult, runHostProcess } from '../host/run-process.js';
+import { defaultRootDir, HostState } from '../host/state.js';
 import {
   forwardWarnings,
   newSandboxId,
@@ -22,7 +28,7 @@ import {
   runOf,
   sandboxLabels,
   withTrackedCreate,
-} from './lifecycle.js';
+} from '../lifecycle.js';
 import {
   checkLifetime,
   type EffectiveLimits,
@@ -31,9 +37,8 @@ import {
   resolveLimits,
   resolveWorkdir,
   rlimitsOf,
-} from './limits.js';
-import { tailOf } from './output.js';
-import { type RunResult, runProcess } from './process.js';
+} from '../limits.js';
+import { tailOf } from '../output.js';
 import type {
   OpOptions,
   ReadOnlyBind,
@@ -41,34 +46,35 @@ import type {
   SandboxEmitter,
   SandboxProvider,
   SandboxSpec,
-} from './types.js';
+} from '../types.js';
+import { assertDir, type BwrapConfig, BwrapSandbox } from './sandbox.js';
 
 export interface BubblewrapProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */
-  rootDir?: string;
+  rootDir?: string | undefined;
   /** The bwrap binary (default `bwrap` on PATH). */
-  bwrapPath?: string;
+  bwrapPath?: string | undefined;
   /**
    * Unprivileged uid/gid the sandboxed processes run as when this process is root (default 65533).
    * Root inside bwrap could remount the read-only system writable, so root is never used.
    */
-  uid?: number;
-  gid?: number;
+  uid?: number | undefined;
+  gid?: number | undefined;
   /** Named rootfs folders usable as `spec.image` (an absolute folder path works too). */
-  images?: Record<string, string>;
+  images?: Record<string, string> | undefined;
   /** PATH inside the sandbox (default `/usr/local/bin:/usr/bin:/bin`). */
-  path?: string;
+  path?: string | undefined;
   /**
    * `session` (default when the sandbox root has python3): one bwrap per sandbox with a small supervisor
    * that forks each command, so an exec costs about a plain spawn, and background processes live until
    * terminate. `per-exec`: a fresh bwrap for every command (fresh namespaces each time; nothing outlives
    * its exec), the fallback for roots without python3.
    */
-  execMode?: 'session' | 'per-exec';
-  events?: SandboxEmitter;
-  logger?: Logger;
+  execMode?: 'session' | 'per-exec' | undefined;
+  events?: SandboxEmitter | undefined;
+  logger?: Logger | undefined;
   /** Terminate live sandboxes on SIGINT/SIGTERM/SIGHUP and exit (default true). */
-  handleSignals?: boolean;
+  handleSignals?: boolean | undefined;
 }
 
 const isRoot = () => process.getuid?.() === 0;
@@ -150,7 +156,7 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
           provider: 'bubblewrap',
           labels,
           createdAt: Date.now(),
-          ...(spec.lifetimeMs === undefined ? {} : { lifetimeMs: spec.lifetimeMs }),
+          lifetimeMs: spec.lifetimeMs,
           cgroups: [],
           mounts: [],
         });
@@ -352,7 +358,7 @@ async function prepareRoot(
     await Promise.all([mkdir(root), mkdir(upper), mkdir(work)]);
     state.meta.mounts.push(root);
     await state.saveMeta();
-    const result = await runProcess(
+    const result = await runHostProcess(
       'mount',
       ['-t', 'overlay', 'overlay', '-o', `lowerdir=${rootfs},upperdir=${upper},workdir=${work}`, root],
       { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' }, ...abortable },
@@ -361,7 +367,7 @@ async function prepareRoot(
       throw new SandboxError(`overlay mount of rootfs ${rootfs} failed: ${result.output.trim()}`);
     }
   } else {
-    const result = await runProcess('cp', ['-a', '--reflink=auto', `${rootfs}/.`, root], {
+    const result = await runHostProcess('cp', ['-a', '--reflink=auto', `${rootfs}/.`, root], {
       env: { PATH: '/usr/bin:/bin' },
       ...abortable,
     });
@@ -403,7 +409,7 @@ async function probeBwrap(
     'localProvider() explicitly.';
   let result: RunResult;
   try {
-    result = await runProcess(
+    result = await runHostProcess(
       bwrap,
       [...systemArgs, '--unshare-all', '--die-with-parent', '--new-session', 'true'],
       { env: { PATH: process.env.PATH ?? '/usr/bin:/bin' }, timeoutMs: 10_000, ...(user ?? {}) },

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { AttackCase, CaseResult } from './__fixtures__/attacks.js';
-import { attacks, py, removeDirs, users } from './__fixtures__/hardening.js';
-import { isRoot } from './__fixtures__/support.js';
+import type { AttackCase, CaseResult } from '../__fixtures__/attacks.js';
+import { attacks, py, removeDirs, users } from '../__fixtures__/hardening.js';
+import { isRoot } from '../__fixtures__/support.js';
 
 afterAll(removeDirs);
 

@@ -7,16 +7,16 @@ import { spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { ConfigError, SandboxError } from '@vime/core';
 import { deadlineSignal, sleep } from '@vime/core/utils';
-import { FORWARDER, PROXY_SOCKET_IN_SANDBOX } from './bwrap-channel.js';
-import { BwrapSession, type SessionLaunch } from './bwrap-session.js';
-import { SUPERVISOR } from './bwrap-supervisor.js';
-import type { ExecCgroups } from './cgroup.js';
-import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
-import type { EffectiveLimits, Rlimits } from './limits.js';
-import { DEFAULT_MAX_READ_BYTES, readCap, tailOf, tooLarge } from './output.js';
-import { SANDBOX_MARKER_ENV } from './proc.js';
-import { type RunResult, runProcess } from './process.js';
-import type { OpOptions, ProxyChannel, ReadOnlyBind, ReadOptions } from './types.js';
+import { forwarderSource, PROXY_SOCKET_IN_SANDBOX } from '../channel.js';
+import type { ExecCgroups } from '../host/cgroups.js';
+import { type RunResult, runHostProcess } from '../host/run-process.js';
+import { HostSandbox, type RunExecOptions, sandboxPath } from '../host/sandbox.js';
+import type { EffectiveLimits, Rlimits } from '../limits.js';
+import { DEFAULT_MAX_READ_BYTES, readCap, tailOf, tooLarge } from '../output.js';
+import { SANDBOX_MARKER_ENV } from '../process-markers.js';
+import type { OpOptions, ProxyChannel, ReadOnlyBind, ReadOptions } from '../types.js';
+import { BwrapSession, type SessionLaunch } from './session.js';
+import { supervisorSource } from './supervisor.js';
 
 export interface BwrapConfig {
   bwrap: string;
@@ -116,7 +116,10 @@ export class BwrapSandbox extends HostSandbox {
    * process count is counted in the sandbox's own user namespace. A per-exec launch also reports on fd 3
    * that its cgroups were joined (a session's fd 3 is its channel, and its supervisor reports readiness).
    */
-  private launch(bwrapArgs: string[], perExec: boolean): SessionLaunch & { launchReport?: boolean } {
+  private launch(
+    bwrapArgs: string[],
+    perExec: boolean,
+  ): SessionLaunch & { launchReport?: boolean | undefined } {
     const { config } = this;
     let chain = [config.bwrap, ...bwrapArgs];
     const rl = perExec
@@ -155,13 +158,19 @@ export class BwrapSandbox extends HostSandbox {
   /** Start (or restart) the sandbox's session and wait for its supervisor to report ready. */
   async startSession(signal?: AbortSignal): Promise<BwrapSession> {
     const { config } = this;
-    let argv = ['python3', '-c', SUPERVISOR, JSON.stringify(config.rlimits), config.execCgroups ? '4' : ''];
+    let argv = [
+      'python3',
+      '-c',
+      supervisorSource(),
+      JSON.stringify(config.rlimits),
+      config.execCgroups ? '4' : '',
+    ];
     if (config.channel) {
       const { port } = config.channel;
       argv = [
         'python3',
         '-c',
-        FORWARDER,
+        forwarderSource(),
         PROXY_SOCKET_IN_SANDBOX,
         String(port),
         config.python!,
@@ -238,11 +247,11 @@ export class BwrapSandbox extends HostSandbox {
         argv,
         env: this.commandEnv(options),
         cwd: sandboxPath(this.config.workdir, options.cwd ?? this.config.workdir),
-        ...(options.stdin === undefined ? {} : { stdin: options.stdin }),
-        ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
-        ...(options.signal === undefined ? {} : { signal: options.signal }),
-        ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
-        ...(maxRawBytes === undefined ? {} : { maxRawBytes }),
+        stdin: options.stdin,
+        timeoutMs: options.timeoutMs,
+        signal: options.signal,
+        maxOutputBytes: options.maxOutputBytes,
+        maxRawBytes,
       });
     }
     return this.runPerExec(argv, options, maxRawBytes);
@@ -265,16 +274,17 @@ export class BwrapSandbox extends HostSandbox {
   ): Promise<RunResult> {
     const launch = this.launch(this.bwrapArgs(argv, options), true);
     let pid: number | undefined;
-    return runProcess(launch.command, launch.args, {
+    return runHostProcess(launch.command, launch.args, {
       env: launch.env,
-      ...(launch.launchReport ? { launchReport: true } : {}),
-      ...(launch.uid === undefined ? {} : { uid: launch.uid, gid: launch.gid! }),
-      ...(options.stdin === undefined ? {} : { stdin: options.stdin }),
-      ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
-      ...(options.signal === undefined ? {} : { signal: options.signal }),
-      ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
-      ...(maxRawBytes === undefined ? {} : { maxRawBytes }),
-      track: (p) => {
+      launchReport: launch.launchReport,
+      uid: launch.uid,
+      gid: launch.gid,
+      stdin: options.stdin,
+      timeoutMs: options.timeoutMs,
+      signal: options.signal,
+      maxOutputBytes: options.maxOutputBytes,
+      maxRawBytes,
+      trackPid: (p) => {
         this.state.trackPid(p, pid);
         pid = p;
       },
@@ -288,11 +298,7 @@ export class BwrapSandbox extends HostSandbox {
     maxRawBytes?: number,
   ): Promise<RunResult> {
     return this.ops.track(options, async (signal) => {
-      const result = await this.runWith(
-        argv,
-        { signal, ...(options.stdin === undefined ? {} : { stdin: options.stdin }) },
-        maxRawBytes,
-      );
+      const result = await this.runWith(argv, { signal, stdin: options.stdin }, maxRawBytes);
       if (result.exitCode !== 0) {
         throw new SandboxError(`${what} failed in sandbox ${this.id}: ${tailOf(result.stderr.trim(), 500)}`, {
           data: { exitCode: result.exitCode, stderr: result.stderr },
@@ -305,7 +311,7 @@ export class BwrapSandbox extends HostSandbox {
   async writeFile(
     path: string,
     content: string | Uint8Array,
-    options: OpOptions & { mode?: number } = {},
+    options: OpOptions & { mode?: number | undefined } = {},
   ): Promise<void> {
     const target = sandboxPath(this.workdir, path);
     const mode = options.mode === undefined ? '' : options.mode.toString(8);

@@ -1,5 +1,5 @@
 /**
- * A long-lived bubblewrap session: one `bwrap` per sandbox runs a small supervisor (bwrap-supervisor.ts)
+ * A long-lived bubblewrap session: one `bwrap` per sandbox runs a small supervisor (supervisor.ts)
  * that forks each command inside the already-built namespaces. An exec then costs a fork instead of
  * building namespaces and mounts again, which is what makes bubblewrap as cheap as a plain spawn.
  *
@@ -14,10 +14,10 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import type { Duplex, Readable } from 'node:stream';
 import { SandboxError } from '@vime/core';
-import { sleep } from '@vime/core/utils';
-import { closeFd, type ExecCgroups } from './cgroup.js';
-import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, tailOf } from './output.js';
-import type { RunResult } from './process.js';
+import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, sleep } from '@vime/core/utils';
+import { closeFd, type ExecCgroups } from '../host/cgroups.js';
+import type { RunResult } from '../host/run-process.js';
+import { tailOf } from '../output.js';
 
 const OP = { run: 1, stdin: 2, eof: 3, kill: 4, spare: 5 } as const;
 const OUT = { stdout: 1, stderr: 2, exit: 3, ready: 9 } as const;
@@ -43,19 +43,19 @@ export interface SessionRun {
   argv: string[];
   env: Record<string, string>;
   cwd: string;
-  stdin?: string | Uint8Array | Readable;
-  timeoutMs?: number;
-  signal?: AbortSignal;
-  maxOutputBytes?: number;
+  stdin?: string | Uint8Array | Readable | undefined;
+  timeoutMs?: number | undefined;
+  signal?: AbortSignal | undefined;
+  maxOutputBytes?: number | undefined;
   /** Keep stdout as raw bytes, at most this many (file reads): more fails with `file_too_large`. */
-  maxRawBytes?: number;
+  maxRawBytes?: number | undefined;
 }
 
 export interface SessionLaunch {
   command: string;
   args: string[];
-  uid?: number;
-  gid?: number;
+  uid?: number | undefined;
+  gid?: number | undefined;
   env: Record<string, string>;
 }
 
@@ -109,7 +109,8 @@ export class BwrapSession {
         env: launch.env,
         stdio: ['ignore', 'ignore', 'pipe', 'pipe', ...(dirFd === undefined ? [] : [dirFd])],
         detached: true,
-        ...(launch.uid === undefined ? {} : { uid: launch.uid, gid: launch.gid! }),
+        uid: launch.uid,
+        gid: launch.gid,
       });
     } finally {
       if (dirFd !== undefined) closeFd(dirFd);

@@ -1,14 +1,14 @@
 /**
  * The proxy channel and read-only binds of a docker sandbox: the same boundary as bubblewrap's
- * (`bwrap-channel.ts`, which checks the spec and holds the forwarder). The container keeps `NetworkMode:
+ * (`../channel.ts`, which checks the spec and loads the forwarder). The container keeps `NetworkMode:
  * none`; the proxy's socket is bind-mounted read-only and the forwarder, started by an exec before the
  * sandbox is handed out, relays `127.0.0.1:<port>` inside the container's own network namespace to it.
  */
 import { ConfigError, SandboxError } from '@vime/core';
-import { FORWARDER, PROXY_SOCKET_IN_SANDBOX } from './bwrap-channel.js';
-import type { DockerEngine } from './docker-engine.js';
-import { tailOf } from './output.js';
-import type { ProxyChannel, ReadOnlyBind } from './types.js';
+import { forwarderSource, PROXY_SOCKET_IN_SANDBOX } from '../channel.js';
+import { tailOf } from '../output.js';
+import type { ProxyChannel, ReadOnlyBind } from '../types.js';
+import type { DockerEngine } from './engine-api.js';
 
 /** A bind mount in the Engine's `HostConfig.Mounts` form (JSON: no `:` or `,` parsing of paths). */
 export interface DockerBindMount {
@@ -59,7 +59,7 @@ export async function startForwarder(
       AttachStdout: true,
       AttachStderr: true,
       Tty: false,
-      Cmd: ['python3', '-c', FORWARDER, PROXY_SOCKET_IN_SANDBOX, String(channel.port)],
+      Cmd: ['python3', '-c', forwarderSource(), PROXY_SOCKET_IN_SANDBOX, String(channel.port)],
     },
     signal: wait,
   });

@@ -8,6 +8,7 @@
 import { lstatSync, statSync } from 'node:fs';
 import { dirname, isAbsolute, posix } from 'node:path';
 import { ConfigError } from '@vime/core';
+import { pythonAsset } from './python-assets.js';
 import type { ProxyChannel, ReadOnlyBind, SandboxSpec } from './types.js';
 
 /** Default loopback port of the proxy channel inside a sandbox. */
@@ -16,63 +17,14 @@ export const PROXY_CHANNEL_PORT = 8765;
 export const PROXY_SOCKET_IN_SANDBOX = '/tmp/.vime-proxy.sock';
 
 /**
- * The session's entry point when a channel is set: bind the port, fork the relay, then exec the
- * supervisor (argv after the first three), so the port accepts before the session reports ready. The
- * relay keeps only its listening socket: it must not hold the supervisor's control pipe open. With no
- * argv to exec (docker) it exits 0 once the relay is listening.
+ * The forwarder (`python/vime_proxy_forwarder.py`): the session's entry point when a channel is set. It
+ * binds the port, forks the relay, then execs the supervisor (argv after the first three), so the port
+ * accepts before the session reports ready. With no argv to exec (docker) it exits 0 once the relay is
+ * listening.
  */
-export const FORWARDER = `
-import os, socket, sys, threading
-sock_path, port = sys.argv[1], int(sys.argv[2])
-ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind(("127.0.0.1", port))
-ls.listen(128)
-if os.fork() == 0:
-    os.closerange(3, ls.fileno())
-    os.closerange(ls.fileno() + 1, 1 << 16)
-    os.setsid()
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    def pump(a, b):
-        try:
-            while True:
-                data = a.recv(65536)
-                if not data:
-                    break
-                b.sendall(data)
-        except OSError:
-            pass
-        finally:
-            try:
-                b.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
-    def serve(client):
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            upstream.connect(sock_path)
-        except OSError:
-            client.close()
-            upstream.close()
-            return
-        t = threading.Thread(target=pump, args=(upstream, client), daemon=True)
-        t.start()
-        pump(client, upstream)
-        t.join()
-        client.close()
-        upstream.close()
-    while True:
-        try:
-            client, _ = ls.accept()
-        except OSError:
-            continue
-        threading.Thread(target=serve, args=(client,), daemon=True).start()
-ls.close()
-if len(sys.argv) > 3:
-    os.execv(sys.argv[3], sys.argv[3:])
-`;
+export function forwarderSource(): string {
+  return pythonAsset('vime_proxy_forwarder.py');
+}
 
 /** A checked copy of the spec's channel (port defaulted), or undefined. */
 export function resolveChannel(

@@ -7,14 +7,11 @@ import { dirname, join, posix } from 'node:path';
 import { SandboxError } from '@vime/core';
 import type { Logger } from '@vime/core/utils';
 import { EventEmitter } from 'eventemitter3';
-import { refuseChannel } from './bwrap-channel.js';
-import { HostSandbox, type RunExecOptions, sandboxPath } from './host-sandbox.js';
-import { defaultRootDir, HostState } from './host-state.js';
-import { forwardWarnings, newSandboxId, runOf, sandboxLabels, withTrackedCreate } from './lifecycle.js';
-import { checkLifetime, type EffectiveLimits, resolveLimits, resolveWorkdir, rlimitsOf } from './limits.js';
-import { DEFAULT_MAX_READ_BYTES, readCap, tooLarge } from './output.js';
-import { EXEC_MARKER_ENV, killByExecMarker, newExecId, SANDBOX_MARKER_ENV } from './proc.js';
-import { type RunResult, runProcess } from './process.js';
+import { refuseChannel } from '../channel.js';
+import { forwardWarnings, newSandboxId, runOf, sandboxLabels, withTrackedCreate } from '../lifecycle.js';
+import { checkLifetime, type EffectiveLimits, resolveLimits, resolveWorkdir, rlimitsOf } from '../limits.js';
+import { DEFAULT_MAX_READ_BYTES, readCap, tooLarge } from '../output.js';
+import { EXEC_MARKER_ENV, killByExecMarker, newExecId, SANDBOX_MARKER_ENV } from '../process-markers.js';
 import type {
   OpOptions,
   ReadOptions,
@@ -22,18 +19,21 @@ import type {
   SandboxEmitter,
   SandboxProvider,
   SandboxSpec,
-} from './types.js';
+} from '../types.js';
+import { type RunResult, runHostProcess } from './run-process.js';
+import { HostSandbox, type RunExecOptions, sandboxPath } from './sandbox.js';
+import { defaultRootDir, HostState } from './state.js';
 
 export interface LocalProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */
-  rootDir?: string;
+  rootDir?: string | undefined;
   /** PATH given to commands (default: this process's PATH). */
-  path?: string;
+  path?: string | undefined;
   /** Shared event emitter (default: a new one, exposed as `provider.events`). */
-  events?: SandboxEmitter;
-  logger?: Logger;
+  events?: SandboxEmitter | undefined;
+  logger?: Logger | undefined;
   /** Terminate live sandboxes on SIGINT/SIGTERM/SIGHUP and exit (default true). */
-  handleSignals?: boolean;
+  handleSignals?: boolean | undefined;
 }
 
 /**
@@ -82,7 +82,7 @@ export function localProvider(options: LocalProviderOptions = {}): SandboxProvid
           provider: 'local',
           labels,
           createdAt: Date.now(),
-          ...(spec.lifetimeMs === undefined ? {} : { lifetimeMs: spec.lifetimeMs }),
+          lifetimeMs: spec.lifetimeMs,
           cgroups: [],
           mounts: [],
         });
@@ -149,7 +149,7 @@ class LocalSandbox extends HostSandbox {
     const execId = newExecId();
     let pid: number | undefined;
     try {
-      return await runProcess(argv[0]!, argv.slice(1), {
+      return await runHostProcess(argv[0]!, argv.slice(1), {
         cwd,
         env: {
           PATH: this.path,
@@ -160,12 +160,12 @@ class LocalSandbox extends HostSandbox {
           [EXEC_MARKER_ENV]: execId,
           [SANDBOX_MARKER_ENV]: this.id,
         },
-        ...(options.stdin === undefined ? {} : { stdin: options.stdin }),
-        ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
-        ...(options.signal === undefined ? {} : { signal: options.signal }),
-        ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
-        ...(raw ? { maxRawBytes: DEFAULT_MAX_READ_BYTES } : {}),
-        track: (p) => {
+        stdin: options.stdin,
+        timeoutMs: options.timeoutMs,
+        signal: options.signal,
+        maxOutputBytes: options.maxOutputBytes,
+        maxRawBytes: raw ? DEFAULT_MAX_READ_BYTES : undefined,
+        trackPid: (p) => {
           this.state.trackPid(p, pid);
           pid = p;
         },
@@ -214,7 +214,7 @@ class LocalSandbox extends HostSandbox {
   async writeFile(
     path: string,
     content: string | Uint8Array,
-    options: OpOptions & { mode?: number } = {},
+    options: OpOptions & { mode?: number | undefined } = {},
   ): Promise<void> {
     await this.fsOp('writeFile', path, options, async (signal) => {
       const target = this.hostPath(path);

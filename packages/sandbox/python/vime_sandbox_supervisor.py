@@ -1,23 +1,31 @@
-/**
- * The in-namespace supervisor of a bubblewrap session (Python, from the sandbox's own /usr): it forks each
- * command inside the namespaces bwrap built once, pipes its input and output over fd 3 and reports its exit
- * status. Kept dependency-free, single-threaded (a fork bomb cannot starve it of threads) and small. A fork
- * refused for want of a process is retried, then fails that command only (exit 126): a command filling
- * the pids limit never ends the session.
- *
- * Frames: `[op: u8][exec id: u32 BE][length: u32 BE][payload]`.
- * Host → supervisor: 1 run (JSON `{argv, env, cwd, stdin, cg}`), 2 stdin bytes, 3 stdin end, 4 kill,
- * 5 spare (a cgroup name: fork a child that moves into it and waits for the next command).
- * Supervisor → host: 1 stdout, 2 stderr, 3 exit (i32 BE: the code, or minus the signal), 9 ready.
- *
- * `argv[1]`: the rlimits of every command (JSON); `argv[2]`: the fd of the sandbox's exec-cgroup folder,
- * or empty. A command's child joins the cgroup `cg` (created by the host) before it execs, so everything
- * it starts can be killed from outside the sandbox; a spare child joins it ahead of time. Nothing a command can reach holds fd 3 or that folder:
- * bwrap's init closes them, commands do not inherit them, and the supervisor is not dumpable (no ptrace,
- * no `/proc/<pid>/fd`).
- */
-export const SUPERVISOR = String.raw`
-import ctypes, errno, json, os, resource, selectors, signal, struct, sys, time
+# The in-namespace supervisor of a bubblewrap session, run as `python3 -c <this file> <rlimits> <cgroup fd>` by
+# the sandbox's own python3: it forks each command inside the namespaces bwrap built once, pipes its input
+# and output over fd 3 and reports its exit status. Standard library only, single-threaded (a fork bomb
+# cannot starve it of threads) and small. A fork refused for want of a process is retried, then fails that
+# command only (exit 126): a command filling the pids limit never ends the session.
+#
+# Frames: `[op: u8][exec id: u32 BE][length: u32 BE][payload]`.
+# Host -> supervisor: 1 run (JSON `{argv, env, cwd, stdin, cg}`), 2 stdin bytes, 3 stdin end, 4 kill,
+# 5 spare (a cgroup name: fork a child that moves into it and waits for the next command).
+# Supervisor -> host: 1 stdout, 2 stderr, 3 exit (i32 BE: the code, or minus the signal), 9 ready.
+#
+# `argv[1]`: the rlimits of every command (JSON); `argv[2]`: the fd of the sandbox's exec-cgroup folder, or
+# empty. A command's child joins the cgroup `cg` (created by the host) before it execs, so everything it
+# starts can be killed from outside the sandbox; a spare child joins it ahead of time. Nothing a command can
+# reach holds fd 3 or that folder: bwrap's init closes them, commands do not inherit them, and the
+# supervisor is not dumpable (prctl PR_SET_DUMPABLE 0: no ptrace, no `/proc/<pid>/fd`).
+import ctypes
+import errno
+import json
+import os
+import resource
+import selectors
+import signal
+import struct
+import sys
+import time
+
+# Not dumpable (PR_SET_DUMPABLE 0): no command can ptrace it or read its /proc/<pid>/fd.
 ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
 CH = 3
 os.set_inheritable(CH, False)
@@ -27,12 +35,18 @@ if CGDIR is not None:
     os.set_inheritable(CGDIR, False)
 RL = {"cpu": resource.RLIMIT_CPU, "fsize": resource.RLIMIT_FSIZE, "as": resource.RLIMIT_AS,
       "nofile": resource.RLIMIT_NOFILE, "data": resource.RLIMIT_DATA, "nproc": resource.RLIMIT_NPROC}
+
+
 def send(op, xid, payload=b""):
     data = memoryview(struct.pack(">BII", op, xid, len(payload)) + payload)
     while data:
         data = data[os.write(CH, data):]
+
+
 sel = selectors.DefaultSelector()
 execs, bypid = {}, {}
+
+
 def join(cg):
     # Into the exec's cgroup before anything else: whatever the command starts is inside it.
     if cg:
@@ -41,10 +55,14 @@ def join(cg):
             os.write(fd, b"0")
         finally:
             os.close(fd)
+
+
 def run_command(req, r_in, w_out, w_err):
     try:
         os.setsid()
-        os.dup2(r_in, 0); os.dup2(w_out, 1); os.dup2(w_err, 2)
+        os.dup2(r_in, 0)
+        os.dup2(w_out, 1)
+        os.dup2(w_err, 2)
         for s in (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(s, signal.SIG_DFL)
         for name, value in LIMITS.items():
@@ -54,9 +72,13 @@ def run_command(req, r_in, w_out, w_err):
     except FileNotFoundError as e:
         cwd = e.filename == req["cwd"]
         msg = "cd: %s: No such file or directory\n" % req["cwd"] if cwd else "%s: command not found\n" % req["argv"][0]
-        os.write(2, msg.encode()); os._exit(126 if cwd else 127)
+        os.write(2, msg.encode())
+        os._exit(126 if cwd else 127)
     except BaseException as e:
-        os.write(w_err, ("%s: %s\n" % (req["argv"][0], e)).encode()); os._exit(126)
+        os.write(w_err, ("%s: %s\n" % (req["argv"][0], e)).encode())
+        os._exit(126)
+
+
 def pipes():
     fds = []
     try:
@@ -67,9 +89,13 @@ def pipes():
             os.close(fd)
         raise
     return fds
+
+
 # A spare child waits, already in the next exec's cgroup, for its command: moving a process between
 # cgroups can wait for an RCU grace period (milliseconds), which a spare pays ahead of time.
 spare = None
+
+
 def make_spare(cg):
     global spare
     try:
@@ -108,12 +134,15 @@ def make_spare(cg):
             data += chunk
         req = json.loads(data[4:])
         if failure is not None:
-            os.write(w_err, ("cannot join the command's cgroup: %s\n" % failure).encode()); os._exit(126)
+            os.write(w_err, ("cannot join the command's cgroup: %s\n" % failure).encode())
+            os._exit(126)
         run_command(req, r_in, w_out, w_err)
     for fd in (r_in, w_out, w_err, req_r):
         os.close(fd)
     os.set_blocking(req_w, False)
     spare = {"cg": cg, "pid": pid, "req": req_w, "fds": (w_in, r_out, r_err)}
+
+
 def drop_spare(kill):
     global spare
     if spare is None:
@@ -126,6 +155,8 @@ def drop_spare(kill):
     for fd in (spare["req"],) + spare["fds"]:
         os.close(fd)
     spare = None
+
+
 def use_spare(req):
     global spare
     if spare is None or spare["cg"] != req.get("cg"):
@@ -143,14 +174,20 @@ def use_spare(req):
     pid, fds = spare["pid"], spare["fds"]
     spare = None
     return pid, fds
+
+
 # A fork that fails for want of a process (the sandbox is at its pids limit: EAGAIN) is retried with a
 # bounded backoff, off the loop's path; then the command fails with exit 126 and says why. The supervisor
 # itself never dies of it.
 FORK_RETRY_S = 2.0
 waiting = {}
+
+
 def cannot_start(xid, req, why):
     send(2, xid, ("cannot start %s: %s\n" % (req["argv"][0], why)).encode())
     send(3, xid, struct.pack(">i", 126))
+
+
 def start(xid, req, q=(), eof=False):
     used = use_spare(req)
     if used is not None:
@@ -182,9 +219,12 @@ def start(xid, req, q=(), eof=False):
             try:
                 join(req.get("cg"))
             except OSError as e:
-                os.write(w_err, ("cannot join the command's cgroup: %s\n" % e).encode()); os._exit(126)
+                os.write(w_err, ("cannot join the command's cgroup: %s\n" % e).encode())
+                os._exit(126)
             run_command(req, r_in, w_out, w_err)
-        os.close(r_in); os.close(w_out); os.close(w_err)
+        os.close(r_in)
+        os.close(w_out)
+        os.close(w_err)
     e = {"pid": pid, "open": 2, "status": None, "grace": None, "fds": [r_out, r_err], "w_in": w_in,
          "q": list(q), "eof": eof or not req.get("stdin")}
     execs[xid] = e
@@ -194,6 +234,8 @@ def start(xid, req, q=(), eof=False):
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ, ("out", xid, stream))
     pump(xid)
+
+
 def retry_waiting():
     now = time.monotonic()
     for xid in [x for x, w in waiting.items() if w["at"] <= now]:
@@ -201,6 +243,8 @@ def retry_waiting():
         start(xid, w["req"], w["q"], w["eof"])
         if xid in execs:
             del waiting[xid]
+
+
 def pump(xid):
     e = execs.get(xid)
     if e is None or e["w_in"] is None:
@@ -211,7 +255,8 @@ def pump(xid):
         except BlockingIOError:
             break
         except OSError:
-            e["q"] = []; e["eof"] = True
+            e["q"] = []
+            e["eof"] = True
             break
         if n < len(e["q"][0]):
             e["q"][0] = e["q"][0][n:]
@@ -221,11 +266,16 @@ def pump(xid):
     if not e["q"] and e["eof"]:
         if registered:
             sel.unregister(e["w_in"])
-        os.close(e["w_in"]); e["w_in"] = None
+        os.close(e["w_in"])
+        e["w_in"] = None
     elif e["q"] and not registered:
-        sel.register(e["w_in"], selectors.EVENT_WRITE, ("in", xid)); e["wreg"] = True
+        sel.register(e["w_in"], selectors.EVENT_WRITE, ("in", xid))
+        e["wreg"] = True
     elif not e["q"] and registered:
-        sel.unregister(e["w_in"]); e["wreg"] = False
+        sel.unregister(e["w_in"])
+        e["wreg"] = False
+
+
 def finish(xid, force=False):
     e = execs.get(xid)
     if e is None or e["status"] is None or (e["open"] > 0 and not force):
@@ -240,6 +290,8 @@ def finish(xid, force=False):
     code = os.WEXITSTATUS(s) if os.WIFEXITED(s) else -os.WTERMSIG(s)
     send(3, xid, struct.pack(">i", code))
     del execs[xid]
+
+
 def reap():
     while True:
         try:
@@ -255,6 +307,8 @@ def reap():
             execs[xid]["status"] = status
             execs[xid]["grace"] = time.monotonic() + 0.25
             finish(xid)
+
+
 rsig, wsig = os.pipe()
 os.set_blocking(wsig, False)
 signal.set_wakeup_fd(wsig)
@@ -316,7 +370,8 @@ while True:
             if chunk:
                 send(stream, xid, chunk)
             else:
-                sel.unregister(key.fd); os.close(key.fd)
+                sel.unregister(key.fd)
+                os.close(key.fd)
                 e = execs[xid]
                 e["fds"].remove(key.fd)
                 e["open"] -= 1
@@ -325,4 +380,3 @@ while True:
     for xid in [x for x, e in execs.items() if e["grace"] is not None and now >= e["grace"]]:
         finish(xid, force=True)
     retry_waiting()
-`;

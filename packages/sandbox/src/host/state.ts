@@ -12,9 +12,9 @@ import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { promisify } from 'node:util';
 import { z } from 'zod';
-import { findCgroups, removeCgroupTree, removeCgroupTreeSync } from './cgroup.js';
-import { onProcessExit, processStartTicks } from './lifecycle.js';
-import { killByEnv, SANDBOX_MARKER_ENV } from './proc.js';
+import { onProcessExit, processStartTicks } from '../lifecycle.js';
+import { killByEnv, SANDBOX_MARKER_ENV } from '../process-markers.js';
+import { findCgroups, removeCgroupTree, removeCgroupTreeSync } from './cgroups.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -185,7 +185,7 @@ export async function removeTree(dir: string): Promise<void> {
 export async function cleanupSandboxDir(
   dir: string,
   meta: SandboxMeta | undefined,
-  options: { scan?: boolean } = {},
+  options: { scan?: boolean | undefined } = {},
 ): Promise<void> {
   const id = basename(dir);
   killTrackedSync(dir);

@@ -7,13 +7,13 @@ import { execFileSync, spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { posix } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
-import type { DockerEngine } from './docker-engine.js';
-import { sandboxPath } from './host-sandbox.js';
-import { register } from './lifecycle.js';
-import { SandboxOps } from './ops.js';
-import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8, readCap, tailOf, tooLarge } from './output.js';
-import { EXEC_MARKER_ENV, killByExecMarker, newExecId } from './proc.js';
-import { packTar, unpackTar } from './tar.js';
+import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from '@vime/core/utils';
+import { sandboxPath } from '../host/sandbox.js';
+import { register } from '../lifecycle.js';
+import { SandboxOps } from '../ops.js';
+import { readCap, tailOf, tooLarge } from '../output.js';
+import { EXEC_MARKER_ENV, killByExecMarker, newExecId } from '../process-markers.js';
+import { packTar, unpackTar } from '../tar.js';
 import type {
   ExecOptions,
   ExecResult,
@@ -23,7 +23,8 @@ import type {
   SandboxCapabilities,
   SandboxEmitter,
   TerminateReason,
-} from './types.js';
+} from '../types.js';
+import type { DockerEngine } from './engine-api.js';
 
 export interface DockerSandboxInit {
   id: string;
@@ -35,7 +36,7 @@ export interface DockerSandboxInit {
   owner: { uid: number; gid: number };
   events: SandboxEmitter;
   handleSignals: boolean;
-  lifetimeMs?: number;
+  lifetimeMs?: number | undefined;
 }
 
 /** Room for the tar headers around one file's content. */
@@ -48,9 +49,9 @@ function parsePathStat(
   if (typeof header !== 'string') return undefined;
   try {
     const v = JSON.parse(Buffer.from(header, 'base64').toString('utf8')) as {
-      size?: number;
-      mode?: number;
-      linkTarget?: string;
+      size?: number | undefined;
+      mode?: number | undefined;
+      linkTarget?: string | undefined;
     };
     return { size: Number(v.size ?? 0), mode: Number(v.mode ?? 0), linkTarget: v.linkTarget ?? '' };
   } catch {
@@ -86,7 +87,7 @@ export class DockerSandbox implements Sandbox {
     this.events = init.events;
     const unregister = register(this, {
       handleSignals: init.handleSignals,
-      ...(init.lifetimeMs === undefined ? {} : { lifetimeMs: init.lifetimeMs }),
+      lifetimeMs: init.lifetimeMs,
     });
     this.ops = new SandboxOps({ id: this.id, provider: this.provider, events: this.events, unregister });
   }
@@ -94,7 +95,12 @@ export class DockerSandbox implements Sandbox {
   /** Create and run one exec to completion, demultiplexing its output. */
   private async runExec(
     cmd: string[],
-    options: { env?: Record<string, string>; cwd?: string; maxOutputBytes?: number; signal?: AbortSignal },
+    options: {
+      env?: Record<string, string> | undefined;
+      cwd?: string | undefined;
+      maxOutputBytes?: number | undefined;
+      signal?: AbortSignal | undefined;
+    },
   ): Promise<{
     exitCode: number | null;
     stdout: BoundedOutput;
@@ -171,7 +177,7 @@ export class DockerSandbox implements Sandbox {
         run = await this.runExec(argv, {
           env: { ...options.env, [EXEC_MARKER_ENV]: execId },
           cwd: sandboxPath(this.workdir, options.cwd ?? this.workdir),
-          ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
+          maxOutputBytes: options.maxOutputBytes,
           signal,
         });
       } catch (error) {
@@ -233,7 +239,7 @@ export class DockerSandbox implements Sandbox {
   async writeFile(
     path: string,
     content: string | Uint8Array,
-    options: OpOptions & { mode?: number } = {},
+    options: OpOptions & { mode?: number | undefined } = {},
   ): Promise<void> {
     const target = sandboxPath(this.workdir, path);
     await this.ops.track(options, (signal) =>
@@ -358,7 +364,7 @@ export class DockerSandbox implements Sandbox {
   async isAlive(options: OpOptions = {}): Promise<boolean> {
     if (this.ops.terminating) return false;
     try {
-      const info = await this.engine.json<{ State?: { Running?: boolean } }>(
+      const info = await this.engine.json<{ State?: { Running?: boolean | undefined } | undefined }>(
         'GET',
         `/containers/${this.containerId}/json`,
         { signal: options.signal },
