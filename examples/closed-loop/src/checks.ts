@@ -83,7 +83,7 @@ export interface StepChecks {
     verdict: 'match' | 'mismatch' | 'unreadable';
     bitExactTokens: number;
     tokens: number;
-    note?: string;
+    note?: string | undefined;
   };
   tokenAudit: TokenAudit;
   versions: VersionCheck;

@@ -116,7 +116,7 @@ function count(flag: string, value: string | undefined, fallback: number, min = 
 export function parseCli(
   argv: string[],
   log: (line: string) => void,
-): { phase: Phase; options: ClosedLoopOptions; model?: string; name: string } | 'help' {
+): { phase: Phase; options: ClosedLoopOptions; model?: string | undefined; name: string } | 'help' {
   const args = argv.filter((a) => a !== '--');
   if (wantsHelp(args)) return 'help';
   const { values: v, positionals } = parseFlags('vime-closed-loop', args, FLAGS);

@@ -180,7 +180,7 @@ export async function warmstart(options: ClosedLoopOptions): Promise<string> {
       // The stand-in's own budget: its replies are short, every rollout should finish.
       maxTokensPerTurn: 1024,
     });
-    await runLoop(config, { log: options.log, ...(options.signal ? { signal: options.signal } : {}) });
+    await runLoop(config, { log: options.log, signal: options.signal });
   }
   options.log(`warm start: supervised training of ${w.init} on ${p.warmData}/steps -> ${p.warmCkpt}`);
   await runPython(options, [
@@ -249,7 +249,7 @@ export async function evaluate(
       promptsPerStep: tasks,
       samplesPerPrompt: options.evalSamples,
     });
-    await runLoop(config, { log: options.log, ...(options.signal ? { signal: options.signal } : {}) });
+    await runLoop(config, { log: options.log, signal: options.signal });
     return passAt1(await stepResults(out), options.evalSamples);
   };
   try {

@@ -61,7 +61,7 @@ export interface PassDelta {
 export function passDelta(
   before: PassAt1,
   after: PassAt1,
-  options: { resamples?: number; seed?: number } = {},
+  options: { resamples?: number | undefined; seed?: number | undefined } = {},
 ): PassDelta {
   const ids = Object.keys(before.perTask).filter((id) => id in after.perTask);
   if (ids.length === 0) return { value: null, ci: null, tasks: 0, significant: false };

@@ -81,7 +81,7 @@ export async function writeSummary(out: string, command: string[]): Promise<Summ
   const final = readJson<EvalResult>(join(p.eval('final'), 'eval.json'));
   // The checks run again on the files each step left (its batch and the trainer's dumps), so a summary
   // made later with a fixed checker says what the files show; a step whose files are gone keeps its record.
-  const mode = readJson<{ mode?: string }>(join(p.train, 'config.json'))?.mode;
+  const mode = readJson<{ mode?: string | undefined }>(join(p.train, 'config.json'))?.mode;
   const rechecked = await Promise.all(
     (run?.steps ?? []).map(async (s) => {
       const batchPath = join(p.train, 'steps', `${s.step}.msgpack`);

@@ -31,7 +31,7 @@ export interface SplitOptions {
   trainTasks: number;
   heldoutTasks: number;
   /** The shuffle's seed: the same seed, the same split. */
-  seed?: number;
+  seed?: number | undefined;
   signal?: AbortSignal | undefined;
 }
 

@@ -130,7 +130,7 @@ export async function train(options: ClosedLoopOptions, model: string): Promise<
     });
     const summary = await runLoop(config, {
       log: options.log,
-      ...(options.signal ? { signal: options.signal } : {}),
+      signal: options.signal,
       trainer: async ({ step, batchPath }, signal) => {
         // Trained before a stop that cut off the loop's own record of the step: the server already
         // serves its weights.

@@ -3,11 +3,11 @@ import { seededRandom } from '@vime/core/utils';
 
 export interface DemoBatchOptions {
   /** Token ids are drawn from `[0, vocabSize)`; the trainer's model must have at least this vocabulary. */
-  vocabSize?: number;
+  vocabSize?: number | undefined;
   /** Raw rewards, one array per prompt group; every group has the same length (slime's `n_samples_per_prompt`). */
-  groups?: number[][];
+  groups?: number[][] | undefined;
   /** Seed of the deterministic generator. */
-  seed?: number;
+  seed?: number | undefined;
 }
 
 /**

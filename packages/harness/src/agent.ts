@@ -177,7 +177,11 @@ export function harnessTranscript(run: HarnessRun): string[] {
     if (event.type === 'assistant') {
       const content = (event.message as { content?: unknown } | undefined)?.content;
       if (!Array.isArray(content)) continue;
-      for (const block of content as Array<{ type?: string; name?: string; input?: unknown }>) {
+      for (const block of content as Array<{
+        type?: string | undefined;
+        name?: string | undefined;
+        input?: unknown;
+      }>) {
         if (block.type !== 'tool_use') continue;
         const input = block.input as { command?: unknown } | undefined;
         commands.push(
@@ -185,7 +189,7 @@ export function harnessTranscript(run: HarnessRun): string[] {
         );
       }
     } else if (event.type === 'item.completed') {
-      const item = event.item as { type?: string; command?: unknown } | undefined;
+      const item = event.item as { type?: string | undefined; command?: unknown } | undefined;
       if (item?.type === 'command_execution' && typeof item.command === 'string') commands.push(item.command);
     }
   }

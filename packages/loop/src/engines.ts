@@ -35,7 +35,7 @@ export async function startEngines(
         deadline: config.engineWaitMs,
         kind: config.engineKind,
         stableChecks: 1,
-        ...(signal ? { signal } : {}),
+        signal,
       });
     } catch (error) {
       if (signal?.aborted) throw error;

@@ -42,7 +42,7 @@ export interface ReportInput {
     /** Handed off before a restart: not timed in this process. */
     resumed: boolean;
     /** The trainer hook's timings, when a trainer is attached. */
-    train?: { trainSeconds: number; weightUpdateSeconds: number; weightVersion: string };
+    train?: { trainSeconds: number; weightUpdateSeconds: number; weightVersion: string } | undefined;
   }>;
   claims: Array<{ warm: boolean; latencyMs: number }>;
   outputTokens: number;

@@ -314,7 +314,7 @@ export class LoopRun {
       rolloutSeconds: 0,
       handoffSeconds: (performance.now() - t0) / 1000,
       batchPath,
-      ...(train ? { train } : {}),
+      train,
     };
   }
 
@@ -367,7 +367,7 @@ export class LoopRun {
         rolloutSeconds: s.rolloutSeconds,
         handoffSeconds: s.handoffSeconds,
         resumed: s.resumed === true,
-        ...(s.train ? { train: s.train } : {}),
+        train: s.train,
       })),
       claims: this.#claims,
       outputTokens: this.#outputTokens,

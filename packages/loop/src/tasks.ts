@@ -84,7 +84,7 @@ export async function readTasks(
 export async function loadRunTasks(
   config: Config,
   options: {
-    cacheDir?: string;
+    cacheDir?: string | undefined;
     labels: Record<string, string>;
     log: (line: string) => void;
     signal?: AbortSignal | undefined;

@@ -34,20 +34,20 @@ export type BridgeRollout = (request: RolloutRequest) => Promise<Sample[]>;
 
 export interface RolloutServerOptions {
   rollout: BridgeRollout;
-  host?: string;
-  port?: number;
+  host?: string | undefined;
+  port?: number | undefined;
   /** Rollouts running at once; further requests wait. Default 64. */
-  concurrency?: number;
+  concurrency?: number | undefined;
   /** Per-request deadline in milliseconds, waiting included. Default 30 minutes. */
-  deadlineMs?: number;
+  deadlineMs?: number | undefined;
   /** Largest request body accepted. Default 64 MiB. */
-  maxBodyBytes?: number;
+  maxBodyBytes?: number | undefined;
   /** Tries of one rollout when it fails with an infrastructure error, the first included. Default 3. */
-  attempts?: number;
+  attempts?: number | undefined;
   /** Delay before the first retry; it doubles per retry. Default 1 s. */
-  retryDelayMs?: number;
+  retryDelayMs?: number | undefined;
   /** The settings the rollout runs with, served on GET /config so a deployment can be checked. */
-  settings?: Record<string, unknown>;
+  settings?: Record<string, unknown> | undefined;
   /**
    * Durable work units (see `sample-units.ts`): each sample's result is recorded with a receipt before
    * it is answered, so a request sent again is answered from the queue (no second rollout or grade),

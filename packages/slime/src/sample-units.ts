@@ -102,7 +102,7 @@ export async function runSampleUnit(
     // Rows without a reward are not a graded result: answered, not recorded.
     if (typeof reward !== 'number' || rows.length === 0) return { rows, replayed: false };
     await queue.submit(attempt, { reward, samples: rows, versions: rows.map(versionsOf) }).catch((error) => {
-      if ((error as { code?: string }).code !== 'attempt_stale') throw error;
+      if ((error as { code?: string | undefined }).code !== 'attempt_stale') throw error;
     });
     return { rows, replayed: false };
   }

@@ -51,21 +51,21 @@ export interface RowIssue {
   row: number;
   field: string;
   message: string;
-  instanceId?: string;
+  instanceId?: string | undefined;
 }
 
 export interface LoadOptions {
   /** `skip` (default) reports malformed rows in `issues` and keeps the rest; `fatal` throws on the first. */
-  onInvalid?: 'skip' | 'fatal';
+  onInvalid?: 'skip' | 'fatal' | undefined;
   /** Keep rows whose `repo` contains any of these (case-insensitive substring). */
-  repos?: readonly string[];
+  repos?: readonly string[] | undefined;
   /** At most this many rows per `repo` (taken after shuffling). */
-  perRepo?: number;
+  perRepo?: number | undefined;
   /** At most this many rows overall. */
-  limit?: number;
+  limit?: number | undefined;
   /** Shuffle with this seed before capping (deterministic; same seed, same order). */
-  seed?: number;
-  signal?: AbortSignal;
+  seed?: number | undefined;
+  signal?: AbortSignal | undefined;
 }
 
 export interface LoadResult {
@@ -191,7 +191,10 @@ export function selectRows<T extends { repo: string }>(
  * mirror (`swesmith/…`) and image (`<org>/swesmith.<arch>.<owner>_1776_<repo>.<commit8>`, lower-cased; the
  * org is `swebench` for SWE-smith's own images).
  */
-export function swesmithNames(instanceId: string, options: { arch?: 'x86_64' | 'arm64'; org?: string } = {}) {
+export function swesmithNames(
+  instanceId: string,
+  options: { arch?: 'x86_64' | 'arm64' | undefined; org?: string | undefined } = {},
+) {
   const dot = instanceId.lastIndexOf('.');
   const repoName = dot > 0 ? instanceId.slice(0, dot) : instanceId;
   const arch = options.arch ?? 'x86_64';
@@ -216,17 +219,17 @@ export function repoPoolName(repo: string, runSuffix?: string): string {
 
 export interface RowToTaskOptions {
   /** Appended to every pool name (e.g. a run id), so runs do not share warm pools. */
-  runSuffix?: string;
+  runSuffix?: string | undefined;
   /** Profiles for repositories SWE-smith's built-ins do not cover (e.g. the offline task set). */
-  profiles?: readonly SweProfile[];
+  profiles?: readonly SweProfile[] | undefined;
   /** Replace the profile's test command (e.g. without the conda prefix). */
-  testCommand?: string;
+  testCommand?: string | undefined;
   /** Image to use instead of the row's `image_name` (e.g. a local rootfs). */
-  image?: string;
+  image?: string | undefined;
   /** Extra files staged before setup (e.g. a repository bundle for images without the repo). */
-  files?: TaskSpec['files'];
+  files?: TaskSpec['files'] | undefined;
   /** Command run before the checkout (e.g. unpacking a staged repository). */
-  setupPrefix?: string;
+  setupPrefix?: string | undefined;
 }
 
 /** The prompt given to the agent: the problem statement, or a neutral fallback naming the failing tests. */

@@ -32,7 +32,7 @@ export interface SweProfile {
   testCommand: string;
   parser: LogParser;
   /** SWE-smith `min_testing`: run only the rows' F2P and P2P test files instead of the whole suite. */
-  minTesting?: boolean;
+  minTesting?: boolean | undefined;
   /** Per-row command where the profile builds one (SWE-smith `get_test_cmd` overrides, e.g. mypy's `-k`). */
   commandFor?(row: { FAIL_TO_PASS: readonly string[] }): string;
   /** Test files of a row: `[FAIL_TO_PASS files, PASS_TO_PASS files]` (`get_test_files`). */

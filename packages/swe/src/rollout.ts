@@ -134,10 +134,7 @@ class SweRollout {
     const { proxy, sampling, maxContextTokens } = this.options;
     const { ctx, task } = this;
     const swe = await ctx.phase('setup', () => setupSweTask(sandbox, task, { signal: ctx.signal }));
-    const session = proxy.openSession(this.#sessionId, {
-      ...(sampling ? { sampling } : {}),
-      ...(maxContextTokens === undefined ? {} : { maxContextTokens }),
-    });
+    const session = proxy.openSession(this.#sessionId, { sampling, maxContextTokens });
     this.#opened = true;
     const agentRun = await ctx.phase('agent', () =>
       this.agent.run({ task, sandbox, exec: (c) => this.#exec(c), proxy, session, signal: ctx.signal }),

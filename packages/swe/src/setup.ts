@@ -50,7 +50,7 @@ export function taskTestFileSets(task: TaskSpec): { failToPass: string[]; passTo
     throw new GradingError(`task ${task.id} has grader ${task.grader.kind}, not swesmith`);
   }
   const recorded = task.metadata.test_files as
-    | { FAIL_TO_PASS?: string[]; PASS_TO_PASS?: string[] }
+    | { FAIL_TO_PASS?: string[] | undefined; PASS_TO_PASS?: string[] | undefined }
     | undefined;
   const [failToPass, passToPass] = recorded?.FAIL_TO_PASS
     ? [recorded.FAIL_TO_PASS, recorded.PASS_TO_PASS ?? []]

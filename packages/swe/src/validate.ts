@@ -94,7 +94,7 @@ export async function validateDataset(
   const key = cacheKey(tasks);
   if (cacheFile) {
     const cached = await readFile(cacheFile, 'utf8').then(
-      (text) => JSON.parse(text) as { key?: string; verdicts?: RowVerdict[] },
+      (text) => JSON.parse(text) as { key?: string | undefined; verdicts?: RowVerdict[] | undefined },
       () => undefined,
     );
     if (cached?.key === key && cached.verdicts?.length === tasks.length) {

@@ -34,9 +34,9 @@ export type EngineHealthState =
 export interface EngineTarget {
   /** Base URL, e.g. `http://sglang-0.my-group:30000`. */
   url: string;
-  kind?: EngineKind;
+  kind?: EngineKind | undefined;
   /** Health path; defaults from the kind. */
-  path?: string;
+  path?: string | undefined;
 }
 
 export interface EngineHealthStatus {
@@ -46,29 +46,29 @@ export interface EngineHealthStatus {
   /** Health requests made. */
   attempts: number;
   /** The first failure seen (usually the most telling: refused, 503, DNS). */
-  firstError?: string;
-  lastError?: string;
+  firstError?: string | undefined;
+  lastError?: string | undefined;
   /** Milliseconds from the start of the wait until the engine was declared healthy. */
-  healthyAfterMs?: number;
+  healthyAfterMs?: number | undefined;
 }
 
 export interface WaitForEnginesOptions {
   /** Time budget: milliseconds, or a duration such as `"30m"`. */
   deadline: number | string;
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Default engine kind for plain URLs. Default `sglang`. */
-  kind?: EngineKind;
+  kind?: EngineKind | undefined;
   /** Consecutive healthy answers required (guards against flapping). Default 2. */
-  stableChecks?: number;
+  stableChecks?: number | undefined;
   /** First poll interval; doubles per failure up to `maxDelayMs`. Defaults 250 ms and 10 s. */
-  initialDelayMs?: number;
-  maxDelayMs?: number;
+  initialDelayMs?: number | undefined;
+  maxDelayMs?: number | undefined;
   /** Per-request timeout. Default 5 s. */
-  requestTimeoutMs?: number;
+  requestTimeoutMs?: number | undefined;
   /** Extra headers, e.g. `Authorization` for an engine started with `--api-key`. */
-  headers?: Record<string, string>;
+  headers?: Record<string, string> | undefined;
   /** Called on every state change. */
-  onState?: (status: Readonly<EngineHealthStatus>) => void;
+  onState?: ((status: Readonly<EngineHealthStatus>) => void) | undefined;
   dispatcher?: Dispatcher | undefined;
 }
 

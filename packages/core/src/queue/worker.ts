@@ -154,7 +154,7 @@ export async function runGroups<T extends { id: string }>(
         })
         .catch((error: unknown) => {
           // Its group was dropped meanwhile (or its deadline passed): graded, but not trained on.
-          if ((error as { code?: string }).code !== 'attempt_stale') throw error;
+          if ((error as { code?: string | undefined }).code !== 'attempt_stale') throw error;
         });
     } else if (item.attempt.signal.aborted) {
       last.set(key, {

@@ -32,10 +32,10 @@ export interface AgentOptions {
   /** Runs one action in a fresh shell. */
   exec: (command: string) => Promise<{ exitCode: number | null; output: string; timedOut: boolean }>;
   /** Model calls allowed; 0 means no limit. */
-  stepLimit?: number;
-  maxConsecutiveFormatErrors?: number;
-  maxTokens?: number;
-  signal?: AbortSignal;
+  stepLimit?: number | undefined;
+  maxConsecutiveFormatErrors?: number | undefined;
+  maxTokens?: number | undefined;
+  signal?: AbortSignal | undefined;
 }
 
 const actionPattern = new RegExp(`\`\`\`${ACTION_FENCE}\\s*\\n(.*?)\\n\`\`\``, 'gs');

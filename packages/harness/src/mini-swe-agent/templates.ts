@@ -57,7 +57,7 @@ Environment: ${vars.system} ${vars.release} ${vars.machine}`;
 export function observationTemplate(result: {
   exitCode: number | null;
   output: string;
-  exception?: string;
+  exception?: string | undefined;
 }): string {
   const parts: string[] = [];
   if (result.exception) parts.push(`<exception>${result.exception}</exception>`);

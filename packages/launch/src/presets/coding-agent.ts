@@ -16,10 +16,12 @@ export const CODING_AGENT_CONFIGS = {
 export function codingAgentPlan(
   engines: number,
   options: {
-    overrides?: Omit<LaunchConfig, 'engines'> & {
-      engines?: Omit<NonNullable<LaunchConfig['engines']>, 'count'>;
-    };
-    env?: Record<string, string | undefined>;
+    overrides?:
+      | (Omit<LaunchConfig, 'engines'> & {
+          engines?: Omit<NonNullable<LaunchConfig['engines']>, 'count'> | undefined;
+        })
+      | undefined;
+    env?: Record<string, string | undefined> | undefined;
   } = {},
 ): LaunchPlan {
   const { overrides = {}, env } = options;

@@ -78,12 +78,12 @@ export interface RayJobsClientOptions {
   address: string;
   /** Token for clusters with `RAY_AUTH_MODE=token`; sent as `Authorization: Bearer`. */
   token?: string | undefined;
-  headers?: Record<string, string>;
+  headers?: Record<string, string> | undefined;
   /** Submission retries for rejections that prove the job did not run. Default 6 attempts, 10 s apart. */
-  submitAttempts?: number;
-  submitRetryDelayMs?: number;
+  submitAttempts?: number | undefined;
+  submitRetryDelayMs?: number | undefined;
   /** Per-request timeout. Default 30 s. */
-  requestTimeoutMs?: number;
+  requestTimeoutMs?: number | undefined;
   dispatcher?: Dispatcher | undefined;
 }
 
@@ -94,11 +94,11 @@ export interface SubmitResult {
 }
 
 interface WaitOptions {
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Poll interval. Default 2 s. */
-  intervalMs?: number;
+  intervalMs?: number | undefined;
   /** Lines of log returned with a failure. Default 50. */
-  tailLines?: number;
+  tailLines?: number | undefined;
 }
 
 const NO_AGENT = /No available agent/i;
@@ -108,7 +108,15 @@ const isDuplicate = (error: RayJobsError) => error.body !== undefined && DUPLICA
 
 /** The connection error code behind a failed request (`ECONNREFUSED`), for retry events. */
 function connectionReason(error: RayJobsError): string {
-  const cause = (error.cause as { cause?: { code?: string; cause?: { code?: string } } } | undefined)?.cause;
+  const cause = (
+    error.cause as
+      | {
+          cause?:
+            | { code?: string | undefined; cause?: { code?: string | undefined } | undefined }
+            | undefined;
+        }
+      | undefined
+  )?.cause;
   return cause?.code ?? cause?.cause?.code ?? 'connection error';
 }
 
@@ -191,7 +199,7 @@ export class RayJobsClient extends EventEmitter<RayJobsEvents> {
   }
 
   /** `GET /api/version`: a cheap liveness probe. */
-  version(options: { signal?: AbortSignal } = {}): Promise<RayVersion> {
+  version(options: { signal?: AbortSignal | undefined } = {}): Promise<RayVersion> {
     return this.#call('GET', '/api/version', VersionSchema, options);
   }
 
@@ -200,7 +208,10 @@ export class RayJobsClient extends EventEmitter<RayJobsEvents> {
    * connection refused/reset); a duplicate `submission_id` for the same entrypoint returns the existing
    * job instead of starting another.
    */
-  async submit(job: JobSubmitRequest, options: { signal?: AbortSignal } = {}): Promise<SubmitResult> {
+  async submit(
+    job: JobSubmitRequest,
+    options: { signal?: AbortSignal | undefined } = {},
+  ): Promise<SubmitResult> {
     const body = parseWith(JobSubmitRequestSchema, job, 'Ray job submission');
     const submissionId = body.submission_id ?? `vime_${randomBytes(8).toString('hex')}`;
     const payload = { ...body, submission_id: submissionId };
@@ -237,27 +248,27 @@ export class RayJobsClient extends EventEmitter<RayJobsEvents> {
     }
   }
 
-  get(id: string, options: { signal?: AbortSignal } = {}): Promise<JobDetails> {
+  get(id: string, options: { signal?: AbortSignal | undefined } = {}): Promise<JobDetails> {
     return this.#call('GET', `/api/jobs/${encodeURIComponent(id)}`, JobDetailsSchema, options);
   }
 
   /** All jobs: submissions first, then driver jobs (the response is a JSON array). */
-  list(options: { signal?: AbortSignal } = {}): Promise<JobDetails[]> {
+  list(options: { signal?: AbortSignal | undefined } = {}): Promise<JobDetails[]> {
     return this.#call('GET', '/api/jobs/', JobListSchema, options);
   }
 
-  async logs(id: string, options: { signal?: AbortSignal } = {}): Promise<string> {
+  async logs(id: string, options: { signal?: AbortSignal | undefined } = {}): Promise<string> {
     return (await this.#call('GET', `/api/jobs/${encodeURIComponent(id)}/logs`, LogsSchema, options)).logs;
   }
 
   /** `true` when the job was running and is now stopping; `false` when it had already ended. */
-  async stop(id: string, options: { signal?: AbortSignal } = {}): Promise<boolean> {
+  async stop(id: string, options: { signal?: AbortSignal | undefined } = {}): Promise<boolean> {
     return (await this.#call('POST', `/api/jobs/${encodeURIComponent(id)}/stop`, StopSchema, options))
       .stopped;
   }
 
   /** Delete a terminal job's record (Ray refuses running jobs). */
-  async delete(id: string, options: { signal?: AbortSignal } = {}): Promise<boolean> {
+  async delete(id: string, options: { signal?: AbortSignal | undefined } = {}): Promise<boolean> {
     return (await this.#call('DELETE', `/api/jobs/${encodeURIComponent(id)}`, DeleteSchema, options)).deleted;
   }
 
@@ -267,7 +278,7 @@ export class RayJobsClient extends EventEmitter<RayJobsEvents> {
    */
   async *tail(
     id: string,
-    options: { signal?: AbortSignal; intervalMs?: number } = {},
+    options: { signal?: AbortSignal | undefined; intervalMs?: number | undefined } = {},
   ): AsyncGenerator<string> {
     const interval = options.intervalMs ?? 1_000;
     let seen = 0;

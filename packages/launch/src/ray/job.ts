@@ -14,12 +14,12 @@ const expandable = { expandVariables: true };
 
 export interface SlimeJobOptions {
   /** Environment of the launching process: secrets and `SKYPILOT_JOBGROUP_NAME` are read from it. */
-  env?: Record<string, string | undefined>;
-  submissionId?: string;
+  env?: Record<string, string | undefined> | undefined;
+  submissionId?: string | undefined;
   /** Where slime is checked out on the trainer. Default `/root/slime`. */
-  slimeDir?: string;
+  slimeDir?: string | undefined;
   /** The slime bridge's Python folder (the custom generate function, filter and hooks). Default: the job's workdir copy. */
-  codeDir?: string;
+  codeDir?: string | undefined;
 }
 
 /**

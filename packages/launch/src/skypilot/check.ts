@@ -33,9 +33,9 @@ export interface LaunchCheckReport {
 
 interface Job {
   name: string;
-  setup?: string;
-  run?: string;
-  envs?: Record<string, unknown>;
+  setup?: string | undefined;
+  run?: string | undefined;
+  envs?: Record<string, unknown> | undefined;
 }
 
 /** Where SkyPilot syncs the workdir on every node. */
@@ -57,7 +57,7 @@ function packageSource(root: string, name: string, subpath: string | undefined):
   const manifest = join(root, 'packages', name, 'package.json');
   if (!existsSync(manifest)) return undefined;
   const { exports } = JSON.parse(readFileSync(manifest, 'utf8')) as {
-    exports?: Record<string, { '@vime/source'?: string } | string>;
+    exports?: Record<string, { '@vime/source'?: string | undefined } | string> | undefined;
   };
   const entry = exports?.[subpath ? `.${subpath}` : '.'];
   const source = typeof entry === 'object' ? entry['@vime/source'] : undefined;

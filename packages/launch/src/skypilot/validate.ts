@@ -21,7 +21,7 @@ export interface SkyPilotProblem {
   /** 1-based document number in the YAML stream. */
   document: number;
   /** The job the document defines, when it has a name. */
-  job?: string;
+  job?: string | undefined;
   /** Dotted path inside the document, e.g. `resources.accelerators` or `envs.WANDB_API_KEY`. */
   path: string;
   message: string;
@@ -358,7 +358,7 @@ function looksLikeVolume(doc: unknown): boolean {
  */
 export function validateSkyPilotYaml(
   text: string,
-  options: { kind?: SkyPilotYamlKind } = {},
+  options: { kind?: SkyPilotYamlKind | undefined } = {},
 ): SkyPilotValidation {
   const problems: SkyPilotProblem[] = [];
   const parsed = parseAllDocuments(text);

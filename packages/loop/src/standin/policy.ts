@@ -33,7 +33,10 @@ export function patchedFiles(patch: string): string[] {
   return [...patch.matchAll(/^\+\+\+ b\/(.+)$/gm)].map((m) => m[1]!.trim());
 }
 
-export function codingAgentPolicy(tasks: PolicyTask[], options: { odds?: PolicyOdds; seed?: number } = {}) {
+export function codingAgentPolicy(
+  tasks: PolicyTask[],
+  options: { odds?: PolicyOdds | undefined; seed?: number | undefined } = {},
+) {
   const odds = options.odds ?? defaultOdds;
   const random = seededRandom(options.seed ?? 1);
   return (promptText: string): string => {

@@ -48,10 +48,7 @@ export async function standInMain(argv: string[], io: CliIo): Promise<number> {
     return EXIT.ok;
   }
   const { values } = parseFlags('vime-standin', argv, FLAGS, { maxPositionals: 0 });
-  const config = checkConfig({
-    ...(values.seed !== undefined ? { seed: whole(values.seed, 'seed') } : {}),
-    ...(values.dataset !== undefined ? { dataset: values.dataset } : {}),
-  });
+  const config = checkConfig({ seed: whole(values.seed, 'seed'), dataset: values.dataset });
   const { tasks } = await readTasks(config, { log: (line) => io.stderr(`${line}\n`) });
   const policy = codingAgentPolicy(
     tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '', workdir: t.workdir })),

@@ -66,7 +66,12 @@ const round1 = (v: number) => Math.round(v * 10) / 10;
 
 export function capacityCurve(
   fit: FittedRun,
-  options: { mode: 'sync' | 'async'; maxEngines?: number; source?: string; rolloutsPerStep?: number },
+  options: {
+    mode: 'sync' | 'async';
+    maxEngines?: number | undefined;
+    source?: string | undefined;
+    rolloutsPerStep?: number | undefined;
+  },
 ): CapacityCurve {
   const max = options.maxEngines ?? 8;
   const points: CapacityPoint[] = [];
@@ -101,7 +106,12 @@ export interface CapacityAnswer {
 /** The fewest engines, then the fewest concurrent sandboxes, that reach `targetStepSec`. */
 export function capacityFor(
   fit: FittedRun,
-  options: { targetStepSec: number; mode: 'sync' | 'async'; maxEngines?: number; rolloutsPerStep?: number },
+  options: {
+    targetStepSec: number;
+    mode: 'sync' | 'async';
+    maxEngines?: number | undefined;
+    rolloutsPerStep?: number | undefined;
+  },
 ): CapacityAnswer {
   const { targetStepSec, mode } = options;
   const max = options.maxEngines ?? 16;

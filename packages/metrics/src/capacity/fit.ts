@@ -174,7 +174,7 @@ function bisectLog(lo: number, hi: number, iterations: number, tooHigh: (x: numb
  */
 export function fitRun(
   records: ReadonlyArray<RunObservation>,
-  options: { defaults?: Partial<ModelDefaults>; labels?: string[] } = {},
+  options: { defaults?: Partial<ModelDefaults> | undefined; labels?: string[] | undefined } = {},
 ): FittedRun {
   if (records.length === 0) throw new ConfigError('fitRun needs at least one run record');
   const targets = records.map((r, i) => targetOf(r, options.labels?.[i] ?? `run ${i}`));

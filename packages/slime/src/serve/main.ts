@@ -91,12 +91,17 @@ function effectiveSettings(config: Config, dataset: string, engineUrls: string[]
 
 /** `--host`, `--port` and `--attempts` (with `=` or a separate value) are the server's; the rest the loop's. */
 function splitServerFlags(argv: string[]): {
-  host?: string;
-  port?: string;
-  attempts?: number;
+  host?: string | undefined;
+  port?: string | undefined;
+  attempts?: number | undefined;
   rest: string[];
 } {
-  const out: { host?: string; port?: string; attempts?: number; rest: string[] } = { rest: [] };
+  const out: {
+    host?: string | undefined;
+    port?: string | undefined;
+    attempts?: number | undefined;
+    rest: string[];
+  } = { rest: [] };
   for (let i = 0; i < argv.length; i++) {
     const m = /^--(host|port|attempts)(?:=(.*))?$/.exec(argv[i]!);
     if (!m) {

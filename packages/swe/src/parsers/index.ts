@@ -31,7 +31,7 @@ export type ParserId = SwebenchParser | RunnerParser | `swesmith:${string}`;
 export interface ParseOptions {
   parser: ParserId;
   /** Whose SWE-bench behaviour to reproduce (default `v4.1.0`, the version SWE-smith runs with). */
-  ref?: SwebenchRef;
+  ref?: SwebenchRef | undefined;
 }
 
 const swebench: Record<SwebenchParser, (log: string, ref: SwebenchRef) => StatusMap> = {
