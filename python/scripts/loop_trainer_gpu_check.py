@@ -39,7 +39,14 @@ from pathlib import Path
 
 import msgpack
 import torch
-from vime_megatron.megatron_backend import MegatronBackend, build_qwen3_gpt, ensure_megatron_core, export_hf, load_hf_into
+
+from vime_megatron.megatron_backend import (
+    MegatronBackend,
+    build_qwen3_gpt,
+    ensure_megatron_core,
+    export_hf,
+    load_hf_into,
+)
 from vime_megatron.packing import build_row
 from vime_megatron.step_batch import load_step_batch
 from vime_megatron.torch_backend import response_log_probs

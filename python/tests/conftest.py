@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from vime_policy.model import Qwen3Config, new_model, save_pretrained
 from vime_policy.tokenizer import Detokenizer
 from vime_testing import make_engine, tokenizer_dir

@@ -17,7 +17,6 @@ from vime_policy.sft import main as sft_main
 from vime_testing import SOURCES
 
 
-
 def sample(task: str, prompt: list[int], response: list[int], mask: list[int], reward: float, index: int) -> dict:
     return {
         "group_index": index // 2,

@@ -14,7 +14,6 @@ import msgpack
 import pytest
 import torch
 
-from vime_megatron import dump
 from vime_megatron.batch import (
     BatchError,
     infer_group_size,

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import torch
+
 import vime_policy
 from vime_policy.engine import Engine, Request
 from vime_policy.model import load_pretrained, stop_token_ids

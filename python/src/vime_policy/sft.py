@@ -25,6 +25,7 @@ from typing import Any, Iterable
 
 import torch
 from torch.utils.checkpoint import checkpoint
+
 from vime_megatron.batch import BatchError, read_batch, to_train_samples
 
 from .init import copy_tokenizer
@@ -39,7 +40,6 @@ from .model import (
     parse_dtype,
     save_pretrained,
 )
-
 
 
 class DataError(ValueError):

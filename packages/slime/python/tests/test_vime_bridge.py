@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import generate
 import pytest
+
+import generate
 import vime_bridge
 from stand_in_sample import Sample
 from vime_bridge import (
