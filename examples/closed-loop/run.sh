@@ -7,7 +7,8 @@
 #   ./run.sh [all|warmstart|eval|train|summary] [flags]     (./run.sh --help lists the flags)
 #
 # Works in a checkout (node + tsx from node_modules) and in the folder scripts/bundle.sh makes (the
-# bundled program, its own Node 20 and bubblewrap; no node_modules, no network).
+# bundled program, its own Node 20 and bubblewrap; no node_modules, no network). The program puts the
+# project's Python (python/ at the root, megatron.core's source when vendored there) on PYTHONPATH.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -16,11 +17,6 @@ case "${1:-}" in
   all | warmstart | eval | train | summary | -h | --help) ;;
   *) set -- all "$@" ;;
 esac
-# megatron.core: installed, or the source scripts/vendor-megatron.sh (or the bundle) put under .vendor/.
-vendor="$root/examples/megatron-trainer/.vendor/megatron-lm"
-if [ -d "$vendor/megatron/core" ] && ! python3 -c 'import megatron.core' 2>/dev/null; then
-  export PYTHONPATH="$vendor${PYTHONPATH:+:$PYTHONPATH}"
-fi
 if [ -f "$here/app/cli.mjs" ]; then
   tools="$root/tools"
   node="$tools/node"

@@ -42,7 +42,10 @@ def token_batch():
         [1, 1, 1, 1, 1, 1, 0, 0, 1],
     ]
     g = torch.Generator().manual_seed(19)
-    rnd = lambda lo, hi: [[round(lo + (hi - lo) * float(torch.rand(1, generator=g)), 6) for _ in range(n)] for n in lengths]
+
+    def rnd(lo, hi):
+        return [[round(lo + (hi - lo) * float(torch.rand(1, generator=g)), 6) for _ in range(n)] for n in lengths]
+
     return {
         "response_lengths": lengths,
         "padded_length": 10,

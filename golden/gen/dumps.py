@@ -6,7 +6,6 @@ slime's own conventions are covered by the real slime dumps in ../trainer-dumps.
 
 import json
 import os
-import types
 
 import numpy as np
 import torch

@@ -104,7 +104,6 @@ def main():
     masks = [m[:] for m in TB["loss_masks"]]
     masks[6] = [0, 0, 1, 0]  # OpenRLHF needs an action token per response (compute_reward places r at the last one)
     rewards = TB["scores"]
-    kl_ns = dict(ns)
     for kind in ("k1", "k2", "k3"):
         a = padded(TB["log_probs"], 10, 0.0)
         b = padded(TB["ref_log_probs"], 10, 0.0)

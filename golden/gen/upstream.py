@@ -188,7 +188,10 @@ def statements_between(rel, cls, method, first, last):
     fn = next(n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == method)
     lines = source.splitlines()
     body = fn.body
-    text = lambda n: lines[n.lineno - 1].strip()
+
+    def text(n):
+        return lines[n.lineno - 1].strip()
+
     i = next(k for k, n in enumerate(body) if text(n).startswith(first))
     j = next(k for k, n in enumerate(body) if k >= i and text(n).startswith(last))
     block = "\n".join(lines[body[i].lineno - 1 : body[j].end_lineno])

@@ -129,7 +129,7 @@ for dtype in DTYPES:
         token_case("compute_gae_advantage_return", f"gamma{gamma}_lam{lam}", dtype,
                    "GAE skipping mask-0 tokens (values and TD error pass through), then masked_whiten",
                    {"gamma": gamma, "lam": lam}, ["values"],
-                   lambda t, g=gamma, l=lam: C.compute_gae_advantage_return(t["token_level_rewards"], t["values"], t["mask"], g, l))
+                   lambda t, g=gamma, lm=lam: C.compute_gae_advantage_return(t["token_level_rewards"], t["values"], t["mask"], g, lm))
     for norm in (True, False):
         tag = "std" if norm else "no_std"
         token_case("compute_grpo_outcome_advantage", tag, dtype, "GRPO loop, scores = row sums of the padded token rewards",

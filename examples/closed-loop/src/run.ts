@@ -20,7 +20,8 @@ import { join, resolve } from 'node:path';
 import { ConfigError, type RolloutResult, type Sample } from '@vime/core';
 import { findPython } from '@vime/core/utils';
 import { checkConfig, runLoop } from '@vime/loop';
-import { bundledTokenizerDir, exampleDir, pythonEnv, startPolicyServer } from './policy-server.js';
+import { bundledTokenizerDir, startPolicyServer } from './policy-server.js';
+import { exampleDir, pythonEnv } from './python.js';
 import { type PassAt1, passAt1 } from './stats.js';
 import { hasSplit, splitTasks, type TaskSplit } from './tasks.js';
 

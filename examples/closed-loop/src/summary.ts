@@ -10,7 +10,7 @@ import { copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { cpus, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { checkStep } from './checks.js';
-import { exampleDir } from './policy-server.js';
+import { exampleDir } from './python.js';
 import type { EvalResult } from './run.js';
 import { paths } from './run.js';
 import { type PassDelta, passDelta } from './stats.js';

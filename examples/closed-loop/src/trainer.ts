@@ -9,7 +9,7 @@ import { EngineError, errorMarker, hasErrorMarker, ValidationError } from '@vime
 import { findPython } from '@vime/core/utils';
 import type { TrainerHook, TrainResult } from '@vime/loop';
 import { z } from 'zod';
-import { exampleDir, pythonEnv } from './policy-server.js';
+import { exampleDir, pythonEnv } from './python.js';
 
 const ReadySchema = z.object({
   event: z.literal('ready'),
@@ -59,7 +59,7 @@ export interface TrainerOptions {
   python?: string | undefined;
   /** What runs after the interpreter (default `-m vime_megatron.loop_trainer`). */
   entry?: string[] | undefined;
-  /** Extra PYTHONPATH entries (before the example's own). */
+  /** Extra PYTHONPATH entries (before the project's Python). */
   pythonPath?: string[] | undefined;
   onLog?: ((line: string) => void) | undefined;
   /** How long the process may take to load the model and say `ready` (default 10 min). */

@@ -51,10 +51,8 @@ function vimeGrpo(args: string[]) {
 const scratch = mkdtempSync(join(tmpdir(), 'vime-megatron-'));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
-// The loop trainer imports the policy's model code (examples/closed-loop), as documented in the README.
-const pythonPath = [example, join(example, '..', 'closed-loop'), process.env.PYTHONPATH]
-  .filter(Boolean)
-  .join(delimiter);
+// The trainer is the project's Python distribution (python/ at the repository root), as the README runs it.
+const pythonPath = [join(repo, 'python', 'src'), process.env.PYTHONPATH].filter(Boolean).join(delimiter);
 
 function runPython(python: string, args: string[], input?: string) {
   const result = spawnSync(python, args, {
@@ -66,19 +64,10 @@ function runPython(python: string, args: string[], input?: string) {
   return { status: result.status, stdout: result.stdout, output: `${result.stdout}${result.stderr}` };
 }
 
+// Its pytest suite runs with the project's (scripts/python.test.ts); here the trainer meets the SDK.
 describe('the trainer’s Python side on CPU (batch reader, group normalisation, packing, loss, dumps)', () => {
   const python = torchPythonOrSkip();
   if (!python) return;
-
-  it('passes its pytest suite: slime’s goldens and dumps, the Qwen3 layout, the loop trainer', {
-    timeout: 600_000,
-  }, () => {
-    const { status, output } = runPython(python, ['-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests']);
-    expect(status, output).toBe(0);
-    const passed = Number(/(\d+) passed/.exec(output)?.[1] ?? 0);
-    expect(passed, output).toBeGreaterThanOrEqual(40);
-    expect(output).not.toMatch(/skipped|xfail/);
-  });
 
   it('reads a batch written by encodeSamples and rejects a corrupted one by sample and field', () => {
     const samples = makeDemoBatch({

@@ -1,5 +1,6 @@
 """Writes the .pt fixtures the reader tests use (run with a Python that has torch; outputs are committed)."""
 import io
+import json
 import os
 import pickle
 import zipfile
@@ -39,8 +40,6 @@ with open(os.path.join(here, "evil.pt"), "wb") as f:
     f.write(buf.getvalue())
 
 # float32 sums and group stats as torch 1.13 computes them on CPU, for the summation-order emulation.
-import json
-
 g = torch.Generator().manual_seed(7)
 sums = []
 for n in [1, 2, 3, 5, 7, 8, 9, 13, 16, 31, 32, 33, 64, 100, 255, 256, 257, 511, 1000, 4099, 9000]:

@@ -1,7 +1,6 @@
 """Drives vime_bridge.generate the way slime does (many concurrent coroutines) and prints what came back."""
 import asyncio
 import json
-import sys
 import types
 
 import vime_bridge

@@ -108,7 +108,10 @@ async def generate_rollout_async(args, data_source):
         task.cancel()
     await asyncio.gather(*pendings, return_exceptions=True)
     assert len(data) == target
-    first = lambda g: g[0][0].index if isinstance(g[0], list) else g[0].index
+
+    def first(g):
+        return g[0][0].index if isinstance(g[0], list) else g[0].index
+
     return sorted(data, key=first), drops
 
 

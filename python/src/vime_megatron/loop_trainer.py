@@ -1,8 +1,7 @@
 """The closed loop's trainer: a long-lived process that trains one GRPO step per step batch and syncs weights.
 
-    PYTHONPATH=examples/megatron-trainer:examples/closed-loop \\
-    python -m vime_megatron.loop_trainer --model-path CKPT --out RUN --engine-url http://127.0.0.1:30000 \\
-        --backend megatron|torch
+    PYTHONPATH=python/src python -m vime_megatron.loop_trainer --model-path CKPT --out RUN \\
+        --engine-url http://127.0.0.1:30000 --backend megatron|torch
 
 stdin: one JSON line per step, `{"step": N, "batch": "/abs/steps/N.msgpack"}`. Per step: validate the
 batch, recompute slime's GRPO advantages, one optimizer step with slime's PPO-clip loss, write slime's
@@ -263,7 +262,7 @@ def main(argv: list[str] | None = None, stdin: IO[str] | None = None, protocol: 
         if type(e).__name__ != "CheckpointError":
             raise
         return user_error(events, "bad_model", str(e))
-    except ImportError as e:  # a missing module (megatron.core, vime_policy): the message says where it goes
+    except ImportError as e:  # a missing module (megatron.core): the message says where it goes
         return user_error(events, "setup", str(e))
     except SystemExit as e:  # megatron's setup refuses this machine (no CUDA GPU, several ranks)
         if not isinstance(e.code, str):

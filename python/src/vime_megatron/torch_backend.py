@@ -15,16 +15,10 @@ from pathlib import Path
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from vime_policy.model import load_pretrained, parse_dtype, save_pretrained
+
 from .loss import SampleTerms, sum_of_sample_means
 from .step_batch import StepBatch, StepResult
-
-try:
-    from vime_policy.model import load_pretrained, parse_dtype, save_pretrained
-except ImportError as e:  # a setup error, reported by the trainer with the fix
-    raise ImportError(
-        "the torch backend uses the policy's model code (vime_policy, in examples/closed-loop): put "
-        f"examples/closed-loop next to examples/megatron-trainer on PYTHONPATH ({e})"
-    ) from e
 
 
 def pick_device(name: str) -> torch.device:

@@ -10,11 +10,12 @@ are exported back to transformers' names for the policy server. One GPU, TP = PP
 from __future__ import annotations
 
 import os
-import sys
 from functools import partial
 from pathlib import Path
 
 import torch
+
+from vime_policy.model import CheckpointError, parse_dtype, read_config, read_state, save_state
 
 from .loss import SampleTerms, sum_of_sample_means
 from .packing import PackedRow, build_row, next_token_log_probs, pack_microbatches, response_slices
@@ -22,29 +23,19 @@ from .qwen3_layout import gpt_model_kwargs, hf_to_megatron, megatron_to_hf, tran
 from .step_batch import StepBatch, StepResult
 from .train import init_megatron, on_gpu, wrap_for_training
 
-try:
-    from vime_policy.model import CheckpointError, parse_dtype, read_config, read_state, save_state
-except ImportError as e:  # a setup error, reported by the trainer with the fix
-    raise ImportError(
-        "the megatron backend reads and writes checkpoints with vime_policy (examples/closed-loop): put "
-        f"examples/closed-loop next to examples/megatron-trainer on PYTHONPATH ({e})"
-    ) from e
-
 
 def ensure_megatron_core() -> None:
-    """Import megatron.core: installed (pip install megatron-core), else the source scripts/vendor-megatron.sh
-    put under the example's .vendor/ (as run.sh does), else an ImportError that says so."""
+    """Import megatron.core: installed (pip install megatron-core) or on PYTHONPATH (the source that
+    python/scripts/vendor-megatron.sh puts under python/.vendor/, which run.sh and the closed loop add),
+    else an ImportError that says so."""
     try:
         import megatron.core  # noqa: F401
     except ImportError:
-        vendor = Path(__file__).resolve().parents[1] / ".vendor" / "megatron-lm"
-        if not (vendor / "megatron" / "core").is_dir():
-            raise ImportError(
-                f"megatron.core is neither installed (pip install megatron-core) nor vendored ({vendor}); "
-                "run scripts/vendor-megatron.sh <Megatron-LM git dir>"
-            ) from None
-        sys.path.append(str(vendor))
-        import megatron.core  # noqa: F401
+        raise ImportError(
+            "megatron.core is neither installed (pip install megatron-core) nor on PYTHONPATH; on a machine "
+            "without internet run python/scripts/vendor-megatron.sh <Megatron-LM git dir> and put "
+            "python/.vendor/megatron-lm on PYTHONPATH"
+        ) from None
 
 
 def build_qwen3_gpt(cfg, dtype: torch.dtype = torch.bfloat16):

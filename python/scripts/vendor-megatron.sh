@@ -2,7 +2,10 @@
 # Put megatron.core's source into the ignored .vendor/ folder, for a GPU machine that cannot
 # `pip install megatron-core` (no internet). Takes a Megatron-LM git checkout or bare repository.
 #
-#   scripts/vendor-megatron.sh <path to NVIDIA/Megatron-LM git dir> [commit]
+#   python/scripts/vendor-megatron.sh <path to NVIDIA/Megatron-LM git dir> [commit]
+#
+# The closed loop puts python/.vendor/megatron-lm on PYTHONPATH when it is there; so does
+# examples/megatron-trainer/run.sh when megatron.core is not installed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 repo=${1:?usage: vendor-megatron.sh <Megatron-LM git dir> [commit]}

@@ -1,6 +1,6 @@
 """GPU checks of the policy server and the warm start (one H200; no Node needed).
 
-    python3 scripts/gpu_check.py --data <warm-start steps dir> --tokenizer <dir> --out <dir> [--sft-epochs 20]
+    PYTHONPATH=python/src python3 python/scripts/gpu_check.py --data <warm-start steps dir> --tokenizer <dir> --out <dir> [--sft-epochs 20]
 
 1. The `small` preset served on CUDA (bf16, then float32): 64 concurrent requests of 512 prompt + 256
    new tokens; throughput, peak batch, and the gap between the log-probs returned while decoding and a
@@ -26,11 +26,10 @@ from pathlib import Path
 
 import torch
 
-EXAMPLE = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(EXAMPLE))
-sys.path.insert(0, str(EXAMPLE.parent / "megatron-trainer"))
+from vime_policy.model import Qwen3Config, load_pretrained, new_model, save_pretrained
 
-from vime_policy.model import Qwen3Config, load_pretrained, new_model, save_pretrained  # noqa: E402
+# Child processes import the packages from where this one does (PYTHONPATH or an install).
+CHILD_ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
 def post(url: str, path: str, body: dict, timeout: float = 600) -> dict:
@@ -45,11 +44,9 @@ def get(url: str, path: str) -> dict:
 
 
 def start_server(model: Path, tokenizer: str, dtype: str, log: Path) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "PYTHONPATH": str(EXAMPLE), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "vime_policy.server", "--model-path", str(model), "--tokenizer-path", tokenizer, "--port", "0", "--device", "cuda", "--dtype", dtype, "--max-running-requests", "64", "--context-length", "8192"],
-        cwd=EXAMPLE,
-        env=env,
+        env=CHILD_ENV,
         stdout=subprocess.PIPE,
         stderr=open(log, "w"),
         text=True,
@@ -122,12 +119,10 @@ def sft_check(data: str, tokenizer: str, out: Path, epochs: int) -> dict:
     from vime_policy.tokenizer import Detokenizer
 
     warm = out / "warm-small"
-    env = {**os.environ, "PYTHONPATH": f"{EXAMPLE}:{EXAMPLE.parent / 'megatron-trainer'}", "PYTHONUNBUFFERED": "1"}
     t = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "vime_policy.sft", "--data", data, "--init", "small", "--out", str(warm), "--epochs", str(epochs), "--lr", "1e-3", "--batch-tokens", "32768", "--log-every", "20"],
-        cwd=EXAMPLE,
-        env=env,
+        env=CHILD_ENV,
         capture_output=True,
         text=True,
     )

@@ -10,8 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from vime_policy.safetensors import SafetensorsError, dump_bytes, load_bytes, load_file, load_file_with_metadata, save_file
-
+from vime_policy.safetensors import (
+    SafetensorsError,
+    dump_bytes,
+    load_bytes,
+    load_file,
+    load_file_with_metadata,
+    save_file,
+)
 
 
 def raw(header: dict, data: bytes = b"", pad: bool = True) -> bytes:

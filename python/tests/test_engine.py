@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import make_engine, run, submit, wait, wait_until
 from vime_policy.engine import EngineError
 from vime_policy.model import load_pretrained
+from vime_testing import make_engine, run, submit, wait, wait_until
 
 PROMPT = [151644, 872, 198, 9707, 11, 1879, 0, 151645, 198, 151644, 77091, 198]
 

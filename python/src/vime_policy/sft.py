@@ -3,7 +3,7 @@
     python -m vime_policy.sft --data runs/warmstart/steps --init small --out ckpt/warm [--epochs 4]
 
 Input: the batches the coding-agent main job writes (`<run>/steps/<step>.msgpack`, msgpack lists of slime
-`Sample.to_dict()` maps), read and validated by the trainer example's reader (`vime_megatron.batch`).
+`Sample.to_dict()` maps), read and validated by the trainer's reader (`vime_megatron.batch`).
 The loss is next-token cross-entropy on the response tokens whose loss mask is 1 (the policy's own
 turns; observations and the prompt are context only), averaged over those tokens. Output: a checkpoint
 directory the policy server and transformers load, plus `sft_log.json` with the loss of every step.
@@ -26,6 +26,8 @@ from typing import Any, Iterable
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from vime_megatron.batch import BatchError, read_batch, to_train_samples
+
 from .init import copy_tokenizer
 from .model import (
     PRESETS,
@@ -38,13 +40,6 @@ from .model import (
     parse_dtype,
     save_pretrained,
 )
-
-try:
-    from vime_megatron.batch import BatchError, read_batch, to_train_samples
-except ImportError as e:  # pragma: no cover - a setup error, reported by main()
-    _IMPORT_ERROR: ImportError | None = e
-else:
-    _IMPORT_ERROR = None
 
 
 class DataError(ValueError):
@@ -76,11 +71,6 @@ def batch_files(paths: Iterable[str]) -> list[Path]:
 
 
 def load_examples(paths: Iterable[str], vocab_size: int, holdout: set[str], min_reward: float | None) -> tuple[list[Example], dict[str, Any]]:
-    if _IMPORT_ERROR is not None:
-        raise DataError(
-            "the batch reader lives in the trainer example (vime_megatron.batch): put examples/megatron-trainer "
-            f"on PYTHONPATH ({_IMPORT_ERROR})"
-        )
     files = batch_files(paths)
     examples: list[Example] = []
     stats = {"files": len(files), "samples": 0, "held_out": 0, "below_min_reward": 0, "tokens": 0, "trained_tokens": 0}

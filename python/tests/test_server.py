@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_until
-from vime_policy.server import Handler, PolicyServer, _Server, build, parse_args
+from vime_policy.server import Handler, _Server, build, parse_args
+from vime_testing import wait_until
 
 PROMPT = [151644, 872, 198, 9707, 11, 1879, 0, 151645, 198, 151644, 77091, 198]
 

@@ -1,6 +1,6 @@
 """GPU self-check of the loop trainer's megatron backend: one CUDA GPU, about a minute, one JSON verdict.
 
-    python3 examples/megatron-trainer/scripts/loop_trainer_gpu_check.py [--model-path CKPT] [--out DIR]
+    PYTHONPATH=python/src python3 python/scripts/loop_trainer_gpu_check.py [--model-path CKPT] [--out DIR]
 
 Without --model-path it writes vime_policy's `small` preset (seed 0, init std 0.06 so that logits are
 far from uniform) and checks that. The checks:
@@ -37,18 +37,20 @@ import traceback
 import urllib.request
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parents[1]
-POLICY = EXAMPLE.parent / "closed-loop"
-sys.path[:0] = [str(EXAMPLE), str(POLICY)]
+import msgpack
+import torch
 
-import msgpack  # noqa: E402
-import torch  # noqa: E402
-
-from vime_megatron.megatron_backend import MegatronBackend, build_qwen3_gpt, ensure_megatron_core, export_hf, load_hf_into  # noqa: E402
-from vime_megatron.packing import build_row  # noqa: E402
-from vime_megatron.step_batch import load_step_batch  # noqa: E402
-from vime_megatron.torch_backend import response_log_probs  # noqa: E402
-from vime_policy.model import Qwen3Config, load_pretrained, new_model, read_state, save_pretrained  # noqa: E402
+from vime_megatron.megatron_backend import (
+    MegatronBackend,
+    build_qwen3_gpt,
+    ensure_megatron_core,
+    export_hf,
+    load_hf_into,
+)
+from vime_megatron.packing import build_row
+from vime_megatron.step_batch import load_step_batch
+from vime_megatron.torch_backend import response_log_probs
+from vime_policy.model import Qwen3Config, load_pretrained, new_model, read_state, save_pretrained
 
 REWARDS = [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 1.0]]
 TOL = {"convert_fp32_max_abs_logit": 5e-3, "bf16_mean_abs_logp": 0.05, "step_gap": 0.05, "moved_mean_abs_logp": 1e-3}
@@ -115,7 +117,8 @@ def reader(stream, timeout: float = 180.0):
     return next_line
 
 
-ENV = {**os.environ, "PYTHONPATH": f"{EXAMPLE}:{POLICY}", "PYTHONUNBUFFERED": "1", "MASTER_PORT": "29547"}
+# Child processes import the packages (and megatron.core) from where this one does: PYTHONPATH or an install.
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "MASTER_PORT": "29547"}
 
 
 def start_server(ckpt: Path, out: Path) -> tuple[subprocess.Popen, str]:
@@ -128,7 +131,7 @@ def loop_trainer_check(backend: str, ckpt: Path, batch: Path, out: Path, url: st
     """The trainer process with `--backend` against the policy server on this GPU, `steps` steps."""
     cmd = [sys.executable, "-m", "vime_megatron.loop_trainer", "--backend", backend, "--device", "cuda", "--model-path", str(ckpt), "--out", str(out / f"run-{backend}"), "--engine-url", url, "--lr", "1e-4"]
     log = out / f"loop_trainer-{backend}.log"
-    trainer = subprocess.Popen(cmd, env=ENV, cwd=EXAMPLE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
+    trainer = subprocess.Popen(cmd, env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
     try:
         next_event = reader(trainer.stdout)
         events = [json.loads(next_event())]

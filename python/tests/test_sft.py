@@ -14,8 +14,7 @@ import torch
 from vime_policy.init import main as init_main
 from vime_policy.model import load_pretrained
 from vime_policy.sft import main as sft_main
-
-EXAMPLE = Path(__file__).resolve().parents[1]
+from vime_testing import SOURCES
 
 
 def sample(task: str, prompt: list[int], response: list[int], mask: list[int], reward: float, index: int) -> dict:
@@ -92,7 +91,7 @@ def test_bad_input_exits_2_with_the_field(tmp_path: Path) -> None:
     rows[3]["reward"] = None
     rows[3]["status"] = "failed"
     (data / "2.msgpack").write_bytes(msgpack.packb(rows))
-    env = {"PYTHONPATH": f"{EXAMPLE}:{EXAMPLE.parent / 'megatron-trainer'}", "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": str(SOURCES), "PATH": "/usr/bin:/bin"}
     cases = [
         ([str(data)], "2.msgpack: sample [3].reward: missing (status 'failed')"),
         ([str(tmp_path / "nowhere")], "no such file or folder"),
@@ -103,9 +102,9 @@ def test_bad_input_exits_2_with_the_field(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             env=env,
-            cwd=EXAMPLE,
+            cwd=tmp_path,
         )
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and "Traceback" not in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "vime_policy.init", "--preset", "huge", "--out", str(tmp_path / "x")], capture_output=True, text=True, env=env, cwd=EXAMPLE)
+    proc = subprocess.run([sys.executable, "-m", "vime_policy.init", "--preset", "huge", "--out", str(tmp_path / "x")], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert proc.returncode == 2 and "invalid choice" in proc.stderr

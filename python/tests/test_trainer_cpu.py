@@ -14,7 +14,6 @@ import msgpack
 import pytest
 import torch
 
-from vime_megatron import dump
 from vime_megatron.batch import (
     BatchError,
     infer_group_size,
@@ -26,10 +25,11 @@ from vime_megatron.batch import (
 from vime_megatron.dry_run import main as dry_run
 from vime_megatron.loss import SampleTerms, policy_loss, sum_of_sample_means
 from vime_megatron.packing import build_row, next_token_log_probs, pack_microbatches, response_slices
+from vime_testing import REPO
 
-EXAMPLE = Path(__file__).resolve().parents[1]
-GOLDEN = Path(__file__).resolve().parents[3] / "golden"
-BATCH = EXAMPLE / "evidence" / "batch.msgpack"
+GOLDEN = REPO / "golden"
+# The batch the trainer example's GPU run trained on (makeDemoBatch() through encodeSamples).
+BATCH = REPO / "examples" / "megatron-trainer" / "evidence" / "batch.msgpack"
 
 
 def golden(name: str) -> dict:
