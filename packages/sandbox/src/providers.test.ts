@@ -357,3 +357,23 @@ describe('bubblewrap specifics', () => {
     );
   });
 });
+
+describe('bubblewrap start-up check', () => {
+  it('runs with the sandbox system PATH, whatever PATH the host process has (a bundle gives a PATH of its own)', async () => {
+    const bwrap = execFileSync('sh', ['-c', 'command -v bwrap'], { encoding: 'utf8' }).trim();
+    const rootDir = mkdtempSync(join(tmpdir(), 'vime-probe-path-'));
+    const hostPath = process.env.PATH;
+    // Only a folder the probe's sandbox does not bind: `true` is found there on the host, not inside.
+    const own = mkdtempSync(join(tmpdir(), 'vime-own-bin-'));
+    execFileSync('ln', ['-s', '/usr/bin/true', join(own, 'true')]);
+    process.env.PATH = own;
+    try {
+      const sandbox = await bubblewrapProvider({ rootDir, bwrap }).create({ workdir: '/work' });
+      await sandbox.terminate();
+    } finally {
+      process.env.PATH = hostPath;
+      rmSync(rootDir, { recursive: true, force: true });
+      rmSync(own, { recursive: true, force: true });
+    }
+  });
+});

@@ -412,7 +412,8 @@ async function probeBwrap(
     result = await runHostProcess(
       bwrap,
       [...systemArgs, '--unshare-all', '--die-with-parent', '--new-session', 'true'],
-      { env: { PATH: process.env.PATH ?? '/usr/bin:/bin' }, timeoutMs: 10_000, ...(user ?? {}) },
+      // The sandbox's own system PATH: the host's may name folders the probe does not bind.
+      { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' }, timeoutMs: 10_000, ...(user ?? {}) },
     );
   } catch (error) {
     throw new SandboxError(`bubblewrap is not usable: cannot run ${JSON.stringify(bwrap)}. ${fix}`, {
