@@ -1,18 +1,12 @@
 import { configDefaults, defineConfig } from 'vitest/config';
+import { ATTACK_FILES, INTEGRATION_FILES, TEST_FILES } from './scripts/test-tiers.js';
 
 /**
- * Files whose checks need the machine to themselves: latencies under attack (a held event loop against
- * a bound from its own baseline), and process floods, fork bombs and memory hogs that must reach a
- * sandbox limit within a timeout. They run after the rest, one at a time, so no other file's load moves
- * what they measure (beside the suite's heaviest files on 2 cores, a python flood did not reach the pids
- * limit within its 20 s, and a fork-bombed docker sandbox answered nothing).
+ * Three tiers, one run (`bash scripts/test.sh [unit|integration|attack]`): unit tests first, fully parallel;
+ * then the integration tests on real components; then the attack suites, one file at a time, so no other
+ * file's load moves what they provoke (floods that must reach a sandbox limit, fork bombs, signals at
+ * every step, a proxy under attack). A file's name says its tier (`scripts/test-tiers.ts`).
  */
-const TIMED = [
-  'packages/core/src/proxy/proxy-hardening.test.ts',
-  'packages/sandbox/src/hardening.test.ts',
-  'packages/sandbox/src/escape.test.ts',
-];
-
 export default defineConfig({
   resolve: { conditions: ['@vime/source'] },
   ssr: { resolve: { conditions: ['@vime/source'] } },
@@ -21,25 +15,35 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: 'forks',
+    reporters: ['./scripts/slowest-reporter.ts', 'default'],
     projects: [
       {
         extends: true,
         test: {
-          name: 'suite',
-          include: [
-            'packages/*/src/**/*.test.ts',
-            'scripts/**/*.test.ts',
-            'examples/*/src/**/*.test.ts',
-            'examples/*/test/**/*.test.ts',
-          ],
-          exclude: [...configDefaults.exclude, ...TIMED],
-          maxWorkers: 2,
+          name: 'unit',
+          include: TEST_FILES,
+          exclude: [...configDefaults.exclude, ...INTEGRATION_FILES, ...ATTACK_FILES],
           sequence: { groupOrder: 0 },
         },
       },
       {
         extends: true,
-        test: { name: 'timed', include: TIMED, maxWorkers: 1, sequence: { groupOrder: 1 } },
+        test: {
+          name: 'integration',
+          include: INTEGRATION_FILES,
+          exclude: [...configDefaults.exclude, ...ATTACK_FILES],
+          maxWorkers: 2,
+          sequence: { groupOrder: 1 },
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'attack',
+          include: ATTACK_FILES,
+          maxWorkers: 1,
+          sequence: { groupOrder: 2 },
+        },
       },
     ],
   },

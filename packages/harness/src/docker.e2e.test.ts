@@ -4,12 +4,12 @@
  * of an offline task, graded in a fresh sandbox; every trained token is what the engine sampled. Runs when
  * a Docker engine answers (scripts/docker-up.sh; CI as root always has one).
  */
-import { dockerAvailable } from '@vime/sandbox/testing';
+import { dockerForTests } from '@vime/sandbox/testing';
 import { describe, expect, it } from 'vitest';
 import { harnessOnOfflineTask } from './__fixtures__/e2e.js';
 import { claudeCodeScript, codexScript } from './standin.js';
 
-describe.runIf(process.getuid?.() === 0 || dockerAvailable())('harnesses in a docker sandbox', () => {
+describe.runIf(dockerForTests())('harnesses in a docker sandbox', () => {
   it('codex fixes an offline task (reward 1) through the docker channel', async () => {
     const { run, reward, engineCalls } = await harnessOnOfflineTask('codex', codexScript, 'docker');
     expect(reward).toBe(1);

@@ -1,5 +1,5 @@
 /**
- * The producer and consumer processes of the SIGKILL test (`crash.test.ts`). Either may be killed at
+ * The producer and consumer processes of the SIGKILL test (`crash.int.test.ts`). Either may be killed at
  * any instant and started again; together they must still deliver every record exactly once.
  *
  *   producer <dir> <n> [tornAt]: appends records r0..r(n-1) in concurrent groups of 8, skipping keys

@@ -1,5 +1,5 @@
 /**
- * The processes of the `GroupQueue` SIGKILL test (`group-crash.test.ts`): a fully async run, killed as
+ * The processes of the `GroupQueue` SIGKILL test (`group-crash.int.test.ts`): a fully async run, killed as
  * a whole process tree at random points and started again on the same directory.
  *
  *   run <dir> <groups> <n> <steps> <perStep>: starts two stand-in engines (a child process: real HTTP

@@ -1,5 +1,5 @@
 /**
- * A producer process of the lock race test (`lock.test.ts`). Prints `ready`, waits for a line on
+ * A producer process of the lock race test (`lock.int.test.ts`). Prints `ready`, waits for a line on
  * stdin (so all racers start together), then tries to open the queue as its producer once:
  *   `locked <code>` when it may not, else `open`, then `ack <key>` for each of `<count>` appends as it
  *   resolves, then holds the queue `<holdMs>` and prints `closed` after closing it.

@@ -32,7 +32,7 @@ async function send(url: string, body: unknown, headers: Record<string, string> 
 }
 
 const until = async (ok: () => boolean, what: string) => {
-  const deadline = performance.now() + 5_000;
+  const deadline = performance.now() + 30_000;
   while (!ok()) {
     if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 5));

@@ -86,13 +86,13 @@ describe('capture proxy: sessions, sampling, budgets, cancellation', () => {
       body: JSON.stringify({ messages: [{ role: 'user', content: 'write a lot' }], max_tokens: 500 }),
       signal: ac.signal,
     }).catch((e: unknown) => e);
-    const deadline = performance.now() + 2000;
+    const deadline = performance.now() + 30_000;
     while (standIn.stats().running !== 1 && performance.now() < deadline)
       await new Promise((r) => setTimeout(r, 5));
     expect(standIn.stats().running).toBe(1);
     ac.abort();
     await pending;
-    const freedBy = performance.now() + 1000;
+    const freedBy = performance.now() + 30_000;
     while (standIn.stats().running !== 0 && performance.now() < freedBy)
       await new Promise((r) => setTimeout(r, 5));
     expect(standIn.stats()).toMatchObject({ running: 0, aborted: 1, completed: 0 });
@@ -204,38 +204,27 @@ describe('capture proxy: sessions, sampling, budgets, cancellation', () => {
     expect(calls).toHaveLength(0);
   });
 
-  it('spreading sessions over two throughput-bound engines halves the time of a batch', async () => {
+  it('spreads a batch of concurrent sessions evenly over two throughput-bound engines', async () => {
+    // How much faster two engines make a batch is measured in bench/router.bench.ts; here, that they share it.
     const tokenizer = await qwen3();
     const policy: StandInPolicy = () => ({ ids: new Array(200).fill(42) });
-    async function batchMs(engineCount: number): Promise<number> {
-      const standIns = await Promise.all(
-        Array.from({ length: engineCount }, () =>
-          startStandInEngine({ tokenizer, policy, service: { tokensPerSecond: 4000 } }),
+    const standIns = await Promise.all(
+      [0, 1].map(() => startStandInEngine({ tokenizer, policy, service: { tokensPerSecond: 4000 } })),
+    );
+    const engines = standIns.map((e) => sglangEngine(e.url));
+    const proxy = await startCaptureProxy({ engine: engines, tokenizer });
+    try {
+      const sessions = Array.from({ length: 8 }, (_, i) => proxy.openSession(`batch-${i}`));
+      await Promise.all(
+        sessions.map((s) =>
+          post(`${s.baseURL}/chat/completions`, { messages: [{ role: 'user', content: 'go' }] }),
         ),
       );
-      const engines = standIns.map((e) => sglangEngine(e.url));
-      const proxy = await startCaptureProxy({ engine: engines, tokenizer });
-      try {
-        const sessions = Array.from({ length: 8 }, (_, i) => proxy.openSession(`b${engineCount}-${i}`));
-        const t0 = performance.now();
-        await Promise.all(
-          sessions.map((s) =>
-            post(`${s.baseURL}/chat/completions`, { messages: [{ role: 'user', content: 'go' }] }),
-          ),
-        );
-        return performance.now() - t0;
-      } finally {
-        await proxy.close();
-        await Promise.all([...engines.map((e) => e.close()), ...standIns.map((e) => e.close())]);
-      }
+      expect(standIns.map((e) => e.stats().completed)).toEqual([4, 4]);
+    } finally {
+      await proxy.close();
+      await Promise.all([...engines.map((e) => e.close()), ...standIns.map((e) => e.close())]);
     }
-    // the faster of two batches each: a pause of the machine in one batch says nothing of the routing
-    const one = Math.min(await batchMs(1), await batchMs(1));
-    const two = Math.min(await batchMs(2), await batchMs(2));
-    // 1,600 tokens at 4,000 tokens/s: 400 ms on one engine, 200 ms on two (plus HTTP and rendering)
-    expect(one).toBeGreaterThanOrEqual(395);
-    expect(two).toBeGreaterThanOrEqual(195);
-    expect(two).toBeLessThan(one * 0.8);
   });
 
   it('continues a turn the engine aborts from the tokens it already produced', async () => {
@@ -244,7 +233,7 @@ describe('capture proxy: sessions, sampling, budgets, cancellation', () => {
     });
     const s = proxy.openSession('engine-abort');
     const pending = post(`${s.baseURL}/chat/completions`, { messages: [{ role: 'user', content: 'go' }] });
-    const deadline = performance.now() + 2000;
+    const deadline = performance.now() + 30_000;
     while (standIn.stats().running !== 1 && performance.now() < deadline)
       await new Promise((r) => setTimeout(r, 5));
     await new Promise((r) => setTimeout(r, 100));

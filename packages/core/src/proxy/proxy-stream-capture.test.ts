@@ -64,7 +64,7 @@ function openStream(url: string, body: unknown) {
 }
 
 const until = async (ok: () => boolean, what: string) => {
-  const deadline = performance.now() + 5_000;
+  const deadline = performance.now() + 30_000;
   while (!ok()) {
     if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 5));

@@ -24,7 +24,7 @@ async function post(url: string, body: unknown, headers: Record<string, string> 
   };
 }
 
-async function until(check: () => boolean, ms = 5000): Promise<void> {
+async function until(check: () => boolean, ms = 30_000): Promise<void> {
   const deadline = performance.now() + ms;
   while (!check()) {
     if (performance.now() > deadline) throw new Error('condition not met in time');

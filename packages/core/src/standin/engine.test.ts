@@ -25,10 +25,11 @@ function client<E extends Engine>(e: E): E {
   return e;
 }
 
-async function until(check: () => boolean, ms = 2000): Promise<void> {
+/** Polls `check` until it holds; the budget is generous enough for a machine at load 8 on 2 cores. */
+async function until(check: () => boolean, ms = 30_000): Promise<void> {
   const end = performance.now() + ms;
   while (!check()) {
-    if (performance.now() > end) throw new Error('condition not met in time');
+    if (performance.now() > end) throw new Error(`condition not met in ${ms} ms: ${check.toString()}`);
     await new Promise((r) => setTimeout(r, 5));
   }
 }
@@ -99,9 +100,9 @@ describe('stand-in engine over the SGLang wire', () => {
     expect(metrics).toMatch(/^sglang:num_queue_reqs\{.*\} 2$/m);
     await Promise.all(runs);
     const elapsed = performance.now() - t0;
-    // 400 tokens at 400 tokens/s: one second of service however they are batched
+    // 400 tokens at 400 tokens/s: at least one second of service however they are batched (a busy
+    // machine may take longer; the engine never serves faster than its rate).
     expect(elapsed).toBeGreaterThan(990);
-    expect(elapsed).toBeLessThan(4000);
     const stats = engine.stats();
     expect(stats).toMatchObject({ completed: 4, running: 0, queued: 0, peakRunning: 2, peakQueued: 2 });
     expect(stats.generationTokens).toBe(400);
@@ -235,11 +236,12 @@ describe("stand-in engine: SGLang's weight-update controls", () => {
   });
 
   it('pause (abort) ends in-flight requests with their partial output and holds new ones until continue', async () => {
-    const s = await standIn({ weightVersion: '1', policy: () => long, service: { tokensPerSecond: 1500 } });
+    // 300 tokens at 100 tokens/s: the pause lands mid-generation however busy the machine is.
+    const s = await standIn({ weightVersion: '1', policy: () => long, service: { tokensPerSecond: 100 } });
     const e = client(sglangEngine(s.url));
     const first = e.generate({ inputIds: [1, 2, 3], sampling: { maxTokens: 400 } });
     await until(() => s.stats().running === 1);
-    await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 300));
     await e.weights!.pauseGeneration({ mode: 'abort' });
     const cut = await first;
     expect(cut.finishReason).toBe('abort');

@@ -70,6 +70,7 @@ export function sglangStream(
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
   const all: Array<[number, number, null]> = [];
   let ids = new Int32Array(0);
+  let dropping = false;
   const chunk = (
     fresh: Array<[number, number, null]>,
     text: string,
@@ -91,7 +92,7 @@ export function sglangStream(
     })}\n\n`;
   return {
     tokens(fresh, logprobs, total) {
-      if (res.destroyed) return;
+      if (res.destroyed || dropping) return;
       const entries = Array.from(fresh, (id, i): [number, number, null] => [logprobs[i]!, id, null]);
       all.push(...entries);
       const grown = new Int32Array(ids.length + fresh.length);
@@ -99,11 +100,12 @@ export function sglangStream(
       grown.set(fresh, ids.length);
       const text = options.incremental ? decode(fresh) : decode(grown);
       ids = grown;
-      res.write(chunk(entries, text, null));
-      if (all.length * 2 >= total && options.dropAfterHalf()) res.socket?.destroy();
+      // The drop comes once the half is on the wire (a busy machine may write it and drop in one tick).
+      dropping = all.length * 2 >= total && options.dropAfterHalf();
+      res.write(chunk(entries, text, null), dropping ? () => res.socket?.destroy() : undefined);
     },
     finish(final) {
-      if (res.destroyed) return;
+      if (res.destroyed || dropping) return;
       const info = final.meta_info as Record<string, unknown>;
       // The top-p patch's fields (the nucleus of every output token) come with the finish reason.
       const nucleus = Object.fromEntries(Object.entries(info).filter(([k]) => k.startsWith('top_p_')));
@@ -124,12 +126,15 @@ export function vllmStream(
   const created = Math.floor(Date.now() / 1000);
   let sent = 0;
   let first = true;
+  let dropping = false;
   const chunk = (choice: Record<string, unknown>, extra: Record<string, unknown> = {}) =>
     `data: ${JSON.stringify({ id: meta.id, object: 'text_completion', created, model: meta.model, choices: [{ index: 0, ...choice }], ...extra })}\n\n`;
   return {
     tokens(fresh, logprobs, total) {
-      if (res.destroyed) return;
+      if (res.destroyed || dropping) return;
       sent += fresh.length;
+      // The drop comes once the half is on the wire (a busy machine may write it and drop in one tick).
+      dropping = sent * 2 >= total && options.dropAfterHalf();
       res.write(
         chunk(
           {
@@ -143,12 +148,12 @@ export function vllmStream(
           },
           first ? { prompt_token_ids: Array.from(meta.promptIds) } : {},
         ),
+        dropping ? () => res.socket?.destroy() : undefined,
       );
       first = false;
-      if (sent * 2 >= total && options.dropAfterHalf()) res.socket?.destroy();
     },
     finish(final) {
-      if (res.destroyed) return;
+      if (res.destroyed || dropping) return;
       const choice = (final.choices as Array<Record<string, unknown>>)[0]!;
       res.write(
         chunk({

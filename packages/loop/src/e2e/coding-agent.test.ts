@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { decodeSamples, SLIME_SAMPLE_FIELDS } from '@vime/core';
 import { renderHtmlInChromium } from '@vime/metrics/testing';
-import { defaultDockerSocket } from '@vime/sandbox';
+import { dockerForTests } from '@vime/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const root = fileURLToPath(new URL('../../../../', import.meta.url));
@@ -279,7 +279,7 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
     }
   });
 
-  const dockerReady = process.getuid?.() === 0 || existsSync(defaultDockerSocket());
+  const dockerReady = dockerForTests();
   it.runIf(dockerReady)('runs with --sandbox docker', { timeout: 240_000 }, async () => {
     const out = join(tmp, 'docker');
     const run = await runCli([

@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { decodeSamples, type Sample, type TaskSpec } from '@vime/core';
 import { loadTokenizer } from '@vime/core/engine';
 import { claudeCodeScript, codexScript, fixOf, oneLineFix, type Script } from '@vime/harness/standin';
-import { defaultDockerSocket } from '@vime/sandbox';
+import { dockerForTests } from '@vime/sandbox/testing';
 import { buildOfflineTaskSet } from '@vime/swe';
 import { afterAll, beforeAll, describe, expect, inject, it, onTestFinished } from 'vitest';
 import { bundledTokenizerDir } from '../defaults.js';
@@ -168,7 +168,7 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     }
   });
 
-  const dockerReady = process.getuid?.() === 0 || existsSync(defaultDockerSocket());
+  const dockerReady = dockerForTests();
   it.runIf(dockerReady)(
     'claude-code and codex fix their tasks in docker sandboxes too (reward 1)',
     {

@@ -6,13 +6,13 @@ import { expect } from 'vitest';
 import { type AttackCase, type CaseResult, runCase } from './attacks.js';
 import {
   assertReadableByOthers,
-  dockerAvailable,
   isRoot,
   OTHER_UID,
   runFixture,
   userDir,
 } from './support.js';
 import { DEFAULT_LIMITS } from '../limits.js';
+import { dockerForTests } from '../testing.js';
 
 
 /** Folders the cases made; each test file removes them after all its tests (`removeDirs`). */
@@ -49,7 +49,7 @@ export const users: Array<[string, boolean]> = isRoot
       [`uid ${OTHER_UID}`, true],
     ]
   : [['this user', false]];
-export const withDocker = isRoot || dockerAvailable();
+export const withDocker = dockerForTests();
 export const MiB = 1 << 20;
 export const py = (code: string) => ['python3', '-c', code];
 /** Started before a bomb: records in /testbed/max the most processes a listing of /proc showed. */

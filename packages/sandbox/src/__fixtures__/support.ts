@@ -109,7 +109,7 @@ export const exited = (child: ChildProcess) =>
     else child.once('exit', (code, signal) => resolve(signal ?? code));
   });
 
-export async function eventually(check: () => boolean | Promise<boolean>, ms = 10_000): Promise<boolean> {
+export async function eventually(check: () => boolean | Promise<boolean>, ms = 30_000): Promise<boolean> {
   const end = Date.now() + ms;
   while (Date.now() < end) {
     if (await check()) return true;

@@ -77,7 +77,7 @@ async function converse(baseURL: string, turns: number, body: Record<string, unk
 }
 
 /** Wait (bounded) until `ready` holds. */
-async function until(ready: () => boolean, ms = 10_000): Promise<void> {
+async function until(ready: () => boolean, ms = 30_000): Promise<void> {
   const deadline = Date.now() + ms;
   while (!ready()) {
     if (Date.now() > deadline) throw new Error('timed out waiting');

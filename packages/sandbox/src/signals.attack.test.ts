@@ -23,7 +23,6 @@ import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
   assertReadableByOthers,
-  dockerAvailable,
   eventually,
   exited,
   isRoot,
@@ -38,8 +37,9 @@ import {
 } from './__fixtures__/support.js';
 import { bubblewrapProvider } from './bubblewrap/provider.js';
 import { DockerEngine, defaultDockerSocket } from './docker/engine-api.js';
+import { dockerForTests, rootForTests } from './testing.js';
 
-const withDocker = isRoot || dockerAvailable();
+const withDocker = dockerForTests();
 const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));
 const dirs: string[] = [];
 afterAll(() => {
@@ -231,7 +231,7 @@ const signals: NodeJS.Signals[] = ['SIGTERM', 'SIGINT', 'SIGKILL'];
 const stepsFor = <T>(signal: NodeJS.Signals, all: T[]): T[] =>
   signal === 'SIGINT' ? all.filter((_, i) => i % 3 === 1) : all;
 
-describe.runIf(isRoot)('a signal at every step of a create, as root', () => {
+describe.runIf(rootForTests())('a signal at every step of a create, as root', () => {
   describe.each(signals)('%s', (signal) => {
     it.concurrent.each(stepsFor(signal, createSteps))(
       '%s sandbox, at step %s',
@@ -241,7 +241,7 @@ describe.runIf(isRoot)('a signal at every step of a create, as root', () => {
   });
 });
 
-describe.runIf(isRoot)("a signal at every step of a pool's life, as root", () => {
+describe.runIf(rootForTests())("a signal at every step of a pool's life, as root", () => {
   describe.each(signals)('%s', (signal) => {
     it.concurrent.each(stepsFor(signal, poolSteps))(
       'at step %s',
@@ -259,7 +259,7 @@ describe(`a signal mid-create, as ${isRoot ? `uid ${OTHER_UID}` : 'this user'}`,
   );
 });
 
-describe.runIf(isRoot)('what a crash leaves, found by run id', () => {
+describe.runIf(rootForTests())('what a crash leaves, found by run id', () => {
   it('a sandbox with torn (0-byte) metadata', async () => {
     const r = start('session');
     await reach(r, 'created');
@@ -345,7 +345,7 @@ describe.runIf(isRoot)('what a crash leaves, found by run id', () => {
   });
 });
 
-describe.runIf(isRoot)("a program's own signal handlers", () => {
+describe.runIf(rootForTests())("a program's own signal handlers", () => {
   it('one that exits at once: nothing is left, and its exit code stands', async () => {
     const r = start('session', { handler: 'exit' });
     await reach(r, 'cgroup');

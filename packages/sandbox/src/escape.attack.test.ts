@@ -13,7 +13,7 @@ import { hostSleepers } from './__fixtures__/support.js';
 import { bubblewrapProvider } from './bubblewrap/provider.js';
 import { dockerProvider } from './docker/provider.js';
 import { findCgroups, removeCgroupTreeSync } from './host/cgroups.js';
-import { dockerAvailable, testImage } from './testing.js';
+import { dockerForTests, testImage } from './testing.js';
 import type { Sandbox, SandboxProvider, SandboxSpec } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-escape-test-'));
@@ -23,9 +23,9 @@ const backends: Array<[string, () => SandboxProvider, Partial<SandboxSpec>]> = [
   ['bubblewrap', () => bubblewrapProvider({ rootDir }), {}],
   ['bubblewrap (per-exec)', () => bubblewrapProvider({ rootDir, execMode: 'per-exec' }), {}],
 ];
-if (isRoot || dockerAvailable()) backends.push(['docker', () => dockerProvider(), { image: testImage }]);
+if (dockerForTests()) backends.push(['docker', () => dockerProvider(), { image: testImage }]);
 
-async function eventually(check: () => boolean, ms = 5000): Promise<boolean> {
+async function eventually(check: () => boolean, ms = 30_000): Promise<boolean> {
   const end = Date.now() + ms;
   while (Date.now() < end) {
     if (check()) return true;

@@ -7,7 +7,7 @@ import { bubblewrapProvider } from './bubblewrap/provider.js';
 import { dockerProvider } from './docker/provider.js';
 import { execDetached, runSetup, stageFiles } from './helpers.js';
 import { localProvider } from './host/local-provider.js';
-import { dockerAvailable, testImage } from './testing.js';
+import { dockerAvailable, dockerForTests, testImage } from './testing.js';
 import type { Sandbox, SandboxProvider } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-helpers-test-'));
@@ -16,8 +16,7 @@ const backends: Array<[string, () => SandboxProvider, string | undefined]> = [
   ['bubblewrap', () => bubblewrapProvider({ rootDir }), undefined],
   ['local', () => localProvider({ rootDir }), undefined],
 ];
-if (process.getuid?.() === 0 || dockerAvailable())
-  backends.push(['docker', () => dockerProvider(), testImage]);
+if (dockerForTests()) backends.push(['docker', () => dockerProvider(), testImage]);
 
 describe.each(backends)('helpers on %s', (_name, makeProvider, image) => {
   let sbx: Sandbox;

@@ -18,7 +18,7 @@ import {
   type Sandbox,
   type SandboxProvider,
 } from '@vime/sandbox';
-import { dockerAvailable } from '@vime/sandbox/testing';
+import { dockerForTests } from '@vime/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sharedOfflineSet } from './__fixtures__/offline-set.js';
 import { type CapturedPatch, captureAgentPatch, patchFromDiff } from './capture.js';
@@ -56,7 +56,7 @@ const isRoot = process.getuid?.() === 0;
 const backends: Array<[SandboxKind, () => SandboxProvider]> = [
   ['bubblewrap', () => bubblewrapProvider({ rootDir: join(work, 'bwrap') })],
 ];
-if (isRoot || dockerAvailable()) backends.push(['docker', () => dockerProvider()]);
+if (dockerForTests()) backends.push(['docker', () => dockerProvider()]);
 
 function summary(r: SweGradeResult) {
   return r.status === 'graded'

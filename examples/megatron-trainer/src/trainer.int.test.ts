@@ -64,7 +64,7 @@ function runPython(python: string, args: string[], input?: string) {
   return { status: result.status, stdout: result.stdout, output: `${result.stdout}${result.stderr}` };
 }
 
-// Its pytest suite runs with the project's (scripts/python.test.ts); here the trainer meets the SDK.
+// Its pytest suite runs with the project's (scripts/python.int.test.ts); here the trainer meets the SDK.
 describe('the trainer’s Python side on CPU (batch reader, group normalisation, packing, loss, dumps)', () => {
   const python = torchPythonOrSkip();
   if (!python) return;

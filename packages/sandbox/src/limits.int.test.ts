@@ -7,11 +7,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError } from '@vime/core';
 import { afterAll, describe, expect, it } from 'vitest';
-import { dockerAvailable, isRoot, testImage } from './__fixtures__/support.js';
+import { isRoot, testImage } from './__fixtures__/support.js';
 import { bubblewrapProvider } from './bubblewrap/provider.js';
 import { dockerProvider } from './docker/provider.js';
 import { localProvider } from './host/local-provider.js';
 import { DEFAULT_LIMITS, resolveLimits } from './limits.js';
+import { dockerForTests } from './testing.js';
 import type { SandboxProvider, SandboxSpec } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-limits-test-'));
@@ -21,7 +22,7 @@ const backends: Array<[string, () => SandboxProvider, Partial<SandboxSpec>]> = [
   ['bubblewrap', () => bubblewrapProvider({ rootDir }), {}],
   ['local', () => localProvider({ rootDir }), {}],
 ];
-if (isRoot || dockerAvailable()) backends.push(['docker', () => dockerProvider(), { image: testImage }]);
+if (dockerForTests()) backends.push(['docker', () => dockerProvider(), { image: testImage }]);
 
 /** [what, limits or workdir, the field the message must name, the fix it must suggest] */
 const badLimits: Array<[string, unknown, RegExp, RegExp]> = [

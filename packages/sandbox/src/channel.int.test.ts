@@ -18,7 +18,7 @@ import { DockerEngine, defaultDockerSocket } from './docker/engine-api.js';
 import { dockerProvider } from './docker/provider.js';
 import { localProvider } from './host/local-provider.js';
 import { packTar } from './tar.js';
-import { dockerAvailable, testImage } from './testing.js';
+import { dockerForTests, testImage } from './testing.js';
 import type { Sandbox } from './types.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'vime-channel-test-'));
@@ -217,7 +217,7 @@ async function importImageWithoutPython(engine: DockerEngine, name: string): Pro
   });
 }
 
-describe.runIf(isRoot || dockerAvailable())('docker proxy channel', () => {
+describe.runIf(dockerForTests())('docker proxy channel', () => {
   const engine = new DockerEngine();
   const provider = dockerProvider({ engine });
   const tool = join(dir, 'docker-tool');

@@ -55,7 +55,7 @@ describe('vime CLI', () => {
         `sky jobs launch -n ${engines === 1 ? 'coding-agent-rl' : `coding-agent-rl-${engines}eng`}`,
       );
       const group = await readFile(join(dir, out, 'job-group.yaml'), 'utf8');
-      // The reference Job Group, but for the scripts and envs (see skypilot.test.ts): those it renders exist here.
+      // The reference Job Group, but for the scripts and envs (see skypilot.int.test.ts): those it renders exist here.
       const [header, ...jobs] = docs(group) as Array<Record<string, unknown>>;
       const [refHeader, ...refJobs] = docs(await fixture(`${engines}-engine.yaml`)) as Array<
         Record<string, unknown>

@@ -14,7 +14,7 @@ import type { BwrapSandbox } from './bubblewrap/sandbox.js';
 import { DOCKER_API_MAX, DockerEngine } from './docker/engine-api.js';
 import { dockerProvider } from './docker/provider.js';
 import { localProvider } from './host/local-provider.js';
-import { dockerAvailable, testImage } from './testing.js';
+import { dockerForTests, testImage } from './testing.js';
 import type { Sandbox, SandboxProvider } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-sbx-test-'));
@@ -26,7 +26,7 @@ const backends: Array<[string, () => SandboxProvider, string | undefined]> = [
   ['bubblewrap (per-exec)', () => bubblewrapProvider({ rootDir, execMode: 'per-exec' }), undefined],
   ['local', () => localProvider({ rootDir }), undefined],
 ];
-if (isRoot || dockerAvailable()) backends.push(['docker', () => dockerProvider(), testImage]);
+if (dockerForTests()) backends.push(['docker', () => dockerProvider(), testImage]);
 
 describe.each(backends)('%s provider', (name, makeProvider, image) => {
   let provider: SandboxProvider;
@@ -214,7 +214,7 @@ describe.each(backends)('%s provider', (name, makeProvider, image) => {
   });
 });
 
-describe.runIf(isRoot || dockerAvailable())('docker specifics', () => {
+describe.runIf(dockerForTests())('docker specifics', () => {
   it('negotiates the API version with the engine instead of hard-coding one', async () => {
     const engine = new DockerEngine();
     try {
@@ -368,7 +368,7 @@ describe('bubblewrap start-up check', () => {
     execFileSync('ln', ['-s', '/usr/bin/true', join(own, 'true')]);
     process.env.PATH = own;
     try {
-      const sandbox = await bubblewrapProvider({ rootDir, bwrap }).create({ workdir: '/work' });
+      const sandbox = await bubblewrapProvider({ rootDir, bwrapPath: bwrap }).create({ workdir: '/work' });
       await sandbox.terminate();
     } finally {
       process.env.PATH = hostPath;

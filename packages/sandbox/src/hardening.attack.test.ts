@@ -366,7 +366,8 @@ const survivorCases: Array<{
       // Reported as killed, like any command whose process died by SIGKILL: never an infrastructure error.
       expect(r.steps[0]!.error).toBeUndefined();
       expect(r.steps[0]!.exitCode).toBe(137);
-      expect(r.steps[0]!.durationMs).toBeLessThan(4000);
+      // Ended by the kill, not held to its 5 s timeout.
+      expect(r.steps[0]!.timedOut).toBe(false);
       expect(r.steps[1]!.stdout, JSON.stringify(r.steps[1])).toBe('ok\n');
     },
   },
@@ -419,8 +420,9 @@ describe.each(users)('timeouts and aborts kill everything an exec started, as %s
       const first = r.steps[0]!;
       const limit = steps([0, 0, 0])[0]!;
       expect(first.hung).toBe(false);
-      // Ended by its timeout or abort (plus the kill), whatever the command did.
-      expect(first.durationMs).toBeLessThan((limit.timeoutMs ?? limit.abortMs!) + 3000);
+      // Ended by its timeout or abort (plus the kill), whatever the command did: its sleeps last days, so a
+      // margin of ten deadlines tells that from a hang on a loaded machine.
+      expect(first.durationMs).toBeLessThan(10 * (limit.timeoutMs ?? limit.abortMs!));
       const endsByItself = mode === 'per-exec' && /exits at once/.test(name);
       if (first.error === undefined && first.exitCode !== 137 && !endsByItself)
         expect(first.timedOut).toBe(true);

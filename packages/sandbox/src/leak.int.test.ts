@@ -18,10 +18,10 @@ import { DockerEngine, defaultDockerSocket } from './docker/engine-api.js';
 import { dockerProvider } from './docker/provider.js';
 import { localProvider } from './host/local-provider.js';
 import { reapOrphans } from './reap.js';
-import { dockerAvailable, testImage } from './testing.js';
+import { dockerForTests, testImage } from './testing.js';
 import type { SandboxEvents } from './types.js';
 
-const withDocker = process.getuid?.() === 0 || dockerAvailable();
+const withDocker = dockerForTests();
 const fixture = fileURLToPath(new URL('./__fixtures__/leaky-run.ts', import.meta.url));
 const cli = fileURLToPath(new URL('./cli.ts', import.meta.url));
 const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
@@ -72,7 +72,7 @@ async function containersOf(run: string): Promise<string[]> {
   }
 }
 
-async function eventually(check: () => boolean | Promise<boolean>, ms = 10_000): Promise<boolean> {
+async function eventually(check: () => boolean | Promise<boolean>, ms = 30_000): Promise<boolean> {
   const end = Date.now() + ms;
   while (Date.now() < end) {
     if (await check()) return true;

@@ -8,11 +8,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { dockerAvailable, isRoot, testImage } from './__fixtures__/support.js';
+import { isRoot, testImage } from './__fixtures__/support.js';
 import { bubblewrapProvider } from './bubblewrap/provider.js';
 import { dockerProvider } from './docker/provider.js';
 import { localProvider } from './host/local-provider.js';
 import { DEFAULT_MAX_READ_BYTES } from './output.js';
+import { dockerForTests } from './testing.js';
 import type { Sandbox, SandboxProvider } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-readback-test-'));
@@ -23,7 +24,7 @@ const backends: Array<[string, () => SandboxProvider, string | undefined]> = [
   ['bubblewrap (per-exec)', () => bubblewrapProvider({ rootDir, execMode: 'per-exec' }), undefined],
   ['local', () => localProvider({ rootDir }), undefined],
 ];
-if (isRoot || dockerAvailable()) backends.push(['docker', () => dockerProvider(), testImage]);
+if (dockerForTests()) backends.push(['docker', () => dockerProvider(), testImage]);
 
 const tooLarge = (e: unknown) => SandboxError.isInstance(e) && e.code === 'file_too_large';
 
