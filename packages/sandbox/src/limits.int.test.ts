@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError } from '@vime/core';
 import { afterAll, describe, expect, it } from 'vitest';
-import { isRoot, testImage } from './__fixtures__/support.js';
+import { testImage } from './__fixtures__/support.js';
 import { bubblewrapProvider } from './bubblewrap/provider.js';
 import { dockerProvider } from './docker/provider.js';
 import { localProvider } from './host/local-provider.js';

@@ -52,7 +52,7 @@ afterAll(() => {
   execFileSync('rm', ['-rf', work]);
 });
 
-const isRoot = process.getuid?.() === 0;
+const _isRoot = process.getuid?.() === 0;
 const backends: Array<[SandboxKind, () => SandboxProvider]> = [
   ['bubblewrap', () => bubblewrapProvider({ rootDir: join(work, 'bwrap') })],
 ];

@@ -8,7 +8,6 @@
  * sampled replies and nothing else.
  */
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
