@@ -52,7 +52,6 @@ afterAll(() => {
   execFileSync('rm', ['-rf', work]);
 });
 
-const _isRoot = process.getuid?.() === 0;
 const backends: Array<[SandboxKind, () => SandboxProvider]> = [
   ['bubblewrap', () => bubblewrapProvider({ rootDir: join(work, 'bwrap') })],
 ];
