@@ -217,7 +217,7 @@ describe('the policy server on SGLang’s wire (tiny Qwen3 on CPU)', () => {
     expect(last.meta_info.finish_reason).toEqual({ type: 'length', length: 8 });
   });
 
-  it('batches concurrent requests, each with its own correct log-probs', async () => {
+  it('batches concurrent requests, each with its own correct log-probs', { timeout: 300_000 }, async () => {
     const before = (await get(server.url, '/server_info')).internal_states[0];
     const requests = Array.from({ length: 8 }, (_, i) => ({
       inputIds: prompt.slice(0, 4 + i),
@@ -245,25 +245,30 @@ describe('the policy server on SGLang’s wire (tiny Qwen3 on CPU)', () => {
     );
     // The caller's abort rejects with the signal's reason, as every wait in the SDK does.
     const rejected = expect(pending).rejects.toMatchObject({ name: 'AbortError' });
-    for (let i = 0; i < 200; i++) {
+    // Polls below have 30 s budgets: a loaded 2-core machine runs a CPU model slowly.
+    for (let i = 0; i < 1200; i++) {
       if ((await get(server.url, '/server_info')).internal_states[0].num_running_reqs > 0) break;
       await new Promise((r) => setTimeout(r, 25));
     }
     controller.abort();
     await rejected;
     let running = 1;
-    for (let i = 0; i < 200 && running > 0; i++) {
+    for (let i = 0; i < 1200 && running > 0; i++) {
       running = (await get(server.url, '/server_info')).internal_states[0].num_running_reqs;
       if (running > 0) await new Promise((r) => setTimeout(r, 25));
     }
     expect(running).toBe(0);
     // The raw wire: /abort_request ends a waiting client's request with what it generated.
+    const steps = async () =>
+      (await get(server.url, '/server_info')).internal_states[0].decode_steps as number;
+    const before = await steps();
     const raw = post(server.url, '/generate', {
       input_ids: prompt,
       rid: 'abort-raw',
       sampling_params: { max_new_tokens: 6000, ignore_eos: true },
     });
-    await new Promise((r) => setTimeout(r, 300));
+    // Aborted once it has decoded a token (not after a guess of how long that takes).
+    for (let i = 0; i < 1200 && (await steps()) <= before; i++) await new Promise((r) => setTimeout(r, 25));
     expect((await post(server.url, '/abort_request', { rid: 'abort-raw' })).status).toBe(200);
     const { json } = await raw;
     expect(json.meta_info.finish_reason?.type).toBe('abort');

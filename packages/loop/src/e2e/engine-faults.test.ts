@@ -71,6 +71,10 @@ describe('coding-agent loop over three engine processes', () => {
       '4',
       '--concurrency',
       '48',
+      // A grading hiccup of a very busy machine (not the engine) gets a replacement, as in production;
+      // what the engine kill costs is checked attempt by attempt below.
+      '--sibling-attempts',
+      '3',
       '--no-validate',
       '--quiet',
     ];
@@ -100,6 +104,14 @@ describe('coding-agent loop over three engine processes', () => {
     const code = await exited;
     expect(code, `${stdout}\n${stderr.slice(-3000)}`).toBe(0);
     expect(stdout).toMatch(/rollouts: \d+ completed, \d+ truncated, 0 failed, 0 aborted/);
+    // No attempt failed for the engine: the router moved every session of the dead engine.
+    const lines = (await readFile(join(out, 'metrics.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(lines.filter((l) => typeof l.error === 'string' && l.error.startsWith('engine_error'))).toEqual(
+      [],
+    );
     const report = JSON.parse(await readFile(join(out, 'report.json'), 'utf8'));
     expect(report.rollout_metrics.rollouts.total).toBe(96);
 
