@@ -57,7 +57,7 @@ it('a harness killed at its budget while the engine stalls is an infrastructure 
       // a budget within which a heavily loaded 2-core machine still starts the harness, answers its first
       // turn and sends the second (at 8 s, and at 15 s under load 20, the harness was still starting or
       // busy with its tool call when it was killed: the agent's own budget, rightly reward 0)
-      agent: harnessAgent('claude-code', { timeoutMs: 90_000 }),
+      agent: harnessAgent('claude-code', { timeoutMs: 45_000 }),
     });
     const started = performance.now();
     await expect(Promise.resolve(rollout(task, ctx))).rejects.toThrow(
@@ -74,4 +74,4 @@ it('a harness killed at its budget while the engine stalls is an infrastructure 
     await pools.close();
     await rm(work, { recursive: true, force: true });
   }
-}, 420_000);
+}, 360_000);
