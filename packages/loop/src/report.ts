@@ -13,6 +13,7 @@ import {
   capacityCurve,
   type EngineInput,
   fitRun,
+  loadPointsOf,
   observationFrom,
   parseSglangDecodeLog,
   type RolloutMetrics,
@@ -83,14 +84,7 @@ export function sampleEngines(urls: readonly string[]): { stop(): Promise<Engine
       controller.abort();
       return (await series).map((s, i) => ({
         name: `eng${i}`,
-        points: s.scrapes
-          .filter((x) => x.snapshot.running !== null)
-          .map((x) => ({
-            t: x.t,
-            running: x.snapshot.running ?? 0,
-            queued: x.snapshot.queued ?? 0,
-            kvUsage: x.snapshot.kvUsage ?? 0,
-          })),
+        points: loadPointsOf(s.scrapes),
         scrapes: s.scrapes,
       }));
     },

@@ -60,6 +60,7 @@ export {
   engineSnapshot,
   engineWindow,
   histogramQuantile,
+  loadPointsOf,
   type PromHistogram,
   type PromParse,
   type PromSample,

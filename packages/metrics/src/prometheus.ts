@@ -349,6 +349,20 @@ export interface ScrapeSeries {
   errors: Array<{ t: number; message: string }>;
 }
 
+/** An engine's load over a scrape series, as the report draws it: scrapes that read a running count. */
+export function loadPointsOf(
+  scrapes: ScrapeSeries['scrapes'],
+): Array<{ t: number; running: number; queued: number; kvUsage: number }> {
+  return scrapes
+    .filter((x) => x.snapshot.running !== null)
+    .map((x) => ({
+      t: x.t,
+      running: x.snapshot.running ?? 0,
+      queued: x.snapshot.queued ?? 0,
+      kvUsage: x.snapshot.kvUsage ?? 0,
+    }));
+}
+
 export interface LatencyQuantiles {
   p50: number | null;
   p90: number | null;

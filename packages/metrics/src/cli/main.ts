@@ -22,7 +22,7 @@ import {
   wantsHelp,
 } from '@vime/core/utils';
 import { renderHtmlReport, renderTerminalReport } from '../html.js';
-import type { ScrapeSeries } from '../prometheus.js';
+import { loadPointsOf, type ScrapeSeries } from '../prometheus.js';
 import { type EngineInput, runReport } from '../report.js';
 import type { SaturationPoint } from '../saturation.js';
 import { type PrometheusScrape, scrapeEngines, scrapePrometheus } from '../scrape/prometheus.js';
@@ -164,14 +164,7 @@ async function scrapeSeries(
         );
   const series = later.map((s, i) => ({ ...s, scrapes: [first[i]!, ...s.scrapes] }));
   return series.map((s, i) => {
-    const points = s.scrapes
-      .filter((x) => x.snapshot.running !== null)
-      .map((x) => ({
-        t: x.t,
-        running: x.snapshot.running ?? 0,
-        queued: x.snapshot.queued ?? 0,
-        kvUsage: x.snapshot.kvUsage ?? 0,
-      }));
+    const points = loadPointsOf(s.scrapes);
     const failed = `${s.errors.length} failed${s.errors[0] ? ` (first: ${s.errors[0].message})` : ''}`;
     if (s.scrapes.length === 1 && s.errors.length > 0) {
       throw new EngineError(
