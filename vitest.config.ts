@@ -9,6 +9,8 @@ import { configDefaults, defineConfig } from 'vitest/config';
  */
 const TIMED = [
   'packages/core/src/proxy/proxy-hardening.test.ts',
+  // floods of a thousand sockets and 30 MB bodies against a proxy process, its memory measured
+  'packages/core/src/proxy/attacks/*.test.ts',
   'packages/sandbox/src/hardening.test.ts',
   'packages/sandbox/src/escape.test.ts',
 ];
