@@ -1,4 +1,6 @@
 import { execFileSync } from 'node:child_process';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { decode, encode } from '@msgpack/msgpack';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -160,13 +162,20 @@ describe('encodeSamples / decodeSamples', () => {
   });
 
   it('names the field path, the kind found and what was expected', () => {
-    const bad = encode([{ tokens: [1, 2] }, { tokens: [1, 'two'] }]);
+    // the fields every map carries, so each case fails where it means to
+    const row = { tokens: [1], response_length: 0, status: 'completed' };
+    const bad = encode([
+      { ...row, tokens: [1, 2] },
+      { ...row, tokens: [1, 'two'] },
+    ]);
     expect(() => decodeSamples(bad)).toThrowError(/\[1\]\.tokens\[1\]: expected a number/);
-    expect(() => decodeSamples(encode([{ status: 'done' }]))).toThrowError(/\[0\]\.status/);
-    expect(() => decodeSamples(encode([{ tokens: [2 ** 40] }]))).toThrowError(
+    expect(() => decodeSamples(encode([{ ...row, status: 'done' }]))).toThrowError(/\[0\]\.status/);
+    expect(() => decodeSamples(encode([{ ...row, tokens: [2 ** 40] }]))).toThrowError(
       /\[0\]\.tokens\[0\]: expected an int32, found number 1099511627776/,
     );
-    expect(() => decodeSamples(encode([{ loss_mask: [2] }]))).toThrowError(/loss_mask\[0\]: expected 0 or 1/);
+    expect(() => decodeSamples(encode([{ ...row, loss_mask: [2] }]))).toThrowError(
+      /loss_mask\[0\]: expected 0 or 1/,
+    );
     expect(() => decodeSamples(encode({ tokens: [] }))).toThrowError(/expected an array of sample maps/);
   });
 
@@ -260,7 +269,10 @@ describe('decoding bounds', () => {
       expect((error as Error).message).toContain(`exceed the cap of ${cap} (options.maxSamples)`);
     }
     expect(process.memoryUsage().heapUsed - heap).toBeLessThan(32 << 20);
-    expect(decodeSamples(emptyMaps(3), { maxSamples: 3 })).toHaveLength(3);
+    const three = encode(
+      Array.from({ length: 3 }, () => ({ tokens: [], response_length: 0, status: 'failed' })),
+    );
+    expect(decodeSamples(three, { maxSamples: 3 })).toHaveLength(3);
   });
 
   it('refuses more per-token elements than maxElements, across the whole batch', () => {
@@ -279,6 +291,82 @@ describe('decoding bounds', () => {
       /options\.maxSamples: expected an integer ≥ 0, found .*-1/,
     );
     expect(() => decodeSamples(emptyMaps(1), { maxElements: 1.5 })).toThrow(/options\.maxElements/);
+  });
+});
+
+describe('hostile batches: samples without their fields', () => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  /** Heap growth while the decode's result (or error) is still held: what a batch of `bytes` costs. */
+  function cost(bytes: Uint8Array): { heap: number; error: unknown } {
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    let kept: unknown;
+    try {
+      kept = decodeSamples(bytes);
+    } catch (e) {
+      kept = e;
+    }
+    gc();
+    const heap = process.memoryUsage().heapUsed - before;
+    return { heap, error: Array.isArray(kept) ? undefined : kept };
+  }
+  const KB300 = 300 * 1024;
+  /** 300 KB: an array32 frame of copies of one encoded map, after `head` (valid samples first). */
+  const frame = (map: Uint8Array, head: Uint8Array[] = []) => {
+    const headBytes = head.reduce((n, h) => n + h.length, 0);
+    const count = Math.floor((KB300 - 5 - headBytes) / map.length);
+    const out = Buffer.alloc(5 + headBytes + count * map.length);
+    out[0] = 0xdd;
+    out.writeUInt32BE(head.length + count, 1);
+    let at = 5;
+    for (const h of [...head, ...Array.from({ length: count }, () => map)]) {
+      out.set(h, at);
+      at += h.length;
+    }
+    return out;
+  };
+  const ok = encode({ tokens: [1, 2], response_length: 1, status: 'completed' });
+  // Each spelling is 300 KB that today decodes into thousands of whole samples.
+  const spellings: Array<[string, Uint8Array, RegExp]> = [
+    ['307,195 empty fixmaps', frame(Uint8Array.of(0x80)), /^\[0\]\.tokens: missing field/],
+    ['empty map16s', frame(Uint8Array.of(0xde, 0, 0)), /^\[0\]\.tokens: missing field/],
+    [
+      'maps of an unknown key, padded to 40 bytes',
+      frame(encode({ x: 'y'.repeat(35) })),
+      /^\[0\]\.tokens: missing field/,
+    ],
+    [
+      'tokens only',
+      frame(encode({ tokens: [], pad: 'p'.repeat(24) })),
+      /^\[0\]\.response_length: missing field/,
+    ],
+    [
+      'no status, after two good samples',
+      frame(encode({ tokens: [], response_length: 0, pad: 'p'.repeat(16) }), [ok, ok]),
+      /^\[2\]\.status: missing field/,
+    ],
+  ];
+  for (const [name, bytes, message] of spellings) {
+    it(`refuses ${name} with a decode_error naming the index and field, in under 10 MB`, () => {
+      expect(bytes.length).toBeGreaterThan(KB300 - 64);
+      expect(bytes.length).toBeLessThanOrEqual(KB300);
+      const { heap, error } = cost(bytes);
+      expect(VimeError.isInstance(error), String(error)).toBe(true);
+      expect((error as VimeError).code).toBe('decode_error');
+      expect((error as Error).message).toMatch(message);
+      expect((error as Error).message).toMatch(/tokens, response_length, status/);
+      expect(heap).toBeLessThan(10 * 1024 * 1024);
+    });
+  }
+
+  it('keeps the memory of 300 KB of the smallest valid samples under 10 MB', () => {
+    const smallest = encode({ tokens: [], response_length: 0, status: 'failed' });
+    expect(smallest.length).toBe(40);
+    const bytes = frame(smallest);
+    const { heap, error } = cost(bytes);
+    expect(error).toBeUndefined();
+    expect(heap).toBeLessThan(10 * 1024 * 1024);
   });
 });
 

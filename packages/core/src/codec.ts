@@ -457,6 +457,15 @@ class Reader {
   }
 }
 
+/**
+ * The fields every sample map must carry: a row trains on `tokens` and its `response_length` tail, and
+ * slime's `Sample.from_dict` reads `status` without a default. Every writer of the wire writes them
+ * (`encodeSamples`; `Sample.to_dict()` writes every field). Requiring them also bounds what a batch
+ * costs: a map that holds them takes 40 bytes at least, where an empty map is one byte but a whole
+ * `Sample` (about 760 bytes) in memory; a map without them is refused before its sample is built.
+ */
+const REQUIRED_FIELDS = ['tokens', 'response_length', 'status'] as const;
+
 export interface DecodeSamplesOptions {
   /** Most samples the batch may hold; more is a `decode_error` before any sample is built. Default: no cap. */
   maxSamples?: number | undefined;
@@ -476,9 +485,11 @@ function limit(value: number | undefined, name: string): number {
 
 /**
  * Decode a batch written by `encodeSamples`, or by any msgpack library from slime `Sample.to_dict()`
- * dicts. Missing fields take slime's defaults. Throws `ValidationError` (code `decode_error`) naming
- * the field path on malformed input; never anything else. Bytes from outside the process should be
- * decoded with `maxSamples` / `maxElements`: a one-byte empty map becomes a whole `Sample`.
+ * dicts. Every map carries `tokens`, `response_length` and `status`; other missing fields take slime's
+ * defaults. Throws `ValidationError` (code `decode_error`) naming the field path on malformed input;
+ * never anything else. A map without the required fields is refused before its sample is built, so
+ * memory stays within a small multiple of the input (about 20 bytes per byte); bytes from outside the
+ * process should still be decoded with `maxSamples` / `maxElements`.
  */
 export function decodeSamples(bytes: Uint8Array, options: DecodeSamplesOptions = {}): Sample[] {
   if (!(bytes instanceof Uint8Array)) {
@@ -515,6 +526,15 @@ export function decodeSamples(bytes: Uint8Array, options: DecodeSamplesOptions =
         else if (INT_FIELDS.has(key)) arrays[key] = r.typedArray(path, (n) => new Int32Array(n));
         else if (F32_FIELDS.has(key)) arrays[key] = r.typedArray(path, (n) => new Float32Array(n));
         else scalars[key] = r.value(path);
+      }
+      for (const field of REQUIRED_FIELDS) {
+        if (!(Object.hasOwn(arrays, field) || Object.hasOwn(scalars, field))) {
+          throw new ValidationError(
+            `${root}.${field}`,
+            `missing field; every sample map carries ${REQUIRED_FIELDS.join(', ')} (Sample.to_dict() and encodeSamples write them)`,
+            { code: 'decode_error' },
+          );
+        }
       }
       const dict = parseWith(ScalarDictSchema, scalars, 'slime sample dict', { root, code: 'decode_error' });
       const known = new Set<string>(SLIME_SAMPLE_FIELDS);

@@ -2,10 +2,11 @@
  * Attack helpers for the capture-proxy hardening tests: a legitimate client, latency bounds, and an
  * attacker in its own process (`proxy-attacker.ts`), so its work does not slow the measured session.
  */
-import { type ChildProcess, fork } from 'node:child_process';
+import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { Agent, request } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import type { AttackCommand, AttackResult } from './proxy-attacker.js';
+import type { ProxyProcessCommand, ProxyProcessConfig, ProxyProcessStats } from './proxy-process.js';
 
 /** A well-behaved harness: one keep-alive connection, one session, small turns; times each turn. */
 export class LegitClient {
@@ -136,6 +137,65 @@ export async function startAttacker(): Promise<Attacker> {
     close: () =>
       new Promise<void>((resolve) => {
         if (child.exitCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGKILL');
+      }),
+  };
+}
+
+/** A capture proxy in its own process (`proxy-process.ts`): its URLs, sessions and what it spends. */
+export interface ProxyProcess {
+  urls: string[];
+  pid: number;
+  open(session: string): Promise<{ id: string; apiKey: string; baseURL: string }>;
+  stats(): Promise<ProxyProcessStats>;
+  resetPeak(): Promise<void>;
+  close(): Promise<void>;
+}
+
+const TSX = ['--import', 'tsx', '--conditions=@vime/source'];
+
+/**
+ * Start `proxy-process.ts`; with `nofile`, under `prlimit --nofile=<n>:<n>` (soft and hard: Node raises
+ * its soft limit to the hard one at start, so only a hard limit is real).
+ */
+export async function startProxyProcess(
+  config: ProxyProcessConfig,
+  options: { nofile?: number | undefined } = {},
+): Promise<ProxyProcess> {
+  const entry = fileURLToPath(new URL('./proxy-process.ts', import.meta.url));
+  const env = { ...process.env, VIME_PROXY_PROCESS: JSON.stringify(config) };
+  const stdio: ['ignore', 'inherit', 'inherit', 'ipc'] = ['ignore', 'inherit', 'inherit', 'ipc'];
+  const child: ChildProcess = options.nofile
+    ? spawn('prlimit', [`--nofile=${options.nofile}:${options.nofile}`, process.execPath, ...TSX, entry], {
+        env,
+        stdio,
+      })
+    : fork(entry, [], { execArgv: TSX, env, stdio });
+  const ready = await new Promise<{ urls: string[]; pid: number }>((resolve, reject) => {
+    child.once('message', (m) => resolve(m as { urls: string[]; pid: number }));
+    child.once('error', reject);
+    child.once('exit', (code) => reject(new Error(`the proxy process exited with ${code} before it started`)));
+  });
+  let next = 0;
+  const waiting = new Map<number, (result: unknown) => void>();
+  child.on('message', (m: { id: number; result: unknown }) => waiting.get(m.id)?.(m.result));
+  const call = <T>(message: ProxyProcessCommand): Promise<T> =>
+    new Promise((resolve, reject) => {
+      if (child.exitCode !== null || child.signalCode !== null)
+        return reject(new Error(`the proxy process has exited (${child.exitCode ?? child.signalCode})`));
+      const id = next++;
+      waiting.set(id, resolve as (r: unknown) => void);
+      child.send({ ...message, id });
+    });
+  return {
+    ...ready,
+    open: (session) => call({ op: 'open', session }),
+    stats: () => call({ op: 'stats' }),
+    resetPeak: () => call({ op: 'resetPeak' }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
         child.once('exit', () => resolve());
         child.kill('SIGKILL');
       }),

@@ -10,6 +10,8 @@ export type AttackCommand =
   | { op: 'stream'; url: string; bytes: number; headers: Record<string, string>; fill?: string | undefined }
   /** POST a turn of `count` tiny items of one kind (see `manyItems`), all at once. */
   | { op: 'items'; url: string; dialect: 'openai' | 'anthropic'; shape: ItemShape; count: number }
+  /** POST one body of about `bytes` bytes of distinct source-like text, spelled as `spell` says. */
+  | { op: 'body'; url: string; spell: BodySpell; bytes: number }
   | {
       op: 'sockets';
       url: string;
@@ -25,8 +27,20 @@ export type AttackCommand =
 
 export type ItemShape = 'messages' | 'parts' | 'tools' | 'toolCalls';
 
-export type AttackResult<C extends AttackCommand> = C extends { op: 'stream' | 'items' }
-  ? { status: number; text: string } | { error: string }
+/**
+ * Where a large body puts its text: one Anthropic user message, the system prompt or a tool result;
+ * an OpenAI history of many distinct 1.5 KB messages; Responses `instructions` or many input items.
+ */
+export type BodySpell =
+  | 'anthropic-message'
+  | 'anthropic-system'
+  | 'anthropic-tool-result'
+  | 'openai-messages'
+  | 'responses-instructions'
+  | 'responses-items';
+
+export type AttackResult<C extends AttackCommand> = C extends { op: 'stream' | 'items' | 'body' }
+  ? { status: number; text: string; retryAfter?: string | undefined } | { error: string }
   : Array<{ closed: boolean; received: string }>;
 
 /** Stream a JSON-looking body of `bytes` bytes; resolves with the answer, or the socket error. */
@@ -130,8 +144,60 @@ function manyItems(dialect: 'openai' | 'anthropic', shape: ItemShape, count: num
   return JSON.stringify(body);
 }
 
+/** `bytes` of distinct source-like lines (nothing a tokenizer cache has seen), cut into `parts`. */
+function distinctText(bytes: number, parts = 1): string[] {
+  const salt = Math.random().toString(36).slice(2);
+  const out: string[] = [];
+  let line = 0;
+  for (let p = 0; p < parts; p++) {
+    const lines: string[] = [];
+    let size = 0;
+    const want = Math.floor(bytes / parts);
+    while (size < want) {
+      const text = `def handler_${salt}_${line}(event, ctx):  # line ${line++}\n    return process(event.payload)\n`;
+      lines.push(text);
+      size += text.length;
+    }
+    out.push(lines.join('').slice(0, want));
+  }
+  return out;
+}
+
+function spelledBody(spell: BodySpell, bytes: number): string {
+  const user = (content: unknown) => ({ role: 'user', content });
+  switch (spell) {
+    case 'anthropic-message':
+      return JSON.stringify({ max_tokens: 16, messages: [user(distinctText(bytes)[0])] });
+    case 'anthropic-system':
+      return JSON.stringify({ max_tokens: 16, system: distinctText(bytes)[0], messages: [user('hi')] });
+    case 'anthropic-tool-result':
+      return JSON.stringify({
+        max_tokens: 16,
+        messages: [
+          user('list the files'),
+          { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'bash', input: { cmd: 'ls' } }] },
+          user([{ type: 'tool_result', tool_use_id: 't1', content: distinctText(bytes)[0] }]),
+        ],
+      });
+    case 'openai-messages':
+      return JSON.stringify({
+        max_tokens: 16,
+        messages: distinctText(bytes, Math.ceil(bytes / 1536)).map((t, i) => ({
+          role: i % 2 ? 'assistant' : 'user',
+          content: t,
+        })),
+      });
+    case 'responses-instructions':
+      return JSON.stringify({ input: 'hi', instructions: distinctText(bytes)[0] });
+    case 'responses-items':
+      return JSON.stringify({
+        input: distinctText(bytes, Math.ceil(bytes / 3072)).map((t) => ({ type: 'message', role: 'user', content: t })),
+      });
+  }
+}
+
 /** POST a whole body; resolves with the answer, or the socket error. */
-function post(url: string, body: string): Promise<{ status: number; text: string } | { error: string }> {
+function post(url: string, body: string): Promise<AttackResult<{ op: 'body' } & AttackCommand>> {
   return new Promise((resolve) => {
     const req = request(url, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
       let text = '';
@@ -139,7 +205,8 @@ function post(url: string, body: string): Promise<{ status: number; text: string
       res.on('data', (c: string) => {
         text += c;
       });
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+      const retryAfter = res.headers['retry-after'];
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, text, retryAfter }));
     });
     req.on('error', (e) => resolve({ error: (e as NodeJS.ErrnoException).code ?? e.message }));
     req.end(body);
@@ -152,6 +219,8 @@ process.on('message', async ({ id, command }: { id: number; command: AttackComma
       ? await stream(command.url, command.bytes, command.headers, command.fill)
       : command.op === 'items'
         ? await post(command.url, manyItems(command.dialect, command.shape, command.count))
+        : command.op === 'body'
+          ? await post(command.url, spelledBody(command.spell, command.bytes))
         : await Promise.all(command.scripts.map((s) => openSocket(command.url, s, command.everyMs, command.waitMs)));
   process.send?.({ id, result });
 });

@@ -106,7 +106,12 @@ export interface CaptureProxy {
   finishSession(id: string, options?: FinishOptions): Sample[];
   /** Number of open sessions. */
   readonly size: number;
-  /** Open client sockets (capped by `limits.maxConnections`). */
+  /** Open client sockets (capped by `maxConnections`). */
   readonly connections: number;
+  /**
+   * The connection cap in force: `limits.maxConnections`, lowered to what the process's open-file limit
+   * allows (448 at the common 1,024; see the package README).
+   */
+  readonly maxConnections: number;
   close(): Promise<void>;
 }

@@ -25,9 +25,14 @@ export interface ChatRequest {
 }
 
 export class RequestError extends Error {
+  /**
+   * `retryAfterS`: a refusal that passes with time (a session's rate or requests in flight), answered
+   * with `Retry-After` and, at 429, as a rate limit clients retry rather than a usage limit.
+   */
   constructor(
     readonly status: number,
     message: string,
+    readonly retryAfterS?: number | undefined,
   ) {
     super(message);
   }
@@ -360,7 +365,11 @@ export function anthropicJson(r: TurnReply): unknown {
   };
 }
 
-export function errorBody(dialect: Dialect, status: number, message: string): unknown {
+/**
+ * The error body of a dialect. A 429 is a usage limit for OpenAI clients (Codex stops on it, as the turn
+ * cap wants) unless `retryable` (a rate limit: Codex retries after the `Retry-After`).
+ */
+export function errorBody(dialect: Dialect, status: number, message: string, retryable = false): unknown {
   if (dialect === 'anthropic') {
     const type =
       status === 400
@@ -376,6 +385,12 @@ export function errorBody(dialect: Dialect, status: number, message: string): un
   }
   // Codex stops (does not retry) on a 429 of type `usage_limit_reached`.
   const type =
-    status >= 500 ? 'server_error' : status === 429 ? 'usage_limit_reached' : 'invalid_request_error';
+    status >= 500
+      ? 'server_error'
+      : status === 429
+        ? retryable
+          ? 'rate_limit_exceeded'
+          : 'usage_limit_reached'
+        : 'invalid_request_error';
   return { error: { message, type, code: status } };
 }

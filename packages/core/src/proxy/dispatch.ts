@@ -8,6 +8,8 @@ import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokeni
 import { EngineError, VimeError } from '../errors.js';
 import { adminRoute } from './admin.js';
 import { encodeTurn, parseTurnRequest, type TurnRequest, turnEncoder } from './answer.js';
+import type { RequestBudget } from './budget.js';
+import type { ConnectionTally } from './connections.js';
 import { type Dialect, errorBody, RequestError } from './dialects.js';
 import type { ProxyEvents } from './events.js';
 import { TurnLedger } from './ledger.js';
@@ -15,7 +17,7 @@ import { streamTurn } from './live.js';
 import { holdLastChunk, json, NO_RETRY, type Reply, SSE_TYPE } from './reply.js';
 import type { EngineRouter } from './router.js';
 import {
-  type ConnectionCount,
+  type BodyAccount,
   checkJsonShape,
   decodePathSegment,
   type ResolvedLimits,
@@ -32,8 +34,8 @@ export interface ShardHooks {
   enter(sessionId: string): boolean;
   /** That answer was handed over (and recorded) or given up. */
   leave(sessionId: string): void;
-  /** The open sockets `limits.maxConnections` caps: all shards' together. */
-  connections: ConnectionCount;
+  /** Where this shard's open client sockets are counted: all shards' together (its own cap is its share). */
+  connections: ConnectionTally;
 }
 
 export interface DispatcherOptions {
@@ -55,7 +57,7 @@ interface TurnCall {
   dialect: Dialect;
   path: string;
   countOnly: boolean;
-  readBody: () => Promise<string>;
+  readBody: (account?: BodyAccount) => Promise<string>;
   signal: AbortSignal;
   retryCount: number;
 }
@@ -77,7 +79,7 @@ export class RequestDispatcher {
     method: string,
     pathname: string,
     credential: string | undefined,
-    readBody: () => Promise<string>,
+    readBody: (account?: BodyAccount) => Promise<string>,
     signal: AbortSignal,
     retryCount = 0,
   ): Promise<Reply> {
@@ -149,33 +151,20 @@ export class RequestDispatcher {
     return json(401, errorBody(dialect, 401, why));
   }
 
+  /** A request of a session, within the session's budget: refused (429) past its requests in flight. */
   async #turn(call: TurnCall): Promise<Reply> {
-    const { session, dialect, path, countOnly, signal } = call;
+    const budget = call.session.budget.begin();
+    if (budget instanceof RequestError) return this.#failed(call.session, call.dialect, budget);
+    return heldUntilDone(await this.#answer(call, budget), budget.end);
+  }
+
+  async #answer(call: TurnCall, budget: RequestBudget): Promise<Reply> {
+    const { session, dialect, countOnly, signal } = call;
     try {
-      const text = await call.readBody();
-      // A retry of an answered turn gets the same answer: no second sample, no fork.
-      const key = countOnly ? '' : await TurnLedger.key(path, text);
-      const replayed = countOnly ? undefined : session.ledger.replay(key, call.retryCount);
-      if (replayed) {
-        const handover = this.#handOver(
-          session,
-          () => session.ledger.commit(key),
-          () => {},
-        );
-        if (!handover) throw new RequestError(409, `session ${session.id} was finished`);
-        return { ...replayed, ...handover };
-      }
-      const parsed = await this.#parse(session, dialect, text, countOnly);
-      if (countOnly) {
-        const { req } = parsed;
-        const ids = await this.#o.tokenizer.encodeChatAsync(req.messages, {
-          tools: req.tools,
-          templateKwargs: session.templateKwargs,
-          specialTokenText: this.#o.specialTokenText,
-          signal,
-        });
-        return json(200, { input_tokens: ids.length });
-      }
+      const read = await this.#read(call, budget);
+      if ('reply' in read) return read.reply;
+      const { key, parsed } = read;
+      if (countOnly) return await this.#count(session, parsed, signal);
       const capped = session.ledger.capReached();
       if (capped) return json(429, errorBody(dialect, 429, capped), NO_RETRY);
       const end = session.ledger.begin();
@@ -184,6 +173,44 @@ export class RequestDispatcher {
     } catch (error) {
       return this.#failed(session, dialect, error);
     }
+  }
+
+  /**
+   * The request's body (its bytes counted against the session's budget as they arrive), then a
+   * retry's kept answer or the request parsed. The body's text is dropped once parsed.
+   */
+  async #read(
+    call: TurnCall,
+    budget: RequestBudget,
+  ): Promise<{ reply: Reply } | { key: string; parsed: TurnRequest }> {
+    const { session, dialect, path, countOnly } = call;
+    const text = await call.readBody(budget);
+    // A retry of an answered turn gets the same answer: no second sample, no fork.
+    const key = countOnly ? '' : await TurnLedger.key(path, text);
+    const replayed = countOnly ? undefined : session.ledger.replay(key, call.retryCount);
+    if (replayed) {
+      const handover = this.#handOver(
+        session,
+        () => session.ledger.commit(key),
+        () => {},
+      );
+      if (!handover) throw new RequestError(409, `session ${session.id} was finished`);
+      return { reply: { ...replayed, ...handover } };
+    }
+    return { key, parsed: await this.#parse(session, dialect, text, countOnly) };
+  }
+
+  /** `count_tokens`: the rendered prompt's token count, its text charged to the session's budget. */
+  async #count(session: SessionState, { req }: TurnRequest, signal: AbortSignal): Promise<Reply> {
+    const { tokenizer, specialTokenText } = this.#o;
+    const text = tokenizer.renderChat(req.messages, {
+      tools: req.tools,
+      templateKwargs: session.templateKwargs,
+      specialTokenText,
+    });
+    session.budget.tokenize(text.length);
+    const ids = await tokenizer.encodeRenderedAsync(text, { specialTokenText, signal });
+    return json(200, { input_tokens: ids.length });
   }
 
   /** The request body as a turn request; a large body's long steps each let other sessions' work run. */
@@ -299,8 +326,13 @@ export class RequestDispatcher {
   #failed(session: SessionState, dialect: Dialect, error: unknown): Reply {
     const gone = this.#o.sessions.goneReason(session.handle.apiKey);
     if (gone) return json(409, errorBody(dialect, 409, gone), NO_RETRY);
-    if (error instanceof RequestError)
-      return json(error.status, errorBody(dialect, error.status, error.message));
+    if (error instanceof RequestError) {
+      const { status, message, retryAfterS } = error;
+      if (retryAfterS === undefined) return json(status, errorBody(dialect, status, message));
+      return json(status, errorBody(dialect, status, message, true), {
+        'retry-after': String(retryAfterS),
+      });
+    }
     const status =
       error instanceof EngineError
         ? error.isRetryable
@@ -311,4 +343,26 @@ export class RequestDispatcher {
           : 500;
     return json(status, errorBody(dialect, status, (error as Error).message));
   }
+}
+
+/**
+ * A reply that gives its request's share of the session's budget back once handed over or given up; a
+ * reply with no hand-over (an error, a token count) gives it back at once.
+ */
+function heldUntilDone(reply: Reply, end: () => void): Reply {
+  if (!reply.commit && !reply.abandon) {
+    end();
+    return reply;
+  }
+  return {
+    ...reply,
+    commit: () => {
+      end();
+      reply.commit?.();
+    },
+    abandon: () => {
+      end();
+      reply.abandon?.();
+    },
+  };
 }

@@ -2,13 +2,14 @@
 import { RequestError } from './dialects.js';
 import { retryCountOf } from './ledger.js';
 import { type Reply, responseBody } from './reply.js';
+import type { BodyAccount } from './server.js';
 
 /** The proxy's router: one request to a route, answered as a `Reply`. */
 export type Dispatch = (
   method: string,
   pathname: string,
   credential: string | undefined,
-  readBody: () => Promise<string>,
+  readBody: (account?: BodyAccount) => Promise<string>,
   signal: AbortSignal,
   retryCount: number,
 ) => Promise<Reply>;
@@ -28,7 +29,7 @@ export function inProcessFetch(sessionId: string, dispatch: Dispatch, maxBodyByt
     if (outer?.aborted) closer.abort(outer.reason);
     outer?.addEventListener('abort', () => closer.abort(outer.reason), { once: true });
     const signal = closer.signal;
-    const readBody = async () => {
+    const readBody = async (account?: BodyAccount) => {
       const body = init?.body;
       const text =
         typeof body === 'string'
@@ -47,6 +48,8 @@ export function inProcessFetch(sessionId: string, dispatch: Dispatch, maxBodyByt
           `request body of ${bytes} bytes is over the proxy's limit of ${maxBodyBytes} bytes (limits.maxBodyBytes)`,
         );
       }
+      const refused = account?.reserve(bytes);
+      if (refused) throw refused;
       return text;
     };
     const path = target.pathname.replace(

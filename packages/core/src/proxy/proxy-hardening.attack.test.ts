@@ -27,6 +27,8 @@ async function attacked(limits: ProxyLimits = {}) {
   const { proxy } = await setup(() => 'pong', { proxy: { limits } });
   proxy.openSession('victim');
   proxy.openSession('attacker');
+  // a second attacking session: one session's bodies in flight are capped together (maxSessionBodyBytes)
+  proxy.openSession('attacker-2');
   const legit = new LegitClient(proxy.url, proxy.session('victim')!.apiKey);
   closers.push(async () => legit.close());
   await legit.turns(3); // warm up: JIT, the keep-alive socket, the engine connection
@@ -55,7 +57,7 @@ describe('capture proxy hardening: oversize bodies', () => {
       });
       const anthropic = attacker.run({
         op: 'stream',
-        url: `${proxy.session('attacker')!.baseURL}/messages`,
+        url: `${proxy.session('attacker-2')!.baseURL}/messages`,
         bytes: MB600,
         headers: declared ? { 'content-length': String(MB600 + 48) } : {},
       });
@@ -149,9 +151,11 @@ describe('capture proxy hardening: oversize bodies', () => {
 const FILL = 'def handler(event, ctx):\\n    return process(event.payload, retries=3)  # see issue 1234\\n';
 
 describe('capture proxy hardening: large inputs are tokenized off the event loop', () => {
+  // caps raised so a 30 MB prompt is tokenized at all (by default it is refused: limits.maxTokenizeChars)
+  const limits = { maxTokenizeChars: 64 << 20, maxTokenizeCharsPerMinute: 64 << 20 };
   for (const dialect of ['openai', 'anthropic'] as const) {
     it(`a 30 MB ${dialect} body does not hold other sessions' turns`, async () => {
-      const { proxy } = await setup(() => 'pong');
+      const { proxy } = await setup(() => 'pong', { proxy: { limits } });
       proxy.openSession('victim');
       proxy.openSession('big');
       const legit = new LegitClient(proxy.url, proxy.session('victim')!.apiKey);
@@ -307,7 +311,7 @@ describe('capture proxy hardening: slow and idle clients, connection floods', ()
     }
   });
 
-  it('answers a flood of 1,100 slow connections past the cap with 503 + Retry-After, and keeps serving', async () => {
+  it('closes the oldest of a flood of 1,100 slow connections past the cap, 503 + Retry-After, and keeps serving', async () => {
     const { keepAliveTimeoutMs: _, ...timeouts } = limits; // the legitimate client keeps its connection
     const { proxy, legit, bound } = await attacked({ ...timeouts, maxConnections: 200 });
     const flood = attacker.run({
@@ -327,12 +331,13 @@ describe('capture proxy hardening: slow and idle clients, connection floods', ()
     const during = await legit.turns(10);
     const sockets = await flood;
     clearInterval(sample);
-    // never more than 200 open sockets (the legitimate one among them); every flood socket is refused
-    // with a 503 at once or dropped with a 408 when its head does not arrive in time
+    // never more than 200 open sockets (the legitimate one among them); every flood socket is closed:
+    // to make room for a newer one (a 503 that says why, or no answer while many others are closing)
+    // or with a 408 when its head does not arrive in time
     expect(peak).toBeLessThanOrEqual(200);
     expect(sockets.every((c) => c.closed)).toBe(true);
     const answers = sockets.map((c) => parseRaw(c.received));
-    expect(answers.filter((a) => a.status !== 503 && a.status !== 408)).toEqual([]);
+    expect(answers.filter((a) => ![0, 503, 408].includes(a.status))).toEqual([]);
     const refused = answers.filter((a) => a.status === 503);
     expect(refused.length).toBeGreaterThan(0);
     expect(refused[0]!.headers).toMatch(/Retry-After: 1/);
@@ -353,6 +358,15 @@ describe('capture proxy hardening: slow and idle clients, connection floods', ()
       [{ headersTimeoutMs: 1.5 }, /limits\.headersTimeoutMs/],
       [{ headersTimeoutMs: 5_000, requestTimeoutMs: 1_000 }, /must not exceed limits\.requestTimeoutMs/],
       [{ maxConnection: 10 }, /limits\.maxConnection: unknown limit/],
+      [{ maxSessionRequests: 0 }, /limits\.maxSessionRequests: expected a positive integer, found 0/],
+      [
+        { maxTokenizeChars: 10, maxTokenizeCharsPerMinute: 5 },
+        /limits\.maxTokenizeChars \(10\) must not exceed limits\.maxTokenizeCharsPerMinute \(5\)/,
+      ],
+      [
+        { maxSessionBodyBytes: 10 },
+        /limits\.maxBodyBytes \(\d+\) must not exceed limits\.maxSessionBodyBytes \(10\)/,
+      ],
     ] as const) {
       await expect(setup(() => 'x', { proxy: { limits: limits as ProxyLimits } })).rejects.toThrow(message);
     }

@@ -3,6 +3,7 @@ import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokeni
 import type { Engine } from '../engine/types.js';
 import { ConfigError } from '../errors.js';
 import type { CaptureProxy, CaptureProxyOptions, CaptureSession, SessionOptions } from './api.js';
+import { connectionCeiling, openFileLimit } from './connections.js';
 import { errorBody } from './dialects.js';
 import { RequestDispatcher, type ShardHooks } from './dispatch.js';
 import type { ProxyEvents } from './events.js';
@@ -11,6 +12,7 @@ import { checkMaxTurns, retryCountOf } from './ledger.js';
 import { json, write } from './reply.js';
 import { EngineRouter } from './router.js';
 import {
+  type BodyAccount,
   credentialOf,
   type ProxyServer,
   type ResolvedLimits,
@@ -82,6 +84,8 @@ function settingsOf(options: CaptureProxyOptions): Settings {
 export async function startProxyCore(options: CaptureProxyOptions, shard?: ShardHooks): Promise<ProxyCore> {
   const settings = settingsOf(options);
   const { tokenizer, trajectories, limits } = settings;
+  // every client socket is a descriptor: the cap stays within what the process may open
+  limits.maxConnections = Math.min(limits.maxConnections, connectionCeiling(await openFileLimit()));
   const events = new EventEmitter<ProxyEvents>();
   const router = new EngineRouter(settings.engines, options.router);
   const defaultMaxTurns = checkMaxTurns(options.maxTurns, 'maxTurns');
@@ -94,6 +98,7 @@ export async function startProxyCore(options: CaptureProxyOptions, shard?: Shard
     defaultSampling: options.defaultSampling,
     defaultMaxTurns,
     autoOpen: Boolean(options.autoOpenSessions),
+    limits,
     handle: (id, key) => ({
       id,
       baseURL: `${url}/sessions/${encodeURIComponent(key)}/v1`,
@@ -137,6 +142,7 @@ export async function startProxyCore(options: CaptureProxyOptions, shard?: Shard
     });
   const proxy = proxyHandle({
     url,
+    maxConnections: limits.maxConnections,
     socketPath: unix?.path,
     events,
     trajectories,
@@ -156,7 +162,7 @@ function serveHttp(dispatch: Dispatch, limits: ResolvedLimits): Parameters<typeo
       if (!res.writableFinished) closer.abort(new Error('client disconnected'));
     });
     const pathname = (req.url ?? '/').split('?')[0]!;
-    const read = () => readBody(req, limits.maxBodyBytes);
+    const read = (account?: BodyAccount) => readBody(req, limits.maxBodyBytes, account);
     const retries = retryCountOf(req.headers['x-stainless-retry-count']);
     dispatch(req.method ?? 'GET', pathname, credentialOf(req), read, closer.signal, retries)
       .then((reply) => write(req, res, reply))
@@ -168,6 +174,7 @@ function serveHttp(dispatch: Dispatch, limits: ResolvedLimits): Parameters<typeo
 
 interface HandleParts {
   url: string;
+  maxConnections: number;
   socketPath: string | undefined;
   events: EventEmitter<ProxyEvents>;
   trajectories: TrajectoryManager;
@@ -179,6 +186,7 @@ interface HandleParts {
 
 function proxyHandle({
   url,
+  maxConnections,
   socketPath,
   events,
   trajectories,
@@ -202,6 +210,7 @@ function proxyHandle({
     get connections() {
       return http.connections;
     },
+    maxConnections,
     close,
   };
 }

@@ -8,6 +8,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { StringDecoder } from 'node:string_decoder';
 import { ConfigError } from '../errors.js';
+import { ClientConnections, type ConnectionTally, sharedTally } from './connections.js';
 import { RequestError } from './dialects.js';
 
 export interface ProxyLimits {
@@ -24,8 +25,31 @@ export interface ProxyLimits {
    * sockets, so a client never reuses one the proxy is closing; idle floods meet `maxConnections`).
    */
   keepAliveTimeoutMs?: number | undefined;
-  /** Most open client sockets (default 4096); a socket past the cap gets a 503 with `Retry-After: 1`. */
+  /**
+   * Most open client sockets (default 4096), lowered to what the process's open-file limit allows
+   * (see `connectionCeiling`). A socket past the cap closes the oldest one carrying no request; when
+   * every one carries a request it gets a 503 with `Retry-After: 1`.
+   */
   maxConnections?: number | undefined;
+  /** Requests one session may have in flight at once (default 16); past it: 429, `Retry-After: 1`. */
+  maxSessionRequests?: number | undefined;
+  /**
+   * Bytes of request bodies one session may hold at once, being received, parsed or tokenized (default:
+   * `maxBodyBytes`, so one largest body at a time); past it: 429, `Retry-After: 1`.
+   */
+  maxSessionBodyBytes?: number | undefined;
+  /**
+   * Characters of text one request may have tokenized (default 4 Mi, about a million tokens of code):
+   * a whole rendered chat for `count_tokens` and a thread's first or re-rendered turn, the new part of
+   * one that extends its history. Past it: 413, before any of it is tokenized.
+   */
+  maxTokenizeChars?: number | undefined;
+  /**
+   * Characters one session may have tokenized per minute (default 16 Mi; a bucket that refills
+   * continuously and holds a minute's worth). Past it: 429 with `Retry-After` the seconds until the
+   * request would fit.
+   */
+  maxTokenizeCharsPerMinute?: number | undefined;
   /** Deepest JSON nesting accepted in a request body (default 64); deeper is a 400. */
   maxJsonDepth?: number | undefined;
   /**
@@ -46,9 +70,17 @@ export const DEFAULT_PROXY_LIMITS: ResolvedLimits = {
   maxConnections: 4096,
   maxJsonDepth: 64,
   maxJsonValues: 100_000,
+  maxSessionRequests: 16,
+  maxSessionBodyBytes: 32 * 1024 * 1024,
+  maxTokenizeChars: 4 * 1024 * 1024,
+  maxTokenizeCharsPerMinute: 16 * 1024 * 1024,
 };
 
-/** The limits with defaults filled in; a bad value is a `ConfigError` naming the field. */
+/**
+ * The limits with defaults filled in; a bad value is a `ConfigError` naming the field. A session's caps
+ * default to one largest request at least: `maxSessionBodyBytes` to `maxBodyBytes`,
+ * `maxTokenizeCharsPerMinute` to 16 Mi or `maxTokenizeChars` if that is more.
+ */
 export function resolveLimits(limits: ProxyLimits = {}): ResolvedLimits {
   const out = { ...DEFAULT_PROXY_LIMITS };
   for (const key of Object.keys(limits) as Array<keyof ProxyLimits>) {
@@ -66,10 +98,20 @@ export function resolveLimits(limits: ProxyLimits = {}): ResolvedLimits {
     }
     out[key] = value;
   }
-  if (out.headersTimeoutMs > out.requestTimeoutMs) {
-    throw new ConfigError(
-      `limits.headersTimeoutMs (${out.headersTimeoutMs}) must not exceed limits.requestTimeoutMs (${out.requestTimeoutMs})`,
-    );
+  if (limits.maxSessionBodyBytes === undefined) out.maxSessionBodyBytes = out.maxBodyBytes;
+  if (limits.maxTokenizeCharsPerMinute === undefined) {
+    out.maxTokenizeCharsPerMinute = Math.max(out.maxTokenizeCharsPerMinute, out.maxTokenizeChars);
+  }
+  for (const [small, large] of [
+    ['headersTimeoutMs', 'requestTimeoutMs'],
+    ['maxBodyBytes', 'maxSessionBodyBytes'],
+    ['maxTokenizeChars', 'maxTokenizeCharsPerMinute'],
+  ] as const) {
+    if (out[small] > out[large]) {
+      throw new ConfigError(
+        `limits.${small} (${out[small]}) must not exceed limits.${large} (${out[large]})`,
+      );
+    }
   }
   return out;
 }
@@ -100,32 +142,6 @@ function refuse(socket: Socket, answer: string): void {
   setTimeout(() => socket.destroy(), 1_000).unref();
 }
 
-/** The open client sockets a connection cap counts: one server's own, or those of several sharing it. */
-export interface ConnectionCount {
-  /** Count a new socket unless `max` are open already; false when it is refused. */
-  tryOpen(max: number): boolean;
-  /** A counted socket closed. */
-  close(): void;
-  readonly value: number;
-}
-
-/** A count in shared memory (`Int32Array` of one cell): shard servers on several threads keep one cap. */
-export function sharedConnectionCount(cell: Int32Array): ConnectionCount {
-  return {
-    tryOpen(max) {
-      for (;;) {
-        const n = Atomics.load(cell, 0);
-        if (n >= max) return false;
-        if (Atomics.compareExchange(cell, 0, n, n + 1) === n) return true;
-      }
-    },
-    close: () => void Atomics.sub(cell, 0, 1),
-    get value() {
-      return Atomics.load(cell, 0);
-    },
-  };
-}
-
 export interface ProxyServer {
   server: Server;
   url: string;
@@ -135,17 +151,25 @@ export interface ProxyServer {
 }
 
 /**
- * Start the hardened server; `handle` gets each request that passed the connection cap, counted by
- * `count` (default: this server's own sockets).
+ * Start the hardened server; `handle` gets each request of a counted connection. `tally` adds this
+ * server's open sockets to a count several servers share (default: its own).
  */
 export async function startProxyServer(
   limits: ResolvedLimits,
   listen: { host: string; port: number },
   handle: (req: IncomingMessage, res: ServerResponse) => void,
-  count: ConnectionCount = sharedConnectionCount(new Int32Array(1)),
+  tally: ConnectionTally = sharedTally(new Int32Array(1)),
 ): Promise<ProxyServer> {
-  const open = new Set<Socket>();
-  const refused = new WeakSet<Socket>();
+  const connections = new ClientConnections(limits.maxConnections, tally, (reason) =>
+    rawResponse(
+      503,
+      'Service Unavailable',
+      reason === 'full'
+        ? `the proxy has ${limits.maxConnections} open connections, each carrying a request (limits.maxConnections); retry shortly`
+        : `the proxy is at its ${limits.maxConnections} connections (limits.maxConnections) and this one had sent no request: it made room for another; retry`,
+      'Retry-After: 1\r\n',
+    ),
+  );
   const server = createServer(
     {
       maxHeaderSize: limits.maxHeaderBytes,
@@ -156,32 +180,16 @@ export async function startProxyServer(
       connectionsCheckingInterval: Math.max(50, Math.min(1_000, Math.floor(limits.headersTimeoutMs / 4))),
     },
     (req, res) => {
-      // a refused socket already has its 503; it closes on its own (see `refuse`)
-      if (!refused.has(req.socket)) handle(req, res);
+      // a refused or evicted socket already has its 503; it closes on its own
+      if (!connections.has(req.socket)) return;
+      connections.started(req.socket);
+      res.once('close', () => connections.ended(req.socket));
+      handle(req, res);
     },
   );
-  server.on('connection', (socket: Socket) => {
-    if (!count.tryOpen(limits.maxConnections)) {
-      refused.add(socket);
-      refuse(
-        socket,
-        rawResponse(
-          503,
-          'Service Unavailable',
-          `the proxy has ${count.value} open connections (limits.maxConnections); retry shortly`,
-          'Retry-After: 1\r\n',
-        ),
-      );
-      return;
-    }
-    open.add(socket);
-    socket.once('close', () => {
-      open.delete(socket);
-      count.close();
-    });
-  });
+  server.on('connection', (socket: Socket) => void connections.accept(socket));
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Socket) => {
-    if (error.code === 'ECONNRESET' || !socket.writable || refused.has(socket)) {
+    if (error.code === 'ECONNRESET' || !socket.writable || !connections.has(socket)) {
       socket.destroy();
       return;
     }
@@ -214,13 +222,13 @@ export async function startProxyServer(
     server,
     url: `http://${host}:${address.port}`,
     get connections() {
-      return open.size;
+      return connections.size;
     },
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();
-        for (const socket of open) socket.destroy();
+        connections.closeAll();
       }),
   };
 }
@@ -228,10 +236,19 @@ export async function startProxyServer(
 const INCREMENTAL_DECODE_BYTES = 1 << 20;
 
 /**
- * The request body as text, refused with a 413 `RequestError` as soon as it is known to pass `maxBytes`
- * (a `Content-Length` over it, or the bytes read so far): nothing past the cap is buffered.
+ * Where a body's bytes are counted as they are known (a session's bodies in flight): a refusal stops
+ * the read at once.
  */
-export function readBody(req: IncomingMessage, maxBytes: number): Promise<string> {
+export interface BodyAccount {
+  reserve(bytes: number): RequestError | undefined;
+}
+
+/**
+ * The request body as text, refused with a 413 `RequestError` as soon as it is known to pass `maxBytes`
+ * (a `Content-Length` over it, or the bytes read so far): nothing past the cap is buffered. `account`
+ * is charged the declared length up front, or each chunk as it arrives when none was declared.
+ */
+export function readBody(req: IncomingMessage, maxBytes: number, account?: BodyAccount): Promise<string> {
   const tooLarge = (n: string) =>
     new RequestError(
       413,
@@ -239,6 +256,9 @@ export function readBody(req: IncomingMessage, maxBytes: number): Promise<string
     );
   const declared = req.headers['content-length'];
   if (declared !== undefined && Number(declared) > maxBytes) return Promise.reject(tooLarge(declared));
+  const refused = declared !== undefined ? account?.reserve(Number(declared)) : undefined;
+  if (refused) return Promise.reject(refused);
+  const perChunk = declared === undefined ? account : undefined;
   return new Promise((resolve, reject) => {
     // Small bodies are decoded once at the end; past 1 MiB a body is decoded as it arrives, so a 30 MB
     // one costs no single long decode when it is complete.
@@ -252,12 +272,13 @@ export function readBody(req: IncomingMessage, maxBytes: number): Promise<string
     };
     const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > maxBytes) {
+      const refusal = size > maxBytes ? tooLarge(`more than ${maxBytes}`) : perChunk?.reserve(chunk.length);
+      if (refusal) {
         buffers = [];
         strings.length = 0;
         // Stop reading: the reply is sent with `Connection: close` and the socket closed after it.
         req.pause();
-        fail(tooLarge(`more than ${maxBytes}`));
+        fail(refusal);
         return;
       }
       if (decoder) strings.push(decoder.write(chunk));

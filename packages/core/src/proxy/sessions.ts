@@ -8,6 +8,7 @@ import type { Sampling } from '../engine/types.js';
 import { ConfigError } from '../errors.js';
 import type { Sample } from '../sample.js';
 import type { CaptureSession, SessionOptions } from './api.js';
+import { type BudgetLimits, SessionBudget } from './budget.js';
 import { checkMaxTurns, FinishedSessions, TurnLedger } from './ledger.js';
 import type { EngineRouter } from './router.js';
 import { checkFinish, finishThreads, SessionThreads } from './stitch.js';
@@ -28,6 +29,8 @@ export interface SessionState {
   threads: SessionThreads;
   /** Answers kept for retries, and the turns recorded (see `TurnLedger`). */
   ledger: TurnLedger;
+  /** What the session may hold and spend at once (requests, body bytes, tokenizer characters). */
+  budget: SessionBudget;
 }
 
 /** Check a session's id and options (the sharded proxy checks them before a shard sees them). */
@@ -54,6 +57,8 @@ export interface SessionRegistryOptions {
   autoOpen: boolean;
   /** The handle a session is given: its URL and in-process `fetch` belong to the proxy. */
   handle(id: string, key: string): CaptureSession;
+  /** Each session's caps (see `SessionBudget`). */
+  limits: BudgetLimits;
 }
 
 export class SessionRegistry {
@@ -110,6 +115,7 @@ export class SessionRegistry {
       toolArgs: new Map(),
       threads: new SessionThreads(id, tokenizer),
       ledger: new TurnLedger(options.maxTurns ?? this.#options.defaultMaxTurns),
+      budget: new SessionBudget(this.#options.limits),
     };
     this.#byId.set(id, state);
     this.#byKey.set(key, state);

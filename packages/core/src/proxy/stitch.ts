@@ -80,6 +80,8 @@ export interface PlanRequest {
   templateKwargs: Record<string, unknown> | undefined;
   specialTokenText: EncodeChatOptions['specialTokenText'];
   signal: AbortSignal;
+  /** Told the length of each text about to be tokenized; throws to refuse it (the session's budget). */
+  charge?: ((chars: number) => void) | undefined;
 }
 
 export function emptyTotals(): StitchTotals {
@@ -119,8 +121,10 @@ export class SessionThreads {
     const text = tokenizer.renderChat(req.messages, options);
     // rendering a long chat took a while, and splitting it will too: let other sessions' work run
     if (text.length > LONG_RENDER_CHARS) await new Promise((resolve) => setImmediate(resolve));
-    const encode = (t: string) =>
-      tokenizer.encodeRenderedAsync(t, { specialTokenText: req.specialTokenText, signal: req.signal });
+    const encode = (t: string) => {
+      req.charge?.(t.length);
+      return tokenizer.encodeRenderedAsync(t, { specialTokenText: req.specialTokenText, signal: req.signal });
+    };
     const extended = this.list.find((t) => extends_(t, req));
     if (extended) {
       const last = extended.last!;

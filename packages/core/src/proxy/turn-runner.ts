@@ -77,7 +77,14 @@ export class TurnRunner {
     // The captured history's ids are reused; new text is tokenized (long uncached input on a worker
     // thread, which the turn's signal stops on a disconnect).
     const { specialTokenText } = this.#o;
-    const planReq = { messages: req.messages, tools: req.tools, templateKwargs, specialTokenText, signal };
+    const planReq = {
+      messages: req.messages,
+      tools: req.tools,
+      templateKwargs,
+      specialTokenText,
+      signal,
+      charge: (chars: number) => state.budget.tokenize(chars),
+    };
     const planned = await state.threads.plan(planReq);
     const { promptIds } = planned;
     const resolved = resolveSampling(state, req, promptIds.length, this.#o.defaultMaxTokens);

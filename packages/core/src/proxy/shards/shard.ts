@@ -33,7 +33,7 @@ export interface ShardSpec {
   options: ShardProxyOptions;
   /** Most sessions open on one shard at once. */
   capacity: number;
-  /** One count of every shard's client sockets: `limits.maxConnections` caps the whole proxy. */
+  /** One count of every shard's client sockets (each shard caps its own at its share). */
   connections: SharedArrayBuffer;
 }
 

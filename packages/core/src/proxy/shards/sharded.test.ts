@@ -254,40 +254,82 @@ describe('sharded capture proxy', () => {
   it.each([
     ['one shard filled, then the other', [0, 0, 0, 0, 1, 1, 1, 1]],
     ['both shards in turn', [0, 1, 0, 1, 0, 1, 0, 1]],
-    ['the cap reached on one shard, the flood on the other', [1, 1, 1, 1, 0, 0, 0, 0]],
-  ])('limits.maxConnections caps the whole proxy, not each shard (%s)', async (_, order) => {
-    const e = await engine();
-    const proxy = await sharded(e.url, { limits: { maxConnections: 4 } });
-    const sockets: Array<{ socket: Socket; received: string }> = [];
-    closers.push(async () => {
+    ['the flood on one shard only', [1, 1, 1, 1, 1, 1, 1, 1]],
+  ])(
+    'limits.maxConnections caps the whole proxy in equal shares; silent sockets make room, oldest first (%s)',
+    async (_, order) => {
+      const e = await engine();
+      const proxy = await sharded(e.url, { limits: { maxConnections: 4 } });
+      expect(proxy.maxConnections).toBe(4);
+      const sockets: Array<{ shard: number; socket: Socket; received: string; closed: boolean }> = [];
+      closers.push(async () => {
+        for (const s of sockets) s.socket.destroy();
+      });
+      // sockets that send nothing, as a slow flood does, one at a time (the order is the point)
+      const counts = [0, 0];
+      for (const shard of order) {
+        const { hostname, port } = new URL(proxy.urls[shard]!);
+        const entry = { shard, socket: netConnect(Number(port), hostname), received: '', closed: false };
+        entry.socket.on('data', (d) => {
+          entry.received += d;
+        });
+        entry.socket.on('error', () => {});
+        entry.socket.on('close', () => {
+          entry.closed = true;
+        });
+        sockets.push(entry);
+        counts[shard]!++;
+        // this one counted, and the one it made room for told so
+        const held = Math.min(counts[0]!, 2) + Math.min(counts[1]!, 2);
+        const older = sockets.filter((s) => s.shard === shard).slice(0, -2);
+        await until(() => proxy.connections === held && older.every((s) => s.received.includes('\r\n\r\n')));
+      }
+      // each shard holds its two newest; each older one was told why it was closed
+      for (const shard of [0, 1]) {
+        const mine = sockets.filter((s) => s.shard === shard);
+        const evicted = mine.slice(0, Math.max(0, mine.length - 2));
+        await until(() => evicted.every((s) => s.closed));
+        for (const s of evicted) {
+          expect(s.received).toMatch(/^HTTP\/1\.1 503 /);
+          expect(s.received).toMatch(/Retry-After: 1/);
+          expect(s.received).toMatch(/limits\.maxConnections\) and this one had sent no request/);
+        }
+        for (const s of mine.slice(-2)) expect([s.closed, s.received]).toEqual([false, '']);
+      }
+      expect(proxy.connections).toBe(Math.min(2, order.filter((s) => s === 0).length) + 2);
+      // the flood gone, a session is served again on either shard
       for (const s of sockets) s.socket.destroy();
-    });
-    const connect = (shard: number) => {
-      const { hostname, port } = new URL(proxy.urls[shard]!);
+      await until(() => proxy.connections === 0);
+      await converse(proxy.openSession('after-1').baseURL, 1);
+      await converse(proxy.openSession('after-2').baseURL, 1);
+      expect(proxy.finishSession('after-1', { reward: 1 })).toHaveLength(1);
+    },
+  );
+
+  it('refuses a socket with a 503 only when every socket of its shard carries a request', async () => {
+    const e = await engine();
+    const proxy = await sharded(e.url, { limits: { maxConnections: 2 } });
+    const s = proxy.openSession('slow');
+    const { hostname, port } = new URL(s.baseURL);
+    const open = (text: string) => {
       const entry = { socket: netConnect(Number(port), hostname), received: '' };
       entry.socket.on('data', (d) => {
         entry.received += d;
       });
       entry.socket.on('error', () => {});
-      sockets.push(entry);
+      entry.socket.write(text);
+      closers.push(async () => void entry.socket.destroy());
+      return entry;
     };
-    // idle sockets that send nothing, as a slow flood does: the first four fill the cap
-    for (const shard of order.slice(0, 4)) connect(shard);
-    await until(() => proxy.connections === 4);
-    for (const shard of order.slice(4)) connect(shard);
-    await until(() => sockets.slice(4).every((s) => s.received.includes('\r\n\r\n')));
-    expect(sockets.slice(0, 4).map((s) => s.received)).toEqual(['', '', '', '']);
-    for (const s of sockets.slice(4)) {
-      expect(s.received).toMatch(/^HTTP\/1\.1 503 /);
-      expect(s.received).toMatch(/Retry-After: 1/);
-      expect(s.received).toMatch(/the proxy has 4 open connections \(limits\.maxConnections\)/);
-    }
-    expect(proxy.connections).toBe(4);
-    // the flood gone, a session is served again on either shard
-    for (const s of sockets) s.socket.destroy();
-    await until(() => proxy.connections === 0);
-    await converse(proxy.openSession('after-1').baseURL, 1);
-    await converse(proxy.openSession('after-2').baseURL, 1);
-    expect(proxy.finishSession('after-1', { reward: 1 })).toHaveLength(1);
+    // a request whose body has not arrived yet: its socket carries a request and makes no room
+    const busy = open(
+      `POST ${new URL(s.baseURL).pathname}/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{`,
+    );
+    await until(() => proxy.connections === 1);
+    const refused = open('');
+    await until(() => refused.received.includes('\r\n\r\n'));
+    expect(refused.received).toMatch(/^HTTP\/1\.1 503 /);
+    expect(refused.received).toMatch(/each carrying a request \(limits\.maxConnections\)/);
+    expect(busy.received).toBe('');
   });
 });

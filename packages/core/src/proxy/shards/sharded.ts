@@ -12,7 +12,9 @@ import { loadTokenizer } from '../../engine/tokenizer/tokenizer.js';
 import { ConfigError, EngineError } from '../../errors.js';
 import type { Sample } from '../../sample.js';
 import type { CaptureSession, SessionOptions } from '../api.js';
+import { connectionCeiling, openFileLimit } from '../connections.js';
 import type { ProxyEvents, ProxyTurnEvent } from '../events.js';
+import { resolveLimits } from '../server.js';
 import { checkSession } from '../sessions.js';
 import { addStitch, checkFinish, emptyTotals, finishThreads, type StitchTotals } from '../stitch.js';
 import { type FinishOptions, TrajectoryManager } from '../trajectory/manager.js';
@@ -52,8 +54,13 @@ export interface ShardedCaptureProxy {
   /** Close a session and return its slime-wire training rows, as `CaptureProxy.finishSession`. */
   finishSession(id: string, options?: FinishOptions): Sample[];
   readonly size: number;
-  /** Open client sockets now, every shard's (what `limits.maxConnections` caps). */
+  /** Open client sockets now, every shard's. */
   readonly connections: number;
+  /**
+   * The connection cap in force, all shards' together: `limits.maxConnections`, lowered to what the
+   * process's open-file limit allows, in equal shares (each shard makes room within its own).
+   */
+  readonly maxConnections: number;
   close(): Promise<void>;
 }
 
@@ -176,7 +183,11 @@ export async function startShardedCaptureProxy(
     });
   const proxy = new ShardedProxy(trajectories, engines, waitMs);
   const connections = new SharedArrayBuffer(4);
-  await proxy.start(count, { tokenizerDir, engines, options: rest, capacity, connections });
+  // the shards share one process's descriptors: each takes an equal share of the cap that fits them
+  const cap = Math.min(resolveLimits(rest.limits).maxConnections, connectionCeiling(await openFileLimit()));
+  const share = Math.max(1, Math.floor(cap / count));
+  const limits = { ...rest.limits, maxConnections: share };
+  await proxy.start(count, { tokenizerDir, engines, options: { ...rest, limits }, capacity, connections });
   const connectionCount = new Int32Array(connections);
   return {
     urls: proxy.urls,
@@ -191,6 +202,7 @@ export async function startShardedCaptureProxy(
     get connections() {
       return Atomics.load(connectionCount, 0);
     },
+    maxConnections: share * count,
     close: () => proxy.close(),
   };
 }

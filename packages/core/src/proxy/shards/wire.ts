@@ -32,7 +32,7 @@ export interface ShardData {
   options: ShardProxyOptions;
   /** The handover gate's counters (see `gate.ts`). */
   cells: SharedArrayBuffer;
-  /** All shards' open client sockets, one count that `limits.maxConnections` caps. */
+  /** All shards' open client sockets, counted in one place. */
   connections: SharedArrayBuffer;
   /** Main → shard: `ToShard`. */
   control: MessagePort;

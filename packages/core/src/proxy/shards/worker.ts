@@ -8,9 +8,9 @@ import { sglangEngine } from '../../engine/sglang.js';
 import { loadTokenizer } from '../../engine/tokenizer/tokenizer.js';
 import type { Engine } from '../../engine/types.js';
 import { vllmEngine } from '../../engine/vllm.js';
+import { sharedTally } from '../connections.js';
 import type { ProxyEvents } from '../events.js';
 import { startProxyCore } from '../proxy.js';
-import { sharedConnectionCount } from '../server.js';
 import { TrajectoryManager } from '../trajectory/manager.js';
 import { HandoverGate } from './gate.js';
 import type { FromShard, ShardData, ToShard } from './wire.js';
@@ -65,7 +65,7 @@ try {
         s.handovers++;
         return true;
       },
-      connections: sharedConnectionCount(new Int32Array(data.connections)),
+      connections: sharedTally(new Int32Array(data.connections)),
       leave(id) {
         const s = local.get(id);
         if (!s) return;
