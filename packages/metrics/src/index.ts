@@ -74,6 +74,7 @@ export {
   RUN_RECORD_SCHEMA,
   type RunRecord,
   type RunReportInput,
+  type RunSetting,
   runReport,
   type StepPhase,
   type StepRecord,
