@@ -5,8 +5,12 @@
  */
 import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { runProcessOk } from '@vime/core/utils';
 import { runConfigJsonSchema } from '@vime/loop';
 
+const root = fileURLToPath(new URL('..', import.meta.url));
 const path = fileURLToPath(new URL('../packages/loop/run-config.schema.json', import.meta.url));
 writeFileSync(path, `${JSON.stringify(runConfigJsonSchema(), null, 2)}\n`);
+// In the repository's JSON style, so the lint passes on it as written.
+await runProcessOk('pnpm', ['exec', 'biome', 'format', '--write', path], { cwd: root });
 console.log(`wrote ${path}`);

@@ -64,8 +64,9 @@ interface Services {
  * the baseline check or a rollout claims one.
  */
 async function startServices(config: Config, io: LoopIO, labels: Record<string, string>): Promise<Services> {
-  const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
+  // The dataset first: its problems are the most common bad input, and reading it costs least.
   const read = await readTasks(config, { log: io.log });
+  const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
   let engines: RunEngines | undefined;
   let pools: SwePools | undefined;
   let socket: Services['socket'] = { socketPath: undefined, close: async () => {} };

@@ -69,8 +69,10 @@ function idDifference(
 ): string | undefined {
   const n = Math.min(local.length, engine.length);
   for (let i = 0; i < n; i++) {
-    if (local[i] !== engine[i])
-      return `the probe's token ${i} is id ${engine[i]} on the engine but ${local[i]} (${show(tokenizer.decode([local[i]!]))}) here; the probe is ${engine.length} tokens there and ${local.length} here`;
+    if (local[i] !== engine[i]) {
+      const at = tokenizer.decode(Array.from(local).slice(i, i + 4));
+      return `the probe tokenizes differently from token ${i} on (at ${show(at)}): the engine has id ${engine[i]} where the local tokenizer has ${local[i]}; the probe is ${engine.length} tokens there and ${local.length} here`;
+    }
   }
   return local.length === engine.length
     ? undefined

@@ -133,6 +133,11 @@ describe('mistakes in a config file: the key path, the value and the fix', () =>
     expect(errorOf(() => resolved([], { AGENT_MAX_TURNS: '-2' }))).toBe(
       'AGENT_MAX_TURNS: number -2 is not accepted; write a value ≥ 0',
     );
+    expect(
+      errorOf(() => resolved(['--engine-url', 'http://v:8000', '--engine-kind', 'vllm', '--top-p', '0.9'])),
+    ).toBe(
+      '--top-p: 0.9 with vLLM engines cannot be trained on exactly (vLLM returns no per-token nucleus to replay); sample with top_p 1, or use SGLang engines with the top-p patch',
+    );
     expect(errorOf(() => resolved(['--config', 'nowhere.yaml']))).toBe(
       '--config nowhere.yaml: does not exist; give a YAML or JSON run config file',
     );

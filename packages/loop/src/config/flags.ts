@@ -18,10 +18,9 @@ appended to a durable queue and written to <out>/steps/<step>.msgpack, and a rep
 Settings: embedded defaults < --config FILE < environment variables < flags. The resolved config, with
 where each value came from, is written to <out>/run-config.yaml and shown at the top of the report.
 
-  --config FILE            a run config, YAML or JSON (every knob; schema: run-config.schema.json of
-                           @vime/loop; examples in examples/coding-agent/configs/)
-
-Flags (environment variable in brackets; a flag wins over its variable):
+Flags (environment variable in brackets; a flag wins over its variable, a variable over the file):
+  --config FILE            a run config, YAML or JSON, with every knob below and more (its schema:
+                           run-config.schema.json of @vime/loop; examples: examples/coding-agent/configs/)
   --steps N                rollout steps (default 2)
   --prompts N              prompts per step (default 4)
   --samples N              rollouts per prompt, the GRPO group size (default 4)

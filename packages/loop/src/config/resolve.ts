@@ -55,7 +55,13 @@ function validated(raw: Record<string, unknown>, sources: ConfigSources, file?: 
     throw new ConfigError(
       `${nameOf('agentMix', sources, file)}: every weight is 0; give at least one agent a weight > 0, or leave the mix out`,
     );
-  return parsed.data;
+  const c = parsed.data;
+  // Every turn would fail: the trainer replays a truncated nucleus, and vLLM does not return it.
+  if (c.engineKind === 'vllm' && c.engineUrls.length > 0 && c.topP < 1)
+    throw new ConfigError(
+      `${nameOf('topP', sources, file)}: ${c.topP} with vLLM engines cannot be trained on exactly (vLLM returns no per-token nucleus to replay); sample with top_p 1, or use SGLang engines with the top-p patch`,
+    );
+  return c;
 }
 
 /** Validate a raw config (flag and variable names in messages). */
