@@ -107,7 +107,7 @@ describe('mistakes in a config file: the key path, the value and the fix', () =>
       'sandbox: { limits: { memory: 4GiB } }\n',
       'unknown key sandbox.limits.memory (did you mean "sandbox.limits.memory_bytes"?',
     ],
-    ['run: [1, 2]\n', 'run: array(2) is not accepted; write a object'],
+    ['run: [1, 2]\n', 'run: array(2) is not accepted; write an object'],
     ['run:\n  steps: 1\n  steps: 2\n', 'not valid YAML or JSON at line 3, column 3'],
     ['{"run": {"steps": 2}\n', 'not valid YAML or JSON at line'],
     ['', 'the file is empty'],

@@ -193,7 +193,7 @@ function fixOf(issue: z.core.$ZodIssue): string {
         ? 'write a URL such as "http://10.0.0.5:30000"'
         : `write ${issue.message}`;
     case 'invalid_type':
-      return `write ${issue.expected === 'array' ? 'a list' : `a ${issue.expected}`}`;
+      return `write ${issue.expected === 'array' ? 'a list' : `${/^[aeiou]/.test(issue.expected) ? 'an' : 'a'} ${issue.expected}`}`;
     default:
       return issue.message;
   }
@@ -205,7 +205,7 @@ export function describeIssue(raw: unknown, issue: z.core.$ZodIssue): string {
   if (value === undefined) return `is missing; ${fixOf(issue)}`;
   let hint = '';
   if (issue.code === 'invalid_value' && typeof value === 'string') {
-    const near = closest(value, issue.values.map(String));
+    const near = nearest(value, issue.values.map(String));
     if (near) hint = ` (did you mean ${JSON.stringify(near)}?)`;
   }
   return `${describeValue(value)} is not accepted${hint}; ${fixOf(issue)}`;
