@@ -6,11 +6,12 @@ import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, type TaskSpec } from '@vime/core';
+import type { Sampling } from '@vime/core/engine';
 import type { CaptureProxy } from '@vime/core/proxy';
 import type { RolloutFunction } from '@vime/core/runner';
 import { type AgentKind, agentOfTask, harnessAgent } from '@vime/harness';
 import { type SweAgent, type SwePools, sweRollout } from '@vime/swe';
-import type { Config } from './config.js';
+import type { Config } from './config/schema.js';
 
 /**
  * The agents of a run's tasks, checked before anything starts: a row naming an unknown agent, or a
@@ -52,6 +53,20 @@ export async function harnessSocket(
   return { socketPath: join(dir, 'proxy.sock'), close: () => rm(dir, { recursive: true, force: true }) };
 }
 
+/**
+ * The sampling every turn of the run sends to the engine (the proxy's session sampling: it replaces what
+ * a harness asks for). `top_k` and stop strings only when set, so the engine's defaults stay its own.
+ */
+export function samplingOf(config: Config): Sampling {
+  return {
+    temperature: config.temperature,
+    topP: config.topP,
+    maxTokens: config.maxTokensPerTurn,
+    topK: config.topK,
+    stop: config.stop.length > 0 ? config.stop : undefined,
+  };
+}
+
 export interface LoopRolloutDeps {
   config: Config;
   proxy: CaptureProxy;
@@ -89,7 +104,7 @@ export function loopRollout({
     pools,
     proxy,
     agent: agentOf,
-    sampling: { temperature: config.temperature, topP: config.topP, maxTokens: config.maxTokensPerTurn },
+    sampling: samplingOf(config),
     maxContextTokens: config.maxContextTokens,
     execTimeoutMs: config.execTimeoutMs,
     gradeTimeoutMs: config.gradeTimeoutMs,

@@ -3,11 +3,18 @@
  * stand-in engines serving the scripted coding policy (labelled as a stand-in everywhere it shows).
  */
 import { ConfigError, type TaskSpec } from '@vime/core';
-import { type ChatTokenizer, type Engine, sglangEngine, vllmEngine, waitForEngines } from '@vime/core/engine';
+import {
+  type ChatTokenizer,
+  checkEngineTokenizer,
+  type Engine,
+  sglangEngine,
+  vllmEngine,
+  waitForEngines,
+} from '@vime/core/engine';
 import { type CaptureProxy, startCaptureProxy } from '@vime/core/proxy';
 import { type StandInEngine, startStandInEngine } from '@vime/core/standin';
 
-import type { Config } from './config.js';
+import type { Config } from './config/schema.js';
 import { codingAgentPolicy } from './standin/policy.js';
 
 export interface RunEngines {
@@ -44,6 +51,7 @@ export async function startEngines(
         { cause: error },
       );
     }
+    await checkTokenizer(config, tokenizer, log, signal);
     const engines = config.engineUrls.map((url) =>
       config.engineKind === 'vllm' ? vllmEngine(url) : sglangEngine(url),
     );
@@ -91,6 +99,47 @@ export async function startEngines(
       await Promise.all(standIns.map((e) => e.close()));
     },
   };
+}
+
+/**
+ * Every engine reads token ids with the run's tokenizer, or the run stops here, before any sandbox or
+ * rollout: a mismatch would corrupt every sample without an error. Without `--tokenizer` the bundled
+ * Qwen3 tokenizer is used only when every engine is found to match it.
+ */
+async function checkTokenizer(
+  config: Config,
+  tokenizer: ChatTokenizer,
+  log: (line: string) => void,
+  signal?: AbortSignal,
+): Promise<void> {
+  const name = config.tokenizer ?? 'the bundled Qwen3 tokenizer';
+  const checks = await Promise.all(
+    config.engineUrls.map(async (url) => ({
+      url,
+      check: await checkEngineTokenizer(url, tokenizer, { kind: config.engineKind, signal }),
+    })),
+  );
+  for (const { url, check } of checks) {
+    const serves = check.model ? ` (it serves ${check.model})` : '';
+    const fix = check.model
+      ? `give --tokenizer the folder of the model the engine serves (${check.model})`
+      : 'give --tokenizer the folder of the model the engine serves';
+    if (check.status === 'mismatch')
+      throw new ConfigError(
+        `--tokenizer: the engine at ${url}${serves} does not tokenize like ${name}: ${check.differences.join('; ')}. Every sample would be corrupt; ${fix}`,
+      );
+    if (check.status === 'unchecked') {
+      if (config.tokenizer === undefined)
+        throw new ConfigError(
+          `--tokenizer is required with --engine-url: the bundled Qwen3 tokenizer cannot be checked against ${url}${serves} (${check.reason}); ${fix}`,
+        );
+      log(`tokenizer: not checked against ${url} (${check.reason}); using ${name} as given`);
+      continue;
+    }
+    log(
+      `tokenizer: ${name} matches the engine at ${url}${serves} (${check.probeTokens} probe tokens through ${check.via === 'tokenize' ? '/tokenize and /detokenize' : 'a probe /generate'})`,
+    );
+  }
 }
 
 /** The capture proxy in front of the run's engines, with the run's router settings. */

@@ -1,8 +1,39 @@
 // @vime/loop: the coding-agent RL step loop. Every export is named here; the README documents each group.
-export { checkAgents, harnessSocket, type LoopRolloutDeps, loopRollout, usesHarness } from './agents.js';
+export {
+  checkAgents,
+  harnessSocket,
+  type LoopRolloutDeps,
+  loopRollout,
+  samplingOf,
+  usesHarness,
+} from './agents.js';
 export { loopMain } from './cli/main.js';
 export { summaryText } from './cli/summary.js';
-export { type Config, ConfigSchema, checkConfig, configFromEnv, parseConfig, usage } from './config.js';
+export {
+  type ConfigFile,
+  fileLayout,
+  RunConfigFileSchema,
+  readConfigFile,
+  runConfigJsonSchema,
+} from './config/file.js';
+export { configFromEnv, usage } from './config/flags.js';
+export { KNOBS, type Knob, type KnobKind } from './config/knobs.js';
+export {
+  type ConfigSources,
+  configSettings,
+  RUN_CONFIG_FILE,
+  readRunConfigSources,
+  renderRunConfig,
+} from './config/render.js';
+export {
+  checkConfig,
+  parseConfig,
+  type ResolvedConfig,
+  type ResolveOptions,
+  readStoredConfig,
+  resolveConfig,
+} from './config/resolve.js';
+export { type Config, type ConfigField, ConfigSchema, SandboxLimitsSchema } from './config/schema.js';
 export { bundledTokenizerDir, defaultRunFolder } from './defaults.js';
 export { type RunEngines, startEngines, startRunProxy } from './engines.js';
 export { createStepGroups, doneSiblings, type GroupPayload, groupKey } from './groups.js';
@@ -18,4 +49,4 @@ export {
   patchedFiles,
 } from './standin/policy.js';
 export type { StepSummary, TrainResult } from './steps.js';
-export { datasetPath, loadRunTasks, type RunTasks, readTasks } from './tasks.js';
+export { datasetPath, loadRunTasks, mixAgents, type RunTasks, readTasks } from './tasks.js';

@@ -7,12 +7,11 @@
  * mode keeps rolling out the next step while the consumer takes the last one. Metrics and the report
  * cover every step.
  */
-import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { ConfigError } from '@vime/core';
 import type { RolloutMetrics, WeightStaleness } from '@vime/metrics';
 import type { RowVerdict } from '@vime/swe';
-import { type Config, ConfigSchema } from './config.js';
+import type { ConfigSources } from './config/render.js';
+import { readStoredConfig } from './config/resolve.js';
+import type { Config } from './config/schema.js';
 import type { RouterLogEntry } from './router-log.js';
 import { LoopRun } from './run.js';
 import type { StepSummary, TrainResult } from './steps.js';
@@ -32,6 +31,8 @@ export interface LoopIO {
   signal?: AbortSignal | undefined;
   /** Optional trainer, called in each step's hand-off (none: the batch file is the hand-off). */
   trainer?: TrainerHook | undefined;
+  /** Where each value of the config came from (`resolveConfig`), for the run folder and the report. */
+  sources?: ConfigSources | undefined;
 }
 
 export interface RunSummary {
@@ -83,16 +84,5 @@ export async function runLoop(config: Config, io: LoopIO): Promise<RunSummary> {
 
 /** The configuration a run in `dir` was started with (for `--resume`). */
 export async function readConfigOf(dir: string): Promise<Config> {
-  let text: string;
-  try {
-    text = await readFile(join(dir, 'config.json'), 'utf8');
-  } catch {
-    throw new ConfigError(
-      `--resume ${dir}: no run there (no config.json); give the folder of the run to continue`,
-    );
-  }
-  const parsed = ConfigSchema.safeParse(JSON.parse(text));
-  if (!parsed.success)
-    throw new ConfigError(`--resume ${dir}: its config.json is not a run config of this version`);
-  return parsed.data;
+  return readStoredConfig(dir);
 }

@@ -22,13 +22,16 @@ import {
   runReport,
 } from '@vime/metrics';
 import { scrapeEngines } from '@vime/metrics/scrape';
-import type { Config } from './config.js';
+import { type ConfigSources, configSettings } from './config/render.js';
+import type { Config } from './config/schema.js';
 
 export interface ReportInput {
   out: string;
   runId: string;
   startedAt: number;
   config: Config;
+  /** Where each value of the config came from (`default` for any not named). */
+  sources: ConfigSources;
   standIn: boolean;
   engineCount: number;
   /** Decode-batch log lines per stand-in engine (none for engines given by URL). */
@@ -121,6 +124,7 @@ export async function writeRunReport(
       startedAt: input.startedAt,
       endedAt: Date.now(),
       config,
+      settings: configSettings(config, input.sources),
       codeVersion: await codeVersion(),
     },
     engineKind: input.standIn

@@ -22,7 +22,8 @@ import { type MetricSink, rolloutRecordOf, stepRecordOf } from '@vime/metrics/si
 import { reapOrphans, type SandboxEmitter } from '@vime/sandbox';
 import type { RowVerdict, SwePools } from '@vime/swe';
 import { checkAgents, harnessSocket, loopRollout, usesHarness } from './agents.js';
-import type { Config } from './config.js';
+import { RUN_CONFIG_FILE, renderRunConfig } from './config/render.js';
+import type { Config } from './config/schema.js';
 import { bundledTokenizerDir, defaultRunFolder } from './defaults.js';
 import { type RunEngines, startEngines, startRunProxy } from './engines.js';
 import { createStepGroups, doneSiblings } from './groups.js';
@@ -43,7 +44,7 @@ import {
   workUnitCounts,
   zeroVarianceGroups,
 } from './steps.js';
-import { loadRunTasks } from './tasks.js';
+import { loadRunTasks, readTasks } from './tasks.js';
 
 /** What a run starts before its folder exists; stopped together when the start fails. */
 interface Services {
@@ -57,27 +58,34 @@ interface Services {
   socket: { socketPath: string | undefined; close: () => Promise<void> };
 }
 
-/** Everything that can fail on bad input comes before the run folder is made: a failed start leaves none. */
+/**
+ * Everything that can fail on bad input comes before the run folder is made: a failed start leaves none.
+ * The engines (and their tokenizer check) come before any sandbox: a wrong engine stops the run before
+ * the baseline check or a rollout claims one.
+ */
 async function startServices(config: Config, io: LoopIO, labels: Record<string, string>): Promise<Services> {
+  // The dataset first: its problems are the most common bad input, and reading it costs least.
+  const read = await readTasks(config, { log: io.log });
   const tokenizer = await loadTokenizer(config.tokenizer ?? bundledTokenizerDir());
-  const { dataset, tasks, pools, excluded, sandboxEvents } = await loadRunTasks(config, {
-    labels,
-    log: io.log,
-    signal: io.signal,
-  });
-  let engines: RunEngines;
+  let engines: RunEngines | undefined;
+  let pools: SwePools | undefined;
   let socket: Services['socket'] = { socketPath: undefined, close: async () => {} };
   try {
     // Claude Code and Codex reach the proxy only through its unix socket, bound into their sandboxes.
-    socket = await harnessSocket(usesHarness(checkAgents(tasks, config)));
-    engines = await startEngines(config, tasks, tokenizer, io.log, io.signal);
+    socket = await harnessSocket(usesHarness(checkAgents(read.tasks, config)));
+    const started = await startEngines(config, read.tasks, tokenizer, io.log, io.signal);
+    engines = started;
+    const loaded = await loadRunTasks(config, { labels, log: io.log, signal: io.signal, read });
+    pools = loaded.pools;
+    const proxy = await startRunProxy(config, started, tokenizer, socket.socketPath);
+    const { dataset, tasks, excluded, sandboxEvents } = loaded;
+    return { dataset, tasks, excluded, pools: loaded.pools, sandboxEvents, engines: started, proxy, socket };
   } catch (error) {
-    await pools.close();
+    await pools?.close();
+    await engines?.close();
     await socket.close();
     throw error;
   }
-  const proxy = await startRunProxy(config, engines, tokenizer, socket.socketPath);
-  return { dataset, tasks, excluded, pools, sandboxEvents, engines, proxy, socket };
 }
 
 export class LoopRun {
@@ -145,9 +153,13 @@ export class LoopRun {
     try {
       await mkdir(join(out, 'steps'), { recursive: true });
       await writeFileAtomic(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
+      // The resolved config as a user reads it, each value with its source; a resume keeps the first.
+      if (!config.resume)
+        await writeFileAtomic(join(out, RUN_CONFIG_FILE), renderRunConfig(config, io.sources ?? {}));
       queue = await GroupQueue.open(join(out, 'queue'), {
         maxAttempts: config.siblingAttempts,
         deadlineMs: config.rolloutGuardMs + 60_000,
+        maxStaleness: config.maxStaleness ?? undefined,
       });
     } catch (error) {
       return abandon(error);
@@ -165,6 +177,7 @@ export class LoopRun {
       engines.standIns.length > 0 ? 'stand-in engine (scripted policy), not a model' : config.engineKind;
     const sinks = await openRunSinks(out, { runId, startedAt: Date.now(), config, engine }, io.log, {
       wandbProject: config.wandbProject,
+      tensorboard: config.tensorboard,
     });
     return new LoopRun(config, io, out, runId, reaped, services, queue, sinks);
   }
@@ -357,6 +370,7 @@ export class LoopRun {
       runId: this.runId,
       startedAt: this.#startedAt,
       config,
+      sources: this.io.sources ?? {},
       standIn,
       engineCount: services.engines.engines.length,
       engineLogs: services.engines.logs,

@@ -1,6 +1,6 @@
 /**
  * The run's metric sinks: `metrics.jsonl` (one line per rollout and per step), TensorBoard event
- * files under `tensorboard/`, and with `--wandb-project` a Weights & Biases offline run under `wandb/`. A sink that fails (a full disk) is reported once and then left alone:
+ * files under `tensorboard/` (unless turned off), and with `--wandb-project` a Weights & Biases offline run under `wandb/`. A sink that fails (a full disk) is reported once and then left alone:
  * metrics never cost a rollout.
  */
 import { join } from 'node:path';
@@ -17,12 +17,12 @@ export async function openRunSinks(
   out: string,
   run: RunMetadata,
   log: (line: string) => void,
-  options: { wandbProject?: string | undefined } = {},
+  options: { wandbProject?: string | undefined; tensorboard?: boolean | undefined } = {},
 ): Promise<MetricSink> {
   const sink = fanOut([
     // A resumed run (or a restarted server) keeps what its earlier starts wrote.
     await jsonlSink(join(out, 'metrics.jsonl'), run, { append: true }),
-    await tensorboardSink(join(out, 'tensorboard'), run),
+    ...(options.tensorboard === false ? [] : [await tensorboardSink(join(out, 'tensorboard'), run)]),
     ...(options.wandbProject
       ? [await wandbOfflineSink(join(out, 'wandb'), run, { project: options.wandbProject })]
       : []),

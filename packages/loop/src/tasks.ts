@@ -3,15 +3,16 @@
  * published as a SWE-smith JSONL), its environments, one warm pool per repo image, and the baseline check
  * of every row (cached per task set).
  */
-import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ConfigError, type TaskSpec } from '@vime/core';
+import type { AgentKind } from '@vime/harness';
 import { DockerEngine, providerFor, type SandboxEmitter } from '@vime/sandbox';
 import {
   buildOfflineDockerImage,
   buildOfflineTaskSet,
-  loadJsonl,
-  loadParquet,
+  DatasetError,
+  loadDataset,
+  problemLine,
   type RowVerdict,
   rowToTask,
   SweEnvironments,
@@ -19,7 +20,7 @@ import {
   validateDataset,
 } from '@vime/swe';
 import { checkAgents } from './agents.js';
-import type { Config } from './config.js';
+import type { Config } from './config/schema.js';
 
 export interface RunTasks {
   /** The dataset file the tasks came from (the published offline set when none was given). */
@@ -35,14 +36,8 @@ export interface RunTasks {
 
 /** The dataset file of a run: the user's, or the offline task set built (once) and published in `cacheDir`. */
 export async function datasetPath(config: Config, cacheDir: string): Promise<string> {
-  if (config.dataset) {
-    const path = resolve(config.dataset);
-    if (!existsSync(path))
-      throw new ConfigError(
-        `--dataset: ${config.dataset} does not exist; give a SWE-smith .jsonl or .parquet file`,
-      );
-    return path;
-  }
+  // The user's file is checked by the loader, which says what is wrong with it and how to fix it.
+  if (config.dataset) return resolve(config.dataset);
   const set = await buildOfflineTaskSet({ dir: join(cacheDir, 'offline-tasks') });
   // Docker runs the rows' image: make the offline set's one when this engine lacks it.
   if (config.sandbox === 'docker') {
@@ -56,31 +51,63 @@ export async function datasetPath(config: Config, cacheDir: string): Promise<str
   return set.jsonlPath;
 }
 
-/** The dataset's rows as tasks: every repo unless `--repo` filters, at most `--per-repo` each. */
+/**
+ * The agents `mix` gives to tasks whose row names none, in dataset order: a smooth weighted round-robin,
+ * so every prefix of the tasks is as close to the weights as whole tasks allow, and a run is reproducible.
+ * A prompt's siblings share its task, so a GRPO group compares samples of one agent.
+ */
+export function mixAgents(tasks: readonly TaskSpec[], mix: Partial<Record<AgentKind, number>>): TaskSpec[] {
+  const weights = Object.entries(mix).filter(([, w]) => (w ?? 0) > 0) as Array<[AgentKind, number]>;
+  const total = weights.reduce((t, [, w]) => t + w, 0);
+  const credit = new Map(weights.map(([k]) => [k, 0]));
+  return tasks.map((task) => {
+    if (task.metadata.agent != null) return task;
+    for (const [k, w] of weights) credit.set(k, credit.get(k)! + w);
+    const [pick] = [...credit.entries()].reduce((best, e) => (e[1] > best[1] ? e : best));
+    credit.set(pick, credit.get(pick)! - total);
+    return { ...task, metadata: { ...task.metadata, agent: pick } };
+  });
+}
+
+/**
+ * The dataset's rows as tasks: every repo unless `--repo` filters, at most `--per-repo` each. A file
+ * that cannot be used, or a malformed row (unless `invalidRows: 'skip'`), stops here with a
+ * `DatasetError` naming the file, the row and instance, the column and the fix.
+ */
 export async function readTasks(
   config: Config,
   options: { cacheDir?: string | undefined; log: (line: string) => void },
 ): Promise<{ dataset: string; rows: number; tasks: TaskSpec[] }> {
   const dataset = await datasetPath(config, options.cacheDir ?? resolve('runs', '.cache'));
-  const load = dataset.endsWith('.parquet') ? loadParquet : loadJsonl;
-  const { rows, issues } = await load(dataset, {
+  const shown = config.dataset ?? dataset;
+  const { rows, issues } = await loadDataset(dataset, {
     ...(config.repoFilter.length > 0 ? { repos: config.repoFilter } : {}),
     ...(config.perRepo > 0 ? { perRepo: config.perRepo } : {}),
     onInvalid: 'skip',
+    shown,
   });
-  for (const issue of issues) options.log(`dataset row ${issue.row}: ${issue.message} (left out)`);
+  const problems = issues.map((issue) => ({ ...issue, file: shown }));
+  if (problems.length > 0 && config.invalidRows === 'stop')
+    throw new DatasetError(problems, {
+      more: `\`vime-swe validate ${shown}\` lists every one; fix them, or pass --invalid-rows skip to leave such rows out`,
+    });
+  for (const problem of problems) options.log(`${problemLine(problem)} (left out)`);
   if (rows.length === 0) {
     throw new ConfigError(
-      `no tasks: ${dataset} has no valid rows${config.repoFilter.length ? ` for --repo ${config.repoFilter.join(', ')}` : ''}`,
+      `no tasks: ${shown} has no valid rows${config.repoFilter.length ? ` for --repo ${config.repoFilter.join(', ')}` : ''}`,
     );
   }
-  const tasks = rows.map((row) => rowToTask(row, config.poolSuffix ? { runSuffix: config.poolSuffix } : {}));
+  let tasks = rows.map((row) => rowToTask(row, config.poolSuffix ? { runSuffix: config.poolSuffix } : {}));
+  if (config.agentMix) tasks = mixAgents(tasks, config.agentMix);
   // Every row's agent is known (and runnable on this sandbox) before anything is started.
   checkAgents(tasks, config);
   return { dataset, rows: rows.length, tasks };
 }
 
-/** The tasks with their environments and pools, after the baseline check of every row. */
+/**
+ * The tasks with their environments and pools, after the baseline check of every row; `read` is what
+ * `readTasks` gave, when the caller read the dataset first (to check the engines before any sandbox).
+ */
 export async function loadRunTasks(
   config: Config,
   options: {
@@ -88,10 +115,15 @@ export async function loadRunTasks(
     labels: Record<string, string>;
     log: (line: string) => void;
     signal?: AbortSignal | undefined;
+    read?: Awaited<ReturnType<typeof readTasks>> | undefined;
   },
 ): Promise<RunTasks> {
   const cacheDir = options.cacheDir ?? resolve('runs', '.cache');
-  const { dataset, rows, tasks: all } = await readTasks(config, { cacheDir, log: options.log });
+  const {
+    dataset,
+    rows,
+    tasks: all,
+  } = options.read ?? (await readTasks(config, { cacheDir, log: options.log }));
   const environments = await SweEnvironments.forDataset(dataset);
   const provider = providerFor(config.sandbox);
   const sandboxEvents = provider.events;
@@ -101,6 +133,7 @@ export async function loadRunTasks(
     replicas: config.poolReplicas,
     noPool: config.noPool,
     labels: options.labels,
+    limits: config.sandboxLimits,
     // An agent sandbox and a grading sandbox per rollout in flight, plus the warm ones.
     maxLivePerPool: config.poolReplicas + 2 * config.concurrency + 2,
   });

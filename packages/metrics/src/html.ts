@@ -51,8 +51,16 @@ function header(record: RunRecord): string {
       `${cell(record.rollouts_completed)} completed, ${cell(record.rollouts_failed)} failed, ${cell(record.rollouts_aborted)} aborted`,
     ],
   ];
-  const config =
-    r.config === null || r.config === undefined
+  const config = r.settings
+    ? `<h3>Run config</h3>${table(
+        ['setting', 'value', 'from'],
+        r.settings.map((x) => [
+          x.key,
+          typeof x.value === 'string' ? x.value : JSON.stringify(x.value),
+          x.source,
+        ]),
+      )}`
+    : r.config === null || r.config === undefined
       ? note('no run config in this record')
       : `<details><summary>config</summary><pre>${esc(JSON.stringify(r.config, null, 2))}</pre></details>`;
   return `<section id="run" data-section="run" data-empty="false">${banner}<dl class="facts">${facts

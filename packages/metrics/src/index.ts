@@ -75,6 +75,7 @@ export {
   RUN_RECORD_SCHEMA,
   type RunRecord,
   type RunReportInput,
+  type RunSetting,
   runReport,
   type StepPhase,
   type StepRecord,

@@ -52,6 +52,13 @@ export interface CapacityInput {
   }>;
 }
 
+/** One setting of a run: its key, its value, and where the value came from (`default`, a file, a flag, …). */
+export interface RunSetting {
+  key: string;
+  value: unknown;
+  source: string;
+}
+
 export interface RunReportInput {
   /** Run key, e.g. `async_3eng`. */
   name?: string | undefined;
@@ -65,6 +72,8 @@ export interface RunReportInput {
         startedAt?: number | undefined;
         endedAt?: number | undefined;
         config?: unknown;
+        /** The run's settings as the user sees them, each with where its value came from: a table at the top. */
+        settings?: ReadonlyArray<RunSetting> | undefined;
         codeVersion?: string | undefined;
       }
     | undefined;
@@ -137,6 +146,8 @@ export interface RunRecord {
     duration_sec: number | null;
     code_version: string | null;
     config: unknown;
+    /** The settings with their sources, when the run gave them. */
+    settings: RunSetting[] | null;
   };
   engine: { kind: string; stand_in: boolean; label: string } | null;
   engines: number;
@@ -371,6 +382,7 @@ function header(input: RunReportInput): Pick<RunRecord, 'schema' | 'name' | 'mod
       duration_sec: duration === null ? null : round(duration, 1),
       code_version: run.codeVersion ?? null,
       config: run.config ?? null,
+      settings: run.settings ? [...run.settings] : null,
     },
     engine: kind
       ? {

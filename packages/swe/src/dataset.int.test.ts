@@ -7,15 +7,13 @@ import { parquetWriteBuffer } from 'hyparquet-writer';
 import { describe, expect, it } from 'vitest';
 import {
   emitPools,
-  loadJsonl,
-  loadParquet,
-  parseJsonlRows,
   reversePatch,
   rowToTask,
   type SweSmithRow,
   selectRows,
   swesmithNames,
 } from './dataset.js';
+import { loadJsonl, loadParquet, parseJsonlRows } from './dataset-file.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'vime-swe-dataset-'));
 
@@ -61,7 +59,9 @@ describe('JSONL loading', () => {
       error = e;
     }
     expect(VimeError.isInstance(error)).toBe(true);
-    expect((error as Error).message).toMatch(/row 2\.PASS_TO_PASS\[0\]/);
+    expect((error as Error).message).toMatch(
+      /row 2 \(instance .*\): column PASS_TO_PASS: .*item 0 is number 1/,
+    );
     expect((error as Error).message).toContain(row(2).instance_id);
   });
 

@@ -1,9 +1,8 @@
 /**
- * SWE-smith dataset rows: schema, JSONL/parquet loaders, selection (repo filter, caps, seeded shuffle),
- * and the mapping of a row to a dataset-agnostic `TaskSpec`.
+ * SWE-smith dataset rows: schema, selection (repo filter, caps, seeded shuffle), and the mapping of a row
+ * to a dataset-agnostic `TaskSpec`. Reading files is `dataset-file.ts`; checking rows, `dataset-rows.ts`.
  */
-import { readFile } from 'node:fs/promises';
-import { ConfigError, formatPath, type TaskSpec, TaskSpecSchema, ValidationError } from '@vime/core';
+import { ConfigError, type TaskSpec, TaskSpecSchema } from '@vime/core';
 import { seededRandom, shellQuote } from '@vime/core/utils';
 import { poolName } from '@vime/sandbox';
 import { z } from 'zod';
@@ -45,114 +44,15 @@ export const SweSmithRowSchema = z.object({
 });
 export type SweSmithRow = z.output<typeof SweSmithRowSchema>;
 
-/** A row that failed validation: where it was, which field, and why. */
-export interface RowIssue {
-  /** 1-based row number (line number for JSONL). */
-  row: number;
-  field: string;
-  message: string;
-  instanceId?: string | undefined;
-}
-
-export interface LoadOptions {
-  /** `skip` (default) reports malformed rows in `issues` and keeps the rest; `fatal` throws on the first. */
-  onInvalid?: 'skip' | 'fatal' | undefined;
-  /** Keep rows whose `repo` contains any of these (case-insensitive substring). */
-  repos?: readonly string[] | undefined;
-  /** At most this many rows per `repo` (taken after shuffling). */
-  perRepo?: number | undefined;
-  /** At most this many rows overall. */
-  limit?: number | undefined;
-  /** Shuffle with this seed before capping (deterministic; same seed, same order). */
-  seed?: number | undefined;
-  signal?: AbortSignal | undefined;
-}
-
-export interface LoadResult {
-  rows: SweSmithRow[];
-  issues: RowIssue[];
-}
-
-function validateRows(raw: Iterable<{ row: number; value: unknown }>, options: LoadOptions): LoadResult {
-  const rows: SweSmithRow[] = [];
-  const issues: RowIssue[] = [];
-  for (const { row, value } of raw) {
-    const parsed = SweSmithRowSchema.safeParse(value);
-    if (parsed.success) {
-      rows.push(parsed.data);
-      continue;
-    }
-    const issue = parsed.error.issues[0]!;
-    const field = formatPath(issue.path) || '(row)';
-    const instanceId =
-      typeof value === 'object' &&
-      value !== null &&
-      typeof (value as { instance_id?: unknown }).instance_id === 'string'
-        ? (value as { instance_id: string }).instance_id
-        : undefined;
-    const found: RowIssue = { row, field, message: issue.message, ...(instanceId ? { instanceId } : {}) };
-    if (options.onInvalid === 'fatal') {
-      throw new ValidationError(
-        `row ${row}.${field}`,
-        `${issue.message}${instanceId ? ` (instance ${instanceId})` : ''}; fix the row or load with onInvalid: 'skip'`,
-        {
-          data: { ...found },
-        },
-      );
-    }
-    issues.push(found);
-  }
-  return { rows: selectRows(rows, options), issues };
-}
-
-/** Parse JSONL text (one row per line; blank lines ignored). */
-export function parseJsonlRows(text: string, options: LoadOptions = {}): LoadResult {
-  const raw: Array<{ row: number; value: unknown }> = [];
-  const bad: RowIssue[] = [];
-  const lines = text.split('\n');
-  for (let i = 0; i < lines.length; i++) {
-    const line = lines[i]!.trim();
-    if (!line) continue;
-    try {
-      raw.push({ row: i + 1, value: JSON.parse(line) });
-    } catch (error) {
-      const message = `not valid JSON (${(error as Error).message})`;
-      if (options.onInvalid === 'fatal')
-        throw new ValidationError(`row ${i + 1}`, `${message}; fix the line or load with onInvalid: 'skip'`);
-      bad.push({ row: i + 1, field: '(row)', message });
-    }
-  }
-  const result = validateRows(raw, options);
-  return { rows: result.rows, issues: [...bad, ...result.issues].sort((a, b) => a.row - b.row) };
-}
-
-/** Load SWE-smith rows from a JSONL file. */
-export async function loadJsonl(path: string, options: LoadOptions = {}): Promise<LoadResult> {
-  const text = await readFile(path, {
-    encoding: 'utf8',
-    ...(options.signal ? { signal: options.signal } : {}),
-  });
-  return parseJsonlRows(text, options);
-}
-
-/** Load SWE-smith rows from a parquet file (as published on the Hugging Face Hub). */
-export async function loadParquet(path: string, options: LoadOptions = {}): Promise<LoadResult> {
-  const { asyncBufferFromFile, parquetReadObjects } = await import('hyparquet');
-  const { compressors } = await import('hyparquet-compressors');
-  options.signal?.throwIfAborted();
-  const file = await asyncBufferFromFile(path);
-  const objects = await parquetReadObjects({ file, compressors });
-  options.signal?.throwIfAborted();
-  return validateRows(
-    objects.map((value, i) => ({ row: i + 1, value })),
-    options,
-  );
-}
-
 /** Filter by repo substring, shuffle (seeded), then apply the per-repo and global caps. */
 export function selectRows<T extends { repo: string }>(
   rows: readonly T[],
-  options: Omit<LoadOptions, 'onInvalid'> = {},
+  options: {
+    repos?: readonly string[] | undefined;
+    perRepo?: number | undefined;
+    limit?: number | undefined;
+    seed?: number | undefined;
+  } = {},
 ): T[] {
   const { repos, perRepo, limit, seed } = options;
   for (const [name, v] of [

@@ -16,12 +16,6 @@ export {
 } from './capture.js';
 export {
   emitPools,
-  type LoadOptions,
-  type LoadResult,
-  loadJsonl,
-  loadParquet,
-  parseJsonlRows,
-  type RowIssue,
   type RowToTaskOptions,
   repoPoolName,
   reversePatch,
@@ -32,6 +26,17 @@ export {
   swesmithNames,
   taskPrompt,
 } from './dataset.js';
+export {
+  DatasetError,
+  type DatasetFormat,
+  type DatasetProblem,
+  loadDataset,
+  loadJsonl,
+  loadParquet,
+  parseJsonlRows,
+  problemLine,
+} from './dataset-file.js';
+export { type LoadOptions, type LoadResult, type RowIssue, rowIssueLine } from './dataset-rows.js';
 export { ENVIRONMENTS_FILE, type SandboxKind, type SweEnvironment, SweEnvironments } from './environment.js';
 export {
   type EvalType,

@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import { bubblewrapProvider } from '@vime/sandbox';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sharedOfflineSet } from './__fixtures__/offline-set.js';
-import { loadJsonl, rowToTask, type SweSmithRow } from './dataset.js';
+import { rowToTask, type SweSmithRow } from './dataset.js';
+import { loadJsonl } from './dataset-file.js';
 import { SweEnvironments } from './environment.js';
 import { SwePools } from './pools.js';
 

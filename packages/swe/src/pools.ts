@@ -8,6 +8,7 @@
 import { ConfigError, type TaskSpec } from '@vime/core';
 import {
   type OpOptions,
+  type ResourceLimits,
   type Sandbox,
   type SandboxProvider,
   type SandboxSpec,
@@ -30,6 +31,8 @@ export interface SwePoolsOptions {
   /** Labels on every sandbox (the run label makes `reapOrphans` possible). */
   labels?: Record<string, string> | undefined;
   lifetimeMs?: number | undefined;
+  /** Resource limits of every sandbox, agent and grading alike (default: the provider's). */
+  limits?: ResourceLimits | undefined;
 }
 
 export interface SwePoolStats extends WarmPoolStats {
@@ -77,9 +80,10 @@ export class SwePools {
    */
   async create(task: TaskSpec, extra: Partial<SandboxSpec>, options: OpOptions = {}): Promise<Sandbox> {
     if (this.#closed) throw new ConfigError('these pools are closed');
-    const { kind, environments, labels = {}, lifetimeMs } = this.#options;
+    const { kind, environments, labels = {}, lifetimeMs, limits } = this.#options;
     const spec: SandboxSpec = { ...environments.specFor(task, kind, labels), ...extra };
     if (lifetimeMs !== undefined) spec.lifetimeMs = lifetimeMs;
+    if (limits !== undefined) spec.limits = limits;
     const sandbox = await this.#provider.create(spec, options);
     try {
       await environments.prepare(sandbox, task, kind, options);
@@ -119,9 +123,10 @@ export class SwePools {
     const name = task.pool ?? task.id;
     const existing = this.#pools.get(name);
     if (existing) return existing;
-    const { kind, environments, replicas = 0, labels = {}, lifetimeMs } = this.#options;
+    const { kind, environments, replicas = 0, labels = {}, lifetimeMs, limits } = this.#options;
     const spec = environments.specFor(task, kind, labels);
     if (lifetimeMs !== undefined) spec.lifetimeMs = lifetimeMs;
+    if (limits !== undefined) spec.limits = limits;
     const pool = new WarmPool(this.#provider, {
       name,
       spec,

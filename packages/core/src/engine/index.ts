@@ -46,6 +46,12 @@ export {
   loadTokenizer,
   type SpecialTokenText,
 } from './tokenizer/tokenizer.js';
+export {
+  checkEngineTokenizer,
+  type TokenizerCheck,
+  type TokenizerCheckOptions,
+  tokenizerProbe,
+} from './tokenizer-check.js';
 export type {
   Engine,
   EngineFinishReason,

@@ -60,6 +60,12 @@ export interface StandInEngineOptions {
    * does (default false: every chunk carries the whole output so far, SGLang's default).
    */
   incrementalStreamingOutput?: boolean | undefined;
+  /**
+   * Which engine's `/tokenize` and `/detokenize` it serves (default `sglang`: `{tokens, count,
+   * max_model_len}` and `{text}`; `vllm`: `{prompt}` back from `/detokenize`), or `none`, as an engine
+   * without them. Both use `tokenizer`, the stand-in's served vocabulary.
+   */
+  tokenizeWire?: 'sglang' | 'vllm' | 'none' | undefined;
 }
 
 export interface StandInStats {
@@ -89,6 +95,8 @@ export interface StandInEvents {
     path: string;
     inputIds: Int32Array;
     routingKey: string | undefined;
+    /** The sampling fields exactly as sent (SGLang's `sampling_params`; vLLM's request fields). */
+    sampling: Record<string, unknown>;
   }) => void;
   finish: (info: {
     rid: string;
@@ -141,6 +149,7 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
     modelName,
     incremental: options.incrementalStreamingOutput ?? false,
     throughput,
+    tokenizeWire: options.tokenizeWire ?? 'sglang',
   });
   const logTimer = decodeLog(core, events, throughput, options);
   const { server, url } = await listen(routes, options);

@@ -33,6 +33,8 @@ export interface GenerateInput {
   temperature: number | undefined;
   rid: string | undefined;
   routingKey: string | undefined;
+  /** The request's sampling fields as they came over the wire (SGLang's `sampling_params`, vLLM's body). */
+  sampling: Record<string, unknown>;
   /** Streamed requests: called as tokens are decoded (`total`: the request's scripted length). */
   onTokens?: ((ids: Int32Array, logprobs: Float32Array, total: number) => void) | undefined;
 }
@@ -130,7 +132,13 @@ export class StandInCore {
     this.#inflight.set(rid, slot);
     const signal = AbortSignal.any([slot.controller.signal, closed]);
     const started = performance.now();
-    events.emit('request', { rid, path: input.path, inputIds, routingKey: input.routingKey });
+    events.emit('request', {
+      rid,
+      path: input.path,
+      inputIds,
+      routingKey: input.routingKey,
+      sampling: input.sampling,
+    });
     let feed: TokenFeed | undefined;
     try {
       const fault = this.#options.fault?.({ rid, requestIndex: index, path: input.path });

@@ -24,8 +24,18 @@ const GenerateBodySchema = z.looseObject({
     })
     .default({}),
   return_logprob: z.boolean().optional(),
+  logprob_start_len: z.number().int().optional(),
   rid: z.string().optional(),
   stream: z.boolean().optional(),
+});
+
+const TokenizeBodySchema = z.looseObject({
+  prompt: z.union([z.string(), z.array(z.string())]),
+  add_special_tokens: z.boolean().optional(),
+});
+const DetokenizeBodySchema = z.looseObject({
+  tokens: z.array(z.number().int()),
+  skip_special_tokens: z.boolean().optional(),
 });
 
 const CompletionBodySchema = z.looseObject({
@@ -61,6 +71,8 @@ export interface StandInRoutesOptions {
   /** Streamed `/generate` chunks carry only their new tokens (`incrementalStreamingOutput`). */
   incremental: boolean;
   throughput: ThroughputMeter;
+  /** Whose `/tokenize` and `/detokenize` answers it gives, or `none`. */
+  tokenizeWire: 'sglang' | 'vllm' | 'none';
 }
 
 export class StandInRoutes {
@@ -100,6 +112,9 @@ export class StandInRoutes {
         return this.#generate(req, res, json, closed);
       case '/v1/completions':
         return this.#completions(req, res, json, closed);
+      case '/tokenize':
+      case '/detokenize':
+        if (this.#o.tokenizeWire !== 'none') return this.#tokenize(res, path, json);
     }
     return send(res, 404, { error: { message: `no route POST ${path}` } });
   }
@@ -163,6 +178,26 @@ export class StandInRoutes {
     };
   }
 
+  /**
+   * `/tokenize` and `/detokenize` with the served tokenizer: SGLang's answers (`{tokens, count,
+   * max_model_len}`, `{text}`) or vLLM's (`{…, token_strs?}`, `{prompt}`).
+   */
+  #tokenize(res: ServerResponse, path: string, json: unknown) {
+    const { tokenizer, tokenizeWire } = this.#o;
+    if (path === '/detokenize') {
+      const body = parseBody(DetokenizeBodySchema, json);
+      // SGLang skips special tokens unless told not to; vLLM's detokenize keeps them.
+      const skip = tokenizeWire === 'sglang' && (body.skip_special_tokens ?? true);
+      const text = tokenizer.decode(body.tokens, { skipSpecialTokens: skip });
+      return send(res, 200, tokenizeWire === 'vllm' ? { prompt: text } : { text });
+    }
+    const body = parseBody(TokenizeBodySchema, json);
+    const encode = (text: string) => Array.from(tokenizer.encode(text));
+    const tokens = typeof body.prompt === 'string' ? encode(body.prompt) : body.prompt.map(encode);
+    const count = Array.isArray(tokens[0]) ? (tokens as number[][]).map((t) => t.length) : tokens.length;
+    return send(res, 200, { tokens, count, max_model_len: 262_144 });
+  }
+
   async #updateWeights(res: ServerResponse, json: unknown, closed: AbortSignal): Promise<void> {
     const body = parseBody(UpdateWeightsBodySchema, json);
     const version = body.weight_version == null ? undefined : String(body.weight_version);
@@ -202,6 +237,7 @@ export class StandInRoutes {
         temperature: sp.temperature,
         rid,
         routingKey: headerValue(req.headers['x-smg-routing-key']),
+        sampling: sp,
         ...(body.stream
           ? {
               onTokens: (out: Int32Array, lps: Float32Array, total: number) => {
@@ -215,6 +251,12 @@ export class StandInRoutes {
     );
     const topP = sp.custom_params?.return_top_p_token_ids === true && (sp.top_p ?? 1) < 1;
     const out = this.#sglangBody(g, skip, body.return_logprob ?? false, topP);
+    // The prompt's ids as SGLang returns them from `logprob_start_len`; a stand-in has no log probs (null).
+    const from = body.logprob_start_len ?? -1;
+    if (body.return_logprob && from >= 0)
+      Object.assign(out.meta_info, {
+        input_token_logprobs: Array.from(ids.subarray(from), (id) => [null, id, null]),
+      });
     if (!body.stream) return this.#sendOrDrop(res, out, g.rid, closed);
     if (closed.aborted) return;
     stream ??= open(() => false);
@@ -273,6 +315,7 @@ export class StandInRoutes {
         temperature: body.temperature ?? undefined,
         rid,
         routingKey: headerValue(req.headers['x-smg-routing-key']),
+        sampling: Object.fromEntries(Object.entries(body).filter(([k]) => k !== 'prompt')),
         ...(body.stream
           ? {
               onTokens: (out: Int32Array, lps: Float32Array, total: number) => {

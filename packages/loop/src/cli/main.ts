@@ -6,36 +6,32 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { VimeError } from '@vime/core';
 import { type CliIo, EXIT } from '@vime/core/utils';
-import { parseConfig, usage } from '../config.js';
+import { usage } from '../config/flags.js';
+import { resolveConfig } from '../config/resolve.js';
 import { defaultRunFolder } from '../defaults.js';
-import { type RunSummary, readConfigOf, runLoop } from '../loop.js';
+import { type RunSummary, runLoop } from '../loop.js';
 import { summaryText } from './summary.js';
 
 /**
- * Run the loop as its CLI does: flags and env vars into a config, `--resume`, a stop by SIGINT/SIGTERM
- * (`io.signal`) that keeps every finished step, the summary on stdout. Returns the exit code.
+ * Run the loop as its CLI does: `--config`, env vars and flags into a config (or the run's own for
+ * `--resume`), a stop by SIGINT/SIGTERM (`io.signal`) that keeps every finished step, the summary on
+ * stdout. Returns the exit code.
  */
 export async function loopMain(argv: string[], io: CliIo): Promise<number> {
-  let config = parseConfig(argv, io.env);
-  if (config === 'help') {
+  const resolved = resolveConfig(argv, io.env, { cwd: io.cwd });
+  if (resolved === 'help') {
     io.stdout(`${usage}\n`);
     return EXIT.ok;
   }
-  if (config.resume)
-    config = {
-      ...(await readConfigOf(config.resume)),
-      resume: config.resume,
-      out: config.resume,
-      quiet: config.quiet,
-    };
+  const { sources } = resolved;
   // The run folder is named here, so a stop by signal can say where its finished steps are.
-  const out = resolve(config.out ?? defaultRunFolder());
-  config = { ...config, out };
+  const out = resolve(io.cwd, resolved.config.out ?? defaultRunFolder());
+  const config = { ...resolved.config, out };
   // Every rollout and queue read listens to this one signal.
   if (io.signal) setMaxListeners(0, io.signal);
   let summary: RunSummary;
   try {
-    summary = await runLoop(config, { log: (l) => io.stdout(`${l}\n`), signal: io.signal });
+    summary = await runLoop(config, { log: (l) => io.stdout(`${l}\n`), signal: io.signal, sources });
   } catch (error) {
     throw io.signal?.aborted ? stopped(io.signal.reason, out) : error;
   }

@@ -203,7 +203,7 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
   }, async () => {
     const cases: Array<[string[], RegExp]> = [
       [['--resume', join(tmp, 'nonexistent')], /--resume .*no run there/],
-      [['--dataset', join(tmp, 'missing.jsonl')], /--dataset: .*does not exist/],
+      [['--dataset', join(tmp, 'missing.jsonl')], /missing\.jsonl: does not exist; give a SWE-smith/],
       [['--tokenizer', join(tmp, 'no-tokenizer')], /tokenizer/i],
       [['--steps', 'many'], /--steps: "many" is not a number/],
       [['--eval-timeout', 'soon'], /--eval-timeout: "soon" is not a duration/],

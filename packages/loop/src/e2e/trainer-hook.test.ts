@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { RolloutResult } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { checkConfig } from '../config.js';
+import { checkConfig } from '../config/resolve.js';
 import { runLoop, type TrainerHook } from '../loop.js';
 
 let tmp: string;

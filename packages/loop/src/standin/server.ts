@@ -6,22 +6,28 @@
  *   vime-standin [flags]
  */
 
+import { appendFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { loadTokenizer } from '@vime/core/engine';
 import { startStandInEngine } from '@vime/core/standin';
-import { type CliIo, EXIT, parseFlags, UsageError, wantsHelp } from '@vime/core/utils';
-import { checkConfig } from '../config.js';
+import { type CliIo, EXIT, oneOf, parseFlags, UsageError, wantsHelp } from '@vime/core/utils';
+import { checkConfig } from '../config/resolve.js';
 import { bundledTokenizerDir } from '../defaults.js';
 import { readTasks } from '../tasks.js';
 import { codingAgentPolicy } from './policy.js';
 
-const USAGE = `Usage: vime-standin [--port N] [--tps N] [--slots N] [--seed N] [--dataset FILE]
+const USAGE = `Usage: vime-standin [--port N] [--tps N] [--slots N] [--seed N] [--dataset FILE] [--tokenizer DIR]
+                    [--tokenize sglang|vllm|none] [--record FILE]
 
 A stand-in engine (a scripted coding policy behind SGLang's wire, not a model) in its own process.
-  --port N        port (default: any free one)
-  --tps N         decode tokens/s (default 4000)
-  --slots N       concurrent requests (default 16)
-  --seed N        seed of the scripted policy (default 7)
-  --dataset FILE  the tasks whose gold patches the policy knows (default: the offline task set)
+  --port N          port (default: any free one)
+  --tps N           decode tokens/s (default 4000)
+  --slots N         concurrent requests (default 16)
+  --seed N          seed of the scripted policy (default 7)
+  --dataset FILE    the tasks whose gold patches the policy knows (default: the offline task set)
+  --tokenizer DIR   the vocabulary it serves (default: the bundled Qwen3 tokenizer)
+  --tokenize WIRE   whose /tokenize and /detokenize it answers: sglang (default), vllm, or none
+  --record FILE     append every generation request it receives as a JSON line (rid, path, sampling)
 `;
 
 const FLAGS = {
@@ -30,6 +36,9 @@ const FLAGS = {
   seed: { type: 'string' },
   slots: { type: 'string' },
   dataset: { type: 'string' },
+  tokenizer: { type: 'string' },
+  tokenize: { type: 'string' },
+  record: { type: 'string' },
 } as const;
 
 /** A flag's whole number ≥ 0 (a port may be 0: any free one). */
@@ -55,11 +64,20 @@ export async function standInMain(argv: string[], io: CliIo): Promise<number> {
     { odds: config.odds, seed: config.seed },
   );
   const engine = await startStandInEngine({
-    tokenizer: await loadTokenizer(bundledTokenizerDir()),
+    tokenizer: await loadTokenizer(
+      values.tokenizer ? resolve(io.cwd, values.tokenizer) : bundledTokenizerDir(),
+    ),
     policy: (request) => policy(request.prompt),
     service: { slots: whole(values.slots, 'slots') || 16, tokensPerSecond: whole(values.tps, 'tps') || 4000 },
     port: whole(values.port, 'port') ?? 0,
+    tokenizeWire: oneOf(values.tokenize, '--tokenize', ['sglang', 'vllm', 'none'] as const),
   });
+  const record = values.record === undefined ? undefined : resolve(io.cwd, values.record);
+  // What the engine side received, as a test (or a user) reads it back: the sampling exactly as sent.
+  if (record)
+    engine.events.on('request', ({ rid, path, sampling }) =>
+      appendFileSync(record, `${JSON.stringify({ rid, path, sampling })}\n`),
+    );
   io.stdout(`stand-in engine (scripted policy, not a model) listening on ${engine.url}\n`);
   await new Promise<void>((resolve) => {
     if (io.signal?.aborted) resolve();

@@ -4,7 +4,6 @@
  * set (with `--docker`, its Docker image too). `main` takes argv and an IO object and returns the exit
  * code, so tests run it in-process; `src/cli.ts` binds it to the process.
  */
-import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { ConfigError } from '@vime/core';
@@ -23,7 +22,8 @@ import {
   UsageError,
 } from '@vime/core/utils';
 import { DockerEngine, providerFor } from '@vime/sandbox';
-import { loadJsonl, loadParquet, rowToTask } from '../dataset.js';
+import { rowToTask } from '../dataset.js';
+import { DatasetError, type DatasetProblem, loadDataset } from '../dataset-file.js';
 import { type SandboxKind, SweEnvironments } from '../environment.js';
 import { buildOfflineTaskSet } from '../offline/build.js';
 import { buildOfflineDockerImage } from '../offline/publish.js';
@@ -116,12 +116,14 @@ async function validate(
   const concurrency = positiveInt(values.concurrency, '--concurrency') ?? 2;
   const timeoutMs = values.timeout === undefined ? undefined : parseDuration(values.timeout, '--timeout');
   const path = resolve(io.cwd, dataset);
-  if (!existsSync(path))
-    throw new ConfigError(`${dataset} does not exist; give a SWE-smith .jsonl or .parquet file`);
-  const load = path.endsWith('.parquet') ? loadParquet : loadJsonl;
-  const { rows, issues } = await load(path, { onInvalid: 'skip' });
-  for (const issue of issues) io.stderr(`${dataset}: row ${issue.row}: ${issue.message} (left out)\n`);
-  if (rows.length === 0) throw new ConfigError(`${dataset}: no valid SWE-smith rows`);
+  const { rows, issues } = await loadDataset(path, { onInvalid: 'skip', shown: dataset });
+  if (issues.length > 0) {
+    // Every problem of the file at once, before anything is graded: one fix-up pass, not one per run.
+    const problems = issues.map((i) => ({ ...i, file: dataset }));
+    io.stdout(`${problemTable(problems)}\n`);
+    throw new DatasetError(problems, { more: 'the table above lists every one; nothing was graded' });
+  }
+  if (rows.length === 0) throw new ConfigError(`${dataset}: no SWE-smith rows; write one row per line`);
   const tasks = rows.map((row) => rowToTask(row));
   const environments = await SweEnvironments.forDataset(path);
   const pools = new SwePools(provider, tasks, { kind, environments, maxLivePerPool: concurrency * 2 + 2 });
@@ -150,6 +152,29 @@ async function validate(
   } finally {
     await pools.close();
   }
+}
+
+/** The problems of a dataset file as a table: row, instance, column, problem, fix. */
+export function problemTable(problems: readonly DatasetProblem[]): string {
+  const rows = problems.map((p) => [
+    p.row === undefined ? '-' : String(p.row),
+    p.instanceId ?? '-',
+    p.field ?? p.column ?? '-',
+    p.message,
+    p.fix,
+  ]);
+  const header = ['row', 'instance', 'column', 'problem', 'fix'];
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!)))
+      .join('  ')
+      .trimEnd();
+  return [
+    `${problems[0]?.file ?? 'dataset'}: ${problems.length} problem${problems.length === 1 ? '' : 's'}`,
+    line(header),
+    ...rows.map(line),
+  ].join('\n');
 }
 
 async function offline(dir: string | undefined, docker: boolean, io: CliIo): Promise<number> {

@@ -44,7 +44,7 @@ describe('vime-swe: mistakes on the command line', () => {
     ],
     [['offline', 'out', '--concurrency', '2'], `Unknown option '--concurrency'`],
     [['validate'], 'validate needs the dataset file'],
-    [['validate', 'rows.jsonl'], 'rows.jsonl: no valid SWE-smith rows'],
+    [['validate', 'rows.jsonl'], 'rows.jsonl: is empty; write one SWE-smith row per line'],
   ])('%j', async (args, message) => {
     const r = await vimeSwe(args);
     expect(r.code, r.stderr).toBe(EXIT.usage);

@@ -5,7 +5,8 @@ import { cp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError, SandboxError, type TaskSpec } from '@vime/core';
 import { runProcessOk } from '@vime/core/utils';
-import { parseJsonlRows, rowToTask, type SweSmithRow, swesmithNames } from '../dataset.js';
+import { rowToTask, type SweSmithRow, swesmithNames } from '../dataset.js';
+import { parseJsonlRows } from '../dataset-file.js';
 import { BUG_PATCH_SUBJECT, REMOVE_TESTS_SUBJECT } from '../layout.js';
 import type { SweProfile } from '../profiles.js';
 import {

@@ -352,6 +352,11 @@ export class ChatTokenizer {
     return this.#vocabSize;
   }
 
+  /** The added tokens (special ones and the rest, e.g. `<think>`): their text and id. */
+  get addedTokens(): ReadonlyMap<string, number> {
+    return this.#addedIds;
+  }
+
   /** The id of one token's text, or undefined. */
   tokenId(token: string): number | undefined {
     return this.#addedIds.get(token) ?? this.#tokenizer.token_to_id(token);
