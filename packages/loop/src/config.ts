@@ -20,6 +20,8 @@ export const ConfigSchema = z.object({
   /** Output folder. */
   out: z.string().optional(),
   sandbox: z.enum(['bubblewrap', 'docker', 'local']).default('bubblewrap'),
+  /** Folder of image tarballs (`docker save` or OCI layout) bubblewrap looks in before the Docker engine. */
+  imageDir: z.string().min(1).optional(),
   /** SGLang/vLLM engine URLs; empty = start the stand-in engine(s). */
   engineUrls: z.array(z.url()).default([]),
   engineKind: z.enum(['sglang', 'vllm']).default('sglang'),
@@ -108,6 +110,8 @@ Flags (environment variable in brackets; a flag wins over its variable):
   --out DIR                output folder (default runs/<timestamp>)
   --sandbox KIND           bubblewrap | docker | local (default bubblewrap; local is unsafe for untrusted code)
                            [VIME_SANDBOX]
+  --image-dir DIR          image tarballs (docker save or OCI layout) that bubblewrap turns into rootfs
+                           folders, looked in before the Docker engine (DOCKER_HOST) [VIME_IMAGE_DIR]
   --engine-url URL         an SGLang (or vLLM with --engine-kind vllm) server; repeat for several [VIME_ENGINE_URLS]
   --engine-kind KIND       sglang | vllm (default sglang)
   --engine-wait DURATION   how long to wait for the engines to be healthy (default 120s)
@@ -156,6 +160,7 @@ const FLAGS = {
   concurrency: { type: 'string' },
   out: { type: 'string' },
   sandbox: { type: 'string' },
+  'image-dir': { type: 'string' },
   'engine-url': { type: 'string', multiple: true },
   'engine-kind': { type: 'string' },
   'engine-wait': { type: 'string' },
@@ -194,6 +199,7 @@ const NAMES: Record<string, string> = {
   samplesPerPrompt: '--samples',
   concurrency: '--concurrency / VIME_ROLLOUT_CONCURRENCY',
   sandbox: '--sandbox / VIME_SANDBOX',
+  imageDir: '--image-dir / VIME_IMAGE_DIR',
   engineUrls: '--engine-url',
   engineKind: '--engine-kind',
   engineWaitMs: '--engine-wait',
@@ -245,6 +251,7 @@ export function configFromEnv(env: Record<string, string | undefined>): Record<s
     dataset: env.SWESMITH_DATASET || undefined,
     repoFilter: env.SWESMITH_REPOS?.split(/\s+/).filter(Boolean),
     sandbox: env.VIME_SANDBOX || undefined,
+    imageDir: env.VIME_IMAGE_DIR || undefined,
     wandbProject: env.WANDB_PROJECT || undefined,
   };
   return Object.fromEntries(Object.entries(raw).filter(([, v]) => v !== undefined));
@@ -278,6 +285,7 @@ export function parseConfig(
     concurrency: whole(values.concurrency, '--concurrency'),
     out: values.out ?? values.resume,
     sandbox: values.sandbox,
+    imageDir: values['image-dir'],
     engineUrls: values['engine-url'],
     engineKind: values['engine-kind'],
     engineWaitMs: ms(values['engine-wait'], '--engine-wait'),
