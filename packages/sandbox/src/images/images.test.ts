@@ -152,6 +152,7 @@ function tree(root: string): string[] {
 
 const base = () =>
   layer([
+    ['./'],
     ['etc/'],
     ['etc/keep.txt', 'keep'],
     ['etc/gone.txt', 'gone'],

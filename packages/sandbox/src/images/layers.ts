@@ -119,7 +119,11 @@ class LayerWriter {
 
   async entry(header: Header, body: AsyncIterable<unknown>): Promise<void> {
     this.stats.entries++;
-    const base = header.name.split('/').filter(Boolean).at(-1) ?? '';
+    const parts = header.name.split('/').filter((p) => p !== '' && p !== '.');
+    // `./`, the root itself (a layer made with `tar -C dir .`): only its metadata.
+    if (parts.length === 0)
+      return header.type === 'directory' ? this.#metadata(this.root, header) : undefined;
+    const base = parts.at(-1)!;
     if (base === OPAQUE_MARKER) return this.#opaque(header.name);
     if (base.startsWith(WHITEOUT_PREFIX))
       return this.#whiteout(header.name, base.slice(WHITEOUT_PREFIX.length));
