@@ -68,7 +68,8 @@ export class ImageStore {
   readonly #pull: boolean;
   readonly #ownsDocker: boolean;
   #archives: Promise<ArchiveImage[]> | undefined;
-  readonly #resolving = new Map<string, Promise<ImageRootfs>>();
+  /** Each image as first resolved: every sandbox of this store runs the same version of it. */
+  readonly #resolved = new Map<string, Promise<ImageRootfs>>();
 
   constructor(options: ImageStoreOptions = {}) {
     this.cacheDir = options.cacheDir ?? defaultImageCacheDir();
@@ -92,14 +93,21 @@ export class ImageStore {
       : 'no source (no image folder, no Docker engine socket)';
   }
 
-  /** The rootfs of an image, extracted once per digest; concurrent calls for one image share the work. */
+  /**
+   * The rootfs of an image, extracted once per digest. A store resolves each image once (concurrent calls
+   * share the work, later ones get the same folder, `extracted: false`), so a run that changes an image
+   * under the same name midway keeps running the version it started with; a failure is not kept.
+   */
   async rootfs(image: string, options: ResolveOptions = {}): Promise<ImageRootfs> {
     parseImageReference(image);
-    let pending = this.#resolving.get(image);
-    if (!pending) {
-      pending = this.#resolve(image, options).finally(() => this.#resolving.delete(image));
-      this.#resolving.set(image, pending);
+    const known = this.#resolved.get(image);
+    if (known) {
+      const first = await known;
+      return first.extracted ? { ...first, extracted: false } : first;
     }
+    const pending = this.#resolve(image, options);
+    this.#resolved.set(image, pending);
+    pending.catch(() => this.#resolved.delete(image));
     return pending;
   }
 
