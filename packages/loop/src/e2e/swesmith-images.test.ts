@@ -227,13 +227,20 @@ describe.skipIf(reason !== undefined)("the README's real-data recipe on SWE-smit
     // (skopeo rewrites the config into OCI's form on the way, so its digest is not the engine's.)
     const images = join(tmp, 'images');
     execFileSync('mkdir', ['-p', images]);
-    execFileSync(SKOPEO, ['copy', '--src-tls-verify=false', `docker://${image}`, `oci-archive:${images}/toolbelt.tar:${image}`]);
+    execFileSync(SKOPEO, [
+      'copy',
+      '--src-tls-verify=false',
+      `docker://${image}`,
+      `oci-archive:${images}/toolbelt.tar:${image}`,
+    ]);
     const store = new ImageStore({ cacheDir: join(tmp, 'other-cache'), imageDir: images, docker: false });
     const fromTarball = await store.rootfs(image);
     expect(fromTarball.source).toBe(join(images, 'toolbelt.tar'));
     expect(fromTarball.extracted).toBe(true);
     const list = (dir: string) =>
-      execFileSync('sh', ['-c', `cd ${dir} && find . -printf '%p %m %U:%G %s\\n' | sort`], { encoding: 'utf8' });
+      execFileSync('sh', ['-c', `cd ${dir} && find . -printf '%p %m %U:%G %s\\n' | sort`], {
+        encoding: 'utf8',
+      });
     expect(list(fromTarball.rootfs)).toBe(list(rootfs));
   });
 });
