@@ -61,10 +61,20 @@ export class RootResolver {
     try {
       found = await this.store.rootfs(image, { signal, onProgress: this.options.onImageProgress });
     } catch (error) {
+      const named = Object.keys(this.options.images ?? {}).join(', ') || 'none configured';
       if (ConfigError.isInstance(error)) {
         throw new ConfigError(
-          `bubblewrap image ${JSON.stringify(image)} is neither a rootfs folder path, nor a name in options.images (${Object.keys(this.options.images ?? {}).join(', ') || 'none configured'}), nor an image reference: ${error.message}`,
+          `bubblewrap image ${JSON.stringify(image)} is neither a rootfs folder path, nor a name in options.images (${named}), nor an image reference: ${error.message}`,
           { cause: error },
+        );
+      }
+      if (
+        SandboxError.isInstance(error) &&
+        (error.code === 'image_not_found' || error.code === 'image_pull_failed')
+      ) {
+        throw new SandboxError(
+          `bubblewrap image ${JSON.stringify(image)}: ${error.message}; or give a rootfs folder (an absolute path, or a name in options.images: ${named})`,
+          { cause: error, code: error.code, data: { image } },
         );
       }
       throw error;
@@ -78,9 +88,12 @@ export class RootResolver {
   }
 }
 
-/** The python3 a session supervisor runs with, as a path inside the sandbox, if the root has one. */
+/**
+ * The python3 a session supervisor runs with, as a path inside the sandbox, if the root has one (a
+ * SWE-smith image may have only its conda's).
+ */
 export function findPython(root: string | undefined): string | undefined {
-  for (const candidate of ['/usr/bin/python3', '/usr/local/bin/python3']) {
+  for (const candidate of ['/usr/bin/python3', '/usr/local/bin/python3', '/opt/miniconda3/bin/python3']) {
     if (existsSync(join(root ?? '/', candidate))) return candidate;
   }
   return undefined;
