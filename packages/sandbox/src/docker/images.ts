@@ -114,11 +114,15 @@ export async function pullImage(
     }
     options.onProgress?.({ image, phase: 'pull', done, total: known ? total : undefined });
   };
-  const stream = await engine.stream('POST', '/images/create', {
-    query: { fromImage, tag },
-    signal: options.signal,
-  });
-  await followProgress(stream, `pulling ${image} through the engine at ${engine.socketPath}`, (m) => {
+  const what = `pulling ${image} through the engine at ${engine.socketPath}`;
+  const stream = await engine
+    .stream('POST', '/images/create', { query: { fromImage, tag }, signal: options.signal })
+    .catch((error) => {
+      // The engine refused before streaming (an unreachable registry, a name it cannot resolve).
+      if (!SandboxError.isInstance(error) || error.code === 'sandbox_unavailable') throw error;
+      throw new SandboxError(`${what}: ${error.message}`, { cause: error, code: 'image_pull_failed' });
+    });
+  await followProgress(stream, what, (m) => {
     if (!m.id || m.status === undefined) return;
     const layer = layers.get(m.id) ?? { done: 0, total: undefined };
     if (m.status === 'Pulling fs layer' || m.status === 'Waiting') layers.set(m.id, layer);
