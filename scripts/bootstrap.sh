@@ -27,7 +27,8 @@ if [ "${1:-main}" = test ]; then
     /usr/lib/python3/dist-packages/jinja2:python3-jinja2
     /usr/lib/python3/dist-packages/torch:python3-torch chromium:chromium curl:curl
     /usr/lib/python3/dist-packages/google/protobuf:python3-protobuf)
-  [ "$(id -u)" -eq 0 ] && want+=(dockerd:docker.io)
+  # The registry a test pushes its images to and pulls them from, and skopeo for an OCI archive of one.
+  [ "$(id -u)" -eq 0 ] && want+=(dockerd:docker.io /usr/bin/docker-registry:docker-registry skopeo:skopeo)
 fi
 missing=()
 for item in "${want[@]}"; do

@@ -21,6 +21,7 @@ import {
 } from '@vime/swe';
 import { checkAgents } from './agents.js';
 import type { Config } from './config/schema.js';
+import { prepareImages } from './images.js';
 
 export interface RunTasks {
   /** The dataset file the tasks came from (the published offline set when none was given). */
@@ -125,7 +126,12 @@ export async function loadRunTasks(
     tasks: all,
   } = options.read ?? (await readTasks(config, { cacheDir, log: options.log }));
   const environments = await SweEnvironments.forDataset(dataset);
-  const provider = providerFor(config.sandbox);
+  const imageStore = await prepareImages(config, all, environments, {
+    log: options.log,
+    signal: options.signal,
+    bars: !config.quiet && process.stderr.isTTY,
+  });
+  const provider = providerFor(config.sandbox, { imageStore });
   const sandboxEvents = provider.events;
   const pools = new SwePools(provider, all, {
     kind: config.sandbox,

@@ -4,6 +4,15 @@ export { type BubblewrapProviderOptions, bubblewrapProvider } from './bubblewrap
 export { PROXY_CHANNEL_PORT, PROXY_SOCKET_IN_SANDBOX } from './channel.js';
 export { DOCKER_API_MAX, DOCKER_API_MIN, DockerEngine, defaultDockerSocket } from './docker/engine-api.js';
 export {
+  followProgress,
+  type ImagePresence,
+  type ImageProgress,
+  inspectImages,
+  type PullOptions,
+  pullImage,
+  pushImage,
+} from './docker/images.js';
+export {
   DEFAULT_DOCKER_IMAGE,
   type DockerProviderOptions,
   type DockerUlimit,
@@ -21,6 +30,15 @@ export {
 } from './helpers.js';
 export { type LocalProviderOptions, localProvider } from './host/local-provider.js';
 export { defaultRootDir } from './host/state.js';
+export type { ImageConfig } from './images/archive.js';
+export { canonicalImage, type ImageReference, parseImageReference } from './images/reference.js';
+export {
+  defaultImageCacheDir,
+  type ImageRootfs,
+  ImageStore,
+  type ImageStoreOptions,
+  type ResolveOptions,
+} from './images/store.js';
 export {
   CREATED_LABEL,
   defaultRunId,
@@ -41,7 +59,7 @@ export {
 export { MAX_POOL_NAME_LENGTH, poolName } from './names.js';
 export { DEFAULT_MAX_READ_BYTES } from './output.js';
 export { POOL_LABEL, WarmPool, type WarmPoolOptions, type WarmPoolStats } from './pool.js';
-export { type ProviderKind, providerFor } from './provider-for.js';
+export { type ProviderForOptions, type ProviderKind, providerFor } from './provider-for.js';
 export { type ReapedSandbox, type ReapOptions, type ReapReport, reapOrphans } from './reap.js';
 export type {
   ExecOptions,

@@ -217,6 +217,7 @@ export function rowToTask(row: SweSmithRow, options: RowToTaskOptions = {}): Tas
       image_name: row.image_name,
       bug_patch: row.patch,
       test_files: { FAIL_TO_PASS: f2pFiles, PASS_TO_PASS: p2pFiles },
+      ...(profile.env ? { sandbox_env: { ...profile.env } } : {}),
       ...(row.base_commit ? { base_commit: row.base_commit } : {}),
       ...(row.created_at ? { created_at: row.created_at } : {}),
       ...(row.agent !== undefined ? { agent: row.agent } : {}),

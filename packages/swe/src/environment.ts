@@ -1,9 +1,13 @@
 /**
  * Per-repo environments, keyed by a row's `image_name`. A SWE-smith image holds the repository mirror at
  * its work dir (every instance is a branch there), so setup is one `git checkout`. Docker runs the image
- * itself; bubblewrap and local sandboxes need the same environment on this machine: a rootfs folder, a
- * workspace template (the mirror, copied into the work dir of each new sandbox), or both. They are listed
- * in an `environments.json` next to the dataset:
+ * itself (pulled before the run when the engine lacks it); bubblewrap runs over the same image turned into
+ * a rootfs by its provider's image store (a tarball folder or the Docker engine's export), the work dir
+ * starting as the image's `/testbed`. What SWE-smith's conventions need comes from the row and its repo
+ * profile: the work dir `/testbed`, the conda env (`metadata.sandbox_env`, the profile's `env`), the test
+ * command. An `environments.json` next to the dataset is an optional override, and what the local
+ * provider needs (it runs no image): a rootfs folder, a workspace template (the mirror, copied into the
+ * work dir of each new sandbox), or both:
  *
  *   { "version": 1, "environments": { "<image_name>": { "template": "environments/<name>", "rootfs": "…" } } }
  *
@@ -85,25 +89,28 @@ export class SweEnvironments {
   }
 
   /**
-   * The sandbox spec for a task on a backend. Docker runs the row's image; bubblewrap and local need a
-   * listed environment for it (its rootfs, else the host system, plus its template at the work dir).
+   * The sandbox spec for a task on a backend. Docker runs the row's image; bubblewrap runs over a listed
+   * environment's rootfs, else over the row's image (its provider turns it into a rootfs); local needs a
+   * listed environment (its template at the work dir, on the host system). The row's sandbox environment
+   * (`metadata.sandbox_env`) is the spec's `env`.
    */
   specFor(task: TaskSpec, kind: SandboxKind, labels: Record<string, string> = {}): SandboxSpec {
-    const spec: SandboxSpec = { workdir: task.workdir, labels };
+    const spec: SandboxSpec = { workdir: task.workdir, labels, env: sandboxEnvOf(task) };
     if (kind === 'docker') {
       if (task.image) spec.image = task.image;
       return spec;
     }
-    const env = this.#require(task, kind);
-    if (env.rootfs && kind === 'bubblewrap') spec.image = env.rootfs;
+    const env = kind === 'bubblewrap' && task.image ? this.get(task.image) : this.#require(task, kind);
+    if (env?.rootfs && kind === 'bubblewrap') spec.image = env.rootfs;
+    else if (kind === 'bubblewrap' && !env) spec.image = task.image;
     return spec;
   }
 
-  /** Put the environment's workspace template at the sandbox's work dir (nothing for docker images). */
+  /** Put a listed environment's workspace template at the work dir (an image brings its own). */
   async prepare(sandbox: Sandbox, task: TaskSpec, kind: SandboxKind, options: OpOptions = {}): Promise<void> {
     if (kind === 'docker') return;
-    const env = this.#require(task, kind);
-    if (env.template) await sandbox.copyIn(env.template, task.workdir, options);
+    const env = kind === 'bubblewrap' ? this.get(task.image) : this.#require(task, kind);
+    if (env?.template) await sandbox.copyIn(env.template, task.workdir, options);
   }
 
   #require(task: TaskSpec, kind: SandboxKind): SweEnvironment {
@@ -114,7 +121,16 @@ export class SweEnvironments {
       : `no ${ENVIRONMENTS_FILE} was found next to the dataset`;
     throw new ConfigError(
       `task ${task.id}: no ${kind} environment for image ${JSON.stringify(task.image ?? '(none)')} (${where}); ` +
-        `run it with --sandbox docker (the image holds the repository), or list the image in an ${ENVIRONMENTS_FILE} next to the dataset with a "template" (the repository mirror) or "rootfs" folder`,
+        `run it with --sandbox bubblewrap or docker (the image holds the repository), or list the image in an ${ENVIRONMENTS_FILE} next to the dataset with a "template" (the repository mirror) or "rootfs" folder`,
     );
   }
+}
+
+/** The environment a row's sandboxes get (`metadata.sandbox_env`, from its repo profile), if any. */
+function sandboxEnvOf(task: TaskSpec): Record<string, string> | undefined {
+  const env = task.metadata.sandbox_env;
+  if (env === undefined || env === null || typeof env !== 'object') return undefined;
+  return Object.fromEntries(
+    Object.entries(env).filter((e): e is [string, string] => typeof e[1] === 'string'),
+  );
 }

@@ -74,7 +74,7 @@ export {
   type OfflineTaskSet,
   type OfflineTaskSetOptions,
 } from './offline/build.js';
-export { buildOfflineDockerImage } from './offline/publish.js';
+export { buildOfflineDockerImage, writeSweSmithParquet } from './offline/publish.js';
 export {
   type LogParser,
   type ParseOptions,
@@ -89,6 +89,7 @@ export {
 export { type SwePoolStats, SwePools, type SwePoolsOptions } from './pools.js';
 export { sandboxHacks } from './probe.js';
 export {
+  CONDA_ENV,
   defineProfile,
   LANGUAGE_PROFILES,
   OFFLINE_TEST_COMMAND,

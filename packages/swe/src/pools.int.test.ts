@@ -4,9 +4,10 @@
  * own image. On bubblewrap, with a dataset of two repos.
  */
 import { chmodSync, cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { bubblewrapProvider } from '@vime/sandbox';
+import { bubblewrapProvider, ImageStore, localProvider } from '@vime/sandbox';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sharedOfflineSet } from './__fixtures__/offline-set.js';
 import { rowToTask, type SweSmithRow } from './dataset.js';
@@ -86,18 +87,33 @@ describe('SwePools', () => {
     }
   }, 120_000);
 
-  it('names the fix when bubblewrap has no environment for a row image', async () => {
+  it('runs bubblewrap over the row image itself when no environment lists it, naming the fix when none has it', async () => {
     const { rows } = await loadJsonl(dataset, { onInvalid: 'fatal' });
     const task = rowToTask({
       ...rows[0]!,
       image_name: 'swebench/swesmith.x86_64.unknown_1776_repo.12345678',
     });
+    const images = await mkdtemp(join(tmpdir(), 'vime-pools-images-'));
+    const store = new ImageStore({ cacheDir: join(images, 'cache'), imageDir: images, docker: false });
+    const pools = new SwePools(bubblewrapProvider({ imageStore: store }), [task], {
+      kind: 'bubblewrap',
+      environments: new SweEnvironments(),
+    });
+    try {
+      await expect(pools.claim(task)).rejects.toThrow(
+        /image "swebench\/swesmith\.x86_64\.unknown_1776_repo\.12345678" was not found in image tarballs in .*--image-dir/,
+      );
+    } finally {
+      await pools.close();
+      await rm(images, { recursive: true, force: true });
+    }
+    // The local provider runs no image: it needs the environment listed.
     expect(
       () =>
-        new SwePools(bubblewrapProvider(), [task], {
-          kind: 'bubblewrap',
+        new SwePools(localProvider(), [task], {
+          kind: 'local',
           environments: new SweEnvironments(),
         }),
-    ).toThrow(/no bubblewrap environment for image .*--sandbox docker.*environments\.json/);
+    ).toThrow(/no local environment for image .*environments\.json/);
   });
 });

@@ -24,12 +24,24 @@ import type { LogParser } from './parsers/types.js';
 export const CONDA_ACTIVATE = 'source /opt/miniconda3/bin/activate; conda activate testbed; ';
 export const PYTHON_TEST_CMD = 'pytest --disable-warnings --color=no --tb=no --verbose';
 
+/**
+ * The agent's environment in a SWE-smith Python image: its conda env `testbed` first on PATH, as the
+ * image's `~/.bashrc` activates it for an interactive shell (a sandbox's commands run no rc file).
+ */
+export const CONDA_ENV: Readonly<Record<string, string>> = {
+  PATH: '/opt/miniconda3/envs/testbed/bin:/opt/miniconda3/condabin:/opt/miniconda3/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+  CONDA_DEFAULT_ENV: 'testbed',
+  CONDA_PREFIX: '/opt/miniconda3/envs/testbed',
+};
+
 export interface SweProfile {
   /** `owner__repo` (commit-independent) this profile applies to, or `*` for a family default. */
   key: string;
   language: 'python' | 'go' | 'rust' | 'javascript';
   /** The whole command run between the eval markers. */
   testCommand: string;
+  /** Environment of every sandbox of the repository (SWE-smith's Python images: `CONDA_ENV`). */
+  env?: Readonly<Record<string, string>> | undefined;
   parser: LogParser;
   /** SWE-smith `min_testing`: run only the rows' F2P and P2P test files instead of the whole suite. */
   minTesting?: boolean | undefined;
@@ -55,6 +67,7 @@ function python(key: string, testCommand: string, parser: LogParser = parsePytho
     key,
     language: 'python',
     testCommand: CONDA_ACTIVATE + testCommand,
+    env: CONDA_ENV,
     parser,
     testFiles: pythonTestFiles,
   };
@@ -71,7 +84,7 @@ export const OFFLINE_TEST_COMMAND = `PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -I
 
 const builtins: SweProfile[] = [
   python('*', PYTHON_TEST_CMD),
-  { ...python('vime__toolbelt', ''), testCommand: OFFLINE_TEST_COMMAND },
+  { ...python('vime__toolbelt', ''), testCommand: OFFLINE_TEST_COMMAND, env: undefined },
   python('paramiko__paramiko', 'pytest -rA --color=no --disable-warnings', parseParamiko),
   python('HIPS__autograd', PYTHON_TEST_CMD, parseAutograd),
   python('tornadoweb__tornado', 'python -m tornado.test --verbose', parseTornado),

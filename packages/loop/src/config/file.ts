@@ -38,6 +38,7 @@ const UNSET_BY_NULL = new Set<ConfigField>([
   'topK',
   'agentMix',
   'sandboxLimits',
+  'imageDir',
 ]);
 
 type FlatShape = typeof ConfigSchema.shape;

@@ -28,6 +28,8 @@ Flags (environment variable in brackets; a flag wins over its variable, a variab
   --out DIR                output folder (default runs/<timestamp>)
   --sandbox KIND           bubblewrap | docker | local (default bubblewrap; local is unsafe for untrusted code)
                            [VIME_SANDBOX]
+  --image-dir DIR          image tarballs (docker save or OCI layout) that bubblewrap turns into rootfs
+                           folders, looked in before the Docker engine (DOCKER_HOST) [VIME_IMAGE_DIR]
   --engine-url URL         an SGLang (or vLLM with --engine-kind vllm) server; repeat for several [VIME_ENGINE_URLS]
   --engine-kind KIND       sglang | vllm (default sglang)
   --engine-wait DURATION   how long to wait for the engines to be healthy (default 120s)
@@ -91,6 +93,7 @@ export const FLAGS = {
   concurrency: { type: 'string' },
   out: { type: 'string' },
   sandbox: { type: 'string' },
+  'image-dir': { type: 'string' },
   'engine-url': { type: 'string', multiple: true },
   'engine-kind': { type: 'string' },
   'engine-wait': { type: 'string' },
@@ -180,6 +183,7 @@ export function configFromEnv(env: Record<string, string | undefined>): Record<s
     dataset: env.SWESMITH_DATASET || undefined,
     repoFilter: env.SWESMITH_REPOS?.split(/\s+/).filter(Boolean),
     sandbox: env.VIME_SANDBOX || undefined,
+    imageDir: env.VIME_IMAGE_DIR || undefined,
     wandbProject: env.WANDB_PROJECT || undefined,
   });
 }
@@ -197,6 +201,7 @@ export function configFromFlags(
     concurrency: number(v.concurrency, '--concurrency'),
     out: v.out,
     sandbox: v.sandbox,
+    imageDir: v['image-dir'],
     engineUrls: v['engine-url'],
     engineKind: v['engine-kind'],
     engineWaitMs: ms(v['engine-wait'], '--engine-wait'),

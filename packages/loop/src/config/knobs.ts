@@ -65,6 +65,7 @@ export const KNOBS: readonly Knob[] = [
   knob('execTimeoutMs', 'agents.exec_timeout', { kind: 'duration', flag: '--exec-timeout' }),
   knob('harnessRegistry', 'agents.harness_registry', { flag: '--harness-registry' }),
   knob('sandbox', 'sandbox.provider', { flag: '--sandbox', env: 'VIME_SANDBOX' }),
+  knob('imageDir', 'sandbox.image_dir', { flag: '--image-dir', env: 'VIME_IMAGE_DIR' }),
   knob('sandboxLimits', 'sandbox.limits', { kind: 'limits' }),
   knob('poolReplicas', 'sandbox.pool_replicas', { flag: '--pool-replicas', env: 'SANDBOX_POOL_REPLICAS' }),
   knob('noPool', 'sandbox.warm_pools', { kind: 'negated', flag: '--no-pool', env: 'SANDBOX_NO_POOL' }),

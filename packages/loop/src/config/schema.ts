@@ -35,6 +35,11 @@ export const ConfigSchema = z.object({
     .enum(['bubblewrap', 'docker', 'local'])
     .default('bubblewrap')
     .describe('Sandbox provider; local runs commands on the host, unsafe for untrusted code.'),
+  imageDir: z
+    .string()
+    .min(1)
+    .optional()
+    .describe('Folder of image tarballs (docker save or OCI layout) bubblewrap looks in before the Docker engine.'),
   sandboxLimits: SandboxLimitsSchema.optional().describe(
     "Resource limits of every sandbox (default: the provider's safe defaults).",
   ),

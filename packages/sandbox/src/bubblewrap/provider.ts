@@ -4,14 +4,15 @@
  * writable, under safe default limits (`DEFAULT_LIMITS`) enforced with cgroups where this host lets us
  * create them and with rlimits otherwise (a `warning` event says what could not be enforced).
  */
-import { accessSync, constants, existsSync, lstatSync, readlinkSync, statSync } from 'node:fs';
-import { chmod, chown, mkdir, writeFile } from 'node:fs/promises';
+import { accessSync, constants, lstatSync, readlinkSync } from 'node:fs';
+import { chown, mkdir } from 'node:fs/promises';
 import { release } from 'node:os';
-import { dirname, isAbsolute, join } from 'node:path';
+import { isAbsolute, join } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
 import type { Logger } from '@vime/core/utils';
 import { EventEmitter } from 'eventemitter3';
 import { resolveBinds, resolveChannel } from '../channel.js';
+import type { ImageProgress } from '../docker/images.js';
 import {
   type CgroupPlan,
   createCgroups,
@@ -21,6 +22,7 @@ import {
 } from '../host/cgroups.js';
 import { type RunResult, runHostProcess } from '../host/run-process.js';
 import { defaultRootDir, HostState } from '../host/state.js';
+import type { ImageStore } from '../images/store.js';
 import {
   forwardWarnings,
   newSandboxId,
@@ -39,15 +41,9 @@ import {
   rlimitsOf,
 } from '../limits.js';
 import { tailOf } from '../output.js';
-import type {
-  OpOptions,
-  ReadOnlyBind,
-  Sandbox,
-  SandboxEmitter,
-  SandboxProvider,
-  SandboxSpec,
-} from '../types.js';
-import { assertDir, type BwrapConfig, BwrapSandbox } from './sandbox.js';
+import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from '../types.js';
+import { findPython, prepareRoot, RootResolver, seedWorkdir } from './rootfs.js';
+import { type BwrapConfig, BwrapSandbox } from './sandbox.js';
 
 export interface BubblewrapProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */
@@ -62,6 +58,14 @@ export interface BubblewrapProviderOptions {
   gid?: number | undefined;
   /** Named rootfs folders usable as `spec.image` (an absolute folder path works too). */
   images?: Record<string, string> | undefined;
+  /**
+   * Where any other `spec.image` (an image reference such as `swebench/swesmith.x86_64.…`) is turned into
+   * a rootfs, once per image digest (default `new ImageStore()`: the Docker engine's images, in
+   * `defaultImageCacheDir()`). Give one with `imageDir` to use image tarballs.
+   */
+  imageStore?: ImageStore | undefined;
+  /** Progress of exporting and unpacking an image the first time a sandbox needs it. */
+  onImageProgress?: ((progress: ImageProgress) => void) | undefined;
   /** PATH inside the sandbox (default `/usr/local/bin:/usr/bin:/bin`). */
   path?: string | undefined;
   /**
@@ -121,6 +125,7 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
     path: options.path ?? '/usr/local/bin:/usr/bin:/bin',
     systemArgs,
   };
+  const roots = new RootResolver(options);
   const warned = new Set<string>();
   const warn = (key: string, message: string, data: Record<string, unknown>) => {
     if (warned.has(key)) return;
@@ -139,8 +144,7 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
         const requested = resolveLimits(spec.limits);
         const channel = resolveChannel(spec, user);
         const binds = resolveBinds(spec, workdir, user);
-        const rootfs = spec.image === undefined ? undefined : resolveImage(spec.image, options.images);
-        if (rootfs) await assertDir(rootfs, 'spec.image');
+        const image = spec.image === undefined ? undefined : await roots.resolve(spec.image, op.signal);
         probe ??= probeBwrap(bwrap, systemArgs, user);
         // A failed probe is not cached: the fix (installing bwrap) may happen while the process runs.
         await probe.catch((error) => {
@@ -165,8 +169,13 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
           await mkdir(hostWork, { mode: 0o755 });
           if (user) await chown(hostWork, user.uid, user.gid);
           let root: string | undefined;
-          if (rootfs) root = await prepareRoot(state, rootfs, workdir, user, op.signal, binds);
-          const python = options.execMode === 'per-exec' ? undefined : findPython(root);
+          if (image) {
+            root = await prepareRoot(state, image.dir, workdir, user, op.signal, binds);
+            await seedWorkdir(image.dir, workdir, hostWork, user, op.signal);
+          }
+          // An image that binds the host's /usr runs the host's python3.
+          const python =
+            options.execMode === 'per-exec' ? undefined : findPython(image?.hostUsr ? undefined : root);
           if (options.execMode === 'session' && !python) {
             throw new ConfigError(
               `bubblewrap execMode "session" needs python3 in the sandbox root (${root ?? 'the host /usr'}); ` +
@@ -201,6 +210,8 @@ export function bubblewrapProvider(options: BubblewrapProviderOptions = {}): San
               workdir,
               hostWork,
               root,
+              hostUsr: image?.hostUsr ?? false,
+              imageEnv: image?.env ?? {},
               python,
               limits: plan.limits,
               rlimits: plan.rlimits,
@@ -320,75 +331,6 @@ function planLimits(
     );
   }
   return { limits, cgroups, rlimits: rlimitsOf(limits, { memory, pids: pids && session }) };
-}
-
-/** The python3 a session supervisor runs with, as a path inside the sandbox, if the root has one. */
-function findPython(root: string | undefined): string | undefined {
-  for (const candidate of ['/usr/bin/python3', '/usr/local/bin/python3']) {
-    if (existsSync(join(root ?? '/', candidate))) return candidate;
-  }
-  return undefined;
-}
-
-function resolveImage(image: string, images: Record<string, string> | undefined): string {
-  const named = images?.[image];
-  if (named !== undefined) return named;
-  if (isAbsolute(image)) return image;
-  throw new ConfigError(
-    `bubblewrap image ${JSON.stringify(image)} is neither a rootfs folder path nor a name in ` +
-      `options.images (${Object.keys(images ?? {}).join(', ') || 'none configured'}); pass an absolute rootfs ` +
-      'path or register it: bubblewrapProvider({ images: { name: "/path/to/rootfs" } })',
-  );
-}
-
-/** The per-sandbox root over a read-only rootfs: an overlay (root) or a copy (unprivileged). */
-async function prepareRoot(
-  state: HostState,
-  rootfs: string,
-  workdir: string,
-  user: { uid: number; gid: number } | undefined,
-  signal: AbortSignal | undefined,
-  binds: readonly ReadOnlyBind[] = [],
-): Promise<string> {
-  const root = join(state.dir, 'root');
-  const abortable = signal ? { signal } : {};
-  if (isRoot()) {
-    const upper = join(state.dir, 'upper');
-    const work = join(state.dir, 'overlay-work');
-    await Promise.all([mkdir(root), mkdir(upper), mkdir(work)]);
-    state.meta.mounts.push(root);
-    await state.saveMeta();
-    const result = await runHostProcess(
-      'mount',
-      ['-t', 'overlay', 'overlay', '-o', `lowerdir=${rootfs},upperdir=${upper},workdir=${work}`, root],
-      { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' }, ...abortable },
-    );
-    if (result.exitCode !== 0) {
-      throw new SandboxError(`overlay mount of rootfs ${rootfs} failed: ${result.output.trim()}`);
-    }
-  } else {
-    const result = await runHostProcess('cp', ['-a', '--reflink=auto', `${rootfs}/.`, root], {
-      env: { PATH: '/usr/bin:/bin' },
-      ...abortable,
-    });
-    if (result.exitCode !== 0)
-      throw new SandboxError(`copy of rootfs ${rootfs} failed: ${result.output.trim()}`);
-  }
-  // bwrap mounts over these as the sandbox user, who cannot create them in a root-owned rootfs.
-  for (const dir of ['proc', 'dev', 'tmp']) await mkdir(join(root, dir), { recursive: true });
-  for (const bind of binds) {
-    const target = join(root, bind.target);
-    if (statSync(bind.source).isDirectory()) await mkdir(target, { recursive: true });
-    else {
-      await mkdir(dirname(target), { recursive: true });
-      await writeFile(target, '', { flag: 'a' });
-    }
-  }
-  const mountPoint = join(root, workdir);
-  await mkdir(mountPoint, { recursive: true });
-  await chmod(mountPoint, 0o755);
-  if (user) await chown(mountPoint, user.uid, user.gid);
-  return root;
 }
 
 /**

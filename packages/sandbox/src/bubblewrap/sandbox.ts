@@ -29,6 +29,10 @@ export interface BwrapSandboxConfig extends BwrapConfig {
   workdir: string;
   hostWork: string;
   root: string | undefined;
+  /** Bind the host's `/usr` read-only over the root's (an image labelled `dev.vime.host-usr=true`). */
+  hostUsr: boolean;
+  /** The image's own environment, under the spec's. */
+  imageEnv: Record<string, string>;
   /** Set in session mode: the supervisor's interpreter. */
   python: string | undefined;
   limits: EffectiveLimits;
@@ -74,7 +78,9 @@ export class BwrapSandbox extends HostSandbox {
     const { config } = this;
     const tmp = config.limits.tmpBytes;
     const sized = (path: string) => [...(tmp === undefined ? [] : ['--size', String(tmp)]), '--tmpfs', path];
-    const args = config.root ? ['--bind', config.root, '/'] : [...config.systemArgs];
+    const args = config.root
+      ? ['--bind', config.root, '/', ...(config.hostUsr ? ['--ro-bind', '/usr', '/usr'] : [])]
+      : [...config.systemArgs];
     args.push(
       '--proc',
       '/proc',
@@ -262,6 +268,7 @@ export class BwrapSandbox extends HostSandbox {
       PATH: this.config.path,
       HOME: this.config.workdir,
       LANG: 'C.UTF-8',
+      ...this.config.imageEnv,
       ...this.spec.env,
       ...options.env,
     };

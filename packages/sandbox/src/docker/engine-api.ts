@@ -28,6 +28,8 @@ export interface RequestOptions {
   json?: unknown;
   body?: Buffer | Readable | undefined;
   contentType?: string | undefined;
+  /** Extra request headers (e.g. `X-Registry-Auth`). */
+  headers?: Record<string, string> | undefined;
   signal?: AbortSignal | undefined;
   /** Status codes that are not errors (default: 2xx). */
   ok?: readonly number[] | undefined;
@@ -101,6 +103,7 @@ export class DockerEngine {
         headers: {
           ...(options.json !== undefined ? { 'content-type': 'application/json' } : {}),
           ...(options.contentType ? { 'content-type': options.contentType } : {}),
+          ...options.headers,
         },
         body: options.json !== undefined ? JSON.stringify(options.json) : (options.body ?? null),
         signal: options.signal ?? null,
@@ -148,6 +151,44 @@ export class DockerEngine {
   async request(method: string, path: string, options: RequestOptions = {}): Promise<EngineResponse> {
     const version = await this.apiVersion(options.signal);
     return this.raw(method, `/v${version}${path}`, options);
+  }
+
+  /**
+   * A versioned call whose body is handed over as a stream (an image export, a pull's progress): a
+   * non-2xx answer is read and thrown as for `request`.
+   */
+  async stream(method: string, path: string, options: RequestOptions = {}): Promise<Readable> {
+    const version = await this.apiVersion(options.signal);
+    const query = new URLSearchParams();
+    for (const [k, v] of Object.entries(options.query ?? {})) if (v !== undefined) query.set(k, String(v));
+    const qs = query.size > 0 ? `?${query}` : '';
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await this.client.request({
+        method: method as 'GET',
+        path: `/v${version}${path}${qs}`,
+        headers: options.headers ?? {},
+        body: options.body ?? null,
+        signal: options.signal ?? null,
+      });
+    } catch (error) {
+      if (options.signal?.aborted) throw options.signal.reason;
+      throw new SandboxError(
+        `cannot reach the Docker engine at ${this.socketPath} (${method} ${path}): ${(error as Error).message}`,
+        { cause: error, code: 'sandbox_unavailable' },
+      );
+    }
+    if (res.statusCode >= 200 && res.statusCode < 300) return res.body;
+    let message = Buffer.from(await res.body.arrayBuffer()).toString();
+    try {
+      message = (JSON.parse(message) as { message?: string | undefined }).message ?? message;
+    } catch {
+      // plain-text error
+    }
+    throw new SandboxError(`Docker ${method} ${path} failed (${res.statusCode}): ${message.trim()}`, {
+      data: { status: res.statusCode, method, path },
+      code: res.statusCode === 404 ? 'not_found' : 'sandbox_error',
+    });
   }
 
   async json<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {

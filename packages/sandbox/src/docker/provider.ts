@@ -38,11 +38,14 @@ export interface DockerProviderOptions {
   socketPath?: string | undefined;
   /** Share one engine client between providers. */
   engine?: DockerEngine | undefined;
-  /** Image when the spec names none (default `vime/sandbox-base:latest`). Images are never pulled. */
+  /**
+   * Image when the spec names none (default `vime/sandbox-base:latest`). A create never pulls (`pullImage`
+   * does, before a run).
+   */
   defaultImage?: string | undefined;
   /** Container user (default `1000:1000`). */
   user?: string | undefined;
-  /** PATH inside the container (default `/usr/local/bin:/usr/bin:/bin`). */
+  /** PATH inside the container where the image sets none (default `/usr/local/bin:/usr/bin:/bin`). */
   path?: string | undefined;
   /**
    * Ulimits for every container (default nofile 4096); a spec's limits of the same name (`openFiles`,
@@ -60,6 +63,8 @@ export interface DockerProviderOptions {
 
 interface ImageInfo {
   hostUsr: boolean;
+  /** The image sets its own PATH (a SWE-smith image's conda), kept unless the spec sets one. */
+  hasPath: boolean;
 }
 
 function parseUser(user: string): { uid: number; gid: number } {
@@ -88,18 +93,21 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
     let info = images.get(image);
     if (!info) {
       info = engine
-        .json<{ Config?: { Labels?: Record<string, string> | null | undefined } | undefined }>(
-          'GET',
-          `/images/${encodeURIComponent(image)}/json`,
-          { signal },
-        )
-        .then((res) => ({ hostUsr: res.Config?.Labels?.[HOST_USR_LABEL] === 'true' }))
+        .json<{
+          Config?:
+            | { Labels?: Record<string, string> | null | undefined; Env?: string[] | null | undefined }
+            | undefined;
+        }>('GET', `/images/${encodeURIComponent(image)}/json`, { signal })
+        .then((res) => ({
+          hostUsr: res.Config?.Labels?.[HOST_USR_LABEL] === 'true',
+          hasPath: (res.Config?.Env ?? []).some((e) => e.startsWith('PATH=')),
+        }))
         .catch((error) => {
           images.delete(image);
           if (SandboxError.isInstance(error) && error.code === 'not_found') {
             throw new SandboxError(
               `image ${JSON.stringify(image)} is not present in the engine at ${engine.socketPath}; ` +
-                'dockerProvider never pulls: build or import it first (scripts/docker-up.sh imports vime/sandbox-base:latest)',
+                'dockerProvider never pulls: pull it first (pullImage; the loop pulls missing images before its first step), or build or import it (scripts/docker-up.sh imports vime/sandbox-base:latest)',
               { cause: error, code: 'image_not_found' },
             );
           }
@@ -140,9 +148,12 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
           Entrypoint: [],
           User: user,
           WorkingDir: workdir,
-          Env: Object.entries({ PATH: path, HOME: workdir, LANG: 'C.UTF-8', ...spec.env }).map(
-            ([k, v]) => `${k}=${v}`,
-          ),
+          Env: Object.entries({
+            ...(info.hasPath ? {} : { PATH: path }),
+            HOME: workdir,
+            LANG: 'C.UTF-8',
+            ...spec.env,
+          }).map(([k, v]) => `${k}=${v}`),
           Labels: labels,
           Hostname: 'sandbox',
           NetworkDisabled: true,

@@ -42,16 +42,8 @@ const STRING_COLUMNS = [
   'created_at',
 ] as const;
 
-/** Move the built mirror into place and write the rows and `environments.json` next to it. */
-export async function publishDataset(
-  dir: string,
-  rows: readonly SweSmithRow[],
-  { image, repoDir }: { image: string; repoDir: string },
-): Promise<void> {
-  const folder = environmentFolder(image);
-  await mkdir(dirname(join(dir, folder)), { recursive: true });
-  await rename(repoDir, join(dir, folder));
-  await writeFile(join(dir, 'instances.jsonl'), `${rows.map((r) => JSON.stringify(r)).join('\n')}\n`);
+/** Rows as a parquet file in the Hub's layout: the upstream string columns, the test lists as `list<string>`. */
+export async function writeSweSmithParquet(path: string, rows: readonly SweSmithRow[]): Promise<void> {
   const parquet = parquetWriteBuffer({
     columnData: [
       ...STRING_COLUMNS.map((name) => ({
@@ -63,7 +55,20 @@ export async function publishDataset(
       { name: 'PASS_TO_PASS', data: rows.map((r) => r.PASS_TO_PASS) },
     ],
   });
-  await writeFile(join(dir, 'instances.parquet'), new Uint8Array(parquet));
+  await writeFile(path, new Uint8Array(parquet));
+}
+
+/** Move the built mirror into place and write the rows and `environments.json` next to it. */
+export async function publishDataset(
+  dir: string,
+  rows: readonly SweSmithRow[],
+  { image, repoDir }: { image: string; repoDir: string },
+): Promise<void> {
+  const folder = environmentFolder(image);
+  await mkdir(dirname(join(dir, folder)), { recursive: true });
+  await rename(repoDir, join(dir, folder));
+  await writeFile(join(dir, 'instances.jsonl'), `${rows.map((r) => JSON.stringify(r)).join('\n')}\n`);
+  await writeSweSmithParquet(join(dir, 'instances.parquet'), rows);
   await writeFile(
     join(dir, ENVIRONMENTS_FILE),
     `${JSON.stringify({ version: 1, environments: { [image]: { template: folder } } }, null, 2)}\n`,
