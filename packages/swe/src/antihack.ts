@@ -8,6 +8,7 @@
  * disagrees with the parsed results.
  */
 import type { CapturedPatch } from './capture.js';
+import { diffHeaderPath } from './diff-header.js';
 import type { StatusMap } from './parsers/types.js';
 
 export type HackFlagKind =
@@ -66,10 +67,10 @@ export function addedLines(patch: string): Map<string, string[]> {
   const out = new Map<string, string[]>();
   let current: string[] | undefined;
   for (const line of patch.split('\n')) {
-    const header = /^diff --git a\/.+ b\/(.+)$/.exec(line);
-    if (header) {
+    const header = diffHeaderPath(line);
+    if (header !== undefined) {
       current = [];
-      out.set(header[1]!, current);
+      out.set(header, current);
     } else if (current && line.startsWith('+') && !line.startsWith('+++ ')) current.push(line.slice(1));
   }
   return out;
@@ -86,8 +87,8 @@ export function patchHacks(captured: CapturedPatch, hiddenTests: Iterable<string
   const binary = new Set<string>();
   let current: string | undefined;
   for (const line of captured.patch.split('\n')) {
-    const header = /^diff --git a\/.+ b\/(.+)$/.exec(line);
-    if (header) current = header[1];
+    const header = diffHeaderPath(line);
+    if (header !== undefined) current = header;
     else if (current && (line === 'GIT binary patch' || line.startsWith('Binary files ')))
       binary.add(current);
   }
