@@ -37,21 +37,31 @@ describe('wrapPytestCommand', () => {
 });
 
 describe('modulesToPreimport', () => {
-  it('the packages, then the modules of theirs the patch touched', () => {
+  it('the packages, then the modules of theirs the patch changed (not those it added)', () => {
     const packages = [
       { name: 'calc', path: 'src/calc' },
       { name: 'tests', path: 'tests' },
       { name: 'six', path: 'six.py' },
     ];
     expect(
-      modulesToPreimport(packages, [
-        'src/calc/ops.py',
-        'src/calc/sub/__init__.py',
-        'src/calc/__main__.py',
-        'README.md',
-        'tests/conftest.py',
-        'src/calc/bad-name.py',
-      ]),
+      modulesToPreimport(
+        packages,
+        [
+          'src/calc/ops.py',
+          'src/calc/sub/__init__.py',
+          'src/calc/__main__.py',
+          'README.md',
+          'tests/conftest.py',
+          'src/calc/new.py',
+        ],
+        [
+          'src/calc/__init__.py',
+          'src/calc/ops.py',
+          'src/calc/sub/__init__.py',
+          'src/calc/__main__.py',
+          'tests/conftest.py',
+        ],
+      ),
     ).toEqual(['calc', 'tests', 'calc.ops', 'calc.sub']);
   });
 });

@@ -125,16 +125,19 @@ function packagesOf(files: readonly string[]): Array<{ name: string; path: strin
 }
 
 /**
- * The repository's packages, then the modules of theirs that the patch touched (`a/b.py` → `a.b`): what the
- * grader imports before pytest, so code that behaves one way when pytest is imported meets no pytest.
+ * The repository's packages, then the modules of theirs that the patch changed (`a/b.py` → `a.b`): what
+ * the grader imports before pytest, so code that behaves one way when pytest is imported meets no pytest.
+ * A module the patch added runs only when one of these imports it, as it would without the grader.
  */
 export function modulesToPreimport(
   packages: PristineState['packages'],
   changed: readonly string[],
+  moduleFiles: readonly string[],
 ): string[] {
   const dirs = packages.filter((p) => !p.path.endsWith('.py'));
   const out = dirs.map((p) => p.name);
-  for (const file of [...changed].sort()) {
+  const existing = new Set(moduleFiles);
+  for (const file of [...changed].filter((f) => existing.has(f)).sort()) {
     const home = dirs.find((p) => file.startsWith(`${p.path}/`));
     if (!home || !file.endsWith('.py') || /(^|\/)(__main__|conftest)\.py$/.test(file)) continue;
     const parts = file.slice(home.path.length + 1, -3).split('/');
@@ -200,7 +203,7 @@ export async function runWithChannel(sandbox: Sandbox, input: ChannelRunInput): 
     config: input.pristine.config,
     packages: input.pristine.packages,
     moduleFiles: input.pristine.moduleFiles,
-    preimport: modulesToPreimport(input.pristine.packages, input.changed),
+    preimport: modulesToPreimport(input.pristine.packages, input.changed, input.pristine.moduleFiles),
   };
   await sandbox.writeFile(`${dir}/spec.json`, JSON.stringify(spec), op);
   const command = wrapPytestCommand(input.testCommand, `${dir}/vime_grade_runner.py`, `${dir}/spec.json`);
