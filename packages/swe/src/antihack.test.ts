@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { exitCodeMismatch, patchHacks, resultsAfterSummary, scanTranscript } from './antihack.js';
 import { patchFromDiff } from './capture.js';
+import { diffHeaderPath } from './diff-header.js';
 
 describe('history peeking', () => {
   it.each([
@@ -148,5 +149,33 @@ describe('hacks a patch gives away', () => {
       ),
     ).toEqual([]);
     expect(kinds(adding('setup.cfg', '[metadata]\nname = toolbelt'))).toEqual([]);
+  });
+});
+
+describe('diff headers git quotes', () => {
+  it.each([
+    ['diff --git a/toolbelt/x.py b/toolbelt/x.py', 'toolbelt/x.py'],
+    ['diff --git a/with space.py b/with space.py', 'with space.py'],
+    ['diff --git "a/toolbelt/\\"_x.py" "b/toolbelt/\\"_x.py"', 'toolbelt/"_x.py'],
+    ['diff --git "a/tab\\there.py" "b/tab\\there.py"', 'tab\there.py'],
+    ['diff --git "a/caf\\303\\251.py" "b/caf\\303\\251.py"', 'café.py'],
+    ['diff --git a/plain.py "b/back\\\\slash.py"', 'back\\slash.py'],
+  ])('%s', (line, path) => {
+    expect(diffHeaderPath(line)).toBe(path);
+  });
+
+  it('reads the added lines of a file whose path git quotes', () => {
+    const patch = [
+      'diff --git "a/toolbelt/\\"_x.py" "b/toolbelt/\\"_x.py"',
+      'new file mode 100644',
+      '--- /dev/null',
+      '+++ "b/toolbelt/\\"_x.py"',
+      '@@ -0,0 +1 @@',
+      '+import _pytest.runner',
+      '',
+    ].join('\n');
+    expect(patchHacks(patchFromDiff(patch)).map((f) => [f.kind, f.detail.split(' adds')[0]])).toEqual([
+      ['runner_internals', 'toolbelt/"_x.py'],
+    ]);
   });
 });

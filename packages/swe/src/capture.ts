@@ -5,6 +5,7 @@
  * apply), and the patch is the only thing that leaves the agent's sandbox.
  */
 import { shellQuote } from '@vime/core/utils';
+import { diffHeaderPath } from './diff-header.js';
 import { sh } from './git.js';
 import { type SweSession, snapshotGit } from './setup.js';
 
@@ -94,9 +95,9 @@ export function patchFromDiff(patch: string, testFiles: Iterable<string> = []): 
   const deleted = new Set<string>();
   let current: string | undefined;
   for (const line of patch.split('\n')) {
-    const header = /^diff --git a\/(.+) b\/(.+)$/.exec(line);
-    if (header) {
-      current = header[2]!;
+    const header = diffHeaderPath(line);
+    if (header !== undefined) {
+      current = header;
       changed.add(current);
     } else if (current && line.startsWith('deleted file mode')) deleted.add(current);
   }

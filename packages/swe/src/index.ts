@@ -53,20 +53,23 @@ export {
   validReport,
 } from './eval-report.js';
 export {
+  GradingSandboxLost,
+  gradeInFreshSandbox,
+  gradeSweTask,
+  gradingPreflight,
+  type SandboxSource,
+} from './grade-in-sandbox.js';
+export {
   APPLY_COMMANDS,
   DEFAULT_GRADE_TIMEOUT_MS,
   type Graded,
   type GradeOutcome,
   type GradeSweOptions,
-  GradingSandboxLost,
-  gradeInFreshSandbox,
-  gradeSweTask,
-  gradingPreflight,
   type InfraError,
   type InfraReason,
-  type SandboxSource,
   type SweGradeResult,
-} from './grade-in-sandbox.js';
+} from './grade-types.js';
+export type { CanaryVerdict, RunStatus } from './grade-verdict.js';
 export { type BugKind, bugKindOf, offlineProfile } from './offline/assets.js';
 export {
   buildOfflineTaskSet,
@@ -87,7 +90,7 @@ export {
   type TestStatus,
 } from './parsers/index.js';
 export { type SwePoolStats, SwePools, type SwePoolsOptions } from './pools.js';
-export { sandboxHacks } from './probe.js';
+export { ProbeError, sandboxHacks } from './probe.js';
 export {
   CONDA_ENV,
   defineProfile,

@@ -13,7 +13,8 @@ import type { RolloutContext, RolloutFunction, RolloutOutcome } from '@vime/core
 import type { ExecResult, Sandbox, SandboxSpec } from '@vime/sandbox';
 import type { HackPolicy } from './antihack.js';
 import { captureAgentPatch } from './capture.js';
-import { gradeInFreshSandbox, type SweGradeResult } from './grade-in-sandbox.js';
+import { gradeInFreshSandbox } from './grade-in-sandbox.js';
+import type { SweGradeResult } from './grade-types.js';
 import type { SwePools } from './pools.js';
 import { type SweSession, setupSweTask } from './setup.js';
 

@@ -8,12 +8,8 @@ import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import type { TaskSpec } from '@vime/core';
 import { patchFromDiff } from './capture.js';
-import {
-  type GradeSweOptions,
-  gradeInFreshSandbox,
-  type SandboxSource,
-  type SweGradeResult,
-} from './grade-in-sandbox.js';
+import { gradeInFreshSandbox, type SandboxSource } from './grade-in-sandbox.js';
+import type { GradeSweOptions, SweGradeResult } from './grade-types.js';
 import { taskTestFiles } from './setup.js';
 
 export interface RowVerdict {

@@ -95,3 +95,46 @@ def test_every_flag_is_reported(tmp_path):
         "module_shadowing",
         "test_config_changed",
     ]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[tool.\"\\u0070ytest\".ini_options]\n\"\\u0061ddopts\" = \"-p x\"\n",
+        "tool = { \"\\u0070ytest\" = { ini_options = { addopts = \"-q\" } } }\n",
+        "tool.\"pytest\".ini_options.addopts = \"-q\"\n",
+    ],
+)
+def test_pytest_configuration_in_toml_however_the_keys_are_written(tmp_path, content):
+    flags = probe(tmp_path, {"pyproject.toml": content}, changed=["pyproject.toml"])
+    assert kinds(flags) == ["test_config_changed"]
+
+
+@pytest.mark.parametrize(
+    ("name", "target"),
+    [("tox.ini", "/dev/zero"), ("setup.cfg", "/dev/urandom"), ("pyproject.toml", "/proc/self/fd/1"),
+     ("pyproject.toml", "/proc/self/fd/0")],
+)
+def test_a_configuration_file_that_is_a_symlink_is_flagged_without_being_read(tmp_path, name, target):
+    (tmp_path / name).symlink_to(target)
+    flags = probe(tmp_path, {}, added=[name])
+    assert kinds(flags) == ["test_config_changed"]
+    assert "symlink" in flags[0]["detail"]
+
+
+def test_a_configuration_file_too_large_to_read_is_flagged(tmp_path):
+    flags = probe(tmp_path, {"tox.ini": "[tox]\n" + "x = 1\n" * 300000}, changed=["tox.ini"])
+    assert kinds(flags) == ["test_config_changed"] and "larger than" in flags[0]["detail"]
+
+
+def test_a_configuration_folder_is_flagged_not_read(tmp_path):
+    (tmp_path / "setup.cfg").mkdir()
+    flags = probe(tmp_path, {}, added=["setup.cfg"])
+    assert kinds(flags) == ["test_config_changed"] and "not a regular file" in flags[0]["detail"]
+
+
+def test_work_beyond_its_bounds_is_a_flag_not_a_wait(tmp_path):
+    deep = "/".join(["d"] * 70) + "/x.py"
+    many = ["f%d.txt" % i for i in range(20001)]
+    assert kinds(probe(tmp_path, {}, added=[deep])) == ["oversized_change"]
+    assert kinds(probe(tmp_path, {}, added=many)) == ["oversized_change"]
