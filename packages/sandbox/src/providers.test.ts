@@ -368,7 +368,7 @@ describe('bubblewrap start-up check', () => {
     execFileSync('ln', ['-s', '/usr/bin/true', join(own, 'true')]);
     process.env.PATH = own;
     try {
-      const sandbox = await bubblewrapProvider({ rootDir, bwrap }).create({ workdir: '/work' });
+      const sandbox = await bubblewrapProvider({ rootDir, bwrapPath: bwrap }).create({ workdir: '/work' });
       await sandbox.terminate();
     } finally {
       process.env.PATH = hostPath;
