@@ -47,6 +47,15 @@ require('esbuild').build({
 }).catch(() => process.exit(1));
 " "$out/examples/closed-loop/app/cli.mjs")
 
+# The Python files that @vime/sandbox and @vime/swe run in sandboxes: each package finds its python/ folder
+# next to its package.json, resolved by name from the program (so under app/node_modules/).
+for pkg in sandbox swe; do
+  dest="$out/examples/closed-loop/app/node_modules/@vime/$pkg"
+  mkdir -p "$dest/python"
+  cp "$repo/packages/$pkg/package.json" "$dest/"
+  cp "$repo/packages/$pkg/python/"*.py "$dest/python/"
+done
+
 # Python packages, tokenizer, offline task set sources (found by the bundle at ../offline-tasks/).
 copy_py() { (cd "$1" && find "$2" -name '*.py' -print0 | xargs -0 -I{} install -D -m 0644 {} "$3/{}"); }
 copy_py "$repo/python/src" vime_policy "$out/python/src"
