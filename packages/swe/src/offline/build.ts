@@ -2,7 +2,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { cp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { ConfigError, SandboxError, type TaskSpec } from '@vime/core';
 import { runProcessOk } from '@vime/core/utils';
 import { parseJsonlRows, rowToTask, type SweSmithRow, swesmithNames } from '../dataset.js';
@@ -91,7 +91,6 @@ export interface OfflineTaskSet {
 export async function buildOfflineTaskSet(options: OfflineTaskSetOptions): Promise<OfflineTaskSet> {
   const started = performance.now();
   const {
-    dir,
     count = 40,
     combined = 6,
     seed = 1,
@@ -105,6 +104,8 @@ export async function buildOfflineTaskSet(options: OfflineTaskSetOptions): Promi
   if (!Number.isInteger(concurrency) || concurrency < 1) {
     throw new ConfigError(`buildOfflineTaskSet: concurrency must be a positive integer, got ${concurrency}`);
   }
+  // Absolute: the build runs commands in folders under `dir` with other working directories.
+  const dir = resolve(options.dir);
   const assets = offlineAssetsDir();
   const key = await sourceKey(assets, { count, combined, seed });
   const manifestPath = join(dir, 'manifest.json');
