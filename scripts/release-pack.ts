@@ -69,13 +69,17 @@ export function manifestProblems(pkg: Packed, version: string): string[] {
   if (text.includes('workspace:')) problems.push('package.json keeps a workspace: range');
   if (/"\.?\/?src\//.test(text)) problems.push('package.json names a file under src/, which is not shipped');
   if (pkg.version !== version) problems.push(`version ${pkg.version}, the release is ${version}`);
-  for (const [dep, range] of Object.entries({ ...pkg.manifest.dependencies, ...pkg.manifest.peerDependencies })) {
+  for (const [dep, range] of Object.entries({
+    ...pkg.manifest.dependencies,
+    ...pkg.manifest.peerDependencies,
+  })) {
     if (dep.startsWith('@vime/') && range !== version)
       problems.push(`depends on ${dep}@${range}, not this release's ${version}`);
   }
   const targets = [...exportTargets(pkg.manifest.exports), ...Object.values(pkg.manifest.bin ?? {})];
   for (const target of targets) {
-    if (!existsSync(join(pkg.dir, target))) problems.push(`${target} is named in package.json but not packed`);
+    if (!existsSync(join(pkg.dir, target)))
+      problems.push(`${target} is named in package.json but not packed`);
   }
   return problems;
 }
@@ -148,7 +152,8 @@ export function releaseProblems(packed: Packed[]): string[] {
   const license = readFileSync(join(root, 'LICENSE'), 'utf8');
   const version = packed[0]?.version ?? '';
   return packed.flatMap((pkg) => {
-    const licensed = existsSync(join(pkg.dir, 'LICENSE')) && readFileSync(join(pkg.dir, 'LICENSE'), 'utf8') === license;
+    const licensed =
+      existsSync(join(pkg.dir, 'LICENSE')) && readFileSync(join(pkg.dir, 'LICENSE'), 'utf8') === license;
     return [
       ...(licensed ? [] : ['LICENSE missing or not the repository’s']),
       ...manifestProblems(pkg, version),
@@ -162,7 +167,9 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const out = resolve(args.find((a) => !a.startsWith('--')) ?? join(root, 'release'));
   const packed = packRelease(out, { build: !args.includes('--no-build') });
   for (const pkg of packed) {
-    console.log(`${relative(process.cwd(), pkg.tarball)}  ${(statSync(pkg.tarball).size / 1024).toFixed(0)} KiB`);
+    console.log(
+      `${relative(process.cwd(), pkg.tarball)}  ${(statSync(pkg.tarball).size / 1024).toFixed(0)} KiB`,
+    );
   }
   const problems = releaseProblems(packed);
   for (const problem of problems) console.error(problem);
