@@ -8,6 +8,7 @@ import { parseDuration, parseFlags, wantsHelp } from '@vime/core/utils';
 import { AGENT_KINDS, type AgentKind } from '@vime/harness';
 import { z } from 'zod';
 
+/** Schema of the loop's run config (every setting has a flag). */
 export const ConfigSchema = z.object({
   /** Rollout steps to run. */
   steps: z.number().int().positive().default(2),
@@ -89,8 +90,10 @@ export const ConfigSchema = z.object({
   /** Seconds between progress lines when output is not a terminal. */
   progressEverySeconds: z.number().positive().default(10),
 });
+/** The loop's run config. */
 export type Config = z.output<typeof ConfigSchema>;
 
+/** The help of `vime-loop`. */
 export const usage = `Usage: vime-loop [flags]
 
 Runs the coding-agent RL loop: per step, rollouts in sandboxes against an inference engine, each graded in

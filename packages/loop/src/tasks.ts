@@ -21,6 +21,7 @@ import {
 import { checkAgents } from './agents.js';
 import type { Config } from './config.js';
 
+/** The run's tasks and where they came from. */
 export interface RunTasks {
   /** The dataset file the tasks came from (the published offline set when none was given). */
   dataset: string;

@@ -4,6 +4,7 @@ import { dockerProvider } from './docker/provider.js';
 import { localProvider } from './host/local-provider.js';
 import type { SandboxProvider } from './types.js';
 
+/** A sandbox backend. */
 export type ProviderKind = 'bubblewrap' | 'docker' | 'local';
 
 /** The provider of a backend named on a command line or in a config (`--sandbox bubblewrap`). */

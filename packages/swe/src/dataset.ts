@@ -43,6 +43,7 @@ export const SweSmithRowSchema = z.object({
    */
   agent: optionalText,
 });
+/** One SWE-smith dataset row. */
 export type SweSmithRow = z.output<typeof SweSmithRowSchema>;
 
 /** A row that failed validation: where it was, which field, and why. */
@@ -54,6 +55,7 @@ export interface RowIssue {
   instanceId?: string | undefined;
 }
 
+/** Options of loading a dataset. */
 export interface LoadOptions {
   /** `skip` (default) reports malformed rows in `issues` and keeps the rest; `fatal` throws on the first. */
   onInvalid?: 'skip' | 'fatal' | undefined;
@@ -68,6 +70,7 @@ export interface LoadOptions {
   signal?: AbortSignal | undefined;
 }
 
+/** The rows loaded and the rows that failed validation. */
 export interface LoadResult {
   rows: SweSmithRow[];
   issues: RowIssue[];
@@ -217,6 +220,7 @@ export function repoPoolName(repo: string, runSuffix?: string): string {
 
 // --- rows → tasks ---------------------------------------------------------------------------------------
 
+/** Options of `rowToTask`. */
 export interface RowToTaskOptions {
   /** Appended to every pool name (e.g. a run id), so runs do not share warm pools. */
   runSuffix?: string | undefined;

@@ -60,6 +60,7 @@ export type GradeOutcome =
   | 'grading_broken'
   | 'hack_detected';
 
+/** A grade that could not be made, for an infrastructure reason: never a reward. */
 export interface InfraError {
   status: 'infra_error';
   reason: InfraReason;
@@ -68,6 +69,7 @@ export interface InfraError {
   log?: string | undefined;
 }
 
+/** A patch graded in a fresh sandbox: its outcome, reward and hacks. */
 export interface Graded extends GradeReport {
   status: 'graded';
   outcome: GradeOutcome;
@@ -88,8 +90,10 @@ export interface Graded extends GradeReport {
   durationMs: number;
 }
 
+/** What grading a patch gave: a grade, or an infrastructure error. */
 export type SweGradeResult = Graded | InfraError;
 
+/** Options of `gradeInFreshSandbox`. */
 export interface GradeSweOptions {
   /**
    * `swesmith` (default): SWE-smith/SWE-bench v4.1.0 parity, the reward SWE-smith training used.
@@ -124,6 +128,7 @@ export class GradingSandboxLost extends GradingError {
     super(message, options);
   }
 
+  /** Whether `value` is a `GradingSandboxLost`, from any copy of this package. */
   static override isInstance(value: unknown): value is GradingSandboxLost {
     return hasErrorMarker(value, sandboxLostMarker);
   }
@@ -401,7 +406,9 @@ function finish(
 
 /** Where grading sandboxes come from (`SwePools`, or anything that hands out fresh sandboxes of a task's image). */
 export interface SandboxSource {
+  /** Claim a sandbox of the task's image. */
   claim(task: TaskSpec, options?: { signal?: AbortSignal | undefined }): Promise<Sandbox>;
+  /** Give a sandbox back. */
   release(sandbox: Sandbox): Promise<void>;
 }
 

@@ -24,6 +24,7 @@ import type { LogParser } from './parsers/types.js';
 export const CONDA_ACTIVATE = 'source /opt/miniconda3/bin/activate; conda activate testbed; ';
 export const PYTHON_TEST_CMD = 'pytest --disable-warnings --color=no --tb=no --verbose';
 
+/** How a repository's tests are run and parsed. */
 export interface SweProfile {
   /** `owner__repo` (commit-independent) this profile applies to, or `*` for a family default. */
   key: string;
@@ -184,7 +185,7 @@ const RUST_REPOS: Record<string, string | undefined> = {
 };
 
 /** Family defaults for repositories of other languages (their per-repo commands vary; pass your own). */
-export const LANGUAGE_PROFILES = {
+export const LANGUAGE_PROFILES: Readonly<Record<'go' | 'rust' | 'jest' | 'mocha' | 'vitest', SweProfile>> = {
   go: { key: '*', language: 'go', testCommand: 'go test -v ./...', parser: parseGoTest, testFiles: none },
   rust: {
     key: '*',
@@ -214,7 +215,7 @@ export const LANGUAGE_PROFILES = {
     parser: parseVitest,
     testFiles: none,
   },
-} as const satisfies Record<string, SweProfile>;
+};
 
 /**
  * SWE-smith `get_test_cmd` for a row: the profile's own rule, else with `min_testing` the command followed by

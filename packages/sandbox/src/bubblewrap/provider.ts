@@ -49,6 +49,7 @@ import type {
 } from '../types.js';
 import { assertDir, type BwrapConfig, BwrapSandbox } from './sandbox.js';
 
+/** Options of `bubblewrapProvider`. */
 export interface BubblewrapProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */
   rootDir?: string | undefined;

@@ -20,6 +20,7 @@ import {
 import { findBugs, type Kept, problemStatement, sourceKey } from './bugs.js';
 import { environmentFolder, publishDataset } from './publish.js';
 
+/** Options of `buildOfflineTaskSet`. */
 export interface OfflineTaskSetOptions {
   /** Output folder (created). A build with the same sources and options found there is reused. */
   dir: string;
@@ -50,6 +51,7 @@ export interface OfflineTaskSetOptions {
   signal?: AbortSignal | undefined;
 }
 
+/** An instance of the offline set that combines two bugs in one file. */
 export interface CombinedInstance {
   instanceId: string;
   parts: [string, string];
@@ -57,6 +59,7 @@ export interface CombinedInstance {
   halfFixPatch: string;
 }
 
+/** The built offline task set: its folder, repository, rows and tasks. */
 export interface OfflineTaskSet {
   dir: string;
   /** The repository mirror (branch `main` = clean library; one branch per instance): the image's `/testbed`. */
