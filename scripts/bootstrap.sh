@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what Vime needs on a Debian/Ubuntu machine with Node 20, then installs and builds the workspace.
+# Installs what Vime needs on a Debian/Ubuntu machine, then installs and builds the workspace. A machine whose
+# Node is older than 22 gets the current LTS from the npm registry in .node/ (scripts/node.sh; VIME_NODE picks).
 # Usage: source scripts/bootstrap.sh <main|test>
 set -euo pipefail
 VIME_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,11 +10,9 @@ PNPM_VERSION=12.4.2
 log() { printf '\033[2m[vime setup]\033[0m %s\n' "$*" >&2; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-node_ok=$(node -e 'const [a,b]=process.versions.node.split(".").map(Number); console.log(a>20||(a===20&&b>=19)?1:0)' 2>/dev/null || echo 0)
-if [ "$node_ok" != 1 ]; then
-  echo "Vime needs Node.js >= 20.19 (found: $(node -v 2>/dev/null || echo none)). Install it, then run this again." >&2
-  exit 1
-fi
+# Node >= 22: the machine's, or the pinned LTS fetched from the npm registry into .node/ (scripts/node.sh).
+source "$VIME_ROOT/scripts/node.sh"
+vime_use_node
 
 if ! command -v pnpm >/dev/null || [ "$(pnpm -v 2>/dev/null)" != "$PNPM_VERSION" ]; then
   log "installing pnpm $PNPM_VERSION"

@@ -7,7 +7,7 @@
 #   ./run.sh [all|warmstart|eval|train|summary] [flags]     (./run.sh --help lists the flags)
 #
 # Works in a checkout (node + tsx from node_modules) and in the folder scripts/bundle.sh makes (the
-# bundled program, its own Node 20 and bubblewrap; no node_modules, no network). The program puts the
+# bundled program, its own Node (the LTS of scripts/node.sh) and bubblewrap; no node_modules, no network). The program puts the
 # project's Python (python/ at the root, megatron.core's source when vendored there) on PYTHONPATH.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

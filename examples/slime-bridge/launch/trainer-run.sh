@@ -9,6 +9,9 @@
 # SWESMITH_POOL_SUFFIX, SWESMITH_DATASET, VIME_SANDBOX and VIME_ENGINE_URLS (set below).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
+# The Node trainer-setup.sh chose (the machine's when >= 22, else the LTS it fetched into .node/).
+source scripts/node.sh
+vime_use_node
 vime() { node --import tsx --conditions=@vime/source packages/launch/src/cli.ts "$@"; }
 CONFIG="$(mktemp --suffix=.json)"
 if [ -n "${VIME_LAUNCH_CONFIG:-}" ]; then printf '%s' "$VIME_LAUNCH_CONFIG" >"$CONFIG"; else echo '{}' >"$CONFIG"; fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trainer job, setup (idempotent): Node.js 20 and the Vime workspace (the rollout server), msgpack for the
+# Trainer job, setup (idempotent): Node.js (>= 22) and the Vime workspace (the rollout server), msgpack for the
 # bridge, the policy checkpoint, its conversion to Megatron's torch_dist layout (slime's --ref-load) with
 # slime's own converter, and slime's prompt data.
 #   MODEL_DIR          checkpoint folder under /root (default Qwen3-14B)
@@ -13,12 +13,9 @@ cd "$(dirname "$0")/../../.."
 MODEL_DIR="${MODEL_DIR:-Qwen3-14B}"
 MODEL_SCRIPT="${MODEL_SCRIPT:-qwen3-14B.sh}"
 
-node_ok=$(node -e 'const [a,b]=process.versions.node.split(".").map(Number);console.log(a>20||(a===20&&b>=19)?1:0)' 2>/dev/null || echo 0)
-if [ "$node_ok" != 1 ]; then
-  curl -fsSL https://deb.nodesource.com/setup_20.x | bash -
-  apt-get install -y nodejs
-fi
-bash scripts/bootstrap.sh main
+# Node >= 22: the machine's, or the pinned LTS that bootstrap.sh fetches from the npm registry (needs npm).
+command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq npm; }
+source scripts/bootstrap.sh main
 pip install -q msgpack
 
 # The checkpoint (the same fetch as the engines'), then slime's --ref-load: /root/<MODEL_DIR>_torch_dist.

@@ -20,6 +20,7 @@ export type VimeErrorCode =
   | 'timeout'
   | (string & {});
 
+/** Options of every Vime error: its cause, data and code. */
 export interface VimeErrorOptions {
   cause?: unknown;
   data?: Record<string, unknown> | undefined;
@@ -37,6 +38,7 @@ export function hasErrorMarker(value: unknown, marker: symbol): boolean {
 
 const vimeMarker = errorMarker('VimeError');
 
+/** The base of every error Vime throws: a string `code`, an optional `cause` and `data`. */
 export class VimeError extends Error {
   readonly [vimeMarker] = true;
   readonly code: VimeErrorCode;
@@ -64,6 +66,7 @@ export class ConfigError extends VimeError {
     super('invalid_config', message, options);
   }
 
+  /** Whether `value` is a `ConfigError`, from any copy of this package. */
   static override isInstance(value: unknown): value is ConfigError {
     return hasErrorMarker(value, configMarker);
   }
@@ -84,6 +87,7 @@ export class ValidationError extends VimeError {
     this.path = path;
   }
 
+  /** Whether `value` is a `ValidationError`, from any copy of this package. */
   static override isInstance(value: unknown): value is ValidationError {
     return hasErrorMarker(value, validationMarker);
   }
@@ -91,6 +95,10 @@ export class ValidationError extends VimeError {
 
 const engineMarker = errorMarker('EngineError');
 
+/**
+ * Options of an `EngineError`: whether a retry may succeed, the HTTP status, the URL and the server's retry
+ * delay.
+ */
 export interface EngineErrorOptions extends VimeErrorOptions {
   isRetryable?: boolean | undefined;
   status?: number | undefined;
@@ -114,6 +122,7 @@ export class EngineError extends VimeError {
     this.retryAfterMs = options.retryAfterMs;
   }
 
+  /** Whether `value` is an `EngineError`, from any copy of this package. */
   static override isInstance(value: unknown): value is EngineError {
     return hasErrorMarker(value, engineMarker);
   }
@@ -128,6 +137,7 @@ export class SandboxError extends VimeError {
     super(options.code ?? 'sandbox_error', message, options);
   }
 
+  /** Whether `value` is a `SandboxError`, from any copy of this package. */
   static override isInstance(value: unknown): value is SandboxError {
     return hasErrorMarker(value, sandboxMarker);
   }
@@ -142,6 +152,7 @@ export class GradingError extends VimeError {
     super('grading_error', message, options);
   }
 
+  /** Whether `value` is a `GradingError`, from any copy of this package. */
   static override isInstance(value: unknown): value is GradingError {
     return hasErrorMarker(value, gradingMarker);
   }
@@ -156,6 +167,7 @@ export class DriftError extends VimeError {
     super('drift_error', message, options);
   }
 
+  /** Whether `value` is a `DriftError`, from any copy of this package. */
   static override isInstance(value: unknown): value is DriftError {
     return hasErrorMarker(value, driftMarker);
   }

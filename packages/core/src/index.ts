@@ -1,5 +1,9 @@
-// @vime/core: the data model. Every export is named here; the runtimes are on subpaths (`./engine`,
-// `./proxy`, `./queue`, `./runner`, `./standin`) and the shared helpers on `./utils`.
+/**
+ * The data model; the runtimes are on subpaths (`./engine`, `./proxy`, `./queue`,
+ * `./runner`, `./standin`) and the shared helpers on `./utils`.
+ *
+ * @module @vime/core
+ */
 export { decodeSamples, encodeSamples } from './codec.js';
 export {
   ConfigError,

@@ -4,8 +4,11 @@ import { typedArray } from './validate.js';
 
 /** Phases a rollout's wall-clock time is split into (milliseconds). */
 export const PhaseSchema = z.enum(['claim', 'setup', 'agent', 'model', 'exec', 'eval']);
+/** A phase of a rollout (claim, setup, agent, model, exec, eval). */
 export type Phase = z.infer<typeof PhaseSchema>;
+/** Schema of a rollout's time per phase. */
 export const PhaseTimingsSchema = z.partialRecord(PhaseSchema, z.number().nonnegative());
+/** Milliseconds a rollout spent in each phase. */
 export type PhaseTimings = z.infer<typeof PhaseTimingsSchema>;
 
 /** One model call of a trajectory, exactly as the engine saw and produced it. */
@@ -43,6 +46,7 @@ export const TurnSchema = z.object({
   /** The rendered messages of this turn (for debugging and drift reports). */
   messages: z.array(z.unknown()).optional(),
 });
+/** One model call of a trajectory. */
 export type Turn = z.infer<typeof TurnSchema>;
 
 /** Every turn of one agent session, in order. */
@@ -54,8 +58,10 @@ export const TrajectorySchema = z.object({
     .object({ forks: z.number().int(), realigns: z.number().int(), retokenizedTokens: z.number().int() })
     .default({ forks: 0, realigns: 0, retokenizedTokens: 0 }),
 });
+/** Every turn of one agent session, in order. */
 export type Trajectory = z.output<typeof TrajectorySchema>;
 
+/** Schema of a rollout's error. */
 export const RolloutErrorSchema = z.object({
   code: z.string(),
   message: z.string(),
@@ -63,6 +69,7 @@ export const RolloutErrorSchema = z.object({
   phase: PhaseSchema.optional(),
   cause: z.unknown().optional(),
 });
+/** Why a rollout failed or was aborted: a code, a message, the phase it was in and the cause. */
 export type RolloutError = z.infer<typeof RolloutErrorSchema>;
 
 const rolloutBase = {
@@ -92,10 +99,17 @@ export const RolloutResultSchema = z.discriminatedUnion('status', [
   z.object({ ...rolloutBase, status: z.literal('failed'), error: RolloutErrorSchema }),
   z.object({ ...rolloutBase, status: z.literal('aborted'), error: RolloutErrorSchema }),
 ]);
+/**
+ * The outcome of one rollout: `completed` or `truncated` with a reward, `failed` or `aborted` with an error
+ * and no reward.
+ */
 export type RolloutResult = z.output<typeof RolloutResultSchema>;
+/** A rollout that has a reward. */
 export type ScoredRollout = Extract<RolloutResult, { status: 'completed' | 'truncated' }>;
+/** A rollout that failed or was aborted: it has an error and no reward. */
 export type UnscoredRollout = Extract<RolloutResult, { status: 'failed' | 'aborted' }>;
 
+/** Whether a rollout has a reward. */
 export function isScored(result: RolloutResult): result is ScoredRollout {
   return result.status === 'completed' || result.status === 'truncated';
 }
@@ -154,6 +168,7 @@ export type RolloutEvent =
       turn: number;
     };
 
+/** The `type` of a rollout event. */
 export type RolloutEventType = RolloutEvent['type'];
 
 /** Monotonic milliseconds for event timestamps. */

@@ -4,25 +4,32 @@ import { parseWith, typedArray } from './validate.js';
 
 /** slime's `Sample.Status` values. `failed`: recoverable failure (tool/API/parse error); `aborted`: cut off. */
 export const SampleStatusSchema = z.enum(['pending', 'completed', 'truncated', 'aborted', 'failed']);
+/** A sample's status, as slime's `Sample.Status`. */
 export type SampleStatus = z.infer<typeof SampleStatusSchema>;
 
+/** Schema of a chat message. */
 export const ChatMessageSchema = z.looseObject({ role: z.string(), content: z.unknown() });
+/** One chat message of a prompt: a role and its content. */
 export type ChatMessage = z.infer<typeof ChatMessageSchema>;
 
 const JsonRecord = z.record(z.string(), z.unknown());
 
+/** Schema of slime's speculative decoding info. */
 export const SpecInfoSchema = z.object({
   spec_accept_token_num: z.number().int(),
   spec_draft_token_num: z.number().int(),
   spec_verify_ct: z.number().int(),
   completion_token_num: z.number().int(),
 });
+/** slime's speculative decoding info of a sample. */
 export type SpecInfo = z.infer<typeof SpecInfoSchema>;
 
+/** Schema of slime's prefix cache info. */
 export const PrefixCacheInfoSchema = z.object({
   cached_tokens: z.number().int(),
   total_prompt_tokens: z.number().int(),
 });
+/** slime's prefix cache info of a sample: cached and total prompt tokens. */
 export type PrefixCacheInfo = z.infer<typeof PrefixCacheInfoSchema>;
 
 const nullableInt = z.number().int().nullable();
@@ -74,6 +81,7 @@ export const SampleSchema = z.object({
   /** Keys slime does not define; `Sample.from_dict` sets them as attributes, so they travel along. */
   extra: JsonRecord.optional(),
 });
+/** One training row with exactly slime's field names. */
 export type Sample = z.infer<typeof SampleSchema>;
 
 const int = z.number().int();
@@ -87,6 +95,7 @@ export const SlimeSampleDictSchema = z.looseObject({
   rollout_top_p_token_offsets: z.array(int).nullable(),
   teacher_log_probs: z.array(z.number()).nullable(),
 });
+/** A sample as slime's `Sample.to_dict()` writes it. */
 export type SlimeSampleDict = z.infer<typeof SlimeSampleDictSchema>;
 
 /** slime's field names in declaration order (the order of `Sample.to_dict()`). */
@@ -123,6 +132,7 @@ export const SLIME_SAMPLE_FIELDS = [
   'prefix_cache_info',
 ] as const satisfies ReadonlyArray<keyof SlimeSampleDict>;
 
+/** What `createSample` takes: any of `Sample`'s fields, the arrays also as plain number arrays. */
 export type SampleInit = Partial<Omit<Sample, 'tokens' | 'loss_mask' | 'rollout_log_probs'>> & {
   tokens?: Int32Array | ArrayLike<number> | undefined;
   loss_mask?: Uint8Array | ArrayLike<number> | null | undefined;

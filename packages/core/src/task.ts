@@ -7,6 +7,7 @@ export const StagedFileSchema = z.object({
   content: z.union([z.string(), typedArray('Uint8Array')]),
   mode: z.number().int().optional(),
 });
+/** A file placed in the sandbox: before the agent loop (`files`) or after it for grading (`hiddenFiles`). */
 export type StagedFile = z.infer<typeof StagedFileSchema>;
 
 /** How a finished rollout is graded. `swesmith`: hidden tests + log parser; `exitCode`: the test command's exit code. */
@@ -25,6 +26,7 @@ export const GraderSpecSchema = z.discriminatedUnion('kind', [
     options: z.record(z.string(), z.unknown()).optional(),
   }),
 ]);
+/** How a finished rollout is graded. */
 export type GraderSpec = z.infer<typeof GraderSpecSchema>;
 
 /** A dataset-agnostic task: what the agent is asked, where it runs, and how it is graded. */
@@ -50,5 +52,7 @@ export const TaskSpecSchema = z.object({
   goldPatch: z.string().optional(),
   metadata: z.record(z.string(), z.unknown()).default({}),
 });
+/** A dataset-agnostic task: what the agent is asked, where it runs and how it is graded. */
 export type TaskSpec = z.output<typeof TaskSpecSchema>;
+/** A task as given, before defaults are filled in. */
 export type TaskSpecInput = z.input<typeof TaskSpecSchema>;

@@ -1,3 +1,10 @@
+/**
+ * GRPO-family advantage estimators with the conventions of the trainers people run (slime, verl, TRL,
+ * OpenRLHF, Dr.GRPO), token broadcast, the loss math needed to check a trainer, the reader of slime's `.pt`
+ * debug dumps, the golden check against them and the token audit of a batch. Pure computation.
+ *
+ * @module @vime/grpo
+ */
 export {
   type AuditDifference,
   auditTokens,

@@ -11,6 +11,10 @@ export const HARNESS_MOUNT = '/opt/vime-harness';
 /** The harness's home inside the sandbox: the private, writable `/tmp`, never the graded work dir. */
 export const HARNESS_HOME = '/tmp/vime-harness-home';
 
+/**
+ * What launching a harness needs: the installed binary, the proxy's URL, the session key, model, prompt and
+ * tools.
+ */
 export interface HarnessLaunchInput {
   installed: InstalledHarness;
   /** Base URL of the proxy as the sandbox sees it (`http://127.0.0.1:<port>`). */
@@ -23,6 +27,7 @@ export interface HarnessLaunchInput {
   tools: readonly string[];
 }
 
+/** How a harness is started in its sandbox: argv, environment and files. */
 export interface HarnessLaunch {
   argv: string[];
   env: Record<string, string>;
@@ -33,6 +38,7 @@ export interface HarnessLaunch {
 /** Claude Code's default tool set here: shell and file edits, no web, no subagents unless asked. */
 export const CLAUDE_CODE_TOOLS = ['Bash', 'Read', 'Edit', 'Write', 'Glob', 'Grep'] as const;
 
+/** The path of a harness's binary inside its sandbox. */
 export function harnessBin(installed: InstalledHarness): string {
   return `${HARNESS_MOUNT}/${installed.package.bin}`;
 }
@@ -129,6 +135,7 @@ export function codexLaunch(input: HarnessLaunchInput): HarnessLaunch {
   };
 }
 
+/** How each harness is launched. */
 export const HARNESS_LAUNCHERS: Readonly<Record<HarnessKind, (input: HarnessLaunchInput) => HarnessLaunch>> =
   {
     'claude-code': claudeCodeLaunch,

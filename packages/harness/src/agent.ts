@@ -16,6 +16,7 @@ import { type HarnessKind, type InstalledHarness, installHarness } from './insta
 import { runAgent } from './mini-swe-agent/agent.js';
 import { type AgentKind, agentOf, type HarnessRun, harnessSandboxSpec, runHarness } from './run.js';
 
+/** Options of `harnessAgent`. */
 export interface HarnessAgentOptions {
   /** Model name the agent asks for (the proxy serves whatever its engine runs). Default `vime-policy`. */
   model?: string | undefined;

@@ -16,6 +16,7 @@ export class HarnessError extends VimeError {
     super(code, message, options);
   }
 
+  /** Whether `value` is a `HarnessError`, from any copy of this package. */
   static override isInstance(value: unknown): value is HarnessError {
     return hasErrorMarker(value, harnessMarker);
   }

@@ -1,3 +1,10 @@
+/**
+ * The agents a rollout runs: mini-swe-agent's protocol over an OpenAI client, and Claude Code and Codex
+ * (pinned, integrity-checked platform binaries) run headless in a sandbox that reaches only the capture
+ * proxy; `harnessAgent(kind)` is the agent `sweRollout` runs.
+ *
+ * @module @vime/harness
+ */
 export {
   CLAUDE_CODE_TOOLS,
   claudeCodeLaunch,

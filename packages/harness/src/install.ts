@@ -15,8 +15,10 @@ import { ConfigError } from '@vime/core';
 import { ProcessError, runProcessOk } from '@vime/core/utils';
 import { HarnessError } from './errors.js';
 
+/** A CLI harness run from its npm platform binary. */
 export type HarnessKind = 'claude-code' | 'codex';
 
+/** The pinned npm package of a harness: name, version, integrity and binary. */
 export interface HarnessPackage {
   /** The npm package holding the platform binary. */
   name: string;
@@ -52,8 +54,10 @@ export const HARNESS_PACKAGES: Readonly<Record<HarnessKind, HarnessPackage>> = {
   },
 };
 
+/** The registry harness tarballs are fetched from by default. */
 export const DEFAULT_NPM_REGISTRY = 'https://registry.npmjs.org';
 
+/** Options of `installHarness`. */
 export interface InstallOptions {
   /** Downloaded tarballs (default `defaultHarnessCacheDir()`). */
   cacheDir?: string | undefined;
@@ -61,10 +65,12 @@ export interface InstallOptions {
   storeDir?: string | undefined;
   /** Registry base URL (default `DEFAULT_NPM_REGISTRY`). */
   registry?: string | undefined;
+  /** The fetch the tarball is downloaded with (default: the global one). */
   fetch?: typeof fetch | undefined;
   signal?: AbortSignal | undefined;
 }
 
+/** A harness unpacked and verified, ready to mount into a sandbox. */
 export interface InstalledHarness {
   kind: HarnessKind;
   package: HarnessPackage;

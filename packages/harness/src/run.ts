@@ -14,6 +14,7 @@ import type { HarnessKind, InstalledHarness } from './install.js';
 
 /** What `metadata.agent` of a sample may pick: ours, or a real harness. */
 export type AgentKind = 'mini-swe-agent' | HarnessKind;
+/** Every agent `metadata.agent` can pick. */
 export const AGENT_KINDS: readonly AgentKind[] = ['mini-swe-agent', 'claude-code', 'codex'];
 
 /**
@@ -42,6 +43,7 @@ export function harnessSandboxSpec(
   };
 }
 
+/** Options of `runHarness`. */
 export interface HarnessRunOptions {
   installed: InstalledHarness;
   sandbox: Sandbox;
@@ -62,6 +64,7 @@ export interface HarnessRunOptions {
   signal?: AbortSignal | undefined;
 }
 
+/** What a harness run did: exit code, duration, its event log, stderr and the captured turns. */
 export interface HarnessRun {
   harness: HarnessKind;
   exitCode: number | null;

@@ -4,6 +4,8 @@
  * harness's dialect, so an unmodified harness fixes a task whose gold patch is known. Claude Code reads
  * the buggy file, edits it and stops; Codex applies the fix with one shell command and stops. The
  * conversation so far tells a script where it is (the number of tool results in the prompt).
+ *
+ * @module @vime/harness/standin
  */
 import type { TaskSpec } from '@vime/core';
 import type { HarnessKind } from './install.js';
@@ -12,6 +14,7 @@ import type { HarnessKind } from './install.js';
 export const toolCall = (name: string, args: Record<string, unknown>) =>
   `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
 
+/** The change a stand-in script makes: the file, its changed line before and after, and the gold patch. */
 export interface Fix {
   /** Absolute path of the changed file in the sandbox. */
   path: string;
@@ -63,6 +66,7 @@ export const codexScript: Script = (results, fix) => {
   return 'The bug is fixed.';
 };
 
+/** The stand-in script of each harness. */
 export const HARNESS_SCRIPTS: Readonly<Record<HarnessKind, Script>> = {
   'claude-code': claudeCodeScript,
   codex: codexScript,

@@ -1,3 +1,10 @@
+/**
+ * Launching a disaggregated agentic-RL run from one typed config: SkyPilot Job Group and volume YAML, the
+ * slime command, the engine health gate, the Ray Jobs REST client, preflight, the capacity planner and the
+ * `vime` CLI.
+ *
+ * @module @vime/launch
+ */
 export { main } from './cli/main.js';
 export { MODEL_ARCH_ARGS } from './models.js';
 export {

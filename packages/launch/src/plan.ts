@@ -27,6 +27,7 @@ export const BRIDGE_LAUNCH = 'examples/slime-bridge/launch';
 /** The slime bridge's Python module folder, relative to the job's workdir. */
 export const BRIDGE_PYTHON = 'packages/slime/python';
 
+/** Schema of the launch config: one typed config for the Job Group, its engines, the trainer and slime. */
 export const LaunchConfigSchema = z.strictObject({
   /** Job Group name; defaults to `coding-agent-rl` (1 engine) or `coding-agent-rl-<N>eng`. */
   name: z.string().optional(),
@@ -132,9 +133,12 @@ export const LaunchConfigSchema = z.strictObject({
   /** Env names that must be set where the plan is launched. */
   requiredEnv: z.array(z.string()).default([]),
 });
+/** A launch config as written: every field optional. */
 export type LaunchConfig = z.input<typeof LaunchConfigSchema>;
+/** A launch config with every default filled in. */
 export type ResolvedLaunchConfig = z.output<typeof LaunchConfigSchema>;
 
+/** A resolved launch: the config, the Job Group, the volume and slime's config. */
 export interface LaunchPlan {
   config: ResolvedLaunchConfig;
   jobGroup: ResolvedJobGroupConfig;

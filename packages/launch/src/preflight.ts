@@ -9,6 +9,7 @@ import type { LaunchPlan } from './plan.js';
 import { renderJobGroup, renderVolume } from './skypilot/render.js';
 import { formatProblem, validateSkyPilotYaml } from './skypilot/validate.js';
 
+/** One problem preflight found: a code, the config path, a message and its severity. */
 export interface PreflightProblem {
   /** Stable identifier, e.g. `gpu.trainer`, `sandbox.pool`, `env.missing`. */
   code: string;
@@ -18,6 +19,7 @@ export interface PreflightProblem {
   severity: 'error' | 'warning';
 }
 
+/** What preflight found: every problem at once, and whether any is an error. */
 export interface PreflightReport {
   /** No errors (warnings allowed). */
   ok: boolean;
@@ -26,6 +28,7 @@ export interface PreflightReport {
 
 const gpus = (accelerators: string) => Number(accelerators.split(':')[1] ?? 1);
 
+/** Check a launch plan before anything starts: GPUs, engines, sandbox pool sizing, reachability and env. */
 export function preflight(plan: LaunchPlan): PreflightReport {
   const problems: PreflightProblem[] = [];
   const add = (code: string, path: string, message: string, severity: 'error' | 'warning' = 'error') =>

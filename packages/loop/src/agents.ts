@@ -44,9 +44,11 @@ export function usesHarness(kinds: ReadonlySet<AgentKind>): boolean {
  * A unix socket path for the capture proxy when `wanted` (the run has harness agents): in a fresh folder
  * every user can walk (the harness runs as the sandbox's unprivileged uid), removed by `close`.
  */
-export async function harnessSocket(
-  wanted: boolean,
-): Promise<{ socketPath: string | undefined; close: () => Promise<void> }> {
+export async function harnessSocket(wanted: boolean): Promise<{
+  socketPath: string | undefined;
+  /** Stop listening and remove the socket. */
+  close: () => Promise<void>;
+}> {
   if (!wanted) return { socketPath: undefined, close: async () => {} };
   const dir = await mkdtemp(join(tmpdir(), 'vime-proxy-'));
   await chmod(dir, 0o755);
@@ -67,6 +69,7 @@ export function samplingOf(config: Config): Sampling {
   };
 }
 
+/** What `loopRollout` needs: the config, the proxy, the pools and the run's agents. */
 export interface LoopRolloutDeps {
   config: Config;
   proxy: CaptureProxy;

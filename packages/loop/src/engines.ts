@@ -17,15 +17,18 @@ import { type StandInEngine, startStandInEngine } from '@vime/core/standin';
 import type { Config } from './config/schema.js';
 import { codingAgentPolicy } from './standin/policy.js';
 
+/** The run's engines: real or stand-in, their URLs and their logs. */
 export interface RunEngines {
   engines: Engine[];
   urls: string[];
   standIns: StandInEngine[];
   /** Decode-batch log lines of each stand-in engine, for the report. */
   logs: string[][];
+  /** Close the engines' connections and stop the stand-ins. */
   close(): Promise<void>;
 }
 
+/** Wait for the given engines, or start stand-in engines serving the scripted coding policy. */
 export async function startEngines(
   config: Config,
   tasks: readonly TaskSpec[],

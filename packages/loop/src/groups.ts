@@ -5,10 +5,12 @@
  */
 import type { GroupQueue, GroupWork } from '@vime/core/queue';
 
+/** What a step's prompt group carries in the queue: its task and its step. */
 export interface GroupPayload extends GroupWork {
   step: number;
 }
 
+/** The queue key of a step's prompt group. */
 export const groupKey = (step: number, groupIndex: number) => `step-${step}/group-${groupIndex}`;
 
 /** Create (or find again, after a restart) the groups of a step. */

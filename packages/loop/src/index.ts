@@ -1,4 +1,9 @@
-// @vime/loop: the coding-agent RL step loop. Every export is named here; the README documents each group.
+/**
+ * The coding-agent RL step loop: prompt groups as durable units, sync or async hand-off, a trainer hook,
+ * engines (yours or stand-ins), sinks and the run report; `runLoop` and the `vime-loop` CLI.
+ *
+ * @module @vime/loop
+ */
 export {
   checkAgents,
   harnessSocket,

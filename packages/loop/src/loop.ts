@@ -26,7 +26,9 @@ export type TrainerHook = (
   signal?: AbortSignal,
 ) => Promise<TrainResult>;
 
+/** What `runLoop` writes to and is stopped by: a log, a signal, and an optional trainer. */
 export interface LoopIO {
+  /** Where the run's progress lines go. */
   log: (line: string) => void;
   signal?: AbortSignal | undefined;
   /** Optional trainer, called in each step's hand-off (none: the batch file is the hand-off). */
@@ -35,6 +37,7 @@ export interface LoopIO {
   sources?: ConfigSources | undefined;
 }
 
+/** What a run did: its folder, dataset, steps, metrics, report and engines. */
 export interface RunSummary {
   out: string;
   /** The dataset file the tasks came from (the published offline set by default). */

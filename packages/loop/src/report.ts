@@ -25,6 +25,7 @@ import { scrapeEngines } from '@vime/metrics/scrape';
 import { type ConfigSources, configSettings } from './config/render.js';
 import type { Config } from './config/schema.js';
 
+/** What the run report is drawn from. */
 export interface ReportInput {
   out: string;
   runId: string;
@@ -76,7 +77,10 @@ async function codeVersion(): Promise<string> {
  * Read every engine's `/metrics` every 250 ms until `stop()`: the load is drawn as continuous lines,
  * idle stretches included (an engine logs decode batches only while it decodes).
  */
-export function sampleEngines(urls: readonly string[]): { stop(): Promise<EngineInput[]> } {
+export function sampleEngines(urls: readonly string[]): {
+  /** Stop reading; each engine's readings. */
+  stop(): Promise<EngineInput[]>;
+} {
   const controller = new AbortController();
   const series = scrapeEngines(
     urls.map((u) => `${u}/metrics`),
@@ -104,6 +108,7 @@ function capacityOf(record: RunRecord, mode: 'sync' | 'async'): CapacityInput | 
   }
 }
 
+/** Write the run's report: `report.json` and `report.html`. */
 export async function writeRunReport(
   input: ReportInput,
 ): Promise<{ record: RunRecord; json: string; html: string }> {

@@ -4,6 +4,7 @@
  */
 import type { CaptureProxy } from '@vime/core/proxy';
 
+/** One engine router event, as the run records it. */
 export interface RouterLogEntry {
   event: 'engine:down' | 'engine:up' | 'breaker:open' | 'breaker:close';
   /** Wall-clock milliseconds (Date.now), so a caller can compare with its own events. */

@@ -13,6 +13,7 @@ import {
   wandbOfflineSink,
 } from '@vime/metrics/sinks';
 
+/** The run's metric sinks: JSON lines, TensorBoard and, when asked, a W&B offline run. */
 export async function openRunSinks(
   out: string,
   run: RunMetadata,

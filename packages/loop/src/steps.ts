@@ -19,6 +19,7 @@ export interface TrainResult {
   metrics: Record<string, number>;
 }
 
+/** What one step did: rollouts, rewards, pass@k and timing. */
 export interface StepSummary {
   step: number;
   rollouts: number;

@@ -23,6 +23,7 @@ import { checkAgents } from './agents.js';
 import type { Config } from './config/schema.js';
 import { prepareImages } from './images.js';
 
+/** The run's tasks and where they came from. */
 export interface RunTasks {
   /** The dataset file the tasks came from (the published offline set when none was given). */
   dataset: string;

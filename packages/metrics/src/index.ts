@@ -2,6 +2,8 @@
  * `@vime/metrics`: pure computation (no files, no network, no processes, no globals): pass@k, percentiles,
  * rollout and engine metrics from records, log and Prometheus text parsers, run reports. The IO is on the
  * subpaths: `@vime/metrics/sinks` writes metric files, `@vime/metrics/scrape` reads engines over HTTP.
+ *
+ * @module @vime/metrics
  */
 export {
   type CapacityAnswer,

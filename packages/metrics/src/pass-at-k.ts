@@ -6,6 +6,7 @@ export interface PassCount {
   c: number;
 }
 
+/** One problem's attempts, correct ones and k. */
 export interface PassAtKInput extends PassCount {
   k: number;
 }
@@ -71,6 +72,7 @@ export function powersOfTwoUpTo(n: number): number[] {
   return ks;
 }
 
+/** pass@k of a batch at one k. */
 export interface BatchPassAtK {
   k: number;
   /** Mean over the problems that had at least k attempts; `null` when none had. */

@@ -10,6 +10,7 @@ import { ValidationError } from '@vime/core';
  */
 export type PercentileMethod = 'linear' | 'nearest-rank' | 'lower';
 
+/** Options of the percentile functions. */
 export interface PercentileOptions {
   method?: PercentileMethod | undefined;
 }
@@ -80,6 +81,7 @@ export interface Summary {
   max: number | null;
 }
 
+/** Count, mean, min, p50, p95, p99 and max of `values`. */
 export function summarize(values: ArrayLike<number>, options: PercentileOptions = {}): Summary {
   const sorted = sortedCopy(values);
   const n = sorted.length;
@@ -125,6 +127,7 @@ export class QuantileSketch {
     this.logGamma = Math.log(this.gamma);
   }
 
+  /** Add a value with a weight. */
   add(value: number, weight = 1): this {
     if (!Number.isFinite(value)) {
       throw new ValidationError('value', `QuantileSketch accepts finite numbers, found ${String(value)}`);
@@ -166,6 +169,7 @@ export class QuantileSketch {
     return this.positive.size + this.negative.size + (this.zeros > 0 ? 1 : 0);
   }
 
+  /** The mean of the values added. */
   get mean(): number {
     return this.count === 0 ? Number.NaN : this.sum / this.count;
   }

@@ -6,6 +6,7 @@ export interface PromSample {
   timestampMs?: number | undefined;
 }
 
+/** Prometheus text parsed: its samples and type declarations. */
 export interface PromParse {
   samples: PromSample[];
   /** `# TYPE` declarations by family name. */
@@ -342,6 +343,7 @@ export function histogramIncrease(readings: ReadonlyArray<PromHistogram | null>)
   return { buckets: [...acc.entries()].sort((a, b) => a[0] - b[0]), count, sum };
 }
 
+/** One engine's readings over time. */
 export interface ScrapeSeries {
   url: string;
   scrapes: Array<{ t: number; snapshot: EngineSnapshot }>;

@@ -23,6 +23,7 @@ import { type EngineTimeline, engineTimeline } from './timeline.js';
 /** The record's format; bumped when a key changes meaning. */
 export const RUN_RECORD_SCHEMA = 'vime.run-record/2';
 
+/** One engine's load readings for the report. */
 export interface EngineInput {
   /** A name for the engine (e.g. `eng0` or its host). */
   name: string;
@@ -59,6 +60,7 @@ export interface RunSetting {
   source: string;
 }
 
+/** What a run report is built from. */
 export interface RunReportInput {
   /** Run key, e.g. `async_3eng`. */
   name?: string | undefined;
@@ -108,8 +110,10 @@ export interface RunReportInput {
   timelinePoints?: number | undefined;
 }
 
+/** A phase of a trainer step. */
 export type StepPhase = 'rollout' | 'train_wait' | 'train' | 'update_weights';
 
+/** Reward and pass@k of a step. */
 export interface QualityRecord {
   reward_mean: number | null;
   [passAtK: `pass@${number}`]: number | null;

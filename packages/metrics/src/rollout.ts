@@ -16,6 +16,7 @@ import { percentileOfSorted, type Summary, summarize } from './percentile.js';
 /** What `rolloutMetrics` accepts: rollout results, or training rows (in memory or as slime dicts). */
 export type RolloutInput = RolloutResult | Sample | Record<string, unknown>;
 
+/** Options of `rolloutMetrics`. */
 export interface RolloutMetricsOptions {
   /**
    * Required: when does a rollout's reward count as solved? Peers disagree (slime `r === 1`,
@@ -66,6 +67,7 @@ export interface RolloutRecord {
   drift?: { forks: number; realigns: number; retokenizedTokens: number } | undefined;
 }
 
+/** pass@k at one k, with its bootstrap interval. */
 export interface KEstimate {
   k: number;
   /** Mean over the problems with at least k scored rollouts; `null` when there are none. */
@@ -77,6 +79,7 @@ export interface KEstimate {
   skipped: number;
 }
 
+/** A prompt group with fewer rollouts than expected. */
 export interface IncompleteGroup {
   group: string;
   expected: number;
@@ -86,6 +89,7 @@ export interface IncompleteGroup {
   pending: number;
 }
 
+/** Rollout time per phase and overall. */
 export interface RolloutTiming {
   /** Per-phase milliseconds, one value per rollout that recorded the phase. */
   phases: Partial<Record<Phase, Summary>>;
@@ -103,6 +107,7 @@ export interface RolloutTiming {
   }>;
 }
 
+/** Rollout counts, rewards, pass@k with intervals, groups and timing of a set of rollouts. */
 export interface RolloutMetrics {
   rollouts: {
     total: number;

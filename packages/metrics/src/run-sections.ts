@@ -7,11 +7,13 @@ import { isScored, PhaseSchema, type RolloutResult } from '@vime/core';
 import { passAtK, powersOfTwoUpTo } from './pass-at-k.js';
 import { type Summary, summarize } from './percentile.js';
 
+/** Scored rollouts' rewards in bins. */
 export interface RewardHistogram {
   bins: Array<{ lo: number; hi: number; count: number }>;
   scored: number;
 }
 
+/** One task's row of the report: attempts, outcomes, mean reward and pass@k. */
 export interface TaskRow {
   task: string;
   attempts: number;
@@ -24,6 +26,7 @@ export interface TaskRow {
   pass_at_k: Record<string, number | null>;
 }
 
+/** The report's staleness section. */
 export interface Staleness {
   /** Rollouts whose training rows carry weight versions. */
   rollouts_with_versions: number;
@@ -36,6 +39,7 @@ export interface Staleness {
   mixed_versions: number;
 }
 
+/** The report's phase section: time per rollout by step and phase. */
 export interface PhaseTiming {
   /** Mean milliseconds per rollout, per step and phase (phases that do not overlap, for stacked bars). */
   per_step: Record<string, Record<string, number>>;
@@ -45,6 +49,7 @@ export interface PhaseTiming {
   exec_call: Summary;
 }
 
+/** The report's workload section. */
 export interface Workload {
   rollouts_per_step: number | null;
   turns_mean: number | null;
@@ -60,6 +65,7 @@ export const STACKED_PHASES = ['claim', 'setup', 'model', 'exec', 'agent_other',
 
 const meanOf = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null);
 
+/** Scored rollouts' rewards in `bins` bins. */
 export function rewardHistogram(results: ReadonlyArray<RolloutResult>, bins = 10): RewardHistogram | null {
   const rewards = results.filter(isScored).map((r) => r.reward);
   if (rewards.length === 0) return null;
@@ -75,6 +81,7 @@ export function rewardHistogram(results: ReadonlyArray<RolloutResult>, bins = 10
   return { bins: out, scored: rewards.length };
 }
 
+/** One row per task: attempts, outcomes, mean reward and pass@k. */
 export function taskTable(results: ReadonlyArray<RolloutResult>, correct: (r: number) => boolean): TaskRow[] {
   const byTask = new Map<string, RolloutResult[]>();
   for (const r of results) byTask.set(r.taskId, [...(byTask.get(r.taskId) ?? []), r]);
@@ -123,6 +130,7 @@ export function countMetadata(results: ReadonlyArray<RolloutResult>, field: stri
   return out;
 }
 
+/** Rollouts by weight version and by lag behind the newest version of their step. */
 export function staleness(
   byStep: ReadonlyArray<{ step: number; results: ReadonlyArray<RolloutResult> }>,
 ): Staleness | null {
@@ -195,6 +203,7 @@ export function phaseTiming(
   return { per_step, summary, exec_call: summarize([...all.flatMap(execCalls), ...execCallsMs]) };
 }
 
+/** Rollouts, turns and time per step of a run. */
 export function workload(
   byStep: ReadonlyArray<{ step: number; results: ReadonlyArray<RolloutResult> }>,
   outputTokens: number | null,

@@ -12,12 +12,14 @@ export interface SaturationPoint {
   genThroughput?: number | undefined;
 }
 
+/** The peak and the median of a metric. */
 export interface PeakMedian {
   peak: number | null;
   /** Nearest-rank median (an observed value). */
   median: number | null;
 }
 
+/** One engine's saturation over a run. */
 export interface EngineSaturation {
   points: number;
   /** First and last timestamps, when the points carry them. */

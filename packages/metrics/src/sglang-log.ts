@@ -52,6 +52,7 @@ export interface DecodeColumns {
   line: Int32Array;
 }
 
+/** What parsing an SGLang decode log found. */
 export interface DecodeLogResult {
   /** Readings parsed. */
   count: number;
@@ -474,6 +475,7 @@ export class SglangDecodeLogParser {
   private readonly state = newState();
   private rest = '';
 
+  /** Parse the next chunk of the log. */
   push(chunk: string): this {
     const text = this.rest + chunk;
     const lastNl = text.lastIndexOf('\n');
@@ -486,6 +488,7 @@ export class SglangDecodeLogParser {
     return this;
   }
 
+  /** Finish: parse what is left and return the result. */
   end(): DecodeLogResult {
     if (this.rest.length > 0) scan(this.rest, this.rest.length, this.state);
     this.rest = '';

@@ -24,6 +24,7 @@ export interface PerfStep {
   agent?: Record<string, number> | undefined;
 }
 
+/** slime's perf lines parsed: one entry per step. */
 export interface SlimePerfLog {
   steps: PerfStep[];
   lines: number;

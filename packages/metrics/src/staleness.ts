@@ -9,6 +9,7 @@ export interface VersionedRow {
   weight_versions: readonly string[];
 }
 
+/** How stale a batch's rows are: their weight versions and their lag. */
 export interface WeightStaleness {
   rows: number;
   /** Rows with any version recorded. */
@@ -25,6 +26,7 @@ export interface WeightStaleness {
   versions: string[];
 }
 
+/** How stale a batch's rows are, from each row's weight versions. */
 export function weightStaleness(rows: readonly VersionedRow[]): WeightStaleness {
   const seen: string[] = [];
   for (const r of rows) for (const v of r.weight_versions) if (!seen.includes(v)) seen.push(v);

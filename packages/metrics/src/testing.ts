@@ -2,12 +2,15 @@
  * Test helpers (the `@vime/metrics/testing` entry): open a report in headless Chromium, collect console
  * errors, count rendered charts and take a screenshot. Needs `playwright-core` and a Chromium binary
  * (Debian: `apt-get install chromium`, which provides /usr/bin/chromium).
+ *
+ * @module @vime/metrics/testing
  */
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { ConfigError, VimeError } from '@vime/core';
 
+/** Where Debian's Chromium is. */
 export const DEFAULT_CHROMIUM = '/usr/bin/chromium';
 
 /** Flags for a quiet, offline, throwaway browser. */
@@ -67,6 +70,7 @@ const INSPECT_PAGE = `(() => {
   };
 })()`;
 
+/** Options of rendering a report in headless Chromium. */
 export interface RenderOptions {
   /** Where to write a full-page PNG screenshot (folders are created). */
   screenshotPath?: string | undefined;
@@ -78,6 +82,7 @@ export interface RenderOptions {
   signal?: AbortSignal | undefined;
 }
 
+/** What rendering a report found: console errors, charts and a screenshot. */
 export interface RenderResult {
   /** `console.error` messages and uncaught page errors. */
   consoleErrors: string[];

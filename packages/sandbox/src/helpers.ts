@@ -31,6 +31,7 @@ export function isTransientFailure(result: ExecResult): boolean {
   return result.timedOut || result.exitCode === null || TRANSIENT_OUTPUT.test(tailOf(result.output, 4000));
 }
 
+/** Options of `runSetup`. */
 export interface SetupOptions extends Omit<ExecOptions, 'stdin'> {
   /** Extra attempts after the first (default 2). */
   retries?: number | undefined;
@@ -103,6 +104,7 @@ export async function runSetup(
   );
 }
 
+/** Options of running a command detached from the exec call. */
 export interface DetachedOptions extends Omit<ExecOptions, 'stdin'> {
   /** How often to look for the exit-code marker (default 500 ms). */
   pollIntervalMs?: number | undefined;

@@ -1,4 +1,11 @@
-// Output capture lives in @vime/core/utils (it runs this package's host processes); named here too.
+/**
+ * Sandboxes for an agent's untrusted commands and a repository's tests: one provider interface with three
+ * backends (bubblewrap, the Docker Engine API, local processes), warm pools, and a lifecycle that never leaks
+ * (labels, exit handlers, lifetime timers, `reapOrphans`).
+ *
+ * @module @vime/sandbox
+ */
+/** Output capture, from @vime/core/utils (it runs this package's host processes). */
 export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from '@vime/core/utils';
 export { type BubblewrapProviderOptions, bubblewrapProvider } from './bubblewrap/provider.js';
 export { PROXY_CHANNEL_PORT, PROXY_SOCKET_IN_SANDBOX } from './channel.js';

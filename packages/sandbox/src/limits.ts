@@ -7,6 +7,7 @@ import { posix } from 'node:path';
 import { ConfigError } from '@vime/core';
 import type { ResourceLimits } from './types.js';
 
+/** The name of one resource limit. */
 export type LimitName = keyof ResourceLimits;
 
 /** Limits after defaults and validation: a number, or undefined for "not limited". */
@@ -42,6 +43,7 @@ const RULES: Record<LimitName, { min: number; integer: boolean; unit: string; ex
   cpus: { min: 0.01, integer: false, unit: 'cores', example: 'cpus: 1.5' },
 };
 
+/** Every resource limit's name. */
 export const LIMIT_NAMES = Object.keys(RULES) as LimitName[];
 
 /** A value as an error message shows it (NaN and Infinity included). */

@@ -8,10 +8,12 @@ import { sleep } from '@vime/core/utils';
 import { poolName } from './names.js';
 import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from './types.js';
 
+/** The label that names a sandbox's warm pool. */
 export const POOL_LABEL = 'vime.pool';
 /** Background creates failing in a row after which `ready()` gives up (the first may be a fluke). */
 const READY_FAILURES = 3;
 
+/** Options of `WarmPool`. */
 export interface WarmPoolOptions {
   /** What every sandbox of the pool is created from. */
   spec: SandboxSpec;
@@ -39,6 +41,7 @@ export interface WarmPoolOptions {
   prepare?: ((sandbox: Sandbox, options: OpOptions) => Promise<void>) | undefined;
 }
 
+/** A warm pool's size, idle sandboxes and claims so far. */
 export interface WarmPoolStats {
   name: string;
   size: number;
@@ -89,6 +92,9 @@ class RateLimiter {
   }
 }
 
+/**
+ * Sandboxes created ahead of time from one spec: a claim takes a warm one, or creates one when none is ready.
+ */
 export class WarmPool {
   readonly name: string;
   readonly events: SandboxEmitter;
@@ -157,6 +163,7 @@ export class WarmPool {
     this.fill();
   }
 
+  /** The pool's size, idle sandboxes and claims so far. */
   stats(): WarmPoolStats {
     return {
       name: this.name,

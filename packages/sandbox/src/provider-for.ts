@@ -5,8 +5,10 @@ import { localProvider } from './host/local-provider.js';
 import type { ImageStore } from './images/store.js';
 import type { SandboxProvider } from './types.js';
 
+/** A sandbox backend. */
 export type ProviderKind = 'bubblewrap' | 'docker' | 'local';
 
+/** Options of `providerFor`. */
 export interface ProviderForOptions {
   /** Where bubblewrap turns image references into rootfs folders (default `new ImageStore()`). */
   imageStore?: ImageStore | undefined;

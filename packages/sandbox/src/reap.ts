@@ -22,6 +22,7 @@ import {
 import { killByEnvPrefix, SANDBOX_MARKER_ENV } from './process-markers.js';
 import type { SandboxEmitter } from './types.js';
 
+/** Options of `reapOrphans`. */
 export interface ReapOptions {
   /** Only sandboxes labelled with this run (`vime.run`). */
   run?: string | undefined;
@@ -42,6 +43,7 @@ export interface ReapOptions {
   signal?: AbortSignal | undefined;
 }
 
+/** A sandbox `reapOrphans` removed. */
 export interface ReapedSandbox {
   id: string;
   provider: string;
@@ -49,6 +51,7 @@ export interface ReapedSandbox {
   reason: string;
 }
 
+/** What `reapOrphans` removed, and what it left because its run is alive. */
 export interface ReapReport {
   removed: ReapedSandbox[];
   /** Matched by the filters but left alone because their run is still alive. */

@@ -1,9 +1,14 @@
-// Shared by the tests of the packages that run sandboxes: whether a Docker engine and root are here, and the
-// image docker-up.sh imports.
+/**
+ * Shared by the tests of the packages that run sandboxes: whether a Docker engine and root are here, and
+ * the image docker-up.sh imports.
+ *
+ * @module @vime/sandbox/testing
+ */
 import { existsSync } from 'node:fs';
 import { available } from '@vime/core/testing';
 import { defaultDockerSocket } from './docker/engine-api.js';
 
+/** The Docker image the sandbox tests use. */
 export const testImage = 'vime/sandbox-base:latest';
 
 /** Whether a Docker engine's socket exists (`DOCKER_HOST` or the default one). */

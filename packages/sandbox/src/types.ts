@@ -27,6 +27,9 @@ export interface ResourceLimits {
   cpus?: number | null | undefined;
 }
 
+/**
+ * What a sandbox is created from: image, work dir, env, limits, labels, lifetime, proxy channel and binds.
+ */
 export interface SandboxSpec {
   /** Image (docker) or prepared rootfs name/folder (bubblewrap); default: the host's read-only system. */
   image?: string | undefined;
@@ -52,6 +55,7 @@ export interface SandboxSpec {
   readOnlyBinds?: readonly ReadOnlyBind[] | undefined;
 }
 
+/** The capture proxy a sandbox may reach: its host unix socket. */
 export interface ProxyChannel {
   /** Absolute path of the host unix socket (the capture proxy's `socketPath`). */
   socketPath: string;
@@ -59,6 +63,7 @@ export interface ProxyChannel {
   port?: number | undefined;
 }
 
+/** A host path mounted read-only into a sandbox. */
 export interface ReadOnlyBind {
   /** Absolute host path. */
   source: string;
@@ -74,6 +79,7 @@ export interface SandboxCapabilities {
   isolatedNetwork: boolean;
 }
 
+/** Options of `sandbox.exec`. */
 export interface ExecOptions {
   cwd?: string | undefined;
   env?: Record<string, string> | undefined;
@@ -85,6 +91,9 @@ export interface ExecOptions {
   signal?: AbortSignal | undefined;
 }
 
+/**
+ * What a command run in a sandbox did: exit code, output, whether it timed out or was cut, and its duration.
+ */
 export interface ExecResult {
   /** Exit code (128 + signal number when killed by a signal, as a shell reports it); null when it timed out. */
   exitCode: number | null;
@@ -97,10 +106,12 @@ export interface ExecResult {
   durationMs: number;
 }
 
+/** Options every sandbox operation takes. */
 export interface OpOptions {
   signal?: AbortSignal | undefined;
 }
 
+/** Options of reading a file from a sandbox. */
 export interface ReadOptions extends OpOptions {
   /**
    * Largest file read back to the host, bytes (default `DEFAULT_MAX_READ_BYTES`, 64 MiB); a larger one
@@ -109,6 +120,7 @@ export interface ReadOptions extends OpOptions {
   maxBytes?: number | undefined;
 }
 
+/** One sandbox: run commands, read and write files, copy folders in, terminate. */
 export interface Sandbox {
   readonly id: string;
   readonly provider: string;
@@ -117,27 +129,33 @@ export interface Sandbox {
   readonly capabilities: SandboxCapabilities;
   /** `argv` runs without a shell; a string runs under `sh -c`. */
   exec(command: string | readonly string[], options?: ExecOptions): Promise<ExecResult>;
+  /** Write a file; parents are created, a relative path is under the work dir. */
   writeFile(
     path: string,
     content: string | Uint8Array,
     options?: OpOptions & { mode?: number | undefined },
   ): Promise<void>;
+  /** Read a file's bytes. */
   readFile(path: string, options?: ReadOptions): Promise<Uint8Array>;
+  /** Read a file as UTF-8 text. */
   readTextFile(path: string, options?: ReadOptions): Promise<string>;
   /**
    * Copy a host directory's contents into the sandbox at `path` (created if missing), owned by the sandbox
    * user: the fast way to put a repository at the work dir.
    */
   copyIn(hostDir: string, path: string, options?: OpOptions): Promise<void>;
+  /** Whether the sandbox still runs. */
   isAlive(options?: OpOptions): Promise<boolean>;
   /** Idempotent; never throws. */
   terminate(): Promise<void>;
 }
 
+/** A sandbox backend: creates sandboxes from a spec. */
 export interface SandboxProvider {
   readonly name: string;
   /** Lifecycle events of every sandbox this provider creates. */
   readonly events: SandboxEmitter;
+  /** Create a sandbox from `spec`. */
   create(spec: SandboxSpec, options?: OpOptions): Promise<Sandbox>;
 }
 
@@ -146,13 +164,16 @@ export type TerminateReason = 'requested' | 'lifetime' | 'exit' | 'signal' | 'po
 
 /** Events (eventemitter3) emitted by providers, pools and the reaper. */
 export interface SandboxEvents {
+  /** A sandbox was created. */
   create: (event: {
     id: string;
     provider: string;
     labels: Record<string, string>;
     durationMs: number;
   }) => void;
+  /** A sandbox was claimed from a pool, warm or created on demand. */
   claim: (event: { id: string; pool: string; warm: boolean; latencyMs: number }) => void;
+  /** A command ran in a sandbox. */
   exec: (event: {
     id: string;
     provider: string;
@@ -160,7 +181,9 @@ export interface SandboxEvents {
     exitCode: number | null;
     timedOut: boolean;
   }) => void;
+  /** A sandbox was terminated. */
   terminate: (event: { id: string; provider: string; reason: TerminateReason; durationMs: number }) => void;
+  /** A sandbox left behind was removed. */
   'leak-reaped': (event: {
     id: string;
     provider: string;
@@ -179,4 +202,5 @@ export interface SandboxEvents {
   }) => void;
 }
 
+/** The emitter of sandbox lifecycle events. */
 export type SandboxEmitter = EventEmitter<SandboxEvents>;

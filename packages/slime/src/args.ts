@@ -12,6 +12,7 @@ const path = z.string().min(1);
 const int = z.number().int();
 const pos = int.positive();
 
+/** Schema of the slime config `slimeArgs` turns into slime's argv. */
 export const SlimeConfigSchema = z.strictObject({
   /** `async` overlaps rollout and training (`train_async.py`); `sync` serializes them (`train.py`). */
   mode: z.enum(['sync', 'async']).default('async'),
@@ -149,15 +150,19 @@ export const SlimeConfigSchema = z.strictObject({
   /** Flags (without dashes) to accept in addition to the built-in allow-list, e.g. from a patched slime. */
   allowFlags: z.array(z.string()).default([]),
 });
+/** A slime config as written. */
 export type SlimeConfig = z.input<typeof SlimeConfigSchema>;
+/** A slime config with every default filled in. */
 export type ResolvedSlimeConfig = z.output<typeof SlimeConfigSchema>;
 
+/** One combination slime would reject, with the config path and the fix. */
 export interface SlimeProblem {
   /** Config field, e.g. `weights.transport`. */
   path: string;
   message: string;
 }
 
+/** slime's command: the script, its flags and the whole argv. */
 export interface SlimeCommand {
   script: 'train.py' | 'train_async.py';
   /** Flags after the script. */

@@ -201,6 +201,7 @@ export const REFUSED_FLAGS: Record<string, string> = {
     'slime has no such flag (it is silently ignored); use --update-weight-delta-encoding xor|overwrite',
 };
 
+/** Every slime and Megatron flag the allow-list accepts. */
 export const KNOWN_FLAGS: ReadonlySet<string> = new Set([...SLIME, ...MEGATRON]);
 
 /** Why `flag` (without dashes) is not accepted, or undefined when it is. */

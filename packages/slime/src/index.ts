@@ -1,4 +1,9 @@
-// @vime/slime: slime's side of Vime. Every export is named here; the README documents each group.
+/**
+ * slime's side of Vime: the rollout server slime's generate function calls (`vime-rollout-server`), its
+ * durable sample units, the slime command builder with its flag allow-list, and the bridge's Python modules.
+ *
+ * @module @vime/slime
+ */
 export {
   checkSlimeConfig,
   type ResolvedSlimeConfig,

@@ -24,14 +24,17 @@ import type { GroupQueue } from '@vime/core/queue';
 import { deadlineSignal, retry } from '@vime/core/utils';
 import { handOffAnswered, runSampleUnit, UnitDropped, unitKey } from './sample-units.js';
 
+/** One request of slime's generate function: the sample and its sampling parameters. */
 export interface RolloutRequest {
   sample: Sample;
   samplingParams: Record<string, unknown>;
   signal: AbortSignal;
 }
 
+/** The rollout the server runs per request: a sample in, its training rows out. */
 export type BridgeRollout = (request: RolloutRequest) => Promise<Sample[]>;
 
+/** Options of `startRolloutServer`. */
 export interface RolloutServerOptions {
   rollout: BridgeRollout;
   host?: string | undefined;
@@ -80,9 +83,11 @@ function worthRetrying(error: unknown): boolean {
   return !ConfigError.isInstance(error) && (error as Error | null)?.name !== 'ZodError';
 }
 
+/** A running rollout server. */
 export interface RolloutServer {
   url: string;
   server: Server;
+  /** Requests in flight and waiting, and the rollouts answered by outcome. */
   stats(): {
     inFlight: number;
     waiting: number;
@@ -95,6 +100,7 @@ export interface RolloutServer {
     /** Requests answered with rows recorded by an earlier request (no rollout ran). */
     replayed: number;
   };
+  /** Stop the server, ending the rollouts in flight. */
   close(): Promise<void>;
 }
 
@@ -296,6 +302,7 @@ class RolloutHandler {
   }
 }
 
+/** Start the rollout server slime's generate function posts samples to. */
 export async function startRolloutServer(options: RolloutServerOptions): Promise<RolloutServer> {
   const capacity = options.concurrency ?? 64;
   const deadlineMs = options.deadlineMs ?? 30 * 60_000;

@@ -10,6 +10,7 @@ import { errorMarker, hasErrorMarker, type Sample, VimeError } from '@vime/core'
 import type { GroupQueue, SampleVersions } from '@vime/core/queue';
 import { deadlineSignal, sleep } from '@vime/core/utils';
 
+/** What a sample unit answered: its rows, and whether they came from the queue. */
 export interface UnitRun {
   rows: Sample[];
   /** Answered from the queue: recorded by an earlier request. */
@@ -35,6 +36,7 @@ export class UnitDropped extends VimeError {
     super('rollout_failed', message, { cause });
   }
 
+  /** Whether `value` is a `UnitDropped`, from any copy of this package. */
   static override isInstance(value: unknown): value is UnitDropped {
     return hasErrorMarker(value, unitDroppedMarker);
   }

@@ -11,6 +11,7 @@ import type { CapturedPatch } from './capture.js';
 import { diffHeaderPath } from './diff-header.js';
 import type { StatusMap } from './parsers/types.js';
 
+/** A kind of reward hack the checks detect. */
 export type HackFlagKind =
   | 'test_config_changed'
   | 'conftest_changed'
@@ -28,6 +29,7 @@ export type HackFlagKind =
   /** Informational: the agent wrote a file at a hidden test's path; it is replaced by the real test. */
   | 'hidden_test_path_written';
 
+/** One detected reward hack: its kind and what was found. */
 export interface HackFlag {
   kind: HackFlagKind;
   detail: string;

@@ -12,6 +12,9 @@ import { type SweSession, snapshotGit } from './setup.js';
 /** Largest patch captured (default 16 MiB); a larger one is the agent's failure, not a partial patch. */
 export const MAX_PATCH_BYTES = 16 << 20;
 
+/**
+ * The agent's change captured as a patch, with the files it changed, deleted and the test files it touched.
+ */
 export interface CapturedPatch {
   /** The change, test files excluded (they are restored before grading), binary files as git binary diffs. */
   patch: string;

@@ -52,6 +52,7 @@ export function problemLine(p: DatasetProblem): string {
 const fileProblem = (file: string, message: string, fix: string) =>
   new DatasetError([{ file, message, fix }]);
 
+/** A dataset file's format, told by its contents, not its name. */
 export type DatasetFormat = 'jsonl' | 'parquet';
 
 const HEAD_BYTES = 4096;

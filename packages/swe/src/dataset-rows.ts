@@ -22,6 +22,7 @@ export interface RowIssue {
   instanceId?: string | undefined;
 }
 
+/** Options of loading a dataset: what a malformed row does, and which rows to keep. */
 export interface LoadOptions {
   /** `skip` (default) reports malformed rows in `issues` and keeps the rest; `fatal` throws on the first. */
   onInvalid?: 'skip' | 'fatal' | undefined;
@@ -36,6 +37,7 @@ export interface LoadOptions {
   signal?: AbortSignal | undefined;
 }
 
+/** The rows loaded and the rows that failed validation. */
 export interface LoadResult {
   rows: SweSmithRow[];
   issues: RowIssue[];

@@ -42,6 +42,7 @@ export const SweSmithRowSchema = z.object({
    */
   agent: optionalText,
 });
+/** One SWE-smith dataset row. */
 export type SweSmithRow = z.output<typeof SweSmithRowSchema>;
 
 /** Filter by repo substring, shuffle (seeded), then apply the per-repo and global caps. */
@@ -117,6 +118,7 @@ export function repoPoolName(repo: string, runSuffix?: string): string {
 
 // --- rows → tasks ---------------------------------------------------------------------------------------
 
+/** Options of `rowToTask`. */
 export interface RowToTaskOptions {
   /** Appended to every pool name (e.g. a run id), so runs do not share warm pools. */
   runSuffix?: string | undefined;

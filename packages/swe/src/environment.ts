@@ -20,6 +20,7 @@ import { ConfigError, parseWith, type TaskSpec } from '@vime/core';
 import type { OpOptions, Sandbox, SandboxSpec } from '@vime/sandbox';
 import { z } from 'zod';
 
+/** The file, next to a dataset, that says how each image's environment is put in place. */
 export const ENVIRONMENTS_FILE = 'environments.json';
 
 const EnvironmentEntrySchema = z.strictObject({
@@ -34,6 +35,7 @@ const EnvironmentsFileSchema = z.strictObject({
   environments: z.record(z.string().min(1), EnvironmentEntrySchema),
 });
 
+/** How one repo image's environment is put in place: from a template or a root filesystem. */
 export interface SweEnvironment {
   image: string;
   template?: string | undefined;
@@ -43,6 +45,7 @@ export interface SweEnvironment {
 /** The sandbox backends environments are resolved for. */
 export type SandboxKind = 'bubblewrap' | 'docker' | 'local';
 
+/** The environments of a dataset, by image. */
 export class SweEnvironments {
   readonly #byImage: ReadonlyMap<string, SweEnvironment>;
   /** Where the environments came from, for messages. */
@@ -60,6 +63,7 @@ export class SweEnvironments {
     return SweEnvironments.load(file);
   }
 
+  /** Read the environments of `file`. */
   static async load(file: string): Promise<SweEnvironments> {
     let raw: unknown;
     try {
@@ -80,10 +84,12 @@ export class SweEnvironments {
     );
   }
 
+  /** The environment of `image`, if there is one. */
   get(image: string | undefined): SweEnvironment | undefined {
     return image === undefined ? undefined : this.#byImage.get(image);
   }
 
+  /** Every image that has an environment. */
   get images(): string[] {
     return [...this.#byImage.keys()];
   }

@@ -5,15 +5,20 @@
 import { ConfigError } from '@vime/core';
 import type { StatusMap } from './parsers/types.js';
 
+/** Whose grading rules apply: SWE-smith's, or SWE-bench's at a version. */
 export type GradingSemantics = 'swesmith' | 'swebench-v4.1.0' | 'swebench-main';
+/** Whether both test lists count, or FAIL_TO_PASS alone. */
 export type EvalType = 'pass_and_fail' | 'fail_only';
+/** How much of the task a patch resolves. */
 export type Resolution = 'RESOLVED_FULL' | 'RESOLVED_PARTIAL' | 'RESOLVED_NO';
 
+/** Tests that passed and failed, by name. */
 export interface TestBucket {
   success: string[];
   failure: string[];
 }
 
+/** The FAIL_TO_PASS and PASS_TO_PASS tests, each split into passed and failed. */
 export interface TestsStatus {
   FAIL_TO_PASS: TestBucket;
   PASS_TO_PASS: TestBucket;
@@ -21,17 +26,20 @@ export interface TestsStatus {
   PASS_TO_FAIL: TestBucket;
 }
 
+/** A patch's grade: its tests' status and the resolution. */
 export interface GradeReport {
   tests_status: TestsStatus;
   resolution: Resolution;
 }
 
+/** What a grade is computed from: each test's status and the task's FAIL_TO_PASS and PASS_TO_PASS lists. */
 export interface GradeInput {
   statusMap: StatusMap;
   failToPass: readonly string[];
   passToPass: readonly string[];
 }
 
+/** Options of `gradeReport`. */
 export interface GradeOptions {
   /** Default `swesmith`. */
   semantics?: GradingSemantics | undefined;
@@ -58,6 +66,7 @@ function statusOf(id: string, map: StatusMap, main: boolean): string | undefined
   return key === undefined ? undefined : map[key];
 }
 
+/** Grade a test run as SWE-smith or SWE-bench does: the tests' status and the resolution. */
 export function gradeReport(input: GradeInput, options: GradeOptions = {}): GradeReport {
   const { semantics = 'swesmith', evalType = 'pass_and_fail' } = options;
   if (semantics !== 'swesmith' && semantics !== 'swebench-v4.1.0' && semantics !== 'swebench-main') {

@@ -48,6 +48,7 @@ export class GradingSandboxLost extends GradingError {
     super(message, options);
   }
 
+  /** Whether `value` is a `GradingSandboxLost`, from any copy of this package. */
   static override isInstance(value: unknown): value is GradingSandboxLost {
     return hasErrorMarker(value, sandboxLostMarker);
   }
@@ -334,7 +335,9 @@ async function runLogged(ctx: RunContext): Promise<SweGradeResult> {
 
 /** Where grading sandboxes come from (`SwePools`, or anything that hands out fresh sandboxes of a task's image). */
 export interface SandboxSource {
+  /** Claim a sandbox of the task's image. */
   claim(task: TaskSpec, options?: { signal?: AbortSignal | undefined }): Promise<Sandbox>;
+  /** Give a sandbox back. */
   release(sandbox: Sandbox): Promise<void>;
 }
 

@@ -41,6 +41,7 @@ export type GradeOutcome =
   /** The run's outcomes were rewritten (a canary misbehaved, a report contradicts its call, …): see `flags`. */
   | 'tampered';
 
+/** A grade that could not be made, for an infrastructure reason: never a reward. */
 export interface InfraError {
   status: 'infra_error';
   reason: InfraReason;
@@ -79,8 +80,10 @@ export interface Graded extends GradeReport {
   durationMs: number;
 }
 
+/** What grading a patch gave: a grade, or an infrastructure error. */
 export type SweGradeResult = Graded | InfraError;
 
+/** Options of `gradeInFreshSandbox`. */
 export interface GradeSweOptions {
   /**
    * `swesmith` (default): SWE-smith/SWE-bench v4.1.0 rules, the reward SWE-smith training used, except that

@@ -11,6 +11,7 @@ import type { StatusMap } from './parsers/types.js';
 /** A test's outcome under the grader: only `PASSED` is a pass. */
 export type RunStatus = 'PASSED' | 'FAILED' | 'ERROR' | 'SKIPPED' | 'XFAIL' | 'XPASS';
 
+/** One canary test of a grading run: what it had to do and what it did. */
 export interface CanaryVerdict {
   id: string;
   /** `fail`: must fail; `pass`: must pass; `not_pass`: a mutant of a F2P test, must not pass. */
@@ -107,7 +108,7 @@ function statusOf(id: string, n: NodeRecords, evidence: string[]): RunStatus {
       return 'FAILED';
     }
   }
-  if (!teardown || teardown.outcome !== 'passed') return 'ERROR';
+  if (teardown?.outcome !== 'passed') return 'ERROR';
   return 'PASSED';
 }
 

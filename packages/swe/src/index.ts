@@ -1,4 +1,10 @@
-// @vime/swe: the public surface. Every export is named here; the README documents each group.
+/**
+ * SWE-smith prep, from a dataset row to a reward: rows to tasks, the buggy start state in a sandbox, the
+ * agent's patch, grading in a fresh sandbox with anti-hack checks, the log parsers, the offline task set, and
+ * `sweRollout`, one SWE rollout for any agent.
+ *
+ * @module @vime/swe
+ */
 export {
   type HackFlag,
   type HackFlagKind,

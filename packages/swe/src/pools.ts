@@ -18,6 +18,7 @@ import {
 import { emitPools } from './dataset.js';
 import type { SandboxKind, SweEnvironments } from './environment.js';
 
+/** Options of `SwePools`. */
 export interface SwePoolsOptions {
   /** The backend `provider` is (decides how environments are put in place). */
   kind: SandboxKind;
@@ -35,10 +36,12 @@ export interface SwePoolsOptions {
   limits?: ResourceLimits | undefined;
 }
 
+/** One repo image's warm pool stats. */
 export interface SwePoolStats extends WarmPoolStats {
   image: string | undefined;
 }
 
+/** One warm pool per repo image: claim a sandbox of a task's image, release it. */
 export class SwePools {
   readonly #provider: SandboxProvider;
   readonly #options: SwePoolsOptions;
@@ -99,6 +102,7 @@ export class SwePools {
     await sandbox.terminate();
   }
 
+  /** Each pool's stats. */
   stats(): SwePoolStats[] {
     return [...this.#pools.values()].map((p) => ({ ...p.stats(), image: this.#images.get(p.name) }));
   }
@@ -111,6 +115,7 @@ export class SwePools {
     );
   }
 
+  /** Close every pool, terminating its sandboxes. */
   async close(): Promise<void> {
     this.#closed = true;
     await Promise.all([...this.#pools.values()].map((p) => p.close()));

@@ -34,6 +34,7 @@ export const CONDA_ENV: Readonly<Record<string, string>> = {
   CONDA_PREFIX: '/opt/miniconda3/envs/testbed',
 };
 
+/** How a repository's tests are run and parsed. */
 export interface SweProfile {
   /** `owner__repo` (commit-independent) this profile applies to, or `*` for a family default. */
   key: string;
@@ -197,7 +198,7 @@ const RUST_REPOS: Record<string, string | undefined> = {
 };
 
 /** Family defaults for repositories of other languages (their per-repo commands vary; pass your own). */
-export const LANGUAGE_PROFILES = {
+export const LANGUAGE_PROFILES: Readonly<Record<'go' | 'rust' | 'jest' | 'mocha' | 'vitest', SweProfile>> = {
   go: { key: '*', language: 'go', testCommand: 'go test -v ./...', parser: parseGoTest, testFiles: none },
   rust: {
     key: '*',
@@ -227,7 +228,7 @@ export const LANGUAGE_PROFILES = {
     parser: parseVitest,
     testFiles: none,
   },
-} as const satisfies Record<string, SweProfile>;
+};
 
 /**
  * SWE-smith `get_test_cmd` for a row: the profile's own rule, else with `min_testing` the command followed by

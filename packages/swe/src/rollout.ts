@@ -31,9 +31,11 @@ export interface SweAgent {
    * with these spec fields (a CLI harness needs the proxy channel and its binary bound in).
    */
   sandboxSpec?: ((proxy: CaptureProxy, signal: AbortSignal) => Promise<Partial<SandboxSpec>>) | undefined;
+  /** Run the agent on the task in its sandbox. */
   run(input: SweAgentInput): Promise<SweAgentRun>;
 }
 
+/** What an agent gets: the task, its sandbox and a timed `exec`, the proxy and its session, and a signal. */
 export interface SweAgentInput {
   task: TaskSpec;
   /** The agent's sandbox, in the task's buggy state. */
@@ -46,6 +48,7 @@ export interface SweAgentInput {
   signal: AbortSignal;
 }
 
+/** How an agent's run ended, and what it did. */
 export interface SweAgentRun {
   /** How the agent ended, in mini-swe-agent's words (`Submitted`, `LimitsExceeded`, …). */
   exitStatus: string;
@@ -59,6 +62,7 @@ export interface SweAgentRun {
   metadata?: Record<string, unknown> | undefined;
 }
 
+/** Options of `sweRollout`. */
 export interface SweRolloutOptions {
   pools: SwePools;
   proxy: CaptureProxy;

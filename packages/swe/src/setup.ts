@@ -15,6 +15,10 @@ import { pythonTestFiles } from './profiles.js';
 /** The private git dir holding the snapshot of the agent's start state (outside the work dir). */
 export const SNAPSHOT_GIT_DIR = '/tmp/.vime-start-snapshot.git';
 
+/**
+ * A task set up in its sandbox: the sandbox, the task, the tree the agent starts from and the task's test
+ * files.
+ */
 export interface SweSession {
   sandbox: Sandbox;
   task: TaskSpec;
@@ -25,6 +29,7 @@ export interface SweSession {
   testFiles: { failToPass: string[]; passToPass: string[] };
 }
 
+/** Options of `setupSweTask`. */
 export interface SetupSweOptions {
   /** Extra attempts of the setup command on transient failures (default 2). */
   retries?: number | undefined;
@@ -64,6 +69,7 @@ export function taskTestFiles(task: TaskSpec): string[] {
   return [...new Set([...failToPass, ...passToPass])].sort();
 }
 
+/** A task's buggy state checked out: the commit the agent starts from. */
 export interface InstanceCheckout {
   /** The commit the agent starts from: the bug, F2P test files absent. */
   startCommit: string;

@@ -12,6 +12,7 @@ import { gradeInFreshSandbox, type SandboxSource } from './grade-in-sandbox.js';
 import type { GradeSweOptions, SweGradeResult } from './grade-types.js';
 import { taskTestFiles } from './setup.js';
 
+/** The baseline check of one row: whether it is valid and why not. */
 export interface RowVerdict {
   instanceId: string;
   valid: boolean;
@@ -21,6 +22,7 @@ export interface RowVerdict {
   infra?: boolean | undefined;
 }
 
+/** The baseline check of a dataset: the valid tasks and the rows left out. */
 export interface ValidationReport {
   valid: TaskSpec[];
   invalid: RowVerdict[];
@@ -30,12 +32,14 @@ export interface ValidationReport {
   durationMs: number;
 }
 
+/** Options of `validateDataset`. */
 export interface ValidateDatasetOptions
   extends Pick<GradeSweOptions, 'timeoutMs' | 'setupTimeoutMs' | 'signal'> {
   /** Rows graded at once (default 2; each takes two fresh sandboxes in turn). */
   concurrency?: number | undefined;
   /** A JSON file keeping the verdicts of a task set (by content), so a run validates a set once. */
   cacheFile?: string | undefined;
+  /** Called as each row's verdict is known, with the rows done so far. */
   onRow?: ((verdict: RowVerdict, done: number, total: number) => void) | undefined;
 }
 

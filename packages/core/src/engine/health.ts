@@ -19,6 +19,7 @@ import type { EngineKind } from './types.js';
  */
 export const HEALTH_PATHS: Record<EngineKind, string> = { sglang: '/health_generate', vllm: '/health' };
 
+/** The state of one engine in `waitForEngines`. */
 export type EngineHealthState =
   /** Not polled yet. */
   | 'pending'
@@ -31,6 +32,7 @@ export type EngineHealthState =
   /** Answered healthy `stableChecks` times in a row. */
   | 'healthy';
 
+/** An engine to wait for: its URL and, optionally, its kind and health path. */
 export interface EngineTarget {
   /** Base URL, e.g. `http://sglang-0.my-group:30000`. */
   url: string;
@@ -39,6 +41,7 @@ export interface EngineTarget {
   path?: string | undefined;
 }
 
+/** One engine's health as `waitForEngines` last saw it. */
 export interface EngineHealthStatus {
   url: string;
   healthUrl: string;
@@ -52,6 +55,7 @@ export interface EngineHealthStatus {
   healthyAfterMs?: number | undefined;
 }
 
+/** Options of `waitForEngines`. */
 export interface WaitForEnginesOptions {
   /** Time budget: milliseconds, or a duration such as `"30m"`. */
   deadline: number | string;

@@ -1,4 +1,8 @@
-// @vime/core/engine: inference engine clients (SGLang, vLLM), the tokenizer and chat templates.
+/**
+ * Inference engine clients (SGLang, vLLM), the tokenizer and chat templates.
+ *
+ * @module @vime/core/engine
+ */
 
 export {
   type EngineHealthState,

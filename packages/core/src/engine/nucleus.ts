@@ -106,6 +106,7 @@ export function readSglangNucleus(
   return nucleus;
 }
 
+/** What a nucleus is checked against: the output's length and, optionally, the vocabulary size. */
 export interface NucleusCheck {
   outputLength: number;
   /** Ids must be below this (the tokenizer's vocabulary size). */

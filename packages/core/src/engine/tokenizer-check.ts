@@ -21,6 +21,7 @@ const PROBE_TEXT = [
   '    indented\r\n\t\ttabs  and   spaces\n\n\n',
 ].join('\n');
 
+/** Options of `checkEngineTokenizer`: the engine's wire, a signal and a per-request timeout. */
 export interface TokenizerCheckOptions {
   kind: EngineKind;
   signal?: AbortSignal | undefined;
@@ -28,6 +29,7 @@ export interface TokenizerCheckOptions {
   timeoutMs?: number | undefined;
 }
 
+/** What `checkEngineTokenizer` found: the engine's tokenizer against the local one. */
 export interface TokenizerCheck {
   /** `match`: the probe reads the same on both sides; `mismatch`: see `differences`; `unchecked`: see `reason`. */
   status: 'match' | 'mismatch' | 'unchecked';

@@ -20,6 +20,7 @@ export interface Sampling {
   frequencyPenalty?: number | undefined;
 }
 
+/** A generation request in token ids. */
 export interface GenerateRequest {
   inputIds: Int32Array | readonly number[];
   sampling: Sampling;
@@ -29,8 +30,10 @@ export interface GenerateRequest {
   routingKey?: string | undefined;
 }
 
+/** Why an engine stopped generating: a stop token, the length limit, or an abort. */
 export type EngineFinishReason = 'stop' | 'length' | 'abort';
 
+/** What an engine generated for one request: token ids, log probs, finish reason and weight version. */
 export interface GenerateResult {
   rid: string;
   /** Sampled token ids, including a final stop token when the engine stopped on one. */
@@ -56,12 +59,14 @@ export interface TokenChunk {
   weightVersion?: string | undefined;
 }
 
+/** Options of a streamed generation. */
 export interface GenerateStreamOptions {
   signal?: AbortSignal | undefined;
   /** Called with each run of new tokens, in order; their concatenation is the result's `outputIds`. */
   onTokens: (chunk: TokenChunk) => void;
 }
 
+/** What an engine reports about the model it serves. */
 export interface ModelInfo {
   modelPath: string;
   weightVersion?: string | undefined;
@@ -71,6 +76,7 @@ export interface ModelInfo {
 /** SGLang's `/pause_generation` modes: `abort` ends in-flight requests (with their partial output); the others freeze them. */
 export type PauseMode = 'abort' | 'retract' | 'in_place';
 
+/** A request to load new weights from disk. */
 export interface WeightUpdateRequest {
   /** The checkpoint directory the engine loads. */
   modelPath: string;
@@ -84,10 +90,12 @@ export interface WeightUpdateRequest {
 
 /** Weight-update controls on SGLang's wire (`/pause_generation`, `/update_weights_from_disk`, …). */
 export interface WeightControl {
+  /** Pause generation (for a weight update). */
   pauseGeneration(options?: {
     mode?: PauseMode | undefined;
     signal?: AbortSignal | undefined;
   }): Promise<void>;
+  /** Resume generation after a pause. */
   continueGeneration(options?: { signal?: AbortSignal | undefined }): Promise<void>;
   /** Resolves once the engine loaded the weights; a refused update is an `EngineError`. */
   updateWeightsFromDisk(
@@ -102,6 +110,7 @@ export interface WeightControl {
 export interface Engine {
   readonly url: string;
   readonly kind: 'sglang' | 'vllm';
+  /** Generate from the given token ids with the given sampling. */
   generate(request: GenerateRequest, options?: { signal?: AbortSignal | undefined }): Promise<GenerateResult>;
   /** `generate` streamed: the same result, with `onTokens` called as the engine produces tokens. */
   generateStream?(request: GenerateRequest, options: GenerateStreamOptions): Promise<GenerateResult>;
@@ -109,6 +118,7 @@ export interface Engine {
   abort(rid: string, options?: { signal?: AbortSignal | undefined }): Promise<void>;
   /** True when the engine answers its health endpoint with 200; rejects, naming why, when it cannot be reached. */
   health(options?: { signal?: AbortSignal | undefined }): Promise<boolean>;
+  /** The served model's path and weight version. */
   modelInfo(options?: { signal?: AbortSignal | undefined }): Promise<ModelInfo>;
   /** Weight-update controls, where the engine has them (SGLang). */
   readonly weights?: WeightControl | undefined;

@@ -26,6 +26,7 @@ const ModelsSchema = z.looseObject({
   data: z.array(z.looseObject({ id: z.string(), root: z.string().nullish() })).min(1),
 });
 
+/** Options of `vllmEngine`. */
 export interface VllmEngineOptions extends EngineOptions {
   /** The served model name (`--served-model-name`); read from `/v1/models` when absent. */
   model?: string | undefined;

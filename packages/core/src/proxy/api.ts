@@ -9,6 +9,7 @@ import type { ProxyLimits } from './server.js';
 import type { FinishOptions, TrajectoryManager } from './trajectory/manager.js';
 import type { WeightUpdatePolicy } from './turn.js';
 
+/** Options of one capture session. */
 export interface SessionOptions {
   /** Sampling for every turn of the session; what the harness sends is overridden (and reported). */
   sampling?: Sampling | undefined;
@@ -37,6 +38,7 @@ export interface CaptureSession {
   fetch: typeof fetch;
 }
 
+/** Options of `startCaptureProxy`. */
 export interface CaptureProxyOptions {
   /**
    * One engine, or several behind the router: a session sticks to its engine while that one is healthy,
@@ -91,6 +93,7 @@ export interface CaptureProxyOptions {
   limits?: ProxyLimits | undefined;
 }
 
+/** A running capture proxy: sessions, their captured turns and their training rows. */
 export interface CaptureProxy {
   url: string;
   /** The unix socket the proxy also listens on (`options.socketPath`), if any. */
@@ -99,6 +102,7 @@ export interface CaptureProxy {
   trajectories: TrajectoryManager;
   /** The engine router: status, `add`/`remove` at run time, health, the circuit breaker, weight updates. */
   router: EngineRouter;
+  /** Open a capture session: its API key and base URL route a client's calls to it. */
   openSession(id: string, options?: SessionOptions): CaptureSession;
   /** The open session `id` (its `apiKey` and `baseURL`), if there is one. */
   session(id: string): CaptureSession | undefined;
@@ -113,5 +117,6 @@ export interface CaptureProxy {
    * allows (448 at the common 1,024; see the package README).
    */
   readonly maxConnections: number;
+  /** Stop serving and close the engines' connections. */
   close(): Promise<void>;
 }

@@ -7,11 +7,13 @@ import { z } from 'zod';
 import type { ParsedResponse } from '../engine/tokenizer/parsers.js';
 import type { TemplateMessage, ToolDefinition } from '../engine/tokenizer/template.js';
 
+/** The wire a client speaks: OpenAI Chat Completions, Anthropic Messages or the OpenAI Responses API. */
 export type Dialect = 'openai' | 'anthropic' | 'responses';
 
 /** Sampling knobs a harness sent, by their wire names. */
 export type HarnessSampling = Record<string, unknown>;
 
+/** A client's chat request in the dialect-neutral form the proxy renders. */
 export interface ChatRequest {
   messages: TemplateMessage[];
   tools: ToolDefinition[];

@@ -4,6 +4,7 @@ import type { Dialect } from './dialects.js';
 import type { StitchInfo } from './stitch.js';
 import type { WeightUpdatePolicy } from './turn.js';
 
+/** One captured turn, as the proxy's `turn` event reports it. */
 export interface ProxyTurnEvent {
   sessionId: string;
   dialect: Dialect;
@@ -17,7 +18,9 @@ export interface ProxyTurnEvent {
   stitch: StitchInfo;
 }
 
+/** The events of a capture proxy. */
 export interface ProxyEvents {
+  /** A turn was captured. */
   turn: (event: ProxyTurnEvent) => void;
   /** Harness-sent sampling knobs that the session's sampling replaced. */
   'sampling:override': (event: {
@@ -26,6 +29,7 @@ export interface ProxyEvents {
   }) => void;
   /** A turn's upstream request was cancelled (client disconnect or session finish). */
   'turn:abort': (event: { sessionId: string; rid: string; reason: string }) => void;
+  /** A turn failed; its client got an error answer. */
   'turn:error': (event: { sessionId: string; error: Error }) => void;
   /** A streamed answer's reasoning/content split turned out to differ from the final parse. */
   'stream:inexact': (event: { sessionId: string; reason: string }) => void;

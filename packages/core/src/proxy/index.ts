@@ -1,4 +1,8 @@
-// @vime/core/proxy: the capture proxy, its engine router and the trajectory manager.
+/**
+ * The capture proxy, its engine router and the trajectory manager.
+ *
+ * @module @vime/core/proxy
+ */
 export type { ChatRequest, Dialect, TurnReply } from './dialects.js';
 export type { ProxyEvents, ProxyTurnEvent } from './events.js';
 export {

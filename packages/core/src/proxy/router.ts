@@ -12,6 +12,7 @@ import { ConfigError, EngineError } from '../errors.js';
 import { describeCause } from '../utils/http.js';
 import type { Logger } from '../utils/logger.js';
 
+/** Options of the engine router. */
 export interface EngineRouterOptions {
   /** Most requests in flight on one engine; more wait for one of its slots (default 256). */
   maxInFlightPerEngine?: number | undefined;
@@ -26,6 +27,7 @@ export interface EngineRouterOptions {
   logger?: Logger | undefined;
 }
 
+/** One engine as the router sees it: health, requests in flight and sessions. */
 export interface EngineStatus {
   url: string;
   kind: Engine['kind'];
@@ -44,21 +46,28 @@ export interface EngineStatus {
 /** What started a health check. */
 export type CheckTrigger = 'interval' | 'completion' | 'failure' | 'probe' | 'added' | 'manual';
 
+/** The events of the engine router. */
 export interface RouterEvents {
+  /** An engine stopped taking requests (a failed check or request). */
   'engine:down': (event: { url: string; cause: string; trigger: CheckTrigger }) => void;
+  /** An engine takes requests again, or for the first time. */
   'engine:up': (event: { url: string; readmitted: boolean; trigger: CheckTrigger }) => void;
+  /** An engine joined the router. */
   'engine:added': (event: { url: string }) => void;
+  /** An engine left the router. */
   'engine:removed': (event: { url: string }) => void;
   /** A session left its engine (down or removed) for another one. */
   'session:moved': (event: { sessionId: string; from: string; to: string }) => void;
   /** No engine is healthy: stop claiming sandboxes and starting rollouts. */
   'breaker:open': (event: { causes: Record<string, string> }) => void;
+  /** An engine answered again after every engine was down. */
   'breaker:close': (event: { url: string; openMs: number }) => void;
 }
 
 /** A slot on one engine for one request; `release` frees it. */
 export interface EngineLease {
   engine: Engine;
+  /** Give the engine slot back. */
   release(): void;
 }
 
@@ -133,6 +142,7 @@ export class EngineRouter {
     }));
   }
 
+  /** Engines currently taking requests. */
   get healthyCount(): number {
     let n = 0;
     for (const m of this.#members.values()) if (m.healthy) n++;
@@ -298,6 +308,7 @@ export class EngineRouter {
     );
   }
 
+  /** Stop the health checks and close every engine. */
   async close(): Promise<void> {
     this.#closed = true;
     if (this.#interval) clearInterval(this.#interval);

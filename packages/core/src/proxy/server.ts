@@ -11,6 +11,7 @@ import { ConfigError } from '../errors.js';
 import { ClientConnections, type ConnectionTally, sharedTally } from './connections.js';
 import { RequestError } from './dialects.js';
 
+/** Limits the capture proxy enforces against hostile or broken clients. */
 export interface ProxyLimits {
   /** Largest request body in bytes (default 32 MiB). A larger one is answered 413 and never buffered whole. */
   maxBodyBytes?: number | undefined;
@@ -61,6 +62,7 @@ export interface ProxyLimits {
 
 export type ResolvedLimits = { [K in keyof ProxyLimits]-?: number };
 
+/** The limits a proxy gets when its options set none. */
 export const DEFAULT_PROXY_LIMITS: ResolvedLimits = {
   maxBodyBytes: 32 * 1024 * 1024,
   maxHeaderBytes: 64 * 1024,

@@ -26,6 +26,7 @@ import type { FinishOptions, TrajectoryManager } from './trajectory/manager.js';
  */
 export type StitchKind = 'first' | 'reused' | 'rerendered' | 'changed' | 'branch';
 
+/** How a turn's prompt tokens were made, and how many came from where. */
 export interface StitchInfo {
   kind: StitchKind;
   /** Thread index within the session (0 is the session's first thread). */

@@ -51,6 +51,7 @@ export class QueueError extends VimeError {
     super(options.code ?? 'queue_error', message, options);
   }
 
+  /** Whether `value` is a `QueueError`, from any copy of this package. */
   static override isInstance(value: unknown): value is QueueError {
     return hasErrorMarker(value, queueMarker);
   }

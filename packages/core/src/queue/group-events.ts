@@ -36,6 +36,7 @@ export const FailureSchema = z.object({
   message: z.string(),
   phase: z.string().optional(),
 });
+/** Why a sibling's attempt failed: a code, a message and the phase. */
 export type Failure = z.infer<typeof FailureSchema>;
 
 export const DropReasonSchema = z.enum(['infra_failed', 'deadline', 'restart', 'stale', 'cancelled']);

@@ -4,6 +4,7 @@ import type { DropReason, Failure, SampleVersions, VersionSpan } from './group-e
 
 export type { DropReason, Failure, SampleVersions, VersionSpan };
 
+/** Options of a `GroupQueue`. */
 export interface GroupQueueOptions {
   /** Start a new segment once the active one reaches this size. Default 8 MiB. */
   segmentBytes?: number | undefined;
@@ -32,6 +33,7 @@ export interface GroupQueueOptions {
   autoGc?: boolean | undefined;
 }
 
+/** Options of leasing a group. */
 export interface LeaseOptions {
   /** Who holds the lease (kept in the journal). Default 'worker'. */
   worker?: string | undefined;
@@ -63,6 +65,7 @@ export interface Continuation {
   state: unknown;
 }
 
+/** One leased attempt at a sibling: its deadline, its signal and where to continue from. */
 export interface SiblingAttempt extends AttemptRef {
   lease: number;
   /** Wall-clock ms (epoch): a result after this is refused. */
@@ -73,6 +76,7 @@ export interface SiblingAttempt extends AttemptRef {
   partial?: Continuation | undefined;
 }
 
+/** A leased prompt group: its payload and the attempts the worker runs. */
 export interface GroupLease {
   group: number;
   key: string | undefined;
@@ -84,6 +88,7 @@ export interface GroupLease {
   attempts: SiblingAttempt[];
 }
 
+/** A sibling's result as submitted: reward, samples and their weight versions. */
 export interface SiblingInput {
   status?: 'completed' | 'truncated' | undefined;
   reward: number;
@@ -97,6 +102,7 @@ export interface SiblingInput {
   meta?: Record<string, unknown> | undefined;
 }
 
+/** What an attempt hands over when it stops early: its samples so far and the state to continue from. */
 export interface PartialInput {
   samples: ReadonlyArray<Sample>;
   versions?: ReadonlyArray<SampleVersions> | undefined;
@@ -125,12 +131,14 @@ export interface SiblingResult {
   meta: Record<string, unknown>;
 }
 
+/** What failing an attempt did: a replacement attempt, the group dropped, or nothing (a stale attempt). */
 export type FailOutcome =
   | { outcome: 'replace' }
   | { outcome: 'drop'; reason: DropReason }
   /** The attempt was already stale; nothing changed. */
   | { outcome: 'stale' };
 
+/** One sibling of a handed-off group: its result, the weight versions of its tokens and its lag. */
 export interface HandedSibling {
   slot: number;
   attempt: number;
@@ -146,6 +154,7 @@ export interface HandedSibling {
   meta: Record<string, unknown>;
 }
 
+/** One prompt group handed to the trainer, with its siblings and staleness. */
 export interface HandedGroup {
   group: number;
   key: string | undefined;
@@ -159,6 +168,7 @@ export interface HandedGroup {
   ageMs: number;
 }
 
+/** The groups a trainer step takes, with the trainer's version and the groups dropped as stale. */
 export interface TrainingBatch {
   step: number;
   /** The trainer's weight version when it took the batch. */
@@ -170,6 +180,7 @@ export interface TrainingBatch {
   stale: Array<{ group: number; lag: number }>;
 }
 
+/** What a garbage collection of the queue removed and kept. */
 export interface GcReport {
   deleted: string[];
   /** Segment files kept, and their bytes. */
@@ -179,6 +190,7 @@ export interface GcReport {
   collected: { groups: number; steps: number };
 }
 
+/** The events of a `GroupQueue`. */
 export interface GroupQueueEvents {
   flush: [{ records: number; bytes: number; synced: boolean; durationMs: number }];
   complete: [{ group: number }];

@@ -68,6 +68,7 @@ import type {
 import { Journal } from './journal.js';
 import { acquireLock } from './lock.js';
 
+/** A durable queue of prompt groups as work units: leases, receipts, staleness and the step hand-off. */
 export class GroupQueue extends EventEmitter<GroupQueueEvents> {
   readonly dir: string;
   readonly options: ResolvedOptions;
@@ -143,6 +144,7 @@ export class GroupQueue extends EventEmitter<GroupQueueEvents> {
     await this.journal.snapshot();
   }
 
+  /** The damaged tail cut off when the queue was opened, if there was one. */
   get recovered(): { segment: string; truncatedBytes: number } | undefined {
     return this.journal.recovered;
   }
@@ -443,6 +445,7 @@ export class GroupQueue extends EventEmitter<GroupQueueEvents> {
     return this.journal.state.trainer.step;
   }
 
+  /** The trainer's weight version as last recorded. */
   get trainerVersion(): number {
     return this.journal.state.trainer.version;
   }
@@ -556,6 +559,7 @@ export class GroupQueue extends EventEmitter<GroupQueueEvents> {
     });
   }
 
+  /** Counts of groups and siblings by state. */
   get stats(): GroupQueueStats {
     const c = this.journal.state.counts;
     return {

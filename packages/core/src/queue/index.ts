@@ -1,5 +1,8 @@
-// @vime/core/queue: durable queues: the segment log (`SampleQueue`) and prompt groups as work units
-// (`GroupQueue`).
+/**
+ * Durable queues: the segment log (`SampleQueue`) and prompt groups as work units (`GroupQueue`).
+ *
+ * @module @vime/core/queue
+ */
 export { QueueError } from './format.js';
 export type { DropReason, Failure, SampleVersions, VersionSpan } from './group-events.js';
 export type {

@@ -27,6 +27,7 @@ import { type CommitOptions, type QueueBatch, QueueReader, type ReadOptions } fr
 import { type RepairReport, repairQueue } from './repair.js';
 import { type AppendResult, QueueWriter } from './writer.js';
 
+/** Options of a `SampleQueue`. */
 export interface SampleQueueOptions {
   /** Which side this handle plays. Each side takes a lock: one producer and one consumer per queue. Default `both`. */
   mode?: 'producer' | 'consumer' | 'both' | undefined;
@@ -40,6 +41,7 @@ export interface SampleQueueOptions {
   autoGc?: boolean | undefined;
 }
 
+/** The events of a `SampleQueue`. */
 export interface QueueEvents {
   append: [{ seq: number; key: string; bytes: number }];
   /** One group commit: the records written together and, with `sync`, flushed by one `fdatasync`. */
@@ -50,6 +52,7 @@ export interface QueueEvents {
 
 type Mode = 'producer' | 'consumer' | 'both';
 
+/** A durable log of sample records: one producer appends, one consumer reads and commits its position. */
 export class SampleQueue extends EventEmitter<QueueEvents> {
   readonly dir: string;
   readonly mode: Mode;

@@ -25,6 +25,7 @@ import {
 } from './format.js';
 import { collectSegments, KeysLog } from './keys.js';
 
+/** One record read from a `SampleQueue`. */
 export interface QueueRecord {
   seq: number;
   key: string;
@@ -34,6 +35,7 @@ export interface QueueRecord {
   samples: Sample[];
 }
 
+/** Records read from a `SampleQueue` in one call, with the positions before and after them. */
 export interface QueueBatch {
   records: QueueRecord[];
   /** The read position before this batch (the first record's seq, unless quarantined ones precede it). */
@@ -42,6 +44,7 @@ export interface QueueBatch {
   next: number;
 }
 
+/** Options of reading a `SampleQueue`. */
 export interface ReadOptions {
   /** Most records to return. Default 1024. */
   max?: number | undefined;
@@ -52,6 +55,7 @@ export interface ReadOptions {
   signal?: AbortSignal | undefined;
 }
 
+/** Options of committing a read position. */
 export interface CommitOptions {
   /** The caller's state, saved atomically with the position; kept until a commit replaces it. */
   metadata?: Record<string, unknown> | undefined;

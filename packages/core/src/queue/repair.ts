@@ -30,6 +30,7 @@ import {
   segmentName,
 } from './format.js';
 
+/** What repairing a queue cut out and kept. */
 export interface RepairReport {
   /** Damaged byte ranges, each copied to `quarantine/` (path relative to the queue) and cut out. */
   quarantined: Array<{

@@ -50,6 +50,7 @@ export interface GroupsOutcome {
   unhanded: RolloutResult[];
 }
 
+/** Options of `runGroups`. */
 export interface RunGroupsOptions<T> {
   samplesPerPrompt: number;
   concurrency: number;

@@ -9,6 +9,7 @@ import { type FlushInfo, SegmentAppender } from './appender.js';
 import { encodeRecordHeader, MAX_PAYLOAD_BYTES, QueueError } from './format.js';
 import { loadKeys } from './keys.js';
 
+/** What appending a record did: its sequence number, or nothing when its key was already there. */
 export interface AppendResult {
   seq: number;
   /** The key was already in the queue; nothing was written. */

@@ -1,4 +1,8 @@
-// @vime/core/runner: running rollouts concurrently with events, phases and a progress bar.
+/**
+ * Running rollouts concurrently with events, phases and a progress bar.
+ *
+ * @module @vime/core/runner
+ */
 export type {
   RolloutContext,
   RolloutEventInput,

@@ -19,9 +19,11 @@ export type RolloutEventInput = DistributiveOmit<
   't' | 'rolloutId'
 > & { t?: number | undefined };
 
+/** What a rollout function gets besides its task: its ids, signal, events and phase timing. */
 export interface RolloutContext extends RolloutRef {
   /** Aborted when the guard fires, the run's signal aborts, or the consumer stops reading. Pass it on. */
   signal: AbortSignal;
+  /** Emit a rollout event. */
   emit(event: RolloutEventInput): void;
   /**
    * Run `fn` as `phase`: its duration is added to the result's `timings`, a `rollout:phase` event is
@@ -44,11 +46,13 @@ export interface RolloutOutcome {
   metadata?: Record<string, unknown> | undefined;
 }
 
+/** One rollout of one task: the function `runRollouts` calls. */
 export type RolloutFunction<T> = (
   task: T,
   context: RolloutContext,
 ) => RolloutOutcome | Promise<RolloutOutcome>;
 
+/** Options of `runRollouts`. */
 export interface RunRolloutsOptions {
   /** Rollouts per task (the GRPO group size). Default 1. */
   samplesPerPrompt?: number | undefined;
@@ -67,9 +71,15 @@ export interface RunRolloutsOptions {
   firstGroupIndex?: number | undefined;
   /** Rollouts to leave out, e.g. those already in a `SampleQueue` when resuming. */
   skip?: ((ref: RolloutRef) => boolean) | undefined;
-  logger?: { warn(message: string, data?: Record<string, unknown>): void } | undefined;
+  logger?:
+    | {
+        /** Log a warning. */
+        warn(message: string, data?: Record<string, unknown>): void;
+      }
+    | undefined;
 }
 
+/** Counts of a run so far. */
 export interface RunStats {
   /** Rollouts started so far. */
   started: number;
@@ -89,6 +99,7 @@ export type RunEvents = { [K in RolloutEventType]: [Extract<RolloutEvent, { type
   end: [RunStats];
 };
 
+/** What `runRollouts` needs of a task: an id. */
 export interface TaskLike {
   id: string;
 }

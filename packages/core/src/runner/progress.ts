@@ -7,6 +7,7 @@ import type { RolloutEvent } from '../rollout.js';
 import type { TaskLike } from './options.js';
 import type { RolloutRun } from './run.js';
 
+/** Options of the progress bar. */
 export interface RolloutProgressOptions {
   /** Where to draw. Default `process.stderr`. */
   stream?: NodeJS.WritableStream | undefined;
@@ -18,6 +19,7 @@ export interface RolloutProgressOptions {
   notTTYSchedule?: number | undefined;
 }
 
+/** A progress bar attached to a run. */
 export interface RolloutProgress {
   /** Draw the final state and detach from the run. Called automatically when the run ends. */
   stop(): void;

@@ -49,6 +49,7 @@ type Next<T> = [T, RolloutRef] | undefined;
 
 const abortError = (code: 'aborted' | 'timeout', message: string) => new VimeError(code, message);
 
+/** A running set of rollouts: its results as an async iterable, its events and its stats. */
 export class RolloutRun<T extends TaskLike>
   extends EventEmitter<RunEvents>
   implements AsyncIterable<RolloutResult>
@@ -104,6 +105,7 @@ export class RolloutRun<T extends TaskLike>
     if (Array.isArray(tasks)) this.total = tasks.length * this.#samplesPerPrompt;
   }
 
+  /** The results as they finish (one pass; a second iteration is an error). */
   async *[Symbol.asyncIterator](): AsyncGenerator<RolloutResult, void, undefined> {
     if (this.#iterating) {
       throw new ConfigError(

@@ -31,12 +31,14 @@ export type StandInPolicy = (
   request: StandInRequest,
 ) => string | { ids: ArrayLike<number> } | Promise<string | { ids: ArrayLike<number> }>;
 
+/** A fault the stand-in engine injects: an error answer or a stall. */
 export type StandInFault =
   | { kind: 'error'; status?: number | undefined; message?: string | undefined }
   | { kind: 'stall'; ms: number }
   /** Send part of the answer, then drop the connection. */
   | { kind: 'disconnect' };
 
+/** Options of `startStandInEngine`. */
 export interface StandInEngineOptions {
   tokenizer: ChatTokenizer;
   policy: StandInPolicy;
@@ -68,6 +70,7 @@ export interface StandInEngineOptions {
   tokenizeWire?: 'sglang' | 'vllm' | 'none' | undefined;
 }
 
+/** What a stand-in engine has served so far: requests by outcome, tokens, peaks and weight updates. */
 export interface StandInStats {
   running: number;
   queued: number;
@@ -86,6 +89,7 @@ export interface StandInStats {
   paused: PauseMode | null;
 }
 
+/** The events of a stand-in engine. */
 export interface StandInEvents {
   /** An SGLang-format log line (decode batches). */
   log: (line: string) => void;
@@ -98,6 +102,7 @@ export interface StandInEvents {
     /** The sampling fields exactly as sent (SGLang's `sampling_params`; vLLM's request fields). */
     sampling: Record<string, unknown>;
   }) => void;
+  /** A request finished. */
   finish: (info: {
     rid: string;
     finishReason: EngineFinishReason;
@@ -107,14 +112,17 @@ export interface StandInEvents {
   }) => void;
 }
 
+/** A running stand-in engine (a scripted policy, not a model). */
 export interface StandInEngine {
   url: string;
   events: EventEmitter<StandInEvents>;
+  /** What the engine has served so far. */
   stats(): StandInStats;
   /** Change the reported weight version (as after a weight update). */
   setWeightVersion(version: string): void;
   /** Report unhealthy (503 on `/health`) until set back. */
   setHealthy(healthy: boolean): void;
+  /** Stop the server. */
   close(): Promise<void>;
 }
 

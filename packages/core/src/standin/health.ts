@@ -8,6 +8,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { EngineKind } from '../engine/types.js';
 
+/** How a health stand-in answers over time. */
 export type HealthScript =
   /** 503 until `readyAfterMs` after start and the first `readyAfterRequests` health requests, then 200. */
   | { type: 'slow-start'; readyAfterMs: number; readyAfterRequests?: number | undefined }
@@ -18,14 +19,17 @@ export type HealthScript =
   /** 200 from the start. */
   | { type: 'healthy' };
 
+/** A running health stand-in. */
 export interface HealthStandIn {
   url: string;
   kind: EngineKind;
   /** Health requests received, by path. */
   hits: Map<string, number>;
+  /** Stop the server. */
   close(): Promise<void>;
 }
 
+/** Start a stand-in of an engine's health surface that answers as `script` says. */
 export async function startHealthStandIn(options: {
   kind?: EngineKind | undefined;
   script: HealthScript;

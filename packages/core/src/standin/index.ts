@@ -1,5 +1,9 @@
-// A scripted stand-in engine on SGLang's wire (the `@vime/core/standin` entry): a real HTTP server with a
-// real tokenizer and a policy you script, labelled as a stand-in wherever its output appears. Not a model.
+/**
+ * A scripted stand-in engine on SGLang's wire (the `@vime/core/standin` entry): a real HTTP server with a
+ * real tokenizer and a policy you script, labelled as a stand-in wherever its output appears. Not a model.
+ *
+ * @module @vime/core/standin
+ */
 export {
   type StandInEngine,
   type StandInEngineOptions,

@@ -1,4 +1,8 @@
-// Test helpers (the `@vime/core/testing` entry), for tests written with vitest.
+/**
+ * Test helpers (the `@vime/core/testing` entry), for tests written with vitest.
+ *
+ * @module @vime/core/testing
+ */
 import { it } from 'vitest';
 import { findPython, TORCH_MODULES } from '../utils/python.js';
 

@@ -13,6 +13,7 @@ export function decodeUtf8(bytes: Uint8Array): string {
   return decoder.decode(bytes);
 }
 
+/** A process's output kept in constant memory: its first and last bytes, with the middle counted. */
 export class BoundedOutput {
   private readonly headLimit: number;
   private readonly tailLimit: number;
@@ -28,10 +29,12 @@ export class BoundedOutput {
     this.tailLimit = Math.floor(maxBytes / 2);
   }
 
+  /** Whether bytes were left out. */
   get truncated(): boolean {
     return this.total > this.headBytes + this.tailBytes;
   }
 
+  /** Add a chunk of output. */
   push(chunk: Buffer): void {
     this.total += chunk.length;
     if (this.headBytes < this.headLimit) {

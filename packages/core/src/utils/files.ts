@@ -30,6 +30,7 @@ export function pathError(error: unknown, field: string, path: string, action: s
   });
 }
 
+/** Options of reading a path a caller gave. */
 export interface CallerPathOptions {
   /** Directory a relative path is resolved against (default: the process's). Messages show the path as given. */
   cwd?: string | undefined;

@@ -13,6 +13,7 @@ import { type BackoffOptions, isRetryableError, retry } from './retry.js';
 /** HTTP statuses worth retrying: the request may succeed on another try or another server. */
 export const RETRYABLE_STATUSES: ReadonlySet<number> = new Set([408, 409, 429, 500, 502, 503, 504]);
 
+/** Options of `HttpClient`. */
 export interface HttpClientOptions {
   /**
    * undici dispatcher to send through: a shared `Agent`, a `ProxyAgent`, a unix-socket `Pool`. Default: a
@@ -35,6 +36,7 @@ export interface HttpClientOptions {
   service?: string | undefined;
 }
 
+/** An HTTP method the client sends. */
 export type HttpMethod = 'GET' | 'POST' | 'PUT' | 'DELETE';
 
 /** A request body already encoded as JSON text (sent as it is). */
@@ -53,6 +55,7 @@ export function jsonWithIds(key: string, ids: ArrayLike<number>, rest: Record<st
   return new JsonText(`{${JSON.stringify(key)}:[${list}]${tail === '{}' ? '}' : `,${tail.slice(1)}`}`);
 }
 
+/** One request of `HttpClient`. */
 export interface HttpRequest {
   method: HttpMethod;
   /** Path (and query) under the client's base URL. */
@@ -63,6 +66,7 @@ export interface HttpRequest {
   signal?: AbortSignal | undefined;
 }
 
+/** A response of `HttpClient`. */
 export interface HttpResponse {
   status: number;
   headers: Record<string, string | string[] | undefined>;
@@ -71,6 +75,10 @@ export interface HttpResponse {
   url: string;
 }
 
+/**
+ * An HTTP client over undici for one base URL: JSON bodies, per-request timeouts, retries and errors that
+ * name the request.
+ */
 export class HttpClient {
   /** Origin plus base path, without a trailing slash. */
   readonly url: string;
@@ -151,6 +159,7 @@ export class HttpClient {
     return (await this.#once({ method: 'GET', path, signal })).status === 200;
   }
 
+  /** Close the client's connections. */
   async close(): Promise<void> {
     if (this.#ownsDispatcher) await this.#dispatcher.close();
   }

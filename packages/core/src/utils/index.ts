@@ -1,6 +1,10 @@
-// @vime/core/utils: the helpers every package shares (HTTP client, retry, sleep, deadlines, files, shell
-// quoting, durations, the logger interface, seeded randomness, running a program with bounded output, and
-// the command line kit every bin uses).
+/**
+ * The helpers every package shares (HTTP client, retry, sleep, deadlines, files, shell quoting, durations,
+ * the logger interface, seeded randomness, running a program with bounded output, and the command line kit
+ * every bin uses).
+ *
+ * @module @vime/core/utils
+ */
 
 export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from './bounded-output.js';
 export { type CliProgram, type Command, runProgram } from './cli/commands.js';

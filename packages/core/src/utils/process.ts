@@ -10,6 +10,7 @@ import type { Readable } from 'node:stream';
 import { errorMarker, hasErrorMarker, VimeError, type VimeErrorOptions } from '../errors.js';
 import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES } from './bounded-output.js';
 
+/** Options of `runProcess`. */
 export interface RunProcessOptions {
   cwd?: string | undefined;
   /** The child's whole environment (default: this process's). */
@@ -40,6 +41,7 @@ export interface RunProcessOptions {
   reportFd?: boolean | undefined;
 }
 
+/** How a process ended and what it printed. */
 export interface ProcessResult {
   /** The exit code; 128 + n when signal n killed it (as a shell reports it); null when it timed out. */
   exitCode: number | null;
@@ -75,6 +77,7 @@ export class ProcessError extends VimeError {
     super(code, message, options);
   }
 
+  /** Whether `value` is a `ProcessError`, from any copy of this package. */
   static override isInstance(value: unknown): value is ProcessError {
     return hasErrorMarker(value, processMarker);
   }

@@ -1,6 +1,7 @@
 import { VimeError } from '../errors.js';
 import { sleep } from './sleep.js';
 
+/** Exponential backoff: the first delay, its cap and its jitter. */
 export interface BackoffOptions {
   /** Delay before the first retry (default 500 ms); it doubles per attempt. */
   initialDelayMs?: number | undefined;
@@ -10,6 +11,7 @@ export interface BackoffOptions {
   jitter?: number | undefined;
 }
 
+/** Options of `retry`. */
 export interface RetryOptions extends BackoffOptions {
   /** Attempts after the first (default 2, as openai-node's `maxRetries`). */
   retries?: number | undefined;

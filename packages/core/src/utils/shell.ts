@@ -1,3 +1,4 @@
+/** Options of shell quoting. */
 export interface ShellQuoteOptions {
   /**
    * Leave `$VAR` / `${VAR}` references expandable: a word of plain characters and variable references is

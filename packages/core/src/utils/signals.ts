@@ -1,3 +1,5 @@
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /**
  * A signal that aborts when any of `signals` does or after `ms`, whichever comes first; `clear()` drops
  * the timer and the listeners once the wait is over.
@@ -6,12 +8,14 @@
  * timeout signal only weakly, so after a garbage collection the timeout never fires and a wait on the
  * combined signal lasts forever. Here the timer and the sources' listeners hold the signal strongly.
  */
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
 export function deadlineSignal(
   ms: number,
   ...signals: Array<AbortSignal | undefined>
-): { signal: AbortSignal; clear(): void } {
+): {
+  signal: AbortSignal;
+  /** Drop the timer and the listeners (the wait is over). */
+  clear(): void;
+} {
   const controller = new AbortController();
   const sources = signals.filter((s): s is AbortSignal => s !== undefined);
   const clear = () => {

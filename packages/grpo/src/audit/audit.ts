@@ -25,11 +25,13 @@ export interface AuditDifference {
   message: string;
 }
 
+/** A captured turn, by its session and index. */
 export interface TurnRef {
   session_id: string;
   turn: number;
 }
 
+/** The token audit of one sample: where its tokens and log probs differ from the captured turns. */
 export interface SampleAudit {
   /** The sample's position in the batch. */
   position: number;
@@ -45,6 +47,7 @@ export interface SampleAudit {
   firstDifference?: AuditDifference | undefined;
 }
 
+/** The token audit of a batch against the captured turns: a verdict and each sample's differences. */
 export interface TokenAuditReport {
   verdict: 'pass' | 'fail';
   samples: SampleAudit[];

@@ -30,11 +30,14 @@ export const TRAINER_ESTIMATORS = [
   'openrlhf:reinforce',
   'openrlhf:gae',
 ] as const;
+/** Another trainer's estimator, as `verl:<name>` or `openrlhf:<name>`. */
 export type TrainerEstimator = (typeof TRAINER_ESTIMATORS)[number];
 /** slime's `--advantage-estimator`, or `verl:<name>` / `openrlhf:<name>` for another trainer's estimator. */
 export type CheckEstimator = SlimeEstimator | TrainerEstimator;
+/** Every estimator the golden check can recompute. */
 export const CHECK_ESTIMATORS: readonly CheckEstimator[] = [...SLIME_ESTIMATORS, ...TRAINER_ESTIMATORS];
 
+/** How close a recomputed value must be to the trainer's: `abs + rel × |expected|`. */
 export interface Tolerance {
   /** Absolute part (default 1e-6). */
   abs: number;
@@ -42,6 +45,7 @@ export interface Tolerance {
   rel: number;
 }
 
+/** Options of the golden check. */
 export interface CheckOptions extends Omit<ConventionOptions, 'preset'> {
   /** The trainer's conventions; `'auto'` tries every known convention and reports those that reproduce the dump. */
   preset?: Preset | 'auto' | undefined;
@@ -70,6 +74,7 @@ export interface CheckOptions extends Omit<ConventionOptions, 'preset'> {
   lambda?: number | undefined;
 }
 
+/** One token whose recomputed value differs from the trainer's. */
 export interface TokenMismatch {
   /** Token index within the response. */
   token: number;
@@ -78,6 +83,7 @@ export interface TokenMismatch {
   lossMask: number;
 }
 
+/** The golden check of one training sample. */
 export interface SampleCheck {
   /** Index in the training samples. */
   row: number;
@@ -113,6 +119,7 @@ export interface ConventionMatch {
   maxAbsError: number;
 }
 
+/** What `preset: 'auto'` found: how many conventions were tried and which reproduce the dump. */
 export interface AutoReport {
   /** How many conventions were tried. */
   tried: number;
@@ -122,6 +129,7 @@ export interface AutoReport {
   closest: ConventionMatch | null;
 }
 
+/** The golden check of a trainer dump: a verdict and, per sample, the tokens that differ. */
 export interface CheckReport {
   verdict: 'match' | 'mismatch';
   /** The preset the samples below were recomputed with (under `'auto'`: the best match's, or slime). */

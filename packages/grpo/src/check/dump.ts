@@ -33,12 +33,15 @@ export const RolloutDumpSampleSchema = z.looseObject({
   remove_sample: z.boolean().optional(),
   session_id: z.string().nullable().optional(),
 });
+/** One sample of a rollout dump. */
 export type RolloutDumpSample = z.infer<typeof RolloutDumpSampleSchema>;
 
+/** Schema of slime's rollout dump (`--save-debug-rollout-data`). */
 export const RolloutDumpSchema = z.looseObject({
   rollout_id: int,
   samples: z.array(RolloutDumpSampleSchema).min(1),
 });
+/** slime's rollout dump: one rollout's samples. */
 export type RolloutDump = z.infer<typeof RolloutDumpSchema>;
 
 /**
@@ -67,8 +70,10 @@ export const TrainDumpSampleSchema = z.looseObject({
   returns: floats.optional(),
   kl: floats.optional(),
 });
+/** One sample of a train dump. */
 export type TrainDumpSample = z.infer<typeof TrainDumpSampleSchema>;
 
+/** Schema of slime's train dump (`--save-debug-train-data`). */
 export const TrainDumpSchema = z.looseObject({
   format_version: z.literal(2),
   rollout_id: int,
@@ -77,6 +82,7 @@ export const TrainDumpSchema = z.looseObject({
   dp_shards: z.array(z.record(z.string(), z.unknown())).optional(),
   raw_reward: z.array(rewardValue).optional(),
 });
+/** slime's train dump: what the trainer computed for one rollout. */
 export type TrainDump = z.infer<typeof TrainDumpSchema>;
 
 /** Read a `--save-debug-rollout-data` file (`rollout_data/<id>.pt`). */

@@ -4,6 +4,7 @@ import { checkRewards, type Grouping, type GroupingOptions, resolveGroups } from
 import { groupMoments } from './moments.js';
 import { type ConventionOptions, type Conventions, resolveConventions } from './presets.js';
 
+/** Options of `grpoAdvantages`: how samples are grouped and the trainer's conventions. */
 export interface GrpoOptions extends GroupingOptions, ConventionOptions {}
 
 /** Std of every reward in the batch (TRL `scale_rewards="batch"`: one 1-D `nanstd`). */
@@ -96,6 +97,7 @@ export function normalizeGroups(
   return out;
 }
 
+/** Whether `values` are equal at every index `members[from..to)`. */
 export function isUniform(
   values: ArrayLike<number>,
   members: ArrayLike<number>,
@@ -107,6 +109,7 @@ export function isUniform(
   return true;
 }
 
+/** One group of a batch: its key, members and reward statistics. */
 export interface GroupReport {
   key: number | string;
   /** Sample indices in this group. */
@@ -119,6 +122,7 @@ export interface GroupReport {
   zeroVariance: boolean;
 }
 
+/** Per-group reward statistics of a batch, and its zero-variance groups. */
 export interface GroupStatistics {
   groups: GroupReport[];
   /** Keys of the zero-variance groups: they carry no learning signal. */

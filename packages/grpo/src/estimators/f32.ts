@@ -7,7 +7,9 @@
 
 export const f32 = Math.fround;
 
+/** The precision a computation runs in. */
 export type Dtype = 'float32' | 'float64';
+/** The array a computation returns, of its precision. */
 export type FloatArray = Float32Array | Float64Array;
 
 export function allocate(dtype: Dtype, length: number): FloatArray {

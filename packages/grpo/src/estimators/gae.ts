@@ -3,6 +3,7 @@ import { tokenOffsets } from '../tokens/tokens.js';
 import { allocate, type Dtype, type FloatArray, rounder } from './f32.js';
 import { checkUnit } from './returns.js';
 
+/** Advantages and returns from generalized advantage estimation. */
 export interface GaeResult {
   advantages: FloatArray;
   returns: FloatArray;

@@ -10,6 +10,7 @@ import { type Dtype, f32, torchStdAllF32, torchStdWelfordF32, torchSumF32 } from
  * - `openrlhf`: `rewards.mean(-1)` / `rewards.std(-1)` of the `[prompts, n]` matrix (float64 Welford).
  */
 export type MomentsKind = 'slime' | 'verl' | 'verlVectorized' | 'trl' | 'openrlhf';
+/** Every way of computing a group's mean and std that a trainer uses. */
 export const MOMENTS_KINDS = [
   'slime',
   'verl',
@@ -18,12 +19,14 @@ export const MOMENTS_KINDS = [
   'openrlhf',
 ] as const satisfies readonly MomentsKind[];
 
+/** A group's mean and std. */
 export interface Moments {
   mean: number;
   /** `NaN` where the trainer's std is undefined (one value with Bessel's correction). */
   std: number;
 }
 
+/** Options of computing a group's moments. */
 export interface MomentsOptions {
   /** Bessel's correction: 1 (unbiased, every trainer) or 0. */
   correction?: number | undefined;

@@ -7,6 +7,7 @@ import { MOMENTS_KINDS, type MomentsKind } from './moments.js';
  * off; `verl` is verl's loop estimator (`adv_estimator=grpo`), `verlVectorized` its `grpo_vectorized`.
  */
 export type Preset = 'slime' | 'verl' | 'verlVectorized' | 'trl' | 'openrlhf' | 'drGrpo';
+/** Every trainer preset. */
 export const PRESETS = [
   'slime',
   'verl',
@@ -16,7 +17,9 @@ export const PRESETS = [
   'drGrpo',
 ] as const satisfies readonly Preset[];
 
+/** What rewards are normalized over: the group, the batch, or nothing. */
 export type Scale = 'group' | 'batch' | 'none';
+/** Whether the std is unbiased (Bessel's correction) or biased. */
 export type StdKind = 'unbiased' | 'biased';
 /**
  * What a group of one sample gets: 0 (slime, TRL), its raw reward divided by `float32(1 + ε)` (verl:
@@ -29,6 +32,7 @@ export type SingletonPolicy = 'zero' | 'raw' | 'error';
  * sits on the last action token and the cumulative return carries it back over masked tokens).
  */
 export type BroadcastMode = 'allTokens' | 'maskedTokens' | 'throughLastToken';
+/** Every way of broadcasting a sample's advantage to its tokens. */
 export const BROADCAST_MODES = [
   'allTokens',
   'maskedTokens',
@@ -54,6 +58,7 @@ export interface Conventions {
 
 const base = { stdNormalization: true, scale: 'group', std: 'unbiased', dtype: 'float32' } as const;
 
+/** The conventions of each trainer preset. */
 export const PRESET_CONVENTIONS: Readonly<Record<Preset, Readonly<Conventions>>> = {
   slime: { ...base, epsilon: 1e-6, singleton: 'zero', moments: 'slime', broadcast: 'allTokens' },
   drGrpo: {
@@ -83,6 +88,7 @@ export const PRESET_CONVENTIONS: Readonly<Record<Preset, Readonly<Conventions>>>
   },
 };
 
+/** A trainer preset and the conventions that override it. */
 export interface ConventionOptions {
   preset?: Preset | undefined;
   stdNormalization?: boolean | undefined;

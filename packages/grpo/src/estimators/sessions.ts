@@ -17,6 +17,9 @@ export interface FanoutRows {
   groups: ArrayLike<string | number>;
 }
 
+/**
+ * Rows collapsed to one entry per session: the sessions, their rewards and groups, and each row's session.
+ */
 export interface CollapsedSessions {
   sessions: Array<string | number>;
   /** One reward per session. */
@@ -27,6 +30,7 @@ export interface CollapsedSessions {
   rowToSession: Int32Array;
 }
 
+/** Collapse rows that share a session into one entry per session, checking that they agree. */
 export function collapseSessions(rows: FanoutRows): CollapsedSessions {
   const n = rows.rewards.length;
   for (const key of ['sessionIds', 'groups'] as const) {

@@ -2,6 +2,7 @@ import { ValidationError } from '@vime/core';
 import { type PyObject, type PyValue, pyGlobal, unpickle } from './pickle.js';
 import { readZip } from './zip.js';
 
+/** A tensor's element type, as torch names it. */
 export type TorchDtype =
   | 'float32'
   | 'float64'
@@ -61,10 +62,12 @@ const STORAGES: Record<string, [TorchDtype, number]> = {
   BoolStorage: ['bool', 1],
 };
 
+/** Whether `value` is a tensor read from a `.pt` file. */
 export function isTensor(value: unknown): value is TorchTensor {
   return typeof value === 'object' && value !== null && (value as PyObject).pyType === 'torch.Tensor';
 }
 
+/** A `.pt` file read: its unpickled object. */
 export interface TorchFile {
   /** The unpickled object (dicts, lists, numbers, strings, tensors). */
   value: PyValue;

@@ -98,6 +98,7 @@ export function splitTokens<T extends FloatArray | Uint8Array>(
   );
 }
 
+/** Options of broadcasting per-sample values to tokens. */
 export interface BroadcastOptions {
   /** `allTokens` (slime, TRL: masked tokens keep the value; the mask acts in the loss) or `maskedTokens` (verl: value × mask). */
   mode?: Exclude<BroadcastMode, 'throughLastToken'> | undefined;

@@ -57,6 +57,7 @@ export function approxKl(
   return out;
 }
 
+/** Options of the clipped policy loss. */
 export interface PolicyLossOptions {
   /** Lower clip: ratio ≥ 1 − epsClip (default 0.2). */
   epsClip?: number | undefined;
@@ -67,6 +68,7 @@ export interface PolicyLossOptions {
   dtype?: Dtype | undefined;
 }
 
+/** The clipped policy loss per token, with its clip statistics. */
 export interface PolicyLoss {
   /** Per-token loss. */
   losses: FloatArray;
@@ -171,6 +173,7 @@ function sumRange(x: ArrayLike<number>, from: number, to: number): number {
   return s;
 }
 
+/** How per-token losses are reduced to one loss. */
 export type AggregationMode =
   | 'token-mean'
   | 'seq-mean-token-sum'
@@ -178,6 +181,7 @@ export type AggregationMode =
   | 'seq-mean-token-sum-norm'
   | 'rollout-mean';
 
+/** Options of reducing per-token losses. */
 export interface AggregateOptions {
   mode: AggregationMode;
   /**

@@ -16,6 +16,7 @@ export type OpenrlhfEstimator =
   | 'reinforce_baseline'
   | 'group_norm'
   | 'dr_grpo';
+/** Every OpenRLHF advantage estimator reproduced here. */
 export const OPENRLHF_ESTIMATORS = [
   'gae',
   'reinforce',
@@ -25,6 +26,7 @@ export const OPENRLHF_ESTIMATORS = [
   'dr_grpo',
 ] as const satisfies readonly OpenrlhfEstimator[];
 
+/** The rewards (and values, for GAE) OpenRLHF's experience maker gets. */
 export interface OpenrlhfInput {
   /** One reward per sample, in the order the samples are listed (experience order). */
   rewards: ArrayLike<number>;
@@ -43,6 +45,7 @@ export interface OpenrlhfInput {
   paddedLengths?: ArrayLike<number> | undefined;
 }
 
+/** Options of `openrlhfAdvantages`: the estimator and OpenRLHF's settings. */
 export interface OpenrlhfOptions {
   estimator: OpenrlhfEstimator;
   /** `--n_samples_per_prompt` (> 1; OpenRLHF asserts it). */
@@ -58,11 +61,13 @@ export interface OpenrlhfOptions {
   rewardClipRange?: readonly [number, number] | null | undefined;
 }
 
+/** Per-token advantages and returns, as OpenRLHF computes them. */
 export interface OpenrlhfResult {
   advantages: Float32Array;
   returns: Float32Array;
 }
 
+/** Advantages and returns exactly as OpenRLHF's experience maker computes them. */
 export function openrlhfAdvantages(input: OpenrlhfInput, options: OpenrlhfOptions): OpenrlhfResult {
   const { estimator, nSamplesPerPrompt: n } = options;
   if (!OPENRLHF_ESTIMATORS.includes(estimator)) {

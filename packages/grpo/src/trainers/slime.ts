@@ -17,6 +17,7 @@ export type SlimeEstimator =
   | 'ppo'
   | 'reinforce_plus_plus'
   | 'reinforce_plus_plus_baseline';
+/** Every slime `--advantage-estimator` reproduced here. */
 export const SLIME_ESTIMATORS = [
   'grpo',
   'gspo',
@@ -58,6 +59,7 @@ export function flattenTokens(values: TokenValues, offsets: Int32Array, what: st
   return Float32Array.from(values as ArrayLike<number>);
 }
 
+/** What slime's advantage computation takes. */
 export interface SlimeAdvantageInput {
   estimator: SlimeEstimator;
   /** Post-processed scalar rewards (after group normalization), one per sample. */
@@ -82,6 +84,7 @@ export interface SlimeAdvantageInput {
   normalizeAdvantages?: boolean | undefined;
 }
 
+/** Per-token advantages and returns, as slime computes them. */
 export interface SlimeAdvantageResult {
   /** Flat per-token advantages (use `splitTokens` for per-sample views). */
   advantages: Float32Array;
@@ -242,6 +245,7 @@ export function logProbsFromLogits(input: {
   return { logProbs, entropy };
 }
 
+/** What slime's policy loss is computed from. */
 export interface SlimeLossInput {
   estimator?: SlimeEstimator | undefined;
   logits: ArrayLike<number> | ReadonlyArray<ArrayLike<number>>;
@@ -269,6 +273,7 @@ export interface SlimeLossInput {
   temperature?: number | undefined;
 }
 
+/** slime's policy loss and the metrics it logs. */
 export interface SlimeLoss {
   /** The loss Megatron back-propagates (scaled). */
   loss: number;

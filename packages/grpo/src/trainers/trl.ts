@@ -73,6 +73,7 @@ function rowWidth(length: number, rowLength: number | undefined): number {
 /** A reward function's scores: one per sample, `null`/`undefined`/NaN where it did not score it. */
 export type RewardScores = ArrayLike<number | null | undefined>;
 
+/** Options of combining several reward functions as TRL does. */
 export interface MultiRewardOptions {
   /** `num_generations`: consecutive blocks of this many samples form a group. */
   groupSize: number;
@@ -225,7 +226,9 @@ export function normalizeThenSum(
   return zeroNaN(rewards.map((r) => f32(f32(r - mean) / f32(std + TRL_EPSILON))));
 }
 
+/** A TRL `loss_type`. */
 export type TrlLossType = 'grpo' | 'bnpo' | 'dr_grpo' | 'dapo' | 'luspo' | 'cispo' | 'sapo' | 'vespo';
+/** Every TRL `loss_type` reproduced here. */
 export const TRL_LOSS_TYPES = [
   'grpo',
   'bnpo',
@@ -237,6 +240,7 @@ export const TRL_LOSS_TYPES = [
   'vespo',
 ] as const satisfies readonly TrlLossType[];
 
+/** What TRL's GRPO loss is computed from. */
 export interface TrlLossInput {
   /** Per-token log-probs of the policy being trained (flat over the responses). */
   perTokenLogps: ArrayLike<number>;
@@ -257,6 +261,7 @@ export interface TrlLossInput {
   paddedLength?: number | undefined;
 }
 
+/** Options of TRL's GRPO loss. */
 export interface TrlLossOptions {
   lossType?: TrlLossType | undefined;
   /** Lower clip ε (default 0.2). */
@@ -285,6 +290,7 @@ export interface TrlLossOptions {
   gradientAccumulationSteps?: number | undefined;
 }
 
+/** TRL's GRPO loss and the metrics it logs. */
 export interface TrlLoss {
   /** The loss `backward()` is called on (divided by the accumulation steps where TRL does). */
   loss: number;

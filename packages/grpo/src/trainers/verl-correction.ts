@@ -19,6 +19,7 @@ export type RolloutRsOption =
   | 'seq_mean_k3'
   | 'seq_max_k2'
   | 'seq_max_k3';
+/** Every verl rollout rejection-sampling option reproduced here. */
 export const ROLLOUT_RS_OPTIONS = [
   'token_k1',
   'token_k2',
@@ -33,6 +34,7 @@ export const ROLLOUT_RS_OPTIONS = [
   'seq_max_k3',
 ] as const satisfies readonly RolloutRsOption[];
 
+/** verl's rollout correction settings (`algorithm.rollout_correction`). */
 export interface RolloutCorrectionConfig {
   /** `bypass_mode`'s loss: PPO clip against the rollout policy, or REINFORCE with the IS weights. */
   lossType?: 'ppo_clip' | 'reinforce' | undefined;

@@ -12,6 +12,7 @@ import { type RolloutCorrectionConfig, rolloutCorrection } from './verl-correcti
  */
 
 export type VerlKlType = 'kl' | 'k1' | 'abs' | 'mse' | 'k2' | 'low_var_kl' | 'k3';
+/** Every verl KL penalty type reproduced here. */
 export const VERL_KL_TYPES = [
   'kl',
   'k1',
@@ -22,6 +23,7 @@ export const VERL_KL_TYPES = [
   'k3',
 ] as const satisfies readonly VerlKlType[];
 
+/** A per-token KL estimate and its mean. */
 export interface KlPenalty {
   /** Per-token KL estimate. */
   kl: FloatArray;
@@ -84,6 +86,7 @@ export function klPenalty(
   return { kl, grad };
 }
 
+/** A verl `policy_loss.loss_mode`. */
 export type VerlLossMode =
   | 'vanilla'
   | 'gspo'
@@ -94,6 +97,7 @@ export type VerlLossMode =
   | 'geo_mean'
   | 'cispo'
   | 'bypass_mode';
+/** Every verl `loss_mode` reproduced here. */
 export const VERL_LOSS_MODES = [
   'vanilla',
   'gspo',
@@ -131,6 +135,7 @@ export interface VerlGlobalBatchInfo {
   lossScaleFactor?: number | null | undefined;
 }
 
+/** What verl's policy loss is computed from. */
 export interface VerlPolicyLossInput {
   oldLogProbs: ArrayLike<number>;
   logProbs: ArrayLike<number>;
@@ -146,6 +151,7 @@ export interface VerlPolicyLossInput {
   dtype?: Dtype | undefined;
 }
 
+/** Options of verl's policy loss. */
 export interface VerlPolicyLossOptions {
   lossMode?: VerlLossMode | undefined;
   lossAggMode?: Exclude<AggregationMode, 'rollout-mean'> | undefined;
@@ -153,6 +159,7 @@ export interface VerlPolicyLossOptions {
   globalBatchInfo?: VerlGlobalBatchInfo | undefined;
 }
 
+/** verl's policy loss and the metrics it logs. */
 export interface VerlPolicyLoss {
   loss: number;
   /** `actor/pg_clipfrac`, `actor/ppo_kl`, `actor/pg_clipfrac_lower` where the loss reports them. */

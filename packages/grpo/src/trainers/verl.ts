@@ -49,6 +49,7 @@ export type VerlEstimator =
   | 'gpg'
   | 'optimal_token_baseline'
   | 'tir_optimal_token_baseline';
+/** Every verl advantage estimator reproduced here. */
 export const VERL_ESTIMATORS = [
   'gae',
   'grpo',
@@ -65,6 +66,7 @@ export const VERL_ESTIMATORS = [
   'tir_optimal_token_baseline',
 ] as const satisfies readonly VerlEstimator[];
 
+/** What verl's advantage computation takes: token-level rewards or scores, masks and group ids. */
 export interface VerlAdvantageInput {
   /** `token_level_rewards`, flat over the responses. Or pass `scores`. */
   tokenLevelRewards?: ArrayLike<number> | undefined;
@@ -88,6 +90,7 @@ export interface VerlAdvantageInput {
   dtype?: Dtype | undefined;
 }
 
+/** Options of `verlAdvantages`: the estimator and verl's settings. */
 export interface VerlAdvantageOptions {
   estimator: VerlEstimator;
   /** `algorithm.gamma` / `algorithm.lam` (default 1). */
@@ -111,12 +114,14 @@ export interface VerlAdvantageOptions {
   call?: 'trainer' | 'function' | undefined;
 }
 
+/** Per-token advantages and returns, as verl computes them. */
 export interface VerlAdvantages {
   /** Flat per-token advantages (use `splitTokens` for per-response views). */
   advantages: FloatArray;
   returns: FloatArray;
 }
 
+/** Advantages and returns exactly as verl's `compute_advantage` computes them. */
 export function verlAdvantages(input: VerlAdvantageInput, options: VerlAdvantageOptions): VerlAdvantages {
   const { estimator, call = 'trainer' } = options;
   if (!VERL_ESTIMATORS.includes(estimator)) {
@@ -345,6 +350,7 @@ function vectorizedGrouping(index: ArrayLike<number | string>): Grouping {
   return resolveGroups(ids.length, { groups: ids, allowUnevenGroups: true }, 'responses');
 }
 
+/** Per-group statistics of verl's vectorized estimators. */
 export interface VerlGroupStats {
   /** Group id of each response (`as_torch_index`). */
   gidx: Int32Array;

@@ -13,8 +13,10 @@ import {
   systemTemplate,
 } from './templates.js';
 
+/** How a mini-swe-agent run ended. */
 export type ExitStatus = 'Submitted' | 'LimitsExceeded' | 'RepeatedFormatError';
 
+/** What a mini-swe-agent run ended with. */
 export interface AgentResult {
   exitStatus: ExitStatus;
   /** Text after the submit sentinel line. */
@@ -25,6 +27,7 @@ export interface AgentResult {
   execs: number;
 }
 
+/** Options of `runAgent`. */
 export interface AgentOptions {
   client: OpenAI;
   model: string;
@@ -45,6 +48,9 @@ export function parseActions(text: string): string[] {
   return [...text.matchAll(actionPattern)].map((m) => m[1]!.trim());
 }
 
+/**
+ * Run mini-swe-agent's protocol: ask the model, run the command it fences, show the output, until it submits.
+ */
 export async function runAgent(options: AgentOptions): Promise<AgentResult> {
   const { client, model, exec, signal } = options;
   const stepLimit = options.stepLimit ?? 0;

@@ -4,6 +4,7 @@
  */
 
 export const SUBMIT_SENTINEL = 'COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT';
+/** The code fence mini-swe-agent's actions are written in. */
 export const ACTION_FENCE = 'mswea_bash_command';
 /** Outputs at or above this many characters are shown as head + tail. */
 export const OBSERVATION_LIMIT = 10_000;

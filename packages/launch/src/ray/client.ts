@@ -39,6 +39,7 @@ export class RayJobsError extends EngineError {
     this.body = options.body;
   }
 
+  /** Whether `value` is a `RayJobsError`, from any copy of this package. */
   static override isInstance(value: unknown): value is RayJobsError {
     return hasErrorMarker(value, rayJobsMarker);
   }
@@ -61,11 +62,13 @@ export class RayJobFailedError extends RayJobsError {
     this.logTail = logTail;
   }
 
+  /** Whether `value` is a `RayJobFailedError`, from any copy of this package. */
   static override isInstance(value: unknown): value is RayJobFailedError {
     return hasErrorMarker(value, rayJobFailedMarker);
   }
 }
 
+/** The events of the Ray Jobs client. */
 export interface RayJobsEvents {
   /** A submission was rejected before it ran (agent not up, connection refused) and will be retried. */
   retry: [info: { attempt: number; delayMs: number; reason: string }];
@@ -73,6 +76,7 @@ export interface RayJobsEvents {
   status: [job: JobDetails];
 }
 
+/** Options of `RayJobsClient`. */
 export interface RayJobsClientOptions {
   /** Dashboard URL, e.g. `http://127.0.0.1:8265`. */
   address: string;
@@ -87,6 +91,7 @@ export interface RayJobsClientOptions {
   dispatcher?: Dispatcher | undefined;
 }
 
+/** What a submission did: the submission id and whether it was already there. */
 export interface SubmitResult {
   submissionId: string;
   /** True when this id had already been submitted: nothing new was started. */
@@ -125,6 +130,7 @@ function lastLines(text: string, n: number): string {
   return lines.slice(-n).join('\n');
 }
 
+/** A client of Ray's Jobs REST API: submit, follow, wait for and stop jobs. */
 export class RayJobsClient extends EventEmitter<RayJobsEvents> {
   readonly address: string;
   readonly #http: HttpClient;
@@ -248,6 +254,7 @@ export class RayJobsClient extends EventEmitter<RayJobsEvents> {
     }
   }
 
+  /** The job's details. */
   get(id: string, options: { signal?: AbortSignal | undefined } = {}): Promise<JobDetails> {
     return this.#call('GET', `/api/jobs/${encodeURIComponent(id)}`, JobDetailsSchema, options);
   }
@@ -257,6 +264,7 @@ export class RayJobsClient extends EventEmitter<RayJobsEvents> {
     return this.#call('GET', '/api/jobs/', JobListSchema, options);
   }
 
+  /** The job's whole log so far. */
   async logs(id: string, options: { signal?: AbortSignal | undefined } = {}): Promise<string> {
     return (await this.#call('GET', `/api/jobs/${encodeURIComponent(id)}/logs`, LogsSchema, options)).logs;
   }

@@ -12,6 +12,7 @@ import type { JobSubmitRequest } from './types.js';
 /** Engine addresses in the argv are `$VAR` references the job's shell expands. */
 const expandable = { expandVariables: true };
 
+/** Options of `slimeJobRequest`. */
 export interface SlimeJobOptions {
   /** Environment of the launching process: secrets and `SKYPILOT_JOBGROUP_NAME` are read from it. */
   env?: Record<string, string | undefined> | undefined;

@@ -18,6 +18,7 @@ import { parseAllDocuments } from 'yaml';
 import { type LaunchConfig, type LaunchPlan, resolvePlan } from '../plan.js';
 import { slimeJobRequest } from '../ray/job.js';
 
+/** One problem of a rendered Job Group: the job, a message and where. */
 export interface LaunchProblem {
   /** Job name, or `job-group` for the file itself. */
   job: string;
@@ -25,6 +26,7 @@ export interface LaunchProblem {
   message: string;
 }
 
+/** What `checkRenderedJobGroup` found, and what it followed per job. */
 export interface LaunchCheckReport {
   problems: LaunchProblem[];
   /** Per job: the files followed (relative to the root) and the env vars each set var is read by. */

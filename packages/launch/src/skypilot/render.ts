@@ -30,6 +30,7 @@ const accelerators = z
   .regex(/^[A-Za-z0-9_.-]+:[0-9]+$/, 'write accelerators as "NAME:COUNT", e.g. "H100:4" or "L40S:1"');
 const infra = z.string().regex(INFRA_PATTERN, 'expected "kubernetes[/context]" or "cloud[/region[/zone]]"');
 
+/** Schema of the shared volume the trainer and engines mount. */
 export const VolumeConfigSchema = z.strictObject({
   name: name.default('slime-policy'),
   type: z.enum(['k8s-pvc', 'k8s-hostpath', 'runpod-network-volume']).default('k8s-pvc'),
@@ -44,12 +45,17 @@ export const VolumeConfigSchema = z.strictObject({
   /** Where jobs mount it. */
   mountPath: z.string().startsWith('/', 'mount paths are absolute').default('/shared/policy'),
 });
+/** A volume config as written. */
 export type VolumeConfig = z.input<typeof VolumeConfigSchema>;
+/** A volume config with every default filled in. */
 export type ResolvedVolumeConfig = z.output<typeof VolumeConfigSchema>;
 
+/** Schema of an engine kind. */
 export const EngineKindSchema = z.enum(['sglang', 'vllm']);
+/** An inference engine: SGLang or vLLM. */
 export type EngineKind = z.infer<typeof EngineKindSchema>;
 
+/** Schema of the Job Group's engine jobs. */
 export const EnginesConfigSchema = z.strictObject({
   kind: EngineKindSchema.default('sglang'),
   /** How many engine jobs; each is one server. */
@@ -68,8 +74,10 @@ export const EnginesConfigSchema = z.strictObject({
   run: z.string().optional(),
   envs: envs.default({}),
 });
+/** The engine jobs of a Job Group as written. */
 export type EnginesConfig = z.input<typeof EnginesConfigSchema>;
 
+/** Schema of the Job Group's trainer job. */
 export const TrainerConfigSchema = z.strictObject({
   name: name.default('trainer'),
   accelerators: accelerators.default('H100:4'),
@@ -85,8 +93,10 @@ export const TrainerConfigSchema = z.strictObject({
   setup: z.string().optional(),
   run: z.string(),
 });
+/** The trainer job of a Job Group as written. */
 export type TrainerConfig = z.input<typeof TrainerConfigSchema>;
 
+/** Schema of a Job Group config: its header, engine jobs and trainer job. */
 export const JobGroupConfigSchema = z.strictObject({
   name,
   /** Default infra and container image for every job; each job may override. */
@@ -106,7 +116,9 @@ export const JobGroupConfigSchema = z.strictObject({
   membersEnv: z.string().regex(ENV_KEY_PATTERN).optional(),
   volume: VolumeConfigSchema.optional(),
 });
+/** A Job Group config as written. */
 export type JobGroupConfig = z.input<typeof JobGroupConfigSchema>;
+/** A Job Group config with every default filled in. */
 export type ResolvedJobGroupConfig = z.output<typeof JobGroupConfigSchema>;
 
 /** Env var SkyPilot injects into every job of a group (the `-n` name or the header name). */
@@ -116,6 +128,7 @@ function acceleratorCount(spec: string): number {
   return Number(spec.split(':')[1] ?? '1');
 }
 
+/** Fill in a Job Group config's defaults, checking it. */
 export function resolveJobGroupConfig(
   config: JobGroupConfig | ResolvedJobGroupConfig,
 ): ResolvedJobGroupConfig {
@@ -173,6 +186,7 @@ function stringEnvs(map: Record<string, string | number | boolean>): Record<stri
 
 type Job = Record<string, unknown>;
 
+/** Schema of one SkyPilot task. */
 export const TaskConfigSchema = z.strictObject({
   name,
   infra: infra.optional(),
@@ -198,7 +212,9 @@ export const TaskConfigSchema = z.strictObject({
   setup: z.string().optional(),
   run: z.string(),
 });
+/** A SkyPilot task config as written. */
 export type TaskConfig = z.input<typeof TaskConfigSchema>;
+/** A SkyPilot task config with every default filled in. */
 export type ResolvedTaskConfig = z.output<typeof TaskConfigSchema>;
 
 /** Credentials belong in `secrets`, referenced by name; an env that looks like one must be empty. */

@@ -17,6 +17,7 @@ import {
   VOLUME_SIZE_PATTERN,
 } from './patterns.js';
 
+/** One problem SkyPilot's loader would report: the document, the YAML path and a message. */
 export interface SkyPilotProblem {
   /** 1-based document number in the YAML stream. */
   document: number;
@@ -29,8 +30,10 @@ export interface SkyPilotProblem {
   severity: 'error' | 'warning';
 }
 
+/** What a SkyPilot YAML file is. */
 export type SkyPilotYamlKind = 'task' | 'job-group' | 'pipeline' | 'volume';
 
+/** What `validateSkyPilotYaml` found: the file's kind and its problems. */
 export interface SkyPilotValidation {
   kind: SkyPilotYamlKind;
   /** True when there is no error (warnings allowed). */

@@ -8,6 +8,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import type { JobDetails, JobStatus } from '../ray/types.js';
 
+/** How a job of the fake Ray dashboard behaves: time pending, time running, its log and its outcome. */
 export interface FakeJobScript {
   /** Milliseconds in PENDING before the driver starts. */
   pendingMs?: number | undefined;
@@ -19,6 +20,7 @@ export interface FakeJobScript {
   exitCode?: number | undefined;
 }
 
+/** Options of `startFakeRay`. */
 export interface FakeRayOptions {
   /** Require `Authorization: Bearer <token>` (RAY_AUTH_MODE=token). */
   token?: string | undefined;
@@ -32,6 +34,7 @@ export interface FakeRayOptions {
   port?: number | undefined;
 }
 
+/** A running fake Ray dashboard: its URL, the requests it received and its jobs. */
 export interface FakeRay {
   url: string;
   /** Every request received: method, path and headers. */
@@ -40,6 +43,7 @@ export interface FakeRay {
   created: string[];
   /** Client connections open right now (a client that closes its pool leaves none). */
   openConnections(): Promise<number>;
+  /** Stop the server. */
   close(): Promise<void>;
 }
 

@@ -273,6 +273,7 @@ function fieldValue(knob: Knob, value: unknown, base: string): unknown {
   return value;
 }
 
+/** A run config file as read: its name as given, its path and its values by field. */
 export interface ConfigFile {
   /** The file as the user named it. */
   shown: string;

@@ -6,6 +6,7 @@ import { ConfigError } from '@vime/core';
 import { parseDuration, parseFlags } from '@vime/core/utils';
 import type { ConfigField } from './schema.js';
 
+/** The help `vime-loop --help` prints: every flag, its default and its environment variable. */
 export const usage = `Usage: vime-loop [--config FILE] [flags]
 
 Runs the coding-agent RL loop: per step, rollouts in sandboxes against an inference engine, each graded in

@@ -12,6 +12,7 @@ import type { ConfigField } from './schema.js';
  */
 export type KnobKind = 'value' | 'duration' | 'negated' | 'limits';
 
+/** One setting of the run: its config field, its key path in a file, and its flag and env var if any. */
 export interface Knob {
   field: ConfigField;
   /** The key path in a config file (`sampling.temperature`). */

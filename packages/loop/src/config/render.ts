@@ -12,6 +12,7 @@ import type { Config, ConfigField } from './schema.js';
 /** Where each value of a resolved config came from: `default`, `file F (key)`, `env NAME`, `flag --x`. */
 export type ConfigSources = Partial<Record<ConfigField, string>>;
 
+/** The resolved config's file name in a run's folder (read back by `--resume`). */
 export const RUN_CONFIG_FILE = 'run-config.yaml';
 
 const HEADER = [

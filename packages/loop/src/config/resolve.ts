@@ -14,11 +14,13 @@ import { knobOf } from './knobs.js';
 import { type ConfigSources, RUN_CONFIG_FILE, readRunConfigSources } from './render.js';
 import { type Config, type ConfigField, ConfigSchema } from './schema.js';
 
+/** A run's config after every layer, with where each value came from. */
 export interface ResolvedConfig {
   config: Config;
   sources: ConfigSources;
 }
 
+/** Options of resolving a run config: the bin named in messages, the folder, the environment. */
 export interface ResolveOptions {
   /** The bin named in messages (default `vime-loop`). */
   command?: string | undefined;

@@ -20,6 +20,7 @@ export const SandboxLimitsSchema = z.strictObject({
   cpus: z.number().positive().nullable().optional(),
 });
 
+/** The run config's schema (zod): each field's type, default and description; the JSON Schema is made from it. */
 export const ConfigSchema = z.object({
   steps: z.number().int().positive().default(2).describe('Rollout steps to run.'),
   promptsPerStep: z.number().int().positive().default(4).describe('Prompts (tasks) per step.'),
@@ -39,7 +40,9 @@ export const ConfigSchema = z.object({
     .string()
     .min(1)
     .optional()
-    .describe('Folder of image tarballs (docker save or OCI layout) bubblewrap looks in before the Docker engine.'),
+    .describe(
+      'Folder of image tarballs (docker save or OCI layout) bubblewrap looks in before the Docker engine.',
+    ),
   sandboxLimits: SandboxLimitsSchema.optional().describe(
     "Resource limits of every sandbox (default: the provider's safe defaults).",
   ),
@@ -203,5 +206,7 @@ export const ConfigSchema = z.object({
     .default(10)
     .describe('Seconds between progress lines when output is not a terminal.'),
 });
+/** The loop's run config, every default filled in. */
 export type Config = z.output<typeof ConfigSchema>;
+/** The name of one setting of `Config`. */
 export type ConfigField = keyof Config;

@@ -9,6 +9,7 @@ import { seededRandom } from '@vime/core/utils';
 import { ACTION_FENCE, SUBMIT_SENTINEL } from '@vime/harness';
 import { fixOf, HARNESS_SCRIPTS, harnessOfPrompt, toolResultsIn } from '@vime/harness/standin';
 
+/** A task as the stand-in policy knows it: how to find it in a prompt, its gold patch and its folder. */
 export interface PolicyTask {
   /** Text that identifies the task inside the prompt (its problem statement). */
   problemStatement: string;
@@ -17,12 +18,14 @@ export interface PolicyTask {
   workdir: string;
 }
 
+/** How often the stand-in policy applies the gold fix, a wrong fix or malformed output. */
 export interface PolicyOdds {
   gold: number;
   wrong: number;
   malformed: number;
 }
 
+/** The stand-in policy's default odds. */
 export const defaultOdds: PolicyOdds = { gold: 0.5, wrong: 0.35, malformed: 0.15 };
 
 const reply = (thought: string, command: string) =>
@@ -33,6 +36,7 @@ export function patchedFiles(patch: string): string[] {
   return [...patch.matchAll(/^\+\+\+ b\/(.+)$/gm)].map((m) => m[1]!.trim());
 }
 
+/** The stand-in engine's scripted coding policy (not a model): explores, then fixes or not, then submits. */
 export function codingAgentPolicy(
   tasks: PolicyTask[],
   options: { odds?: PolicyOdds | undefined; seed?: number | undefined } = {},

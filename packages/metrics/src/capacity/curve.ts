@@ -6,6 +6,7 @@ import { ConfigError } from '@vime/core';
 import type { FittedRun } from './fit.js';
 import { type StepModel, type StepPrediction, simulateStep } from './model.js';
 
+/** Options of simulating a run. */
 export interface SimulateRunOptions {
   engines: number;
   mode: 'sync' | 'async';
@@ -17,6 +18,7 @@ export interface SimulateRunOptions {
   steps?: number | undefined;
 }
 
+/** A predicted run: its steps and their total time. */
 export interface RunPrediction extends StepPrediction {
   steps: number;
   /** Seconds for all steps. */
@@ -54,6 +56,7 @@ export interface CapacityPoint {
   sandboxes_peak: number;
 }
 
+/** Predicted step time for each engine count. */
 export interface CapacityCurve {
   mode: 'sync' | 'async';
   rollouts_per_step: number;
@@ -64,6 +67,7 @@ export interface CapacityCurve {
 
 const round1 = (v: number) => Math.round(v * 10) / 10;
 
+/** Predicted step time for 1 to `maxEngines` engines, from a fitted run. */
 export function capacityCurve(
   fit: FittedRun,
   options: {
@@ -94,6 +98,7 @@ export function capacityCurve(
   };
 }
 
+/** How many engines a target step time needs. */
 export interface CapacityAnswer {
   targetStepSec: number;
   /** Fewest engines whose predicted step is within the target; `null` when none up to `maxEngines` is. */

@@ -51,6 +51,7 @@ export const RunObservationSchema = z.looseObject({
   sglang: SaturationSchema.optional(),
   workload: WorkloadSchema.optional(),
 });
+/** A run's measurements the capacity model is fitted on. */
 export type RunObservation = z.output<typeof RunObservationSchema>;
 
 /** Shape parameters no aggregate record carries; a run's `workload` overrides them. */
@@ -77,6 +78,7 @@ export const REFERENCE_DEFAULTS: ModelDefaults = {
   halfBatch: 16,
 };
 
+/** A measured step time the fit aims at. */
 export interface FitTarget {
   mode: 'sync' | 'async';
   rolloutSec: number;
@@ -89,6 +91,7 @@ export interface FitTarget {
   kvPeak: number;
 }
 
+/** The capacity model fitted on runs, with how well it fits. */
 export interface FittedRun {
   /** The model with every parameter set (fitted, measured or default). */
   model: StepModel;

@@ -32,6 +32,7 @@ export interface StepModel {
   updateWeightsSec: number;
 }
 
+/** One engine's throughput in the capacity model. */
 export interface EngineModel {
   /** Decode tokens/s of one engine with a full batch (aggregate over its requests). */
   decodeTokensPerSec: number;
@@ -43,6 +44,7 @@ export interface EngineModel {
   maxRunning: number;
 }
 
+/** The predicted rollout phase of a step. */
 export interface RolloutPhaseResult {
   /** Seconds from the first claim to the last graded rollout. */
   rolloutSec: number;
@@ -58,6 +60,7 @@ export interface RolloutPhaseResult {
   sandboxPeak: number;
 }
 
+/** A predicted step: rollout, training and weight update. */
 export interface StepPrediction extends RolloutPhaseResult {
   engines: number;
   mode: 'sync' | 'async';

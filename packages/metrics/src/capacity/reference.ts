@@ -222,4 +222,5 @@ export const REFERENCE_BENCHMARK = {
   },
 } as const;
 
+/** A run of the reference benchmark. */
 export type ReferenceRunKey = keyof typeof REFERENCE_BENCHMARK.runs;

@@ -18,6 +18,7 @@ export interface PrometheusScrape extends PromParse {
   snapshot: EngineSnapshot;
 }
 
+/** Options of scraping a Prometheus endpoint. */
 export interface ScrapeOptions {
   signal?: AbortSignal | undefined;
   /** Per-request timeout in milliseconds (default 5,000). */

@@ -1,6 +1,8 @@
 /**
  * `@vime/metrics/sinks`: where a run's metrics go: JSON lines, TensorBoard event files, Weights & Biases
  * offline runs (the files each writes), the sink contract and the records every sink receives.
+ *
+ * @module @vime/metrics/sinks
  */
 export { JSONL_SCHEMA, type JsonlSinkOptions, jsonlSink } from './jsonl.js';
 export {

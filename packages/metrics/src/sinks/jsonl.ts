@@ -5,6 +5,7 @@ import type { MetricSink, RunMetadata } from './sink.js';
 /** The JSONL schema's name and version, in the first line of every file. */
 export const JSONL_SCHEMA = 'vime.metrics/1';
 
+/** Options of `jsonlSink`. */
 export interface JsonlSinkOptions {
   /**
    * Keep the lines already in `path` (a resumed run): the new `run` line and what follows are appended

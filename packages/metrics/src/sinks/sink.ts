@@ -43,8 +43,11 @@ export interface RunMetadata {
   engine?: string | undefined;
 }
 
+/** Where a run's metrics go: one record per rollout and per step. */
 export interface MetricSink {
+  /** Record one rollout. */
   rollout(record: RolloutMetricRecord): Promise<void>;
+  /** Record one step. */
   step(record: StepMetricRecord): Promise<void>;
   /** Flush and close; `summary` holds the run's final scalars. */
   close(summary?: Record<string, number | null>): Promise<void>;

@@ -22,6 +22,7 @@ const FILE_HEADER = Uint8Array.from([0x3a, 0x57, 0x26, 0x42, 0xe1, 0xbe, 0x00]);
 /** `Record` fields (wandb_internal.proto). */
 const RECORD = { num: 1, history: 2, summary: 3, run: 17, exit: 18, final: 20, header: 21 } as const;
 
+/** Options of `wandbOfflineSink`. */
 export interface WandbOfflineOptions {
   project?: string | undefined;
   entity?: string | undefined;

@@ -45,6 +45,7 @@ import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec }
 import { findPython, prepareRoot, RootResolver, seedWorkdir } from './rootfs.js';
 import { type BwrapConfig, BwrapSandbox } from './sandbox.js';
 
+/** Options of `bubblewrapProvider`. */
 export interface BubblewrapProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */
   rootDir?: string | undefined;

@@ -8,6 +8,7 @@ import { type Dispatcher, Pool } from 'undici';
 
 /** Newest Engine API this client is written against, and the oldest it accepts. */
 export const DOCKER_API_MAX = '1.47';
+/** The oldest Docker Engine API version spoken. */
 export const DOCKER_API_MIN = '1.40';
 
 function compareVersions(a: string, b: string): number {
@@ -46,6 +47,7 @@ export interface EngineResponse {
 /** Default cap on a response body: engine answers are small, and a container's files are capped by the caller. */
 const MAX_RESPONSE_BYTES = 64 << 20;
 
+/** A client of the Docker Engine API over its unix socket (Podman's too). */
 export class DockerEngine {
   readonly socketPath: string;
   private readonly client: Pool;
@@ -191,6 +193,7 @@ export class DockerEngine {
     });
   }
 
+  /** Send a request and parse the answer as JSON. */
   async json<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
     const res = await this.request(method, path, options);
     return (res.body.length === 0 ? undefined : JSON.parse(res.body.toString())) as T;
@@ -245,6 +248,7 @@ export class DockerEngine {
     }
   }
 
+  /** Close the connections to the engine. */
   close(): Promise<void> {
     return this.client.close();
   }

@@ -9,6 +9,7 @@ import { SandboxError } from '@vime/core';
 import { parseImageReference, pullQuery } from '../images/reference.js';
 import type { DockerEngine } from './engine-api.js';
 
+/** Whether the Docker engine holds an image, and its id and size when it does. */
 export interface ImagePresence {
   image: string;
   present: boolean;
@@ -27,8 +28,10 @@ export interface ImageProgress {
   total: number | undefined;
 }
 
+/** Options of a pull through the Docker engine. */
 export interface PullOptions {
   signal?: AbortSignal | undefined;
+  /** Called with the bytes done and known so far, summed over the image's layers. */
   onProgress?: ((progress: ImageProgress) => void) | undefined;
 }
 

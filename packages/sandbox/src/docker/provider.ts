@@ -25,14 +25,17 @@ import { DockerSandbox, removeContainerSync } from './sandbox.js';
 
 /** Image label saying "bind the host's /usr read-only" (a registry-free image holding only folder stubs). */
 export const HOST_USR_LABEL = 'dev.vime.host-usr';
+/** The image a Docker sandbox runs when its spec names none. */
 export const DEFAULT_DOCKER_IMAGE = 'vime/sandbox-base:latest';
 
+/** One ulimit of a Docker container, as the Engine API takes it. */
 export interface DockerUlimit {
   Name: string;
   Soft: number;
   Hard: number;
 }
 
+/** Options of `dockerProvider`. */
 export interface DockerProviderOptions {
   /** Engine socket (default: `DOCKER_HOST`'s unix socket, else /var/run/docker.sock). */
   socketPath?: string | undefined;
@@ -80,6 +83,7 @@ function parseUser(user: string): { uid: number; gid: number } {
   return { uid, gid };
 }
 
+/** Sandboxes as Docker (or Podman) containers, created through the Engine API. */
 export function dockerProvider(options: DockerProviderOptions = {}): SandboxProvider {
   const events = options.events ?? (new EventEmitter() as SandboxEmitter);
   forwardWarnings(events, options.logger);

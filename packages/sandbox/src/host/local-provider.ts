@@ -24,6 +24,7 @@ import { type RunResult, runHostProcess } from './run-process.js';
 import { HostSandbox, type RunExecOptions, sandboxPath } from './sandbox.js';
 import { defaultRootDir, HostState } from './state.js';
 
+/** Options of `localProvider`. */
 export interface LocalProviderOptions {
   /** Parent folder of sandbox state (default `<tmpdir>/vime-sandboxes`). */
   rootDir?: string | undefined;

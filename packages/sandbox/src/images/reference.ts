@@ -5,6 +5,7 @@
  */
 import { ConfigError } from '@vime/core';
 
+/** An image reference split into its parts, with Docker Hub's defaults filled in. */
 export interface ImageReference {
   /** Registry host (`docker.io` when the name has none). */
   registry: string;

@@ -21,6 +21,7 @@ import { type ArchiveImage, findImage, type ImageConfig, readImageArchive } from
 import { applyLayer } from './layers.js';
 import { parseImageReference } from './reference.js';
 
+/** Options of an `ImageStore`. */
 export interface ImageStoreOptions {
   /** Where extracted rootfs folders are kept (default `defaultImageCacheDir()`). */
   cacheDir?: string | undefined;
@@ -35,6 +36,7 @@ export interface ImageStoreOptions {
   pull?: boolean | undefined;
 }
 
+/** An image turned into a rootfs folder: where it is, the image's digest, env and labels. */
 export interface ImageRootfs {
   image: string;
   /** `sha256:<hex>` of the image config. */
@@ -48,8 +50,10 @@ export interface ImageRootfs {
   extracted: boolean;
 }
 
+/** Options of `ImageStore.resolve`. */
 export interface ResolveOptions {
   signal?: AbortSignal | undefined;
+  /** Called with the bytes done and known so far while an image is pulled or extracted. */
   onProgress?: ((progress: ImageProgress) => void) | undefined;
 }
 
@@ -61,6 +65,11 @@ export function defaultImageCacheDir(): string {
 const META = 'image.json';
 const hexOf = (digest: string) => digest.replace(/^sha256:/, '');
 
+/**
+ * Turns image references into read-only rootfs folders for bubblewrap, once per image digest: from tarballs
+ * in `imageDir`, else from the Docker engine's export (pulled when it lacks the image). Each image resolves
+ * once per store, so every sandbox of a run runs the version it started with.
+ */
 export class ImageStore {
   readonly cacheDir: string;
   readonly imageDir: string | undefined;
@@ -240,6 +249,7 @@ export class ImageStore {
     return { ...result, extracted: true };
   }
 
+  /** Close the Docker engine connection the store opened (not one it was given). */
   async close(): Promise<void> {
     if (this.#ownsDocker) await this.#docker?.close();
   }

@@ -28,6 +28,7 @@ export const OFFLINE_GIT_ENV = {
   GIT_TERMINAL_PROMPT: '0',
 };
 
+/** A kind of bug the offline task set's mutations make. */
 export type BugKind =
   | 'func_pm_op_change'
   | 'func_pm_flip_operators'

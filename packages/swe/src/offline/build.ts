@@ -2,7 +2,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { cp, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { ConfigError, SandboxError, type TaskSpec } from '@vime/core';
 import { runProcessOk } from '@vime/core/utils';
 import { rowToTask, type SweSmithRow, swesmithNames } from '../dataset.js';
@@ -21,6 +21,7 @@ import {
 import { findBugs, type Kept, problemStatement, sourceKey } from './bugs.js';
 import { environmentFolder, publishDataset } from './publish.js';
 
+/** Options of `buildOfflineTaskSet`. */
 export interface OfflineTaskSetOptions {
   /** Output folder (created). A build with the same sources and options found there is reused. */
   dir: string;
@@ -51,6 +52,7 @@ export interface OfflineTaskSetOptions {
   signal?: AbortSignal | undefined;
 }
 
+/** An instance of the offline set that combines two bugs in one file. */
 export interface CombinedInstance {
   instanceId: string;
   parts: [string, string];
@@ -58,6 +60,7 @@ export interface CombinedInstance {
   halfFixPatch: string;
 }
 
+/** The built offline task set: its folder, repository, rows and tasks. */
 export interface OfflineTaskSet {
   dir: string;
   /** The repository mirror (branch `main` = clean library; one branch per instance): the image's `/testbed`. */
@@ -92,7 +95,6 @@ export interface OfflineTaskSet {
 export async function buildOfflineTaskSet(options: OfflineTaskSetOptions): Promise<OfflineTaskSet> {
   const started = performance.now();
   const {
-    dir,
     count = 40,
     combined = 6,
     seed = 1,
@@ -106,6 +108,8 @@ export async function buildOfflineTaskSet(options: OfflineTaskSetOptions): Promi
   if (!Number.isInteger(concurrency) || concurrency < 1) {
     throw new ConfigError(`buildOfflineTaskSet: concurrency must be a positive integer, got ${concurrency}`);
   }
+  // Absolute: the build runs commands in folders under `dir` with other working directories.
+  const dir = resolve(options.dir);
   const assets = offlineAssetsDir();
   const key = await sourceKey(assets, { count, combined, seed });
   const manifestPath = join(dir, 'manifest.json');

@@ -28,6 +28,7 @@ export type RunnerParser = 'unittest' | 'go_test' | 'cargo' | 'jest' | 'mocha' |
 /** `swesmith:<mirror>`: the log parser of that mirror's SWE-smith profile. */
 export type ParserId = SwebenchParser | RunnerParser | `swesmith:${string}`;
 
+/** Options of parsing a test log. */
 export interface ParseOptions {
   parser: ParserId;
   /** Whose SWE-bench behaviour to reproduce (default `v4.1.0`, the version SWE-smith runs with). */

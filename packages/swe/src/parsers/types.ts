@@ -1,5 +1,6 @@
 /** SWE-bench's `TestStatus` values, in the enum's declaration order (parsers iterate in this order). */
 export const TEST_STATUSES = ['FAILED', 'PASSED', 'SKIPPED', 'ERROR', 'XFAIL'] as const;
+/** A test's status in a parsed log. */
 export type TestStatus = (typeof TEST_STATUSES)[number];
 
 /**

@@ -8,6 +8,7 @@
  */
 import { type ParsedResponse, type ParsedToolCall, parseHermesCall } from './parsers.js';
 
+/** A piece of streamed output: reasoning text, visible text or a finished tool call. */
 export type StreamDelta =
   | { kind: 'reasoning'; text: string }
   | { kind: 'text'; text: string }
@@ -27,11 +28,16 @@ function partialTag(text: string, tag: string): number {
   return 0;
 }
 
+/** Options of `IncrementalParser`. */
 export interface IncrementalParserOptions {
   /** The prompt ends inside an open `<think>` (templates that open the reasoning block themselves). */
   reasoningOpen?: boolean | undefined;
 }
 
+/**
+ * Splits streamed text into reasoning, visible text and tool calls as it arrives, as the whole-text parsers
+ * would.
+ */
 export class IncrementalParser {
   #mode: 'start' | 'reasoning' | 'content';
   /** Text not yet assigned to a part. */
@@ -59,6 +65,7 @@ export class IncrementalParser {
     };
   }
 
+  /** The deltas that the new text completes, in order. */
   push(text: string): StreamDelta[] {
     this.#buffer += text;
     const out: StreamDelta[] = [];
@@ -183,6 +190,7 @@ export class IncrementalDecoder {
   #held: number[] = [];
   constructor(private readonly tokenizer: { decode(ids: ArrayLike<number>): string; eosTokenId: number }) {}
 
+  /** The text the new ids complete (possibly empty while a character or a stop token is held back). */
   push(ids: ArrayLike<number>): string {
     for (let i = 0; i < ids.length; i++) this.#held.push(ids[i]!);
     const last = this.#held.length - 1;

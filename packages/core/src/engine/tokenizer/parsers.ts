@@ -10,6 +10,7 @@ export interface ParsedToolCall {
   arguments: string;
 }
 
+/** A model response split into its visible text, reasoning and tool calls. */
 export interface ParsedResponse {
   /** Visible text, without reasoning and tool-call markup. */
   content: string;
@@ -21,12 +22,14 @@ export interface ParsedResponse {
 /** Finds tool calls in (reasoning-free) output text; returns the remaining content and the calls. */
 export interface ToolCallParser {
   name: string;
+  /** The visible text and the tool calls of a response. */
   parse(text: string): { content: string; toolCalls: ParsedToolCall[] };
 }
 
 /** Splits reasoning from content. */
 export interface ReasoningParser {
   name: string;
+  /** The reasoning and the visible text of a response. */
   parse(text: string): { reasoning: string | undefined; content: string };
 }
 

@@ -6,6 +6,7 @@
 import { createHash } from 'node:crypto';
 import type { RenderOptions, TemplateMessage, ToolDefinition } from './template.js';
 
+/** A chat template as a function: messages and options to the prompt text. */
 export type ChatRenderer = (messages: readonly TemplateMessage[], options: RenderOptions) => string;
 
 /** JSON as `@huggingface/jinja`'s `tojson` writes it: `, ` and `: ` separators, undefined as null. */

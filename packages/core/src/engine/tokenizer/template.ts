@@ -27,6 +27,7 @@ export interface ToolDefinition {
   };
 }
 
+/** Options of rendering a conversation with a chat template. */
 export interface RenderOptions {
   tools?: readonly ToolDefinition[] | undefined;
   /** Append the assistant header so the model continues as the assistant (default true). */

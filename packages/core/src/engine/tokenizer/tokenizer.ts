@@ -16,6 +16,7 @@ import { type ChatRenderer, nativeRenderer } from './renderers.js';
 import { SpecialTextEscaper, withoutAddedTokens } from './special-text.js';
 import type { RenderOptions, TemplateMessage } from './template.js';
 
+/** Options of `loadTokenizer`. */
 export interface LoadTokenizerOptions {
   /** Override the chat template found in `tokenizer_config.json`. */
   chatTemplate?: string | undefined;
@@ -40,6 +41,7 @@ export interface LoadTokenizerOptions {
  */
 export type SpecialTokenText = 'special' | 'text';
 
+/** Options of encoding a conversation: the template's, and how special-token text in content is treated. */
 export interface EncodeChatOptions extends RenderOptions {
   specialTokenText?: SpecialTokenText | undefined;
 }

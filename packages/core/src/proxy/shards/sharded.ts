@@ -23,6 +23,7 @@ import type { EngineSpec, FromShard, ShardProxyOptions, ToShard } from './wire.j
 
 export type { EngineSpec } from './wire.js';
 
+/** Options of `startShardedCaptureProxy`. */
 export interface ShardedCaptureProxyOptions extends ShardProxyOptions {
   /** Worker threads, each serving its share of the sessions (default: half the cores, 1 to 8). */
   shards?: number | undefined;
@@ -38,11 +39,13 @@ export interface ShardedCaptureProxyOptions extends ShardProxyOptions {
   handoverWaitMs?: number | undefined;
 }
 
+/** The events of a sharded capture proxy. */
 export interface ShardedProxyEvents extends ProxyEvents {
   /** A shard's thread ended before `close`: its sessions' turns are gone (their `finishSession` throws). */
   'shard:exit': (event: { shard: number; cause: string }) => void;
 }
 
+/** A capture proxy served by several worker threads, each holding its share of the sessions. */
 export interface ShardedCaptureProxy {
   /** Each shard's URL (a session's `baseURL` is on its shard's). */
   urls: string[];
@@ -50,6 +53,7 @@ export interface ShardedCaptureProxy {
   trajectories: TrajectoryManager;
   /** Open a session on the least-loaded shard; its `fetch` sends turns to that shard over HTTP. */
   openSession(id: string, options?: SessionOptions): CaptureSession;
+  /** The open session `id`, if there is one. */
   session(id: string): CaptureSession | undefined;
   /** Close a session and return its slime-wire training rows, as `CaptureProxy.finishSession`. */
   finishSession(id: string, options?: FinishOptions): Sample[];
@@ -61,6 +65,7 @@ export interface ShardedCaptureProxy {
    * process's open-file limit allows, in equal shares (each shard makes room within its own).
    */
   readonly maxConnections: number;
+  /** Stop every shard. */
   close(): Promise<void>;
 }
 

@@ -7,6 +7,7 @@ import { type DriftCounts, type PackOptions, packTurns } from './pack.js';
 /** How a rollout's reward is given to its rows when the trajectory forked into several. */
 export type RewardSplit = 'copy' | 'divide';
 
+/** Options of the trajectory manager. */
 export interface TrajectoryManagerOptions extends PackOptions {
   /** Default reward split (default `copy`: every row carries the rollout's reward). */
   rewardSplit?: RewardSplit | undefined;
@@ -14,6 +15,7 @@ export interface TrajectoryManagerOptions extends PackOptions {
   decode?: ((ids: Int32Array) => string) | undefined;
 }
 
+/** How a session is finished: its reward, status and how the reward is split over rows. */
 export interface FinishOptions {
   /** The rollout's reward. Required unless `status` is `failed` or `aborted`. */
   reward?: number | undefined;
@@ -24,15 +26,18 @@ export interface FinishOptions {
   status?: SampleStatus | undefined;
 }
 
+/** A finished session's drift: forks, realigns and re-tokenized tokens. */
 export interface DriftReport extends DriftCounts {
   sessionId: string;
   turns: number;
   rows: number;
 }
 
+/** The events of the trajectory manager. */
 export interface TrajectoryEvents {
   /** Emitted once per finished session: forks, realigns and re-tokenized tokens. */
   drift: (report: DriftReport) => void;
+  /** A turn was recorded. */
   turn: (info: { sessionId: string; turn: Turn }) => void;
 }
 
@@ -55,6 +60,7 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
     this.#options = options;
   }
 
+  /** Start recording session `sessionId`. */
   open(sessionId: string): void {
     if (this.#sessions.has(sessionId)) {
       throw new ConfigError(
@@ -64,6 +70,7 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
     this.#sessions.set(sessionId, { turns: [], openedAt: performance.now() });
   }
 
+  /** Whether session `sessionId` is being recorded. */
   has(sessionId: string): boolean {
     return this.#sessions.has(sessionId);
   }

@@ -21,6 +21,7 @@ export interface PackedRow {
   replay?: RowReplay | undefined;
 }
 
+/** How often packing a session's turns had to fork or realign a row. */
 export interface DriftCounts {
   /** Times a turn's prompt did not extend the row and a new row was started. */
   forks: number;
@@ -30,11 +31,13 @@ export interface DriftCounts {
   retokenizedTokens: number;
 }
 
+/** Options of packing a session's turns into rows. */
 export interface PackOptions {
   /** Longest drift (tokens from the divergence to the end of the last output) fixed by a realign. Default 16. */
   realignMaxTokens?: number | undefined;
 }
 
+/** A session's packed rows and their drift counts. */
 export interface PackResult {
   rows: PackedRow[];
   drift: DriftCounts;

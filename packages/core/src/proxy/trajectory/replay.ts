@@ -5,6 +5,9 @@
  */
 import type { Turn } from '../../rollout.js';
 
+/**
+ * A row's sampler replay data: the kept ids of every response token's nucleus, their offsets and log probs.
+ */
 export interface RowReplay {
   ids: Int32Array;
   offsets: Int32Array;

@@ -8,6 +8,7 @@ import type { Turn } from '../../rollout.js';
 
 const int = z.number().int();
 
+/** Schema of one recorded turn in the turn log. */
 export const CapturedTurnSchema = z.looseObject({
   session_id: z.string(),
   /** The turn's index within its session. */
@@ -23,6 +24,7 @@ export const CapturedTurnSchema = z.looseObject({
   top_p_token_offsets: z.array(int).optional(),
   top_p_log_probs: z.array(z.number()).optional(),
 });
+/** One recorded turn in the turn log. */
 export type CapturedTurn = z.infer<typeof CapturedTurnSchema>;
 
 /** The log record of one recorded turn (the proxy's `turn` event gives both). */

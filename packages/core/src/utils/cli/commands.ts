@@ -8,6 +8,7 @@ import { wantsHelp } from './flags.js';
 import { type CliIo, EXIT } from './io.js';
 import { UsageError } from './values.js';
 
+/** One command of a CLI: its name, flags, summary and what it runs. */
 export interface Command {
   /** As typed: `plan`, or two words for a command of a group (`skypilot render`). */
   name: string;
@@ -24,6 +25,7 @@ export interface Command {
   run: (args: string[], io: CliIo) => Promise<number>;
 }
 
+/** A CLI: its name, summary, commands and exit codes. */
 export interface CliProgram {
   /** The bin's name: `vime`, `vime-grpo`. */
   name: string;

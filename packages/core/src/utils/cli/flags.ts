@@ -10,6 +10,7 @@ import { UsageError } from './values.js';
 /** The flags a command takes, in `parseArgs`'s form: `{ out: { type: 'string', short: 'o' } }`. */
 export type FlagSpec = NonNullable<ParseArgsConfig['options']>;
 
+/** Options of `parseFlags`. */
 export interface ParseFlagsOptions {
   /** The most positional arguments the command takes (default: any number; the command checks them). */
   maxPositionals?: number | undefined;

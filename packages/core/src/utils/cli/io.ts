@@ -3,7 +3,9 @@
  * `process`, so that a test runs the program in-process and reads what it printed.
  */
 export interface CliIo {
+  /** Write to standard output. */
   stdout: (text: string) => void;
+  /** Write to standard error. */
   stderr: (text: string) => void;
   /** The environment the program reads (`process.env` in the bin). */
   env: Record<string, string | undefined>;

@@ -10,6 +10,7 @@ import { type CliIo, EXIT } from './io.js';
 /** A program: the exit code from its arguments (`undefined` is 0); it throws for anything that stops it. */
 export type CliMain = (argv: string[], io: CliIo) => Promise<number | undefined>;
 
+/** Options of `runCli`. */
 export interface RunCliOptions {
   /** The arguments (default: the process's, after the script). */
   argv?: readonly string[] | undefined;

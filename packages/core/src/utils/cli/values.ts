@@ -18,6 +18,7 @@ export class UsageError extends ConfigError {
     super(message, options);
   }
 
+  /** Whether `value` is a `UsageError`, from any copy of this package. */
   static override isInstance(value: unknown): value is UsageError {
     return hasErrorMarker(value, usageMarker);
   }
