@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os';
 import { configDefaults, defineConfig } from 'vitest/config';
 import { ATTACK_FILES, INTEGRATION_FILES, TEST_FILES } from './scripts/test-tiers.js';
 
@@ -11,7 +12,6 @@ export default defineConfig({
   resolve: { conditions: ['@vime/source'] },
   ssr: { resolve: { conditions: ['@vime/source'] } },
   test: {
-    globalSetup: ['scripts/test-setup.ts'],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: 'forks',
@@ -23,6 +23,8 @@ export default defineConfig({
           name: 'unit',
           include: TEST_FILES,
           exclude: [...configDefaults.exclude, ...INTEGRATION_FILES, ...ATTACK_FILES],
+          // every core (vitest's default leaves one idle); unit files use no shared resource
+          maxWorkers: availableParallelism(),
           sequence: { groupOrder: 0 },
         },
       },
@@ -30,6 +32,8 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'integration',
+          // the offline task set, built once per source version (unit tests use none)
+          globalSetup: ['scripts/test-setup.ts'],
           include: INTEGRATION_FILES,
           exclude: [...configDefaults.exclude, ...ATTACK_FILES],
           maxWorkers: 2,
@@ -40,6 +44,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'attack',
+          globalSetup: ['scripts/test-setup.ts'],
           include: ATTACK_FILES,
           maxWorkers: 1,
           sequence: { groupOrder: 2 },
