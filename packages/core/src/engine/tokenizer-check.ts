@@ -97,9 +97,9 @@ async function servedModel(
   if (response?.status !== 200) return undefined;
   try {
     const json = JSON.parse(response.text) as {
-      model_path?: string;
-      tokenizer_path?: string;
-      data?: Array<{ id?: string; root?: string }>;
+      model_path?: string | undefined;
+      tokenizer_path?: string | undefined;
+      data?: Array<{ id?: string | undefined; root?: string | undefined }> | undefined;
     };
     if (kind === 'vllm') return json.data?.[0]?.root ?? json.data?.[0]?.id;
     return json.tokenizer_path && json.tokenizer_path !== json.model_path

@@ -58,7 +58,7 @@ export function readRunConfigSources(path: string): ConfigSources {
   const doc = parseDocument(text);
   const sources: ConfigSources = {};
   for (const knob of KNOBS) {
-    const node = doc.getIn(knob.key.split('.'), true) as { comment?: string | null } | undefined;
+    const node = doc.getIn(knob.key.split('.'), true) as { comment?: string | null | undefined } | undefined;
     const comment = node?.comment?.trim();
     if (comment) sources[knob.field] = comment;
   }

@@ -103,11 +103,11 @@ async function readSpan(file: FileHandle, span: ArchiveSpan): Promise<Buffer> {
 function configOf(raw: Buffer): ImageConfig {
   const parsed = JSON.parse(raw.toString('utf8')) as {
     config?: {
-      Env?: string[] | null;
-      WorkingDir?: string | null;
-      User?: string | null;
-      Labels?: Record<string, string> | null;
-    } | null;
+      Env?: string[] | null | undefined;
+      WorkingDir?: string | null | undefined;
+      User?: string | null | undefined;
+      Labels?: Record<string, string> | null | undefined;
+    } | null | undefined;
   };
   const c = parsed.config ?? {};
   return {
@@ -172,7 +172,7 @@ class ArchiveReader {
   /** `docker save`: `manifest.json` lists each image's config, tags and layer files. */
   async dockerSave(): Promise<ArchiveImage[]> {
     const manifest =
-      await this.json<Array<{ Config: string; RepoTags?: string[] | null; Layers: string[] }>>(
+      await this.json<Array<{ Config: string; RepoTags?: string[] | null | undefined; Layers: string[] }>>(
         'manifest.json',
       );
     return Promise.all(manifest.map((m) => this.image(m.RepoTags ?? [], m.Config, m.Layers)));
