@@ -3,44 +3,21 @@ import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { decodeSamples, SLIME_SAMPLE_FIELDS } from '@vime/core';
 import { renderHtmlInChromium } from '@vime/metrics/testing';
 import { dockerForTests } from '@vime/sandbox/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type CommandRun, LOOP_CLI, NODE_ARGS, REPO_ROOT, runScript } from '../__fixtures__/run-command.js';
 
-const root = fileURLToPath(new URL('../../../../', import.meta.url));
-const NODE_ARGS = ['--import', 'tsx', '--conditions=@vime/source'];
-const CLI = 'packages/loop/src/cli.ts';
+const root = REPO_ROOT;
+const CLI = LOOP_CLI;
 // Debian's interpreter, where python3-msgpack is installed.
 const PYTHON = '/usr/bin/python3';
 const WANDB_READER = join(root, 'packages/metrics/scripts/read_wandb.py');
 
-interface CliRun {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function runCli(args: string[], timeoutMs = 300_000, env = process.env): Promise<CliRun> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...NODE_ARGS, CLI, ...args], {
-      cwd: root,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env,
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+function runCli(args: string[], timeoutMs = 300_000, env = process.env): Promise<CommandRun> {
+  return runScript(LOOP_CLI, args, { env, timeoutMs });
 }
 
 let tmp: string;

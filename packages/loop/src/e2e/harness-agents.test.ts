@@ -1,23 +1,13 @@
-/**
- * Per-sample harness choice through the coding-agent CLI: a dataset file whose rows set `agent` (what
- * slime hands over as `metadata.agent`): one `claude-code`, one `codex`, one unset (the example's own
- * mini-swe-agent). The real pinned harness binaries run unmodified in bubblewrap sandboxes that reach only
- * the capture proxy; the stand-in engine (a scripted policy, not a model) answers each harness in Qwen3's
- * tool-call format with the scripts of `@vime/harness/standin`, so each fixes its task. Graded in a fresh
- * sandbox: both harnesses score 1; every row carries its agent; the trained tokens are the script's
- * sampled replies and nothing else.
- */
-import { spawn } from 'node:child_process';
 import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { decodeSamples, type Sample, type TaskSpec } from '@vime/core';
 import { loadTokenizer } from '@vime/core/engine';
 import { claudeCodeScript, codexScript, fixOf, oneLineFix, type Script } from '@vime/harness/standin';
 import { dockerForTests } from '@vime/sandbox/testing';
 import { buildOfflineTaskSet } from '@vime/swe';
 import { afterAll, beforeAll, describe, expect, inject, it, onTestFinished } from 'vitest';
+import { LOOP_CLI, runScript } from '../__fixtures__/run-command.js';
 import { bundledTokenizerDir } from '../defaults.js';
 
 declare module 'vitest' {
@@ -26,27 +16,8 @@ declare module 'vitest' {
   }
 }
 
-const root = fileURLToPath(new URL('../../../../', import.meta.url));
-const CLI = 'packages/loop/src/cli.ts';
-
 function runCli(args: string[], timeoutMs: number, env: Record<string, string> = {}) {
-  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', '--conditions=@vime/source', CLI, ...args], {
-      cwd: root,
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+  return runScript(LOOP_CLI, args, { env: { ...process.env, ...env }, timeoutMs });
 }
 
 let tmp: string;

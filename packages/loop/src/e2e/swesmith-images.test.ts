@@ -16,14 +16,13 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { DockerEngine, defaultDockerSocket, ImageStore, pushImage } from '@vime/sandbox';
 import { buildOfflineDockerImage, buildOfflineTaskSet, writeSweSmithParquet } from '@vime/swe';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { type CommandRun, NODE_ARGS, REPO_ROOT, runCommand } from '../__fixtures__/run-command.js';
 import { bundledTokenizerDir } from '../defaults.js';
 
-const root = fileURLToPath(new URL('../../../../', import.meta.url));
-const NODE_ARGS = ['--import', 'tsx', '--conditions=@vime/source'];
+const root = REPO_ROOT;
 const REGISTRY = '/usr/bin/docker-registry';
 const SKOPEO = '/usr/bin/skopeo';
 
@@ -40,26 +39,13 @@ function missing(): string | undefined {
 const reason = missing();
 if (reason) console.warn(`swesmith-images.test.ts skipped: ${reason}`);
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function run(command: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs: number): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+function run(
+  command: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  timeoutMs: number,
+): Promise<CommandRun> {
+  return runCommand(command, args, { env, timeoutMs });
 }
 
 async function freePort(): Promise<number> {
@@ -151,7 +137,7 @@ describe.skipIf(reason !== undefined)("the README's real-data recipe on SWE-smit
   });
 
   /** `pnpm coding-agent -- --dataset … --engine-url … --tokenizer …`, as the README writes it. */
-  async function recipe(extra: string[]): Promise<{ run: Run; out: string }> {
+  async function recipe(extra: string[]): Promise<{ run: CommandRun; out: string }> {
     const env = { ...process.env, XDG_CACHE_HOME: cache };
     const args = [
       'coding-agent',
@@ -171,7 +157,7 @@ describe.skipIf(reason !== undefined)("the README's real-data recipe on SWE-smit
     return { run: result, out };
   }
 
-  function checkRun(r: { run: Run; out: string }): void {
+  function checkRun(r: { run: CommandRun; out: string }): void {
     expect(r.run.code, `${r.run.stdout.slice(-3000)}\n${r.run.stderr.slice(-3000)}`).toBe(0);
     // Every row checked on its image: the unchanged repository grades 0 and the gold patch 1.
     expect(r.run.stdout).toMatch(/baseline check: 3 of 3 rows pass/);

@@ -93,13 +93,13 @@ export class DockerEngine {
     return this.versionPromise;
   }
 
-  private async raw(method: string, path: string, options: RequestOptions = {}): Promise<EngineResponse> {
+  /** Sends a call; an unreachable engine is `sandbox_unavailable` with the fix. */
+  private async send(method: string, path: string, options: RequestOptions): Promise<Dispatcher.ResponseData> {
     const query = new URLSearchParams();
     for (const [k, v] of Object.entries(options.query ?? {})) if (v !== undefined) query.set(k, String(v));
     const qs = query.size > 0 ? `?${query}` : '';
-    let res: Dispatcher.ResponseData;
     try {
-      res = await this.client.request({
+      return await this.client.request({
         method: method as 'GET',
         path: `${path}${qs}`,
         headers: {
@@ -118,6 +118,24 @@ export class DockerEngine {
         { cause: error, code: 'sandbox_unavailable' },
       );
     }
+  }
+
+  /** The error of a non-2xx answer, with the engine's own message. */
+  private failure(method: string, path: string, status: number, body: Buffer): SandboxError {
+    let message = body.toString();
+    try {
+      message = (JSON.parse(message) as { message?: string | undefined }).message ?? message;
+    } catch {
+      // plain-text error
+    }
+    return new SandboxError(`Docker ${method} ${path} failed (${status}): ${message.trim()}`, {
+      data: { status, method, path },
+      code: status === 404 ? 'not_found' : 'sandbox_error',
+    });
+  }
+
+  private async raw(method: string, path: string, options: RequestOptions = {}): Promise<EngineResponse> {
+    const res = await this.send(method, path, options);
     const cap = options.maxBytes ?? MAX_RESPONSE_BYTES;
     const chunks: Buffer[] = [];
     let size = 0;
@@ -135,16 +153,7 @@ export class DockerEngine {
     const body = Buffer.concat(chunks);
     const ok = options.ok ?? [];
     if ((res.statusCode < 200 || res.statusCode >= 300) && !ok.includes(res.statusCode)) {
-      let message = body.toString();
-      try {
-        message = (JSON.parse(message) as { message?: string | undefined }).message ?? message;
-      } catch {
-        // plain-text error
-      }
-      throw new SandboxError(`Docker ${method} ${path} failed (${res.statusCode}): ${message.trim()}`, {
-        data: { status: res.statusCode, method, path },
-        code: res.statusCode === 404 ? 'not_found' : 'sandbox_error',
-      });
+      throw this.failure(method, path, res.statusCode, body);
     }
     return { status: res.statusCode, headers: res.headers, body };
   }
@@ -161,36 +170,9 @@ export class DockerEngine {
    */
   async stream(method: string, path: string, options: RequestOptions = {}): Promise<Readable> {
     const version = await this.apiVersion(options.signal);
-    const query = new URLSearchParams();
-    for (const [k, v] of Object.entries(options.query ?? {})) if (v !== undefined) query.set(k, String(v));
-    const qs = query.size > 0 ? `?${query}` : '';
-    let res: Dispatcher.ResponseData;
-    try {
-      res = await this.client.request({
-        method: method as 'GET',
-        path: `/v${version}${path}${qs}`,
-        headers: options.headers ?? {},
-        body: options.body ?? null,
-        signal: options.signal ?? null,
-      });
-    } catch (error) {
-      if (options.signal?.aborted) throw options.signal.reason;
-      throw new SandboxError(
-        `cannot reach the Docker engine at ${this.socketPath} (${method} ${path}): ${(error as Error).message}`,
-        { cause: error, code: 'sandbox_unavailable' },
-      );
-    }
+    const res = await this.send(method, `/v${version}${path}`, options);
     if (res.statusCode >= 200 && res.statusCode < 300) return res.body;
-    let message = Buffer.from(await res.body.arrayBuffer()).toString();
-    try {
-      message = (JSON.parse(message) as { message?: string | undefined }).message ?? message;
-    } catch {
-      // plain-text error
-    }
-    throw new SandboxError(`Docker ${method} ${path} failed (${res.statusCode}): ${message.trim()}`, {
-      data: { status: res.statusCode, method, path },
-      code: res.statusCode === 404 ? 'not_found' : 'sandbox_error',
-    });
+    throw this.failure(method, path, res.statusCode, Buffer.from(await res.body.arrayBuffer()));
   }
 
   /** Send a request and parse the answer as JSON. */
