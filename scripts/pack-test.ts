@@ -81,11 +81,14 @@ export function readmeExample(readme: string): string | undefined {
   return /^```ts\n([\s\S]*?)^```/m.exec(readme)?.[1];
 }
 
-/** Every import specifier of the release's entry points (`@vime/core`, `@vime/core/utils`, …). */
+/**
+ * Every import specifier of the release's module entry points (`@vime/core`, `@vime/core/utils`, …); data
+ * files a package exports (`package.json`, a JSON Schema) are not modules.
+ */
 function entryPoints(packed: Packed[]): string[] {
   return packed.flatMap((pkg) =>
     Object.keys(pkg.manifest.exports as Record<string, unknown>)
-      .filter((key) => key !== './package.json')
+      .filter((key) => !key.endsWith('.json'))
       .map((key) => pkg.name + key.slice(1)),
   );
 }
