@@ -18,6 +18,7 @@ import {
   parseSglangDecodeLog,
   type RolloutMetrics,
   type RunRecord,
+  type RunReportInput,
   renderHtmlReport,
   runReport,
 } from '@vime/metrics';
@@ -47,7 +48,15 @@ export interface ReportInput {
     /** Handed off before a restart: not timed in this process. */
     resumed: boolean;
     /** The trainer hook's timings, when a trainer is attached. */
-    train?: { trainSeconds: number; weightUpdateSeconds: number; weightVersion: string } | undefined;
+    train?:
+      | {
+          trainSeconds: number;
+          weightUpdateSeconds: number;
+          weightVersion: string;
+          /** The trainer's scalars (loss, KL, grad norm, …): the report's trainer curves. */
+          metrics?: Record<string, number> | undefined;
+        }
+      | undefined;
   }>;
   claims: Array<{ warm: boolean; latencyMs: number }>;
   outputTokens: number;
@@ -96,6 +105,16 @@ export function sampleEngines(urls: readonly string[]): {
       }));
     },
   };
+}
+
+/** The trainer hook's scalars per step, for the report's trainer curves; none without a trainer. */
+function trainerCurves(steps: ReportInput['steps']): RunReportInput['trainer'] {
+  const trained = steps.flatMap((s) =>
+    s.train?.metrics ? [{ step: s.step, metrics: s.train.metrics }] : [],
+  );
+  return trained.length
+    ? { source: "trainer hook (the metrics of each step's TrainResult)", steps: trained }
+    : undefined;
 }
 
 /** The planner's curve fitted on this run; `null` (with the reason) when the run cannot be fitted. */
@@ -148,6 +167,7 @@ export async function writeRunReport(
             'no trainer attached: "train" is the hand-off (GRPO advantages and the batch file written for the trainer)',
           update_weights: 'not in this run: no trainer, so the engine keeps its weights',
         },
+    trainer: trainerCurves(input.steps),
     claims: input.claims,
     ...(input.workUnits ? { workUnits: input.workUnits } : {}),
     tokens: { output: input.outputTokens, seconds: input.rolloutSeconds },

@@ -36,7 +36,7 @@ export {
   simulateStep,
 } from './capacity/model.js';
 export { REFERENCE_BENCHMARK, type ReferenceRunKey } from './capacity/reference.js';
-export { REPORT_SECTIONS, renderHtmlReport, renderTerminalReport } from './html.js';
+export { REPORT_SECTIONS, renderHtmlReport } from './html.js';
 export {
   type BatchPassAtK,
   countCorrect,
@@ -70,18 +70,20 @@ export {
   type ScrapeSeries,
 } from './prometheus.js';
 export {
-  type CapacityInput,
-  type EngineInput,
-  type EngineKind,
   type QualityRecord,
   RUN_RECORD_SCHEMA,
   type RunRecord,
-  type RunReportInput,
-  type RunSetting,
   runReport,
-  type StepPhase,
   type StepRecord,
 } from './report.js';
+export type {
+  CapacityInput,
+  EngineInput,
+  EngineKind,
+  RunReportInput,
+  RunSetting,
+  StepPhase,
+} from './report-input.js';
 export {
   type IncompleteGroup,
   type KEstimate,
@@ -128,4 +130,5 @@ export {
 } from './slime-perf.js';
 export { sparkline } from './sparkline.js';
 export { type VersionedRow, type WeightStaleness, weightStaleness } from './staleness.js';
+export { renderTerminalReport } from './terminal.js';
 export { type EngineTimeline, engineTimeline } from './timeline.js';
