@@ -210,7 +210,7 @@ export function renderCompareHtml(
   const title = options.title ?? `Compare: ${runs.map((r) => r.label).join(' vs ')}`;
   const standIns = runs.filter((r) => r.record.engine?.stand_in);
   const banner = standIns.length
-    ? `<p class="standin" data-stand-in="true"><strong>Stand-in engine</strong> in ${esc(standIns.map((r) => r.label).join(', '))}: ${esc(standIns[0]!.record.engine!.label)}. Rewards, tokens and turns there come from a scripted policy, not a model.</p>`
+    ? `<p class="standin" data-stand-in="true"><strong>Stand-in engine</strong> in ${esc(standIns.map((r) => r.label).join(', '))} (${esc(standIns[0]!.record.engine!.label)}): rewards, tokens and turns there come from a scripted policy, not a model.</p>`
     : '';
   const json = JSON.stringify({
     runs: runs.map((r) => ({ label: r.label, path: r.path ?? null })),

@@ -44,7 +44,7 @@ export const PAGE_STYLE = `body{font:14px/1.45 system-ui,-apple-system,Segoe UI,
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #e5e7eb;padding-bottom:4px}h3{font-size:14px;margin:12px 0 4px}
 figure{margin:12px 0}figcaption{color:#4b5563;font-size:12px}
 svg{max-width:100%;height:auto;font-size:11px;fill:#374151}svg .axis{font-size:12px}
-table{border-collapse:collapse;margin:8px 0;font-variant-numeric:tabular-nums;max-width:100%}th,td{border:1px solid #e5e7eb;padding:3px 8px;text-align:right}td:first-child,table.wrap td{overflow-wrap:anywhere}
+table{border-collapse:collapse;margin:8px 0;font-variant-numeric:tabular-nums;max-width:100%}th,td{border:1px solid #e5e7eb;padding:3px 8px;text-align:right}td:first-child,table.wrap td{overflow-wrap:anywhere}table.wrap td{text-align:left}
 th{background:#f9fafb}td:first-child,th:first-child{text-align:left}.absent{color:#6b7280;font-style:italic}
 .standin{background:#fef3c7;border:1px solid #f59e0b;padding:8px 12px;border-radius:4px}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 16px;margin:8px 0}dt{color:#4b5563}dd{margin:0;overflow-wrap:anywhere}

@@ -36,7 +36,21 @@ export {
   simulateStep,
 } from './capacity/model.js';
 export { REFERENCE_BENCHMARK, type ReferenceRunKey } from './capacity/reference.js';
+export {
+  type CompareRun,
+  type ConfigDifference,
+  configDifferences,
+  renderCompareHtml,
+} from './compare.js';
 export { REPORT_SECTIONS, renderHtmlReport } from './html.js';
+export {
+  METRICS_FILE_SCHEMA,
+  type MetricsFile,
+  type MetricsFileExtras,
+  parseMetricsFile,
+  reportInputFromMetrics,
+  resultOfRecord,
+} from './metrics-file.js';
 export {
   type BatchPassAtK,
   countCorrect,
@@ -132,3 +146,17 @@ export { sparkline } from './sparkline.js';
 export { type VersionedRow, type WeightStaleness, weightStaleness } from './staleness.js';
 export { renderTerminalReport } from './terminal.js';
 export { type EngineTimeline, engineTimeline } from './timeline.js';
+export {
+  type AdvantageSpread,
+  type RolloutShape,
+  rolloutShapeOf,
+  rowFigures,
+  type ShapeRecord,
+  type StepShape,
+  shapeRecord,
+  TRAINER_METRICS,
+  type TrainerMetric,
+  type TrainerRecord,
+  type TrainerStepInput,
+  trainerRecord,
+} from './training.js';

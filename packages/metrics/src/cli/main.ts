@@ -225,13 +225,13 @@ async function run(argv: string[], io: CliIo): Promise<number> {
   const { values } = parseFlags('vime-metrics', argv, FLAGS, { maxPositionals: 0 });
   const engineLogs = named(values['engine-log'], 'eng');
   const scrapes = named(values.scrape, `eng`);
+  if (values.batch.length && !values.run) {
+    throw new ConfigError('--batch adds rows to a run: pass the run with --run (see --help)');
+  }
   if (!values.run && !values['trainer-log'] && engineLogs.length === 0 && scrapes.length === 0) {
     throw new ConfigError(
       'nothing to read: pass --run, --trainer-log, --engine-log or --scrape (see --help)',
     );
-  }
-  if (values.batch.length && !values.run) {
-    throw new ConfigError('--batch adds rows to a run: pass the run with --run (see --help)');
   }
   const batches = batchFlags(values.batch);
   const mode = oneOf(values.mode, '--mode', MODES);
