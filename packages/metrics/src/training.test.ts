@@ -57,6 +57,15 @@ describe('trainerRecord', () => {
     expect(Object.keys(r.missing).sort()).toEqual(['clip_fraction', 'grad_norm', 'logprob_gap']);
     expect(r.missing.grad_norm).toBe('grad_norm');
     expect(trainerRecord([{ step: 1, metrics: { tokens: 5, nan: Number.NaN } }], 'x')).toBeNull();
+    // A step read back from metrics.jsonl (`train/loss`) beside one from the trainer hook (`loss`).
+    const mixed = trainerRecord(
+      [
+        { step: 1, metrics: { 'train/loss': 0.3 } },
+        { step: 2, metrics: { loss: 0.2 } },
+      ],
+      'trainer hook',
+    )!;
+    expect(mixed.per_step).toEqual({ '1': { policy_loss: 0.3 }, '2': { policy_loss: 0.2 } });
   });
 
   it("takes slime's `step K:` train lines, each rollout's the mean over its optimizer steps", () => {

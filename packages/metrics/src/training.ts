@@ -63,18 +63,17 @@ export function trainerRecord(steps: ReadonlyArray<TrainerStepInput>, source: st
   const sorted = [...steps].sort((a, b) => a.step - b.step);
   for (const metric of TRAINER_METRICS) {
     // One key per metric for the whole run: a trainer that reports both `loss` and `pg_loss` is drawn
-    // from `pg_loss` at every step, never a mix.
-    const key = metric.keys
-      .flatMap((k) => sorted.map((s) => lookup(s.metrics, k)?.[0]))
-      .find((k) => k !== undefined);
-    if (!key) {
+    // from `pg_loss` at every step, never a mix (with or without the `train/` prefix, which a run read
+    // back from its metrics file has on some steps).
+    const base = metric.keys.find((k) => sorted.some((s) => lookup(s.metrics, k)));
+    if (!base) {
       record.missing[metric.name] = metric.keys.join(', ');
       continue;
     }
-    record.keys[metric.name] = key;
+    record.keys[metric.name] = sorted.map((s) => lookup(s.metrics, base)?.[0]).find((k) => k !== undefined)!;
     for (const s of sorted) {
       const row = record.per_step[String(s.step)] ?? {};
-      row[metric.name] = finite(s.metrics[key]) ? (s.metrics[key] as number) : null;
+      row[metric.name] = lookup(s.metrics, base)?.[1] ?? null;
       record.per_step[String(s.step)] = row;
     }
   }
