@@ -217,5 +217,19 @@ describe('the closed loop in miniature on CPU (tiny model, 2 GRPO steps, plain t
     expect(report.steps['2'].train_time_sec).toBeGreaterThan(0);
     expect(report.steps['2'].update_weights_time_sec).toBeGreaterThan(0);
     expect(report.step_notes.update_weights).toBeUndefined();
+    // The trainer's curves: step 2 from this invocation's trainer hook, step 1 (trained before the restart)
+    // from the step line the first invocation wrote to metrics.jsonl.
+    expect(report.trainer.keys).toMatchObject({
+      policy_loss: expect.stringMatching(/loss$/),
+      grad_norm: expect.any(String),
+    });
+    for (const step of ['1', '2']) {
+      const t = report.trainer.per_step[step];
+      expect(t.logprob_gap, `step ${step}`).toBe(
+        steps[Number(step) - 1].scalars['train/logprob_abs_diff_mean'],
+      );
+      expect(Number.isFinite(t.policy_loss), `step ${step}`).toBe(true);
+      expect(t.grad_norm, `step ${step}`).toBeGreaterThan(0);
+    }
   });
 });

@@ -4,6 +4,7 @@
  * is labelled as such on the page and in the JSON.
  */
 import { execFile } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { RolloutResult } from '@vime/core';
@@ -15,9 +16,11 @@ import {
   fitRun,
   loadPointsOf,
   observationFrom,
+  parseMetricsFile,
   parseSglangDecodeLog,
   type RolloutMetrics,
   type RunRecord,
+  type RunReportInput,
   renderHtmlReport,
   runReport,
 } from '@vime/metrics';
@@ -47,7 +50,15 @@ export interface ReportInput {
     /** Handed off before a restart: not timed in this process. */
     resumed: boolean;
     /** The trainer hook's timings, when a trainer is attached. */
-    train?: { trainSeconds: number; weightUpdateSeconds: number; weightVersion: string } | undefined;
+    train?:
+      | {
+          trainSeconds: number;
+          weightUpdateSeconds: number;
+          weightVersion: string;
+          /** The trainer's scalars (loss, KL, grad norm, …): the report's trainer curves. */
+          metrics?: Record<string, number> | undefined;
+        }
+      | undefined;
   }>;
   claims: Array<{ warm: boolean; latencyMs: number }>;
   outputTokens: number;
@@ -96,6 +107,30 @@ export function sampleEngines(urls: readonly string[]): {
       }));
     },
   };
+}
+
+/**
+ * The trainer hook's scalars per step, for the report's trainer curves; none without a trainer. A step
+ * trained before a restart was not trained in this process: its scalars come from the step line an earlier
+ * start wrote to `metrics.jsonl` (`train/<name>`).
+ */
+async function trainerCurves(out: string, steps: ReportInput['steps']): Promise<RunReportInput['trainer']> {
+  const logged = steps.some((s) => !s.train?.metrics)
+    ? parseMetricsFile(await readFile(join(out, 'metrics.jsonl'), 'utf8').catch(() => '')).steps
+    : [];
+  const trained = steps.flatMap((s) => {
+    const line = logged.find((l) => l.step === s.step)?.scalars ?? {};
+    const fromLine = Object.fromEntries(
+      Object.entries(line).filter(
+        (e): e is [string, number] => e[0].startsWith('train/') && typeof e[1] === 'number',
+      ),
+    );
+    const metrics = s.train?.metrics ?? fromLine;
+    return Object.keys(metrics).length ? [{ step: s.step, metrics }] : [];
+  });
+  return trained.length
+    ? { source: "trainer hook (the metrics of each step's TrainResult)", steps: trained }
+    : undefined;
 }
 
 /** The planner's curve fitted on this run; `null` (with the reason) when the run cannot be fitted. */
@@ -148,6 +183,7 @@ export async function writeRunReport(
             'no trainer attached: "train" is the hand-off (GRPO advantages and the batch file written for the trainer)',
           update_weights: 'not in this run: no trainer, so the engine keeps its weights',
         },
+    trainer: await trainerCurves(input.out, input.steps),
     claims: input.claims,
     ...(input.workUnits ? { workUnits: input.workUnits } : {}),
     tokens: { output: input.outputTokens, seconds: input.rolloutSeconds },

@@ -5,7 +5,10 @@ export const PALETTE = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '
 export const esc = (s: string) =>
   s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 
-/** Round-number ticks across [lo, hi]; with `cover`, up to the first tick at or above `hi` (value axes). */
+/**
+ * Round-number ticks across [lo, hi]; with `cover` (value axes), from the last tick at or below `lo` to
+ * the first at or above `hi`.
+ */
 function niceTicks(lo: number, hi: number, count = 5, cover = false): number[] {
   if (!(hi > lo)) return [lo];
   const raw = (hi - lo) / count;
@@ -13,13 +16,18 @@ function niceTicks(lo: number, hi: number, count = 5, cover = false): number[] {
   const step = ([1, 2, 5, 10].find((m) => m * mag >= raw) ?? 10) * mag;
   const top = cover ? Math.ceil(hi / step - 1e-9) * step : hi;
   const ticks: number[] = [];
-  for (let v = Math.ceil(lo / step) * step; v <= top + step * 1e-9; v += step)
-    ticks.push(Number(v.toPrecision(12)));
+  const first = cover ? Math.floor(lo / step + 1e-9) * step : Math.ceil(lo / step) * step;
+  for (let v = first; v <= top + step * 1e-9; v += step) ticks.push(Number(v.toPrecision(12)));
   return ticks;
 }
 
+/** 1.5k for thousands; 2e-5 for the tiny values of losses, KL and learning rates. */
 const fmtTick = (v: number) =>
-  Math.abs(v) >= 1000 ? `${Number((v / 1000).toPrecision(3))}k` : String(Number(v.toPrecision(3)));
+  Math.abs(v) >= 1000
+    ? `${Number((v / 1000).toPrecision(3))}k`
+    : v !== 0 && Math.abs(v) < 1e-3
+      ? v.toExponential(1).replace(/\.0e/, 'e')
+      : String(Number(v.toPrecision(3)));
 
 interface Frame {
   width: number;
@@ -113,6 +121,10 @@ export function lineChart(options: {
   yLabel: string;
   series: LineSeries[];
   yMax?: number | undefined;
+  /** The bottom of the value axis (default: 0, or the lowest value when one is negative). */
+  yMin?: number | undefined;
+  /** The x axis' extent (default: the points'); charts meant to be read side by side share one. */
+  xRange?: [number, number] | undefined;
   /** Only whole-number ticks on the x axis (steps). */
   integerX?: boolean | undefined;
   markers?: Marker[] | undefined;
@@ -129,14 +141,22 @@ export function lineChart(options: {
       ...(s.envelope ?? []).map((p) => p[1]),
     ])
     .filter((v): v is number => v !== null);
-  const xLo = xs.length ? Math.min(...xs) : 0;
-  const xHi = xs.length ? Math.max(...xs) : 1;
-  const yHi = options.yMax ?? Math.max(1e-9, ...ys, ...(options.markers ?? []).map((m) => m.y));
-  const yTicks = niceTicks(0, yHi, 5, true);
+  const xLo = options.xRange?.[0] ?? (xs.length ? Math.min(...xs) : 0);
+  const xHi = options.xRange?.[1] ?? (xs.length ? Math.max(...xs) : 1);
+  const lows = options.series.flatMap((s) => [
+    ...(s.band ?? []).map((b) => b[1]),
+    ...(s.errorBars ?? []).map((b) => b[1]),
+  ]);
+  // The axis starts at 0 unless a value is negative (a loss, a KL estimate, an advantage).
+  const yLo = options.yMin ?? Math.min(0, ...ys, ...lows);
+  const yHi = options.yMax ?? Math.max(yLo + 1e-9, ...ys, ...(options.markers ?? []).map((m) => m.y));
+  const yTicks = niceTicks(yLo, yHi, 5, true);
+  const yBottom = Math.min(yLo, yTicks[0] ?? yLo);
   const yTop = Math.max(yHi, yTicks.at(-1) ?? yHi);
   const innerW = f.width - f.left - f.right;
   const x = (v: number) => f.left + (xHi > xLo ? ((v - xLo) / (xHi - xLo)) * innerW : innerW / 2);
-  const y = (v: number) => f.height - f.bottom - (v / yTop) * (f.height - f.top - f.bottom);
+  const y = (v: number) =>
+    f.height - f.bottom - ((v - yBottom) / (yTop - yBottom)) * (f.height - f.top - f.bottom);
   const xTicks = niceTicks(xLo, xHi, 6)
     .filter((v) => !options.integerX || Number.isInteger(v))
     .map((v): [number, string] => [x(v), fmtTick(v)]);
@@ -154,6 +174,10 @@ export function lineChart(options: {
     return d;
   };
   const body: string[] = [axes(f, xTicks, yTicks, y, { x: options.xLabel, y: options.yLabel })];
+  if (yBottom < 0)
+    body.push(
+      `<line class="zero" x1="${f.left}" x2="${f.width - f.right}" y1="${y(0).toFixed(1)}" y2="${y(0).toFixed(1)}" stroke="#6b7280"/>`,
+    );
   options.series.forEach((s, i) => {
     const color = s.color ?? PALETTE[i % PALETTE.length]!;
     if (s.band?.length) {

@@ -125,7 +125,7 @@ describe('vime-metrics CLI', () => {
   it('explains what is wrong with its input', async () => {
     const none = await run([]);
     expect(none.code).toBe(2);
-    expect(none.stderr).toMatch(/nothing to read: pass --trainer-log, --engine-log or --scrape/);
+    expect(none.stderr).toMatch(/nothing to read: pass --run, --trainer-log, --engine-log or --scrape/);
     const missing = await run(['--engine-log', '/nonexistent/sglang.log']);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toMatch(/--engine-log \/nonexistent\/sglang\.log: cannot read it: ENOENT/);

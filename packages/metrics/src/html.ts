@@ -1,30 +1,8 @@
 import { esc, lineChart, PALETTE, stackedBarChart } from './charts.js';
+import { byNumber, cell, figure, ms, note, PAGE_STYLE, section, table } from './html-parts.js';
 import type { RunRecord } from './report.js';
 import { STACKED_PHASES } from './run-sections.js';
-import { sparkline } from './sparkline.js';
-
-/** Table cells: numbers to at most 4 significant decimals (a pass@k of 0.708333… reads 0.7083). */
-const cell = (v: unknown) =>
-  v === null || v === undefined
-    ? '—'
-    : esc(typeof v === 'number' && !Number.isInteger(v) ? String(Number(v.toFixed(4))) : String(v));
-
-function table(headers: string[], rows: unknown[][]): string {
-  return `<table><thead><tr>${headers.map((h) => `<th>${esc(h)}</th>`).join('')}</tr></thead><tbody>${rows
-    .map((r) => `<tr>${r.map((c) => `<td>${cell(c)}</td>`).join('')}</tr>`)
-    .join('')}</tbody></table>`;
-}
-
-const figure = (svgText: string, caption: string) =>
-  `<figure>${svgText}<figcaption>${caption}</figcaption></figure>`;
-const note = (text: string) => `<p class="absent">${esc(text)}</p>`;
-const byNumber = (a: string, b: string) => Number(a) - Number(b);
-const ms = (v: number | null | undefined) => (v === null || v === undefined ? null : Math.round(v));
-
-function section(id: string, title: string, body: string, absent?: string): string {
-  const content = body || note(absent ?? 'not in this run');
-  return `<section id="${id}" data-section="${id}" data-empty="${body ? 'false' : 'true'}"><h2>${esc(title)}</h2>${content}</section>`;
-}
+import { shapeSection, trainerSection } from './training-html.js';
 
 function countsTable(title: string, counts: Record<string, number> | null): string {
   if (!counts || Object.keys(counts).length === 0) return '';
@@ -475,6 +453,8 @@ function scrapeTable(record: RunRecord): string {
 /** The report's sections in page order: id, heading, and the record key whose `absent` note explains an empty one. */
 export const REPORT_SECTIONS = [
   ['quality', 'Reward and pass@k', 'quality'],
+  ['trainer', 'Trainer: loss, KL, entropy, clipping, gradients, learning rate, log-prob gap', 'trainer'],
+  ['shape', 'Rollouts per step: length, truncation, turns, groups, advantages', 'shape'],
   ['reward-histogram', 'Reward distribution', 'reward_histogram'],
   ['tasks', 'Per-task results', 'tasks'],
   ['failures', 'Failures, aborts and hacks', 'tasks'],
@@ -496,6 +476,8 @@ export function renderHtmlReport(record: RunRecord, options: { title?: string | 
   const title = options.title ?? `Run ${record.name}`;
   const bodies: Record<(typeof REPORT_SECTIONS)[number][0], string> = {
     quality: qualitySection(record),
+    trainer: trainerSection(record),
+    shape: shapeSection(record),
     'reward-histogram': histogramSection(record),
     tasks: tasksSection(record),
     failures: failuresSection(record),
@@ -515,15 +497,7 @@ export function renderHtmlReport(record: RunRecord, options: { title?: string | 
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${esc(title)}</title>
 <style>
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:820px;color:#111827}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #e5e7eb;padding-bottom:4px}h3{font-size:14px;margin:12px 0 4px}
-figure{margin:12px 0}figcaption{color:#4b5563;font-size:12px}
-svg{max-width:100%;height:auto;font-size:11px;fill:#374151}svg .axis{font-size:12px}
-table{border-collapse:collapse;margin:8px 0;font-variant-numeric:tabular-nums}th,td{border:1px solid #e5e7eb;padding:3px 8px;text-align:right}
-th{background:#f9fafb}td:first-child,th:first-child{text-align:left}.absent{color:#6b7280;font-style:italic}
-.standin{background:#fef3c7;border:1px solid #f59e0b;padding:8px 12px;border-radius:4px}
-dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 16px;margin:8px 0}dt{color:#4b5563}dd{margin:0}
-details pre{background:#f9fafb;padding:8px;overflow:auto;font-size:12px}
+${PAGE_STYLE}
 </style></head><body>
 <h1>${esc(title)}</h1>
 ${header(record)}
@@ -532,51 +506,4 @@ ${sections.join('\n')}
 <script type="application/json" id="run-record">${json}</script>
 </body></html>
 `;
-}
-
-/** A plain-text summary with sparklines, for CLIs. */
-export function renderTerminalReport(
-  record: RunRecord,
-  options: { width?: number | undefined } = {},
-): string {
-  const width = options.width ?? 40;
-  const out: string[] = [];
-  out.push(
-    `run ${record.name}: mode ${record.mode ?? '?'}, ${record.engines} engine(s), rollouts ${record.rollouts_completed ?? '?'} completed / ${record.rollouts_aborted ?? '?'} aborted`,
-  );
-  const stepIds = Object.keys(record.steps).sort((a, b) => Number(a) - Number(b));
-  if (stepIds.length) {
-    out.push('step  step s  rollout s  train s  wait s  update s  wait ratio');
-    for (const id of stepIds) {
-      const s = record.steps[id]!;
-      const c = (v: number | null, w: number) => (v === null ? '—' : String(v)).padStart(w);
-      out.push(
-        `${id.padEnd(4)}${c(s.step_time_sec, 8)}${c(s.rollout_time_sec, 11)}${c(s.train_time_sec, 9)}${c(s.train_wait_time_sec, 8)}${c(s.update_weights_time_sec, 10)}${c(s.wait_time_ratio, 12)}`,
-      );
-    }
-    const series = stepIds.map((id) => record.steps[id]!.step_time_sec);
-    out.push(`step time  ${sparkline(series)}`);
-  }
-  record.timeline.forEach((tl, i) => {
-    const sat = record.saturation;
-    out.push(
-      `${tl.engine} #queue-req   (peak ${sat.queue_req_peak_per_eng[i] ?? '—'} / median ${sat.queue_req_median_per_eng[i] ?? '—'}): ${sparkline(tl.queued, { width })}`,
-      `${tl.engine} #running-req (peak ${sat.running_req_peak_per_eng[i] ?? '—'} / median ${sat.running_req_median_per_eng[i] ?? '—'}): ${sparkline(tl.running, { width })}`,
-    );
-  });
-  const qIds = Object.keys(record.quality).sort((a, b) => Number(a) - Number(b));
-  if (qIds.length) {
-    const last = record.quality[qIds[qIds.length - 1]!]!;
-    const parts = Object.entries(last)
-      .filter(([k]) => k === 'reward_mean' || k.startsWith('pass@'))
-      .map(([k, v]) => `${k}=${typeof v === 'number' ? Number(v.toFixed(4)) : '—'}`);
-    out.push(`quality (step ${qIds[qIds.length - 1]}): ${parts.join(' ')}`);
-    out.push(
-      `mean reward ${sparkline(
-        qIds.map((id) => record.quality[id]!.reward_mean),
-        { min: 0, max: 1 },
-      )}`,
-    );
-  }
-  return out.join('\n');
 }

@@ -36,7 +36,21 @@ export {
   simulateStep,
 } from './capacity/model.js';
 export { REFERENCE_BENCHMARK, type ReferenceRunKey } from './capacity/reference.js';
-export { REPORT_SECTIONS, renderHtmlReport, renderTerminalReport } from './html.js';
+export {
+  type CompareRun,
+  type ConfigDifference,
+  configDifferences,
+  renderCompareHtml,
+} from './compare.js';
+export { REPORT_SECTIONS, renderHtmlReport } from './html.js';
+export {
+  METRICS_FILE_SCHEMA,
+  type MetricsFile,
+  type MetricsFileExtras,
+  parseMetricsFile,
+  reportInputFromMetrics,
+  resultOfRecord,
+} from './metrics-file.js';
 export {
   type BatchPassAtK,
   countCorrect,
@@ -70,18 +84,20 @@ export {
   type ScrapeSeries,
 } from './prometheus.js';
 export {
-  type CapacityInput,
-  type EngineInput,
-  type EngineKind,
   type QualityRecord,
   RUN_RECORD_SCHEMA,
   type RunRecord,
-  type RunReportInput,
-  type RunSetting,
   runReport,
-  type StepPhase,
   type StepRecord,
 } from './report.js';
+export type {
+  CapacityInput,
+  EngineInput,
+  EngineKind,
+  RunReportInput,
+  RunSetting,
+  StepPhase,
+} from './report-input.js';
 export {
   type IncompleteGroup,
   type KEstimate,
@@ -128,4 +144,19 @@ export {
 } from './slime-perf.js';
 export { sparkline } from './sparkline.js';
 export { type VersionedRow, type WeightStaleness, weightStaleness } from './staleness.js';
+export { renderTerminalReport } from './terminal.js';
 export { type EngineTimeline, engineTimeline } from './timeline.js';
+export {
+  type AdvantageSpread,
+  type RolloutShape,
+  rolloutShapeOf,
+  rowFigures,
+  type ShapeRecord,
+  type StepShape,
+  shapeRecord,
+  TRAINER_METRICS,
+  type TrainerMetric,
+  type TrainerRecord,
+  type TrainerStepInput,
+  trainerRecord,
+} from './training.js';

@@ -4,13 +4,14 @@ import { join } from 'node:path';
 import type { RolloutResult } from '@vime/core';
 import { describe, expect, it } from 'vitest';
 import { RUN_START, sglangEngineLog, slimeTrainerLog } from './__fixtures__/run-logs.js';
-import { renderHtmlReport, renderTerminalReport } from './html.js';
+import { renderHtmlReport } from './html.js';
 import { runReport } from './report.js';
 import { rolloutMetrics } from './rollout.js';
 import { engineSaturation } from './saturation.js';
 import { parseSglangDecodeLog } from './sglang-log.js';
 import { parseSlimePerfLog } from './slime-perf.js';
 import { sparkline } from './sparkline.js';
+import { renderTerminalReport } from './terminal.js';
 import { DEFAULT_CHROMIUM, renderHtmlInChromium } from './testing.js';
 
 function buildRecord() {

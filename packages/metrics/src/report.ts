@@ -1,6 +1,7 @@
 import type { RolloutResult } from '@vime/core';
 import { type Summary, summarize } from './percentile.js';
-import { type EngineWindow, engineWindow, type ScrapeSeries } from './prometheus.js';
+import { type EngineWindow, engineWindow } from './prometheus.js';
+import type { CapacityInput, RunReportInput, RunSetting, StepPhase } from './report-input.js';
 import { type RolloutMetrics, rolloutMetrics } from './rollout.js';
 import {
   countMetadata,
@@ -16,102 +17,19 @@ import {
   type Workload,
   workload,
 } from './run-sections.js';
-import { type EngineSaturation, engineSaturation, type SaturationPoint } from './saturation.js';
-import type { PerfStep, SlimePerfLog } from './slime-perf.js';
+import { type EngineSaturation, engineSaturation } from './saturation.js';
+import type { PerfStep } from './slime-perf.js';
 import { type EngineTimeline, engineTimeline } from './timeline.js';
+import {
+  rolloutShapeOf,
+  type ShapeRecord,
+  shapeRecord,
+  type TrainerRecord,
+  trainerRecord,
+} from './training.js';
 
 /** The record's format; bumped when a key changes meaning. */
 export const RUN_RECORD_SCHEMA = 'vime.run-record/2';
-
-/** One engine's load readings for the report. */
-export interface EngineInput {
-  /** A name for the engine (e.g. `eng0` or its host). */
-  name: string;
-  /** Load readings over time: decode-batch samples or scrape snapshots mapped to `SaturationPoint`s. */
-  points: ReadonlyArray<SaturationPoint>;
-  /** Prometheus scrapes of the engine, when it was scraped: adds tokens, prefix-cache hits and latency. */
-  scrapes?: ScrapeSeries['scrapes'] | undefined;
-}
-
-/** Which engine served the run; a stand-in is labelled as such on the page and in the record. */
-export interface EngineKind {
-  kind: string;
-  standIn: boolean;
-  /** One line for the page, e.g. "stand-in engine: a scripted policy behind SGLang's wire, not a model". */
-  label?: string | undefined;
-}
-
-/** The engines-vs-step-time curve of a capacity plan (`vime plan --simulate --json`'s `simulation.curve`). */
-export interface CapacityInput {
-  mode: string;
-  source: string;
-  points: ReadonlyArray<{
-    engines: number;
-    step_time_sec: number;
-    queue_req_peak?: number | undefined;
-    rollout_time_sec?: number | undefined;
-  }>;
-}
-
-/** One setting of a run: its key, its value, and where the value came from (`default`, a file, a flag, …). */
-export interface RunSetting {
-  key: string;
-  value: unknown;
-  source: string;
-}
-
-/** What a run report is built from. */
-export interface RunReportInput {
-  /** Run key, e.g. `async_3eng`. */
-  name?: string | undefined;
-  /** `sync` (rollout then train) or `async` (train overlaps rollout). */
-  mode?: string | undefined;
-  /** Who, when and with what: the page's header. */
-  run?:
-    | {
-        id?: string | undefined;
-        /** Epoch milliseconds. */
-        startedAt?: number | undefined;
-        endedAt?: number | undefined;
-        config?: unknown;
-        /** The run's settings as the user sees them, each with where its value came from: a table at the top. */
-        settings?: ReadonlyArray<RunSetting> | undefined;
-        codeVersion?: string | undefined;
-      }
-    | undefined;
-  engineKind?: EngineKind | undefined;
-  engines?: ReadonlyArray<EngineInput> | undefined;
-  /** slime perf lines (a parsed log, or its steps). */
-  perf?: SlimePerfLog | ReadonlyArray<PerfStep> | undefined;
-  /** Steps whose timing was not measured in this process (a resumed run): drawn as "resumed", not 0 s. */
-  resumedSteps?: ReadonlyArray<number> | undefined;
-  /** Why a step-time phase is missing or what it stands for in this run, by phase. */
-  stepNotes?: Partial<Record<StepPhase, string>> | undefined;
-  /** Rollout counts: metrics of the whole run, or plain counts. Default: the `[agent]` lines of `perf`. */
-  rollouts?: RolloutMetrics | { completed: number; aborted: number; failed?: number | undefined } | undefined;
-  /** Every rollout of the run, by step: reward and pass@k with intervals, tasks, failures, timing. */
-  results?: ReadonlyArray<{ step: number; results: ReadonlyArray<RolloutResult> }> | undefined;
-  /** When a reward counts as solved (default `r === 1`, slime's). */
-  correct?: ((reward: number) => boolean) | undefined;
-  /** Reward and pass@k per step, from `rolloutMetrics` of each step's rollouts (wins over `results`). */
-  quality?: ReadonlyArray<{ step: number; metrics: RolloutMetrics }> | undefined;
-  /** Milliseconds per sandbox command, when the results do not carry `metadata.execCallsMs`. */
-  execCallsMs?: ReadonlyArray<number> | undefined;
-  /** Sandbox claims (`warm: null` when the source does not say). */
-  claims?: ReadonlyArray<{ warm: boolean | null; latencyMs: number }> | undefined;
-  /** Tokens the engines produced over `seconds`. */
-  tokens?: { output: number; prompt?: number | undefined; seconds: number } | undefined;
-  /** Work-unit counts, when the run tracked them. */
-  workUnits?: Record<string, number> | undefined;
-  capacity?: CapacityInput | undefined;
-  /** Slices in the decile traces (default 10). */
-  buckets?: number | undefined;
-  /** Points per engine in the charted timeline (default 600). */
-  timelinePoints?: number | undefined;
-}
-
-/** A phase of a trainer step. */
-export type StepPhase = 'rollout' | 'train_wait' | 'train' | 'update_weights';
 
 /** Reward and pass@k of a step. */
 export interface QualityRecord {
@@ -177,6 +95,10 @@ export interface RunRecord {
     [deciles: `eng${number}_${'running_req' | 'queue_req' | 'kv_cache_frac'}_deciles`]: Array<number | null>;
   };
   quality: Record<string, QualityRecord>;
+  /** The trainer's loss, KL, entropy, clip fraction, grad norm, learning rate and log-prob gap per step. */
+  trainer: TrainerRecord | null;
+  /** Per step: response length, truncation, turns, zero-variance groups, advantages. */
+  shape: ShapeRecord | null;
   reward_histogram: RewardHistogram | null;
   tasks: TaskRow[] | null;
   failures_by_cause: Record<string, number> | null;
@@ -333,6 +255,7 @@ export function runReport(input: RunReportInput): RunRecord {
   const { steps, quality } = stepsAndQuality(input, correct);
   if (Object.keys(quality).length === 0)
     absent.quality = 'no rewards: neither rollout results nor perf/metrics lines';
+  const { trainer, shape } = trainingSections(input, absent);
   const stepNotes = stepNotesOf(input, steps);
   if (Object.keys(steps).length === 0) absent.steps = 'no step timing (no perf lines)';
   const sections = resultSections(input, allResults, correct, absent);
@@ -352,6 +275,8 @@ export function runReport(input: RunReportInput): RunRecord {
     step_notes: stepNotes,
     saturation,
     quality,
+    trainer,
+    shape,
     reward_histogram: sections.hist,
     tasks: sections.tasks,
     failures_by_cause: allResults.length ? failuresByCause(allResults) : null,
@@ -487,6 +412,23 @@ function stepsAndQuality(
   }
   for (const { step, metrics } of input.quality ?? []) quality[String(step)] = qualityFromMetrics(metrics);
   return { steps, quality };
+}
+
+/** The trainer's curves (given, else slime's train lines) and the rollouts' shape (given, else the results'). */
+function trainingSections(input: RunReportInput, absent: Absent): Pick<RunRecord, 'trainer' | 'shape'> {
+  const perfSteps = input.perf ? ('steps' in input.perf ? input.perf.steps : input.perf) : [];
+  const fromLog = perfSteps.flatMap((s) => (s.train ? [{ step: s.rolloutId, metrics: s.train }] : []));
+  const trainer = input.trainer
+    ? trainerRecord(input.trainer.steps, input.trainer.source)
+    : trainerRecord(fromLog, "slime log (`step K:` train lines, mean over each rollout's optimizer steps)");
+  if (!trainer)
+    absent.trainer =
+      'no trainer metrics: no trainer hook, no slime `step K:` train lines, no train/* scalars in a metrics file';
+  const shape = shapeRecord(
+    input.shapes ?? (input.results ?? []).flatMap((s) => s.results.map((r) => rolloutShapeOf(s.step, r))),
+  );
+  if (!shape) absent.shape = "no per-rollout results in this run's inputs";
+  return { trainer, shape };
 }
 
 /** The notes given, plus one for each phase that no step reported. */

@@ -144,7 +144,7 @@ export function staleness(
   for (const { results } of byStep) {
     const versions = results
       .filter(isScored)
-      .map((r) => r.samples.flatMap((s) => (s.weight_versions ?? []).map(Number)).filter(Number.isFinite))
+      .map((r) => versionsOf(r).map(Number).filter(Number.isFinite))
       .filter((v) => v.length > 0);
     if (versions.length === 0) continue;
     const newest = Math.max(...versions.flat());
@@ -159,6 +159,13 @@ export function staleness(
     }
   }
   return out.rollouts_with_versions > 0 ? out : null;
+}
+
+/** The weight versions of a rollout's rows; without rows (read back from a metrics file), `metadata.weight_versions`. */
+function versionsOf(r: RolloutResult): unknown[] {
+  if (r.samples.length) return r.samples.flatMap((s) => s.weight_versions ?? []);
+  const v = r.metadata.weight_versions;
+  return Array.isArray(v) ? v : [];
 }
 
 function execCalls(r: RolloutResult): number[] {

@@ -22,6 +22,13 @@ export interface PerfStep {
   metrics: Record<string, PyValue>;
   /** `[metrics] step=N k=v …` values printed by a custom rollout-log hook (pass@k, timing). */
   agent?: Record<string, number> | undefined;
+  /**
+   * The trainer's `step K: {'train/loss': …}` lines of this rollout (actor only), each numeric key the mean
+   * over the rollout's optimizer steps.
+   */
+  train?: Record<string, number> | undefined;
+  /** How many optimizer steps (`step K:` lines) the rollout trained with. */
+  trainSteps?: number | undefined;
 }
 
 /** slime's perf lines parsed: one entry per step. */
@@ -30,13 +37,17 @@ export interface SlimePerfLog {
   lines: number;
   /** Lines that were neither perf, `[metrics]` nor `[agent]` lines. */
   ignored: number;
-  /** Perf lines whose dict could not be read. */
+  /** Perf and trainer `step K:` lines whose dict could not be read. */
   malformed: number;
   malformedLines: number[];
   /** Rollouts seen in `[agent] <task>: reward=…` / `[agent] <task> aborted: …` lines. */
   rollouts: { completed: number; aborted: number };
   /** Each `[agent]` line, in log order. */
   agentLines: AgentLine[];
+  /** The trainer's `step K: {'train/…': …}` lines. */
+  trainLines: number;
+  /** Of those, lines no train-side `perf N:` line followed, so no rollout could be named for them. */
+  unattributedTrainLines: number;
 }
 
 /**
@@ -87,6 +98,10 @@ function agentLine(line: string, step: number): AgentLine | undefined {
 }
 
 const PERF = /(?:^|[\s\]])perf (\d+): (\{.*?)\s*$/;
+/** slime's per-optimizer-step line (`critic-step K:` is the critic's, not read). */
+const TRAIN = /(?:^|\s)step (\d+): (\{.*?)\s*$/;
+/** Keys of the perf line slime's trainer writes after a rollout's optimizer steps. */
+const TRAIN_SIDE = ['perf/train_time', 'perf/actor_train_time', 'perf/train_wait_time', 'perf/step_time'];
 const STAMP = /\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\]/;
 const METRICS = /\[metrics\] step=(\d+) (.*)$/;
 
@@ -115,7 +130,11 @@ export function parseSlimePerfLog(input: string | Iterable<string>): SlimePerfLo
     malformedLines: [],
     rollouts: { completed: 0, aborted: 0 },
     agentLines: [],
+    trainLines: 0,
+    unattributedTrainLines: 0,
   };
+  // A rollout's optimizer-step lines come before the train-side perf line that names the rollout.
+  let pendingTrain: Array<Record<string, number>> = [];
   const step = (id: number) => {
     let s = steps.get(id);
     if (!s) {
@@ -148,12 +167,37 @@ export function parseSlimePerfLog(input: string | Iterable<string>): SlimePerfLo
         const s = step(Number(m[1]));
         currentStep = s.rolloutId;
         Object.assign(s.metrics, dict);
+        if (pendingTrain.length && TRAIN_SIDE.some((k) => k in dict)) {
+          s.train = meanByKey(pendingTrain);
+          s.trainSteps = pendingTrain.length;
+          pendingTrain = [];
+        }
         for (const [field, key] of KNOWN) {
           const v = dict[key];
           if (typeof v === 'number') (s as unknown as Record<string, number>)[field] = v;
         }
         const stamp = STAMP.exec(line);
         if (stamp) s.loggedAt = stamp[1]!;
+        continue;
+      }
+    }
+    if (line.includes("'train/")) {
+      const m = TRAIN.exec(line);
+      const dict = m ? readDict(m[2]!) : undefined;
+      if (dict && Object.keys(dict).some((k) => k.startsWith('train/'))) {
+        out.trainLines++;
+        pendingTrain.push(
+          Object.fromEntries(
+            Object.entries(dict).filter(
+              (e): e is [string, number] => typeof e[1] === 'number' && Number.isFinite(e[1]),
+            ),
+          ),
+        );
+        continue;
+      }
+      if (m) {
+        out.malformed++;
+        if (out.malformedLines.length < 20) out.malformedLines.push(out.lines);
         continue;
       }
     }
@@ -187,7 +231,29 @@ export function parseSlimePerfLog(input: string | Iterable<string>): SlimePerfLo
     out.ignored--;
   }
   out.steps = [...steps.values()].sort((a, b) => a.rolloutId - b.rolloutId);
+  out.unattributedTrainLines = pendingTrain.length;
   return out;
+}
+
+/** A Python dict literal, or undefined when the text is not one. */
+function readDict(text: string): Record<string, PyValue> | undefined {
+  try {
+    const v = parsePythonLiteral(text);
+    return v !== null && typeof v === 'object' && !Array.isArray(v) ? v : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Each key's mean over the records that have it. */
+function meanByKey(records: ReadonlyArray<Record<string, number>>): Record<string, number> {
+  const sums = new Map<string, [number, number]>();
+  for (const r of records)
+    for (const [k, v] of Object.entries(r)) {
+      const [sum, n] = sums.get(k) ?? [0, 0];
+      sums.set(k, [sum + v, n + 1]);
+    }
+  return Object.fromEntries([...sums].map(([k, [sum, n]]) => [k, sum / n]));
 }
 
 const PHASE_OF: Record<string, 'claim' | 'agent' | 'eval' | 'exec'> = {

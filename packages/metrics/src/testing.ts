@@ -67,6 +67,13 @@ const INSPECT_PAGE = `(() => {
     }).length,
     markers: [...document.querySelectorAll('svg g.marker text')].map((el) => el.textContent ?? ''),
     standInLabel: document.querySelector('[data-stand-in="true"]')?.textContent ?? null,
+    scrollWidth: document.documentElement.scrollWidth,
+    tables: [...document.querySelectorAll('table')].map((el) => ({
+      section: el.closest('section[data-section]')?.dataset.section ?? '',
+      right: el.getBoundingClientRect().right,
+      scrollWidth: el.scrollWidth,
+      clientWidth: el.clientWidth,
+    })),
   };
 })()`;
 
@@ -114,6 +121,10 @@ export interface RenderResult {
   markers: string[];
   /** Text of the stand-in engine banner, when the page has one. */
   standInLabel: string | null;
+  /** The page's width as laid out (`document.documentElement.scrollWidth`): over the viewport, it scrolls sideways. */
+  scrollWidth: number;
+  /** Each table: its section, its right edge and its own scroll and client widths (CSS pixels). */
+  tables: Array<{ section: string; right: number; scrollWidth: number; clientWidth: number }>;
   screenshotPath?: string | undefined;
 }
 

@@ -119,10 +119,11 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
     expect(rendered.requests).toEqual([]);
     expect(rendered.emptySvgCount).toBe(0);
     const empty = rendered.sections.filter((x) => x.empty).map((x) => x.id);
-    // Only what this run cannot have: no weight update (no trainer) and no work-unit tracking.
-    expect(empty.filter((id) => id !== 'staleness' && id !== 'work-units')).toEqual([]);
+    // Only what this run cannot have: no trainer (so no weight update) and no work-unit tracking.
+    expect(empty.filter((id) => id !== 'staleness' && id !== 'work-units' && id !== 'trainer')).toEqual([]);
     for (const id of [
       'quality',
+      'shape',
       'reward-histogram',
       'tasks',
       'failures',

@@ -2,13 +2,14 @@
  * The loop's optional trainer hook, with the stand-in engine (a scripted policy, not a model) and a
  * trainer that only records when it ran: called once per step after the batch file is written, sync
  * mode waits for it before the next step's rollouts, async mode rolls the next step out meanwhile, and
- * its result lands in the step summary, metrics.jsonl and the report's step-time split.
+ * its result lands in the step summary, metrics.jsonl, the report's step-time split and its trainer curves.
  */
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { RolloutResult } from '@vime/core';
+import { parseMetricsFile, reportInputFromMetrics, runReport } from '@vime/metrics';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { checkConfig } from '../config/resolve.js';
 import { runLoop, type TrainerHook } from '../loop.js';
@@ -39,7 +40,18 @@ function recordingTrainer(calls: Call[], ms: number): TrainerHook {
       weightVersion: String(step),
       trainSeconds: ms / 1000,
       weightUpdateSeconds: 0.042, // a small model's save and load: tens of ms
-      metrics: { loss: 0.5 + step, logprob_abs_diff_mean: 0.001, nan: Number.NaN },
+      // slime's names for the policy loss, KL, entropy, clip fraction and learning rate.
+      metrics: {
+        loss: 0.5 + step,
+        pg_loss: -0.01 * step,
+        ppo_kl: 2e-5 * step,
+        entropy_loss: 1.5 - 0.1 * step,
+        pg_clipfrac: 0.002,
+        grad_norm: 0.25 * step,
+        'lr-pg_0': 1e-6,
+        logprob_abs_diff_mean: 0.001,
+        nan: Number.NaN,
+      },
     };
   };
 }
@@ -91,6 +103,34 @@ describe('the trainer hook', () => {
     expect('train/nan' in steps[0].scalars).toBe(false);
 
     const report = JSON.parse(await readFile(join(out, 'report.json'), 'utf8'));
+    // The report's trainer curves: every metric the trainer reported, under its name, per step.
+    expect(report.trainer).toMatchObject({
+      source: expect.stringMatching(/trainer hook/),
+      keys: {
+        policy_loss: 'pg_loss',
+        kl: 'ppo_kl',
+        entropy: 'entropy_loss',
+        clip_fraction: 'pg_clipfrac',
+        grad_norm: 'grad_norm',
+        lr: 'lr-pg_0',
+        logprob_gap: 'logprob_abs_diff_mean',
+      },
+      missing: {},
+    });
+    expect(report.trainer.per_step['2']).toEqual({
+      policy_loss: -0.02,
+      kl: 4e-5,
+      entropy: 1.3,
+      clip_fraction: 0.002,
+      grad_norm: 0.5,
+      lr: 1e-6,
+      logprob_gap: 0.001,
+    });
+    // metrics.jsonl carries them (train/<name>): read back, the same curves.
+    const text = await readFile(join(out, 'metrics.jsonl'), 'utf8');
+    const again = runReport(reportInputFromMetrics(parseMetricsFile(text)));
+    expect(again.trainer!.per_step).toEqual(report.trainer.per_step);
+    expect(again.trainer!.keys.policy_loss).toBe('train/pg_loss');
     expect(report.steps['1'].train_time_sec).toBe(1.5);
     expect(report.steps['1'].update_weights_time_sec).toBe(0.042);
     expect(report.step_notes.train).toMatch(/trainer hook/);

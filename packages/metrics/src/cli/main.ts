@@ -10,6 +10,8 @@ import { dirname, resolve } from 'node:path';
 import { ConfigError, EngineError } from '@vime/core';
 import {
   type CliIo,
+  closest,
+  didYouMean,
   EXIT,
   ensureDirectory,
   oneOf,
@@ -19,20 +21,30 @@ import {
   readTextFile,
   runCli,
   sleep,
+  UsageError,
   wantsHelp,
 } from '@vime/core/utils';
-import { renderHtmlReport, renderTerminalReport } from '../html.js';
+import { renderHtmlReport } from '../html.js';
 import { loadPointsOf, type ScrapeSeries } from '../prometheus.js';
-import { type EngineInput, runReport } from '../report.js';
+import { runReport } from '../report.js';
+import type { EngineInput } from '../report-input.js';
 import type { SaturationPoint } from '../saturation.js';
 import { type PrometheusScrape, scrapeEngines, scrapePrometheus } from '../scrape/prometheus.js';
 import { SglangDecodeLogParser } from '../sglang-log.js';
 import { agentResults, parseSlimePerfLog, type SlimePerfLog } from '../slime-perf.js';
+import { renderTerminalReport } from '../terminal.js';
+import { type RolloutShape, rolloutShapeOf } from '../training.js';
+import { COMPARE_HELP, compareCommand } from './compare.js';
+import { readRun } from './run-folder.js';
 
 const HELP = `Usage: vime-metrics [options]
+       vime-metrics compare RUN RUN [RUN...]   (two or more runs on one page; see compare --help)
 
-Reads a run's logs (or scrapes engines) and writes a JSON run record and an HTML report.
+Reads a run (a folder vime-loop wrote, its metrics file, or slime's logs) or scrapes engines, and writes
+a JSON run record and an HTML report.
 
+  --run RUN                  a folder vime-loop wrote (its --out), or its metrics.jsonl
+  --batch STEP=FILE          a step's training rows (steps/<n>.msgpack) kept outside the run folder (repeat)
   --trainer-log FILE         slime trainer log (\`ray job logs\` / \`sky jobs logs\` output)
   --engine-log [NAME=]FILE   SGLang engine log with "Decode batch" lines (repeat per engine)
   --scrape [NAME=]URL        engine Prometheus endpoint, e.g. http://host:30000/metrics (repeat)
@@ -177,6 +189,8 @@ async function scrapeSeries(
 }
 
 const FLAGS = {
+  run: { type: 'string' },
+  batch: { type: 'string', multiple: true, default: [] as string[] },
   'trainer-log': { type: 'string' },
   'engine-log': { type: 'string', multiple: true, default: [] as string[] },
   scrape: { type: 'string', multiple: true, default: [] as string[] },
@@ -191,16 +205,35 @@ const FLAGS = {
 
 /** Aborting `io.signal` stops a scrape early: the report is written from what was scraped. */
 async function run(argv: string[], io: CliIo): Promise<number> {
+  if (argv[0] === 'compare') {
+    if (wantsHelp(argv)) {
+      io.stdout(COMPARE_HELP);
+      return EXIT.ok;
+    }
+    return compareCommand(argv.slice(1), io);
+  }
   if (wantsHelp(argv)) {
     io.stdout(HELP);
     return EXIT.ok;
   }
+  const command = argv.find((a) => !a.startsWith('-'));
+  if (command === argv[0] && command !== undefined && closest(command, COMMANDS)) {
+    throw new UsageError(
+      `unknown command ${JSON.stringify(command)}${didYouMean(command, COMMANDS)}; see \`vime-metrics --help\``,
+    );
+  }
   const { values } = parseFlags('vime-metrics', argv, FLAGS, { maxPositionals: 0 });
   const engineLogs = named(values['engine-log'], 'eng');
   const scrapes = named(values.scrape, `eng`);
-  if (!values['trainer-log'] && engineLogs.length === 0 && scrapes.length === 0) {
-    throw new ConfigError('nothing to read: pass --trainer-log, --engine-log or --scrape (see --help)');
+  if (values.batch.length && !values.run) {
+    throw new ConfigError('--batch adds rows to a run: pass the run with --run (see --help)');
   }
+  if (!values.run && !values['trainer-log'] && engineLogs.length === 0 && scrapes.length === 0) {
+    throw new ConfigError(
+      'nothing to read: pass --run, --trainer-log, --engine-log or --scrape (see --help)',
+    );
+  }
+  const batches = batchFlags(values.batch);
   const mode = oneOf(values.mode, '--mode', MODES);
   const durationMs = parseDuration(values.duration, '--duration');
   const intervalMs = parseDuration(values.interval, '--interval');
@@ -229,6 +262,13 @@ async function run(argv: string[], io: CliIo): Promise<number> {
     say(`${name}: ${points.length} decode-batch readings from ${target}`);
     engines.push({ name, points });
   }
+  const fromRun = values.run ? await readRun(values.run, '--run', io.cwd, batches) : undefined;
+  if (fromRun) {
+    const f = fromRun.file;
+    say(
+      `run ${fromRun.label}: ${f.rollouts.length} rollouts and ${f.steps.length} steps from ${f.lines} lines (${f.malformed} unreadable)`,
+    );
+  }
   const perf = values['trainer-log'] ? await readTrainerLog(values['trainer-log'], io.cwd) : undefined;
   if (perf) {
     say(
@@ -246,6 +286,7 @@ async function run(argv: string[], io: CliIo): Promise<number> {
   }
 
   const record = runReport({
+    ...fromRun?.input,
     ...(values.name ? { name: values.name } : {}),
     ...(mode ? { mode } : {}),
     engines,
@@ -253,7 +294,9 @@ async function run(argv: string[], io: CliIo): Promise<number> {
     ...(engines.length
       ? { engineKind: { kind: engineLogs.length ? 'sglang' : 'scraped /metrics', standIn: false } }
       : {}),
-    ...(perf ? { perf, results: agentResults(perf) } : {}),
+    // slime's `[agent]` lines name no prompt group: no zero-variance figure from them.
+    ...(perf && !fromRun ? { perf, results: agentResults(perf), shapes: agentShapes(perf) } : {}),
+    ...(perf && fromRun ? { perf } : {}),
   });
   const texts = [`${JSON.stringify(record, null, 2)}\n`, renderHtmlReport(record)];
   await prepareOutputs();
@@ -265,6 +308,27 @@ async function run(argv: string[], io: CliIo): Promise<number> {
   if (!values.quiet) io.stdout(`${renderTerminalReport(record)}\n`);
   for (const [, path] of outputs) io.stdout(`wrote ${resolve(io.cwd, path)}\n`);
   return EXIT.ok;
+}
+
+const COMMANDS = ['compare'];
+
+/** `--batch STEP=FILE` flags by step; a step that is not a whole number is named. */
+function batchFlags(values: string[]): Map<number, string> {
+  const out = new Map<number, string>();
+  for (const v of values) {
+    const m = /^(\d+)=(.+)$/.exec(v);
+    if (!m) {
+      throw new ConfigError(
+        `--batch ${JSON.stringify(v)}: write it as STEP=FILE, e.g. --batch 10=steps/10.msgpack`,
+      );
+    }
+    out.set(Number(m[1]), m[2]!);
+  }
+  return out;
+}
+
+function agentShapes(perf: SlimePerfLog): RolloutShape[] {
+  return agentResults(perf).flatMap(({ step, results }) => results.map((r) => rolloutShapeOf(step, r, null)));
 }
 
 /** Run `vime-metrics` with `argv`; never throws. A stack trace is printed only for a bug. */

@@ -5,6 +5,7 @@
  */
 import { isScored, type RolloutResult } from '@vime/core';
 import type { RolloutMetrics } from '../rollout.js';
+import { rowFigures } from '../training.js';
 
 /** One finished rollout (JSONL `kind: "rollout"`). */
 export interface RolloutMetricRecord {
@@ -24,6 +25,13 @@ export interface RolloutMetricRecord {
   error: string | null;
   hacks: string[];
   weight_versions: string[];
+  /**
+   * Tokens after the prompt over the rollout's training rows (tool output included, as slime's
+   * `response_length`); `null` for a rollout without rows (a failure).
+   */
+  response_tokens: number | null;
+  /** Of those, the tokens the model generated (loss mask 1); `null` without rows. */
+  trained_tokens: number | null;
 }
 
 /** One finished step (JSONL `kind: "step"`): scalars keyed like TensorBoard tags (`rollout/…`, `perf/…`). */
@@ -72,6 +80,7 @@ export function rolloutRecordOf(step: number, r: RolloutResult, t = Date.now()):
   const phases: Record<string, number> = {};
   for (const [k, v] of Object.entries(r.timings)) if (typeof v === 'number') phases[k] = Math.round(v);
   const hacks = isScored(r) && Array.isArray(r.metadata.hacks) ? r.metadata.hacks.map(String) : [];
+  const tokens = rowFigures(r.samples);
   return {
     step,
     t,
@@ -87,6 +96,8 @@ export function rolloutRecordOf(step: number, r: RolloutResult, t = Date.now()):
     error: isScored(r) ? null : `${r.error.code}${r.error.phase ? ` (${r.error.phase})` : ''}`,
     hacks,
     weight_versions: [...new Set(r.samples.flatMap((s) => s.weight_versions ?? []))],
+    response_tokens: tokens.responseTokens,
+    trained_tokens: tokens.trainedTokens,
   };
 }
 
