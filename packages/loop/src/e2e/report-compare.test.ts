@@ -5,19 +5,16 @@
 // window. The run's own report draws the rollouts per step (response length, truncation, turns,
 // zero-variance groups, advantages) from the rows the loop handed off. Screenshots are kept
 // ($VIME_ARTIFACTS, else runs/artifacts/compare-report.png and main-job-training-report.png).
-import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { RunRecord } from '@vime/metrics';
 import { renderHtmlInChromium } from '@vime/metrics/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MAIN_JOB, REPO_ROOT, runScript } from '../__fixtures__/run-command.js';
 
-const root = fileURLToPath(new URL('../../../../', import.meta.url));
-const NODE_ARGS = ['--import', 'tsx', '--conditions=@vime/source'];
-const MAIN_JOB = 'examples/coding-agent/src/main.ts';
+const root = REPO_ROOT;
 const METRICS_CLI = 'packages/metrics/src/cli.ts';
 const ARTIFACTS = process.env.VIME_ARTIFACTS ?? join(root, 'runs', 'artifacts');
 
@@ -30,19 +27,7 @@ afterAll(async () => {
 });
 
 function run(script: string, args: string[], timeoutMs = 300_000) {
-  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    const child = spawn(process.execPath, [...NODE_ARGS, script, ...args], { cwd: root });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+  return runScript(script, args, { timeoutMs });
 }
 
 // Small on purpose (2 steps of 2 prompts x 2 samples): the baseline check of the task set runs in the

@@ -94,7 +94,11 @@ export class DockerEngine {
   }
 
   /** Sends a call; an unreachable engine is `sandbox_unavailable` with the fix. */
-  private async send(method: string, path: string, options: RequestOptions): Promise<Dispatcher.ResponseData> {
+  private async send(
+    method: string,
+    path: string,
+    options: RequestOptions,
+  ): Promise<Dispatcher.ResponseData> {
     const query = new URLSearchParams();
     for (const [k, v] of Object.entries(options.query ?? {})) if (v !== undefined) query.set(k, String(v));
     const qs = query.size > 0 ? `?${query}` : '';

@@ -102,12 +102,15 @@ async function readSpan(file: FileHandle, span: ArchiveSpan): Promise<Buffer> {
 
 function configOf(raw: Buffer): ImageConfig {
   const parsed = JSON.parse(raw.toString('utf8')) as {
-    config?: {
-      Env?: string[] | null | undefined;
-      WorkingDir?: string | null | undefined;
-      User?: string | null | undefined;
-      Labels?: Record<string, string> | null | undefined;
-    } | null | undefined;
+    config?:
+      | {
+          Env?: string[] | null | undefined;
+          WorkingDir?: string | null | undefined;
+          User?: string | null | undefined;
+          Labels?: Record<string, string> | null | undefined;
+        }
+      | null
+      | undefined;
   };
   const c = parsed.config ?? {};
   return {
