@@ -12,7 +12,10 @@ import {
   type Staleness,
   staleness,
   type TaskRow,
+  type TokenAuditRecord,
+  type TokenAuditStep,
   taskTable,
+  tokenAuditRecord,
   type Workload,
   workload,
 } from './run-sections.js';
@@ -103,6 +106,8 @@ export interface RunReportInput {
   tokens?: { output: number; prompt?: number | undefined; seconds: number } | undefined;
   /** Work-unit counts, when the run tracked them. */
   workUnits?: Record<string, number> | undefined;
+  /** The token audit of each step's hand-off, when the run audited them. */
+  tokenAudit?: ReadonlyArray<TokenAuditStep & { handoffSeconds?: number | undefined }> | undefined;
   capacity?: CapacityInput | undefined;
   /** Slices in the decile traces (default 10). */
   buckets?: number | undefined;
@@ -184,6 +189,7 @@ export interface RunRecord {
   grade_outcomes: Record<string, number> | null;
   staleness: Staleness | null;
   work_units: Record<string, number> | null;
+  token_audit: TokenAuditRecord | null;
   phases: PhaseTiming | null;
   sandbox: {
     claims: number;
@@ -340,6 +346,8 @@ export function runReport(input: RunReportInput): RunRecord {
   if (!sandbox) absent.sandbox = 'no sandbox claims recorded';
   const tokens = tokensOf(input, saturation.scrape_window_per_eng);
   if (!tokens) absent.tokens = 'no token counts (no run counter, scrape or engine log)';
+  const tokenAudit = tokenAuditRecord(input.tokenAudit ?? []);
+  if (!tokenAudit) absent.token_audit = 'no step was handed off with the token audit in this process';
   if (!input.capacity)
     absent.capacity = 'no capacity plan given (vime plan --simulate --from report.json --json)';
   return {
@@ -359,6 +367,7 @@ export function runReport(input: RunReportInput): RunRecord {
     grade_outcomes: allResults.length ? countMetadata(allResults, 'grade_outcome') : null,
     staleness: sections.stale,
     work_units: input.workUnits ?? null,
+    token_audit: tokenAudit,
     phases: sections.phases,
     sandbox,
     tokens,
