@@ -7,8 +7,8 @@
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { capturedTurnRecord, type Turn } from '@vime/core';
-import { type AuditTurn, auditTurnOf, readTurnLog } from '@vime/grpo';
+import { capturedTurnRecord, type ScoredRollout, type Turn, VimeError } from '@vime/core';
+import { type AuditTurn, auditHandoff, auditTurnOf, readTurnLog, TOKEN_AUDIT_FAILED } from '@vime/grpo';
 
 /** The turn log's file name in the run folder. */
 export const TURN_LOG_FILE = 'turns.jsonl';
@@ -16,13 +16,14 @@ export const TURN_LOG_FILE = 'turns.jsonl';
 /** Captured turns by session, and the append-only file that keeps them across a restart. */
 export class TurnLog {
   readonly #bySession = new Map<string, AuditTurn[]>();
-  readonly #file: WriteStream;
+  readonly #file: WriteStream | undefined;
   #failed = false;
 
   private constructor(
-    readonly path: string,
+    readonly path: string | undefined,
     readonly log: (line: string) => void,
   ) {
+    if (path === undefined) return;
     this.#file = createWriteStream(path, { flags: 'a' });
     // A log that cannot be written (a full disk) is reported once; the hand-off audits from memory.
     this.#file.on('error', (error) => {
@@ -53,11 +54,17 @@ export class TurnLog {
     return turnLog;
   }
 
+  /** A turn log kept in memory only (a server whose answers are recorded elsewhere). */
+  static memory(): TurnLog {
+    return new TurnLog(undefined, () => {});
+  }
+
   /** Record one captured turn (the proxy's `turn` event). */
   record(sessionId: string, turn: Turn): void {
     // In memory the turn's own typed arrays (the audit compares them fastest); on disk its log record.
     this.#keep(auditTurnOf(sessionId, turn, this.#bySession.get(sessionId)?.at(-1)));
-    if (!this.#failed) this.#file.write(`${JSON.stringify(capturedTurnRecord(sessionId, turn))}\n`);
+    if (this.#file && !this.#failed)
+      this.#file.write(`${JSON.stringify(capturedTurnRecord(sessionId, turn))}\n`);
   }
 
   #keep(t: AuditTurn): void {
@@ -82,6 +89,36 @@ export class TurnLog {
 
   /** Flush and close the file. */
   close(): Promise<void> {
-    return new Promise((resolve) => this.#file.end(() => resolve()));
+    const file = this.#file;
+    return file ? new Promise((resolve) => file.end(() => resolve())) : Promise.resolve();
   }
+}
+
+/**
+ * The token audit of one rollout's rows against the turns `turnLog` captured for their sessions
+ * (`auditHandoff` of `@vime/grpo`); the sessions are forgotten either way. Undefined when the rows pass,
+ * else the error that makes the rollout an infrastructure failure (`token_audit_failed`).
+ */
+export function auditRolloutRows(
+  rollout: Pick<
+    ScoredRollout,
+    'taskId' | 'groupIndex' | 'sampleIndex' | 'rolloutId' | 'samples' | 'sessionId'
+  >,
+  turnLog: TurnLog,
+): VimeError | undefined {
+  const whole: ScoredRollout = {
+    ...rollout,
+    status: 'completed',
+    reward: 0,
+    turns: 0,
+    timings: {},
+    metadata: {},
+  };
+  const { failed } = auditHandoff([whole], turnLog.turnsOf);
+  turnLog.forget([
+    ...(rollout.sessionId === undefined ? [] : [rollout.sessionId]),
+    ...rollout.samples.flatMap((r) => (r.session_id === null ? [] : [r.session_id])),
+  ]);
+  const f = failed[0]?.failure;
+  return f && new VimeError(TOKEN_AUDIT_FAILED, f.error.message, { cause: f.error.cause });
 }
