@@ -20,7 +20,9 @@ export class TurnLog {
   #failed = false;
 
   private constructor(
+    /** The file the turns are appended to (none: kept in memory only). */
     readonly path: string | undefined,
+    /** Where a file that cannot be written is reported, once. */
     readonly log: (line: string) => void,
   ) {
     if (path === undefined) return;
