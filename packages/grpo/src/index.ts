@@ -6,13 +6,21 @@
  * @module @vime/grpo
  */
 export {
-  type AuditDifference,
   auditTokens,
   type SampleAudit,
   type TokenAuditReport,
   type TurnRef,
 } from './audit/audit.js';
 export { readAuditBatch, readTurnLog } from './audit/audit-input.js';
+export type { AuditDifference, AuditTurn } from './audit/difference.js';
+export {
+  auditHandoff,
+  auditTurnOf,
+  emptyHandoffAudit,
+  type HandoffAudit,
+  type HandoffAuditResult,
+  TOKEN_AUDIT_FAILED,
+} from './audit/handoff.js';
 export {
   type AutoReport,
   CHECK_ESTIMATORS,

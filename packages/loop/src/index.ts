@@ -53,5 +53,6 @@ export {
   type PolicyTask,
   patchedFiles,
 } from './standin/policy.js';
-export type { StepSummary, TrainResult } from './steps.js';
+export type { StepAudit, StepSummary, TrainResult } from './steps.js';
 export { datasetPath, loadRunTasks, mixAgents, type RunTasks, readTasks } from './tasks.js';
+export { auditRolloutRows, TURN_LOG_FILE, TurnLog } from './turn-log.js';

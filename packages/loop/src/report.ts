@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { RolloutResult } from '@vime/core';
 import { writeFileAtomic } from '@vime/core/utils';
+import type { HandoffAudit } from '@vime/grpo';
 import {
   type CapacityInput,
   capacityCurve,
@@ -47,6 +48,8 @@ export interface ReportInput {
     results: RolloutResult[];
     rolloutSeconds: number;
     handoffSeconds: number;
+    /** The token audit of the step's hand-off (absent for a step handed off before a restart). */
+    audit?: (HandoffAudit & { seconds: number }) | undefined;
     /** Handed off before a restart: not timed in this process. */
     resumed: boolean;
     /** The trainer hook's timings, when a trainer is attached. */
@@ -185,6 +188,9 @@ export async function writeRunReport(
         },
     trainer: await trainerCurves(input.out, input.steps),
     claims: input.claims,
+    tokenAudit: input.steps.flatMap((s) =>
+      s.audit ? [{ step: s.step, ...s.audit, handoffSeconds: s.handoffSeconds }] : [],
+    ),
     ...(input.workUnits ? { workUnits: input.workUnits } : {}),
     tokens: { output: input.outputTokens, seconds: input.rolloutSeconds },
     perf: input.steps.map((s) => ({

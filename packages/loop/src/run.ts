@@ -17,6 +17,7 @@ import type { CaptureProxy } from '@vime/core/proxy';
 import { type GradeEntry, GroupQueue, type GroupsOutcome, runGroups, scoredOf } from '@vime/core/queue';
 import { type RolloutFunction, rolloutProgressBar } from '@vime/core/runner';
 import { writeFileAtomic } from '@vime/core/utils';
+import { auditHandoff } from '@vime/grpo';
 import { rolloutMetrics, weightStaleness } from '@vime/metrics';
 import { type MetricSink, rolloutRecordOf, stepRecordOf } from '@vime/metrics/sinks';
 import { reapOrphans, type SandboxEmitter } from '@vime/sandbox';
@@ -32,6 +33,7 @@ import { sampleEngines, writeRunReport } from './report.js';
 import { RouterLog } from './router-log.js';
 import { openRunSinks } from './sinks.js';
 import {
+  auditScalars,
   correct,
   finishedStep,
   type StepSummary,
@@ -45,6 +47,7 @@ import {
   zeroVarianceGroups,
 } from './steps.js';
 import { loadRunTasks, readTasks } from './tasks.js';
+import { TurnLog } from './turn-log.js';
 
 /** What a run starts before its folder exists; stopped together when the start fails. */
 interface Services {
@@ -115,6 +118,7 @@ export class LoopRun {
     readonly services: Services,
     readonly queue: GroupQueue,
     readonly sinks: MetricSink,
+    readonly turnLog: TurnLog,
   ) {
     this.#routerLog = new RouterLog(services.proxy, io.log);
     this.#rollout = loopRollout({
@@ -127,6 +131,7 @@ export class LoopRun {
     services.sandboxEvents.on('claim', this.#onClaim);
     services.proxy.events.on('turn', (e) => {
       this.#outputTokens += e.outputTokens;
+      turnLog.record(e.sessionId, e.turn);
     });
     this.#sampler = sampleEngines(services.engines.urls);
   }
@@ -179,7 +184,8 @@ export class LoopRun {
       wandbProject: config.wandbProject,
       tensorboard: config.tensorboard,
     });
-    return new LoopRun(config, io, out, runId, reaped, services, queue, sinks);
+    const turnLog = await TurnLog.open(out, Boolean(config.resume), io.log);
+    return new LoopRun(config, io, out, runId, reaped, services, queue, sinks, turnLog);
   }
 
   // Every claim of the run (agent and grading sandboxes), warm or created on demand.
@@ -223,7 +229,10 @@ export class LoopRun {
     // Completes a commit the restart cut off.
     if (queue.trainerStep < step) await queue.commit(step, { version: queue.trainerVersion });
     this.#results.push(...done.results);
-    this.#trainedRows.push(...decodeSamples(await readFile(done.summary.batchPath)));
+    const rows = decodeSamples(await readFile(done.summary.batchPath));
+    this.#trainedRows.push(...rows);
+    // Its rows were audited when it was handed off: their turns are not needed again.
+    this.turnLog.forget(rows.flatMap((r) => (r.session_id === null ? [] : [r.session_id])));
     this.#resultsByStep.set(step, done.results);
     this.#resumedRollouts += done.results.filter(isScored).length;
     return done.summary;
@@ -296,9 +305,10 @@ export class LoopRun {
     const { queue, io } = this;
     const t0 = performance.now();
     const { complete, unhanded } = this.#stepGroups.get(step)!;
-    const handed = scoredOf(await queue.take(step, { groups: complete, signal: io.signal }));
+    const taken = scoredOf(await queue.take(step, { groups: complete, signal: io.signal }));
+    const { handed, failed, audit } = this.#audit(step, taken, unhanded);
     const scored = handed.map((h) => h.rollout);
-    const results: RolloutResult[] = [...scored, ...unhanded];
+    const results: RolloutResult[] = [...scored, ...failed, ...unhanded];
     const { rows, nonZero } = stampAdvantages(scored);
     // Every row says which weight versions its tokens came from and how stale it was when trained on.
     for (const h of handed)
@@ -328,6 +338,34 @@ export class LoopRun {
       handoffSeconds: (performance.now() - t0) / 1000,
       batchPath,
       train,
+      audit,
+    };
+  }
+
+  /**
+   * The token audit of the step's rows against the turns the proxy captured for their sessions: a rollout
+   * that differs is an infrastructure failure (its cause counted), never trained. The sessions are then
+   * forgotten, whatever the verdict.
+   */
+  #audit(step: number, taken: ReturnType<typeof scoredOf>, unhanded: RolloutResult[]) {
+    const t0 = performance.now();
+    const { passed, failed, audit } = auditHandoff(
+      taken.map((h) => h.rollout),
+      this.turnLog.turnsOf,
+    );
+    const seconds = (performance.now() - t0) / 1000;
+    for (const f of failed.slice(0, 5)) this.io.log(`step ${step}: token audit: ${f.failure.error.message}`);
+    if (failed.length > 5) this.io.log(`step ${step}: token audit: … and ${failed.length - 5} more rollouts`);
+    const sessions = [...taken.map((h) => h.rollout), ...unhanded].flatMap((r) => [
+      ...(r.sessionId === undefined ? [] : [r.sessionId]),
+      ...r.samples.flatMap((row) => (row.session_id === null ? [] : [row.session_id])),
+    ]);
+    this.turnLog.forget(sessions);
+    const kept = new Set(passed);
+    return {
+      handed: taken.filter((h) => kept.has(h.rollout)),
+      failed: failed.map((f) => f.failure),
+      audit: { ...audit, seconds },
     };
   }
 
@@ -337,6 +375,7 @@ export class LoopRun {
         'perf/rollout_time': s.rolloutSeconds,
         'perf/handoff_time': s.handoffSeconds,
         'rollout/zero_variance_groups': s.zeroVarianceGroups,
+        ...auditScalars(s.audit),
         ...trainScalars(s.train),
       }),
     );
@@ -352,6 +391,7 @@ export class LoopRun {
     await this.sinks.close();
     await pools.close();
     await proxy.close();
+    await this.turnLog.close();
     await socket.close();
     this.#units = this.queue.stats;
     await this.queue.close();
@@ -380,6 +420,7 @@ export class LoopRun {
         results: this.#resultsByStep.get(s.step) ?? [],
         rolloutSeconds: s.rolloutSeconds,
         handoffSeconds: s.handoffSeconds,
+        audit: s.audit,
         resumed: s.resumed === true,
         train: s.train,
       })),

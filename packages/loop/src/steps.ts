@@ -6,7 +6,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { decodeSamples, isScored, type RolloutResult, type Sample, type ScoredRollout } from '@vime/core';
 import type { GroupQueue } from '@vime/core/queue';
-import { grpoAdvantages } from '@vime/grpo';
+import { grpoAdvantages, type HandoffAudit } from '@vime/grpo';
 import { type RolloutMetrics, rolloutMetrics } from '@vime/metrics';
 
 /** What a trainer reports for one step: the weight version the engines now serve, timings, metrics. */
@@ -34,6 +34,26 @@ export interface StepSummary {
   resumed?: boolean | undefined;
   /** What the trainer hook reported for this step (absent without a trainer). */
   train?: TrainResult | undefined;
+  /** The token audit of the step's rows at hand-off, and its seconds (absent for a step resumed from disk). */
+  audit?: StepAudit | undefined;
+}
+
+/** The token audit of a step's hand-off: its counts and how long it took. */
+export type StepAudit = HandoffAudit & { seconds: number };
+
+/** A step's audit as metric scalars: `audit/*` counts, failures by cause, and `perf/audit_time`. */
+export function auditScalars(audit: StepAudit | undefined): Record<string, number> {
+  if (!audit) return {};
+  const scalars: Record<string, number> = {
+    'audit/samples': audit.samples,
+    'audit/failed_samples': audit.failedSamples,
+    'audit/rollouts': audit.rollouts,
+    'audit/failed_rollouts': audit.failedRollouts,
+    'audit/tokens': audit.tokens,
+    'perf/audit_time': audit.seconds,
+  };
+  for (const [cause, n] of Object.entries(audit.causes)) scalars[`audit/failed_by_cause/${cause}`] = n;
+  return scalars;
 }
 
 /** A rollout is correct when it resolved the task (reward 1). */
@@ -126,7 +146,10 @@ export function stepLine(s: StepSummary): string {
   const train = s.train
     ? ` (train ${s.train.trainSeconds.toFixed(2)} s, weight update ${s.train.weightUpdateSeconds.toFixed(2)} s, now serving ${s.train.weightVersion})`
     : '';
-  return `step ${s.step}: ${s.rollouts} rollouts, mean reward ${s.metrics.reward.mean?.toFixed(3) ?? '-'}, pass@1 ${pass1?.toFixed(3) ?? '-'}, rollout ${s.rolloutSeconds.toFixed(1)} s, hand-off ${s.handoffSeconds.toFixed(2)} s${train}`;
+  const audit = s.audit?.failedRollouts
+    ? `, token audit failed ${s.audit.failedRollouts} of ${s.audit.rollouts} rollouts`
+    : '';
+  return `step ${s.step}: ${s.rollouts} rollouts${audit}, mean reward ${s.metrics.reward.mean?.toFixed(3) ?? '-'}, pass@1 ${pass1?.toFixed(3) ?? '-'}, rollout ${s.rolloutSeconds.toFixed(1)} s, hand-off ${s.handoffSeconds.toFixed(2)} s${train}`;
 }
 
 /** The queue's counters as the report's work-unit table: groups by fate (drops by reason), attempts. */

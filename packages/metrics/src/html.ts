@@ -186,6 +186,17 @@ function stalenessSection(record: RunRecord): string {
   );
 }
 
+function tokenAuditSection(record: RunRecord): string {
+  const a = record.token_audit;
+  if (!a) return '';
+  const share =
+    a.share_of_handoff === null ? '' : `; ${(a.share_of_handoff * 100).toFixed(2)}% of hand-off time`;
+  return (
+    `<p>${a.samples} samples (${a.tokens} trained tokens) of ${a.rollouts} rollouts checked against the captured turns; ${a.failed_rollouts} rollouts made infrastructure failures (${a.failed_samples} samples)${share}.</p>` +
+    (Object.keys(a.causes).length ? countsTable('Failed rollouts by cause', a.causes) : '')
+  );
+}
+
 function phasesSection(record: RunRecord): string {
   const p = record.phases;
   if (!p) return '';
@@ -465,6 +476,7 @@ export const REPORT_SECTIONS = [
   ['steps', 'Step time', 'steps'],
   ['capacity', 'Capacity: engines vs step time', 'capacity'],
   ['work-units', 'Work units', 'work_units'],
+  ['token-audit', 'Token audit at hand-off', 'token_audit'],
 ] as const;
 
 /**
@@ -488,6 +500,7 @@ export function renderHtmlReport(record: RunRecord, options: { title?: string | 
     steps: stepSection(record),
     capacity: capacitySection(record),
     'work-units': record.work_units ? table(['unit', 'count'], Object.entries(record.work_units)) : '',
+    'token-audit': tokenAuditSection(record),
   };
   const sections = REPORT_SECTIONS.map(([id, heading, key]) =>
     section(id, heading, bodies[id], record.absent[key]),

@@ -118,7 +118,10 @@ export {
   type Staleness,
   staleness,
   type TaskRow,
+  type TokenAuditRecord,
+  type TokenAuditStep,
   taskTable,
+  tokenAuditRecord,
   type Workload,
   workload,
 } from './run-sections.js';

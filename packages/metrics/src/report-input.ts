@@ -2,6 +2,7 @@
 import type { RolloutResult } from '@vime/core';
 import type { ScrapeSeries } from './prometheus.js';
 import type { RolloutMetrics } from './rollout.js';
+import type { TokenAuditStep } from './run-sections.js';
 import type { SaturationPoint } from './saturation.js';
 import type { PerfStep, SlimePerfLog } from './slime-perf.js';
 import type { RolloutShape, TrainerStepInput } from './training.js';
@@ -93,6 +94,8 @@ export interface RunReportInput {
   tokens?: { output: number; prompt?: number | undefined; seconds: number } | undefined;
   /** Work-unit counts, when the run tracked them. */
   workUnits?: Record<string, number> | undefined;
+  /** The token audit of each step's hand-off, when the run audited them. */
+  tokenAudit?: ReadonlyArray<TokenAuditStep & { handoffSeconds?: number | undefined }> | undefined;
   capacity?: CapacityInput | undefined;
   /** Slices in the decile traces (default 10). */
   buckets?: number | undefined;

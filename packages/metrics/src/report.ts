@@ -13,7 +13,9 @@ import {
   type Staleness,
   staleness,
   type TaskRow,
+  type TokenAuditRecord,
   taskTable,
+  tokenAuditRecord,
   type Workload,
   workload,
 } from './run-sections.js';
@@ -106,6 +108,7 @@ export interface RunRecord {
   grade_outcomes: Record<string, number> | null;
   staleness: Staleness | null;
   work_units: Record<string, number> | null;
+  token_audit: TokenAuditRecord | null;
   phases: PhaseTiming | null;
   sandbox: {
     claims: number;
@@ -263,6 +266,8 @@ export function runReport(input: RunReportInput): RunRecord {
   if (!sandbox) absent.sandbox = 'no sandbox claims recorded';
   const tokens = tokensOf(input, saturation.scrape_window_per_eng);
   if (!tokens) absent.tokens = 'no token counts (no run counter, scrape or engine log)';
+  const tokenAudit = tokenAuditRecord(input.tokenAudit ?? []);
+  if (!tokenAudit) absent.token_audit = 'no step was handed off with the token audit in this process';
   if (!input.capacity)
     absent.capacity = 'no capacity plan given (vime plan --simulate --from report.json --json)';
   return {
@@ -284,6 +289,7 @@ export function runReport(input: RunReportInput): RunRecord {
     grade_outcomes: allResults.length ? countMetadata(allResults, 'grade_outcome') : null,
     staleness: sections.stale,
     work_units: input.workUnits ?? null,
+    token_audit: tokenAudit,
     phases: sections.phases,
     sandbox,
     tokens,

@@ -159,8 +159,8 @@ describe('run sections', () => {
     expect(r.requests).toEqual([]);
     expect(r.emptySvgCount).toBe(0);
     const empty = r.sections.filter((x) => x.empty).map((x) => x.id);
-    // Only what this run has no data for: no trainer, no weight versions, no work units.
-    expect(empty.sort()).toEqual(['staleness', 'trainer', 'work-units']);
+    // Only what this run has no data for: no trainer, no weight versions, no work units, no hand-off audit.
+    expect(empty.sort()).toEqual(['staleness', 'token-audit', 'trainer', 'work-units']);
     expect(r.sections.map((x) => x.id)).toEqual(['run', ...REPORT_SECTIONS.map(([id]) => id)]);
     expect(r.standInLabel).toMatch(/Stand-in engine/);
     expect(r.intervalsDrawn).toBeGreaterThanOrEqual(4);

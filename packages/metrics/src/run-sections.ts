@@ -168,6 +168,57 @@ function versionsOf(r: RolloutResult): unknown[] {
   return Array.isArray(v) ? v : [];
 }
 
+/** One step's token audit at hand-off, as the run gives it. */
+export interface TokenAuditStep {
+  step: number;
+  samples: number;
+  failedSamples: number;
+  rollouts: number;
+  failedRollouts: number;
+  /** Trained tokens checked. */
+  tokens: number;
+  /** Failed rollouts by cause (the field that differs, or why the audit could not run). */
+  causes: Record<string, number>;
+  seconds: number;
+}
+
+/** The report's token-audit section: per step and in total, failures by cause and the audit's share of the hand-off. */
+export interface TokenAuditRecord {
+  steps: Array<TokenAuditStep & { handoff_seconds: number | null }>;
+  samples: number;
+  failed_samples: number;
+  rollouts: number;
+  failed_rollouts: number;
+  tokens: number;
+  causes: Record<string, number>;
+  seconds: number;
+  /** Audit seconds over hand-off seconds, over the steps whose hand-off was timed. */
+  share_of_handoff: number | null;
+}
+
+/** The run's token audit in total, from each step's; `null` when no step was audited in this process. */
+export function tokenAuditRecord(
+  steps: ReadonlyArray<TokenAuditStep & { handoffSeconds?: number | undefined }>,
+): TokenAuditRecord | null {
+  if (steps.length === 0) return null;
+  const sum = (f: (s: TokenAuditStep) => number) => steps.reduce((t, s) => t + f(s), 0);
+  const causes: Record<string, number> = {};
+  for (const s of steps) for (const [c, n] of Object.entries(s.causes)) causes[c] = (causes[c] ?? 0) + n;
+  const timed = steps.filter((s) => s.handoffSeconds !== undefined && s.handoffSeconds > 0);
+  const handoff = timed.reduce((t, s) => t + s.handoffSeconds!, 0);
+  return {
+    steps: steps.map(({ handoffSeconds, ...s }) => ({ ...s, handoff_seconds: handoffSeconds ?? null })),
+    samples: sum((s) => s.samples),
+    failed_samples: sum((s) => s.failedSamples),
+    rollouts: sum((s) => s.rollouts),
+    failed_rollouts: sum((s) => s.failedRollouts),
+    tokens: sum((s) => s.tokens),
+    causes,
+    seconds: sum((s) => s.seconds),
+    share_of_handoff: handoff > 0 ? timed.reduce((t, s) => t + s.seconds, 0) / handoff : null,
+  };
+}
+
 function execCalls(r: RolloutResult): number[] {
   const v = r.metadata.execCallsMs;
   return Array.isArray(v) ? v.filter((x): x is number => typeof x === 'number' && Number.isFinite(x)) : [];

@@ -1,29 +1,12 @@
 /**
  * The token audit: every trained span of a batch maps to exactly one captured turn (the proxy's
- * captured-turn log), with identical prompt and output token ids, log probs and sampler replay slices;
- * every captured turn of the batch's sessions is trained once; trained tokens equal sampled tokens.
+ * captured-turn log), with identical prompt and output token ids, log probs, sampler replay slices and
+ * weight versions; every captured turn of the batch's sessions is trained once; trained tokens equal
+ * sampled tokens.
  */
-import type { CapturedTurn, Sample } from '@vime/core';
-
-/** Where a sample first differs from what was captured. */
-export interface AuditDifference {
-  /** Response token (0 = the first token after the prompt). */
-  token: number;
-  /** The same token's index in `tokens`. */
-  position: number;
-  field:
-    | 'tokens'
-    | 'loss_mask'
-    | 'response_length'
-    | 'rollout_log_probs'
-    | 'rollout_top_p_token_ids'
-    | 'rollout_top_p_token_offsets'
-    | 'rollout_top_p_log_probs'
-    | 'turn';
-  expected: string;
-  found: string;
-  message: string;
-}
+import type { Sample } from '@vime/core';
+import { type AuditDifference, type AuditTurn, differenceAt, extendedTurn } from './difference.js';
+import { sampleTokenVersions, versionProblem } from './versions.js';
 
 /** A captured turn, by its session and index. */
 export interface TurnRef {
@@ -67,7 +50,7 @@ export interface TokenAuditReport {
 
 const f32 = (x: number) => Math.fround(x);
 const show = (x: number) => String(f32(x));
-const ref = (t: CapturedTurn) => `session ${JSON.stringify(t.session_id)} turn ${t.turn}`;
+const ref = (t: AuditTurn) => `session ${JSON.stringify(t.session_id)} turn ${t.turn}`;
 const key = (t: TurnRef) => `${t.session_id}\u0000${t.turn}`;
 
 /** The kept-id log probs a sample carries (`rollout_top_p_log_probs`, kept in `extra`). */
@@ -165,11 +148,11 @@ function shapeProblem(
  * Audit a batch of training samples against the captured turns they were built from. A sample with a
  * `session_id` is matched against that session's turns only (GRPO siblings share their first prompt).
  */
-export function auditTokens(samples: readonly Sample[], turns: readonly CapturedTurn[]): TokenAuditReport {
+export function auditTokens(samples: readonly Sample[], turns: readonly AuditTurn[]): TokenAuditReport {
   const live = turns.filter((t) => t.output_ids.length > 0);
   // Turns by prompt length, per session ('' holds every turn, for samples without a session id).
-  const index = new Map<string, Map<number, CapturedTurn[]>>();
-  const add = (scope: string, t: CapturedTurn) => {
+  const index = new Map<string, Map<number, AuditTurn[]>>();
+  const add = (scope: string, t: AuditTurn) => {
     let m = index.get(scope);
     if (!m) {
       m = new Map();
@@ -226,13 +209,13 @@ interface SampleView {
   trained: (i: number) => boolean;
   replay: Replay | undefined;
   /** The captured turns the sample may map to, by prompt length. */
-  pool: Map<number, CapturedTurn[]> | undefined;
+  pool: Map<number, AuditTurn[]> | undefined;
   /** The scope of that pool, for messages. */
   where: string;
   at: ReturnType<typeof differenceAt>;
 }
 
-function viewOf(sample: Sample, index: Map<string, Map<number, CapturedTurn[]>>): SampleView {
+function viewOf(sample: Sample, index: Map<string, Map<number, AuditTurn[]>>): SampleView {
   const n = sample.response_length;
   const p = sample.tokens.length - n;
   const mask = sample.loss_mask;
@@ -262,7 +245,7 @@ function viewOf(sample: Sample, index: Map<string, Map<number, CapturedTurn[]>>)
 function auditSample(
   sample: Sample,
   position: number,
-  index: Map<string, Map<number, CapturedTurn[]>>,
+  index: Map<string, Map<number, AuditTurn[]>>,
   usedBy: Map<string, number>,
 ): SampleAudit {
   const v = viewOf(sample, index);
@@ -284,8 +267,12 @@ function auditSample(
   const shape = shapeProblem(sample, v.n, v.p, v.replay);
   if (shape) return fail(shape);
   const lp = sample.rollout_log_probs!;
+  const versions = sampleTokenVersions(sample);
+  if (!Array.isArray(versions)) return fail(versions);
 
-  let previous: CapturedTurn | undefined;
+  let previous: AuditTurn | undefined;
+  // The last turn whose prompt and output are verified to be the sample's tokens up to here.
+  let anchor: AuditTurn | undefined;
   for (let i = 0; i < v.n; ) {
     if (!v.trained(i)) {
       const masked = maskedTokenProblem(v, i);
@@ -296,7 +283,7 @@ function auditSample(
     }
     let runEnd = i;
     while (runEnd < v.n && v.trained(runEnd)) runEnd++;
-    const match = turnOfSpan(v, i, runEnd, previous);
+    const match = turnOfSpan(v, i, runEnd, previous, anchor);
     if (!('turn' in match)) return fail(match);
     const t = match.turn;
     const used = usedBy.get(key(t));
@@ -315,9 +302,13 @@ function auditSample(
     report.turns.push({ session_id: t.session_id, turn: t.turn });
     const m = Math.min(t.output_ids.length, runEnd - i);
     report.realignedTokens += t.output_ids.length - m;
-    const problem = logProbProblem(v, lp, t, i, m) ?? compareReplay(t, v.replay, i, m, v.p);
+    const problem =
+      logProbProblem(v, lp, t, i, m) ??
+      compareReplay(t, v.replay, i, m, v.p) ??
+      versionProblem(sample, versions, t, i, m);
     if (problem) return fail(problem);
     previous = t;
+    anchor = m === t.output_ids.length ? t : undefined;
     i += m;
   }
   return report;
@@ -344,11 +335,12 @@ function turnOfSpan(
   v: SampleView,
   i: number,
   runEnd: number,
-  previous: CapturedTurn | undefined,
-): { turn: CapturedTurn } | AuditDifference {
+  previous: AuditTurn | undefined,
+  anchor: AuditTurn | undefined,
+): { turn: AuditTurn } | AuditDifference {
   const s = v.p + i;
   const run = runEnd - i;
-  const candidates = (v.pool?.get(s) ?? []).filter((t) => samePrefix(t.prompt_ids, v.tokens, s) === s);
+  const candidates = (v.pool?.get(s) ?? []).filter((t) => promptMatches(t, v.tokens, s, anchor));
   if (candidates.length === 0) return noTurnProblem(v, i, run, previous);
   const common = candidates.map((t) =>
     samePrefix(t.output_ids, v.tokens, Math.min(t.output_ids.length, run), s),
@@ -398,7 +390,7 @@ function noTurnProblem(
   v: SampleView,
   i: number,
   run: number,
-  previous: CapturedTurn | undefined,
+  previous: AuditTurn | undefined,
 ): AuditDifference {
   if (previous) {
     return v.at(
@@ -435,15 +427,15 @@ function noTurnProblem(
 function logProbProblem(
   v: SampleView,
   lp: ArrayLike<number>,
-  t: CapturedTurn,
+  t: AuditTurn,
   i: number,
   m: number,
 ): AuditDifference | undefined {
   for (let k = 0; k < m; k++) {
-    if (
-      f32(lp[i + k]!) !== f32(t.output_log_probs[k]!) &&
-      !(Number.isNaN(lp[i + k]!) && Number.isNaN(t.output_log_probs[k]!))
-    ) {
+    const x = lp[i + k]!;
+    const y = t.output_log_probs[k]!;
+    // Equal doubles first: the common case, without rounding.
+    if (x !== y && f32(x) !== f32(y) && !(Number.isNaN(x) && Number.isNaN(y))) {
       return v.at(
         i + k,
         'rollout_log_probs',
@@ -456,6 +448,18 @@ function logProbProblem(
   return undefined;
 }
 
+/**
+ * Whether turn `t`'s prompt is `tokens[0..s)`. Where `t` was recorded as extending the anchor (the turn
+ * whose prompt and output this sample's tokens were just verified to be), only the rest is compared.
+ */
+function promptMatches(t: AuditTurn, tokens: Int32Array, s: number, anchor: AuditTurn | undefined): boolean {
+  const p = t.prompt_ids;
+  if (p.length !== s || s > tokens.length) return false;
+  const from = anchor && extendedTurn(t) === anchor ? anchor.prompt_ids.length + anchor.output_ids.length : 0;
+  for (let k = from; k < s; k++) if (p[k] !== tokens[k]) return false;
+  return true;
+}
+
 /** How many leading entries of `a` equal `tokens[from..]` (up to `limit`). */
 function samePrefix(a: ArrayLike<number>, tokens: Int32Array, limit: number, from = 0): number {
   const n = Math.min(limit, a.length, tokens.length - from);
@@ -465,11 +469,11 @@ function samePrefix(a: ArrayLike<number>, tokens: Int32Array, limit: number, fro
 }
 
 function closestPrompt(
-  pool: Map<number, CapturedTurn[]> | undefined,
+  pool: Map<number, AuditTurn[]> | undefined,
   tokens: Int32Array,
   s: number,
-): { turn: CapturedTurn; at: number } | undefined {
-  let best: { turn: CapturedTurn; at: number } | undefined;
+): { turn: AuditTurn; at: number } | undefined {
+  let best: { turn: AuditTurn; at: number } | undefined;
   for (const list of pool?.values() ?? []) {
     for (const t of list) {
       if (t.prompt_ids.length > s) continue;
@@ -482,7 +486,7 @@ function closestPrompt(
 
 /** The sample's nucleus of tokens `i..i+m` against the turn's of output tokens `0..m`. */
 function compareReplay(
-  t: CapturedTurn,
+  t: AuditTurn,
   replay: Replay | undefined,
   i: number,
   m: number,
@@ -512,14 +516,19 @@ function compareReplay(
     );
   }
   const lps = t.top_p_log_probs;
+  const rIds = replay.ids;
+  const rOffsets = replay.offsets;
   for (let k = 0; k < m; k++) {
     const a = offsets[k]!;
     const b = offsets[k + 1]!;
-    const x = Number(replay.offsets[i + k]);
-    const y = Number(replay.offsets[i + k + 1]);
-    const want = ids.slice(a, b);
-    const got = Array.from({ length: Math.max(0, y - x) }, (_, j) => Number(replay.ids[x + j]));
-    if (want.length !== got.length || want.some((id, j) => id !== got[j])) {
+    const x = rOffsets[i + k]!;
+    const y = rOffsets[i + k + 1]!;
+    // Compared in place: this runs for every trained token of every hand-off.
+    let same = b - a === y - x;
+    for (let j = 0; same && j < b - a; j++) same = ids[a + j] === rIds[x + j];
+    if (!same) {
+      const want = Array.prototype.slice.call(ids, a, b) as number[];
+      const got = Array.from({ length: Math.max(0, y - x) }, (_, j) => Number(replay.ids[x + j]));
       const field = want.length !== got.length ? 'rollout_top_p_token_offsets' : 'rollout_top_p_token_ids';
       return at(
         i + k,
@@ -539,29 +548,20 @@ function compareReplay(
           'the sample lacks the log probs of its nucleus',
         );
       }
-      for (let j = 0; j < want.length; j++) {
-        if (f32(lps[a + j]!) !== f32(replay.logprobs[x + j]!)) {
+      for (let j = 0; j < b - a; j++) {
+        const want = lps[a + j]!;
+        const got = replay.logprobs[x + j]!;
+        if (want !== got && f32(want) !== f32(got)) {
           return at(
             i + k,
             'rollout_top_p_log_probs',
             show(lps[a + j]!),
             show(replay.logprobs[x + j]!),
-            `the log prob of kept id ${want[j]} of token ${i + k} differs from ${ref(t)}'s`,
+            `the log prob of kept id ${ids[a + j]} of token ${i + k} differs from ${ref(t)}'s`,
           );
         }
       }
     }
   }
   return undefined;
-}
-
-/** Builds the differences of a sample whose response starts at position `p` of its tokens. */
-function differenceAt(p: number) {
-  return (
-    token: number,
-    field: AuditDifference['field'],
-    expected: string,
-    found: string,
-    message: string,
-  ): AuditDifference => ({ token, position: p + token, field, expected, found, message });
 }

@@ -6,7 +6,7 @@
  */
 import { createSample, type RolloutResult, type Sample, type TaskSpec, VimeError } from '@vime/core';
 import type { RolloutContext, RolloutOutcome } from '@vime/core/runner';
-import { type Config, loopRollout } from '@vime/loop';
+import { auditRolloutRows, type Config, loopRollout } from '@vime/loop';
 import { rolloutRecordOf } from '@vime/metrics/sinks';
 import { rowToTask, SweSmithRowSchema } from '@vime/swe';
 import type { BridgeRollout, RolloutRequest } from '../rollout-server.js';
@@ -48,7 +48,7 @@ function contextOf(
 }
 
 export function bridgeRollout(config: Config, services: ServeServices): BridgeRollout {
-  const { proxy, pools, sinks, known } = services;
+  const { proxy, pools, sinks, known, turns } = services;
   const record = (step: number, result: RolloutResult) => void sinks.rollout(rolloutRecordOf(step, result));
   return async ({ sample, samplingParams, signal }: RolloutRequest): Promise<Sample[]> => {
     const task = taskOf(config, known, sample.metadata);
@@ -77,6 +77,10 @@ export function bridgeRollout(config: Config, services: ServeServices): BridgeRo
     let outcome: RolloutOutcome;
     try {
       outcome = await rollout(task, contextOf(base, signal, phasesMs));
+      // The rows are checked against the turns the proxy captured before slime gets them: a mismatch is
+      // an infrastructure failure (the server tries again), never trained.
+      const mismatch = auditRolloutRows({ ...base, samples: outcome.samples ?? [] }, turns);
+      if (mismatch) throw mismatch;
     } catch (error) {
       // Each failed attempt is a line of its own (the server retries it in a fresh sandbox).
       if (!signal.aborted) {

@@ -17,6 +17,7 @@ import {
   readTasks,
   startEngines,
   startRunProxy,
+  TurnLog,
 } from '@vime/loop';
 import type { MetricSink } from '@vime/metrics/sinks';
 import { providerFor } from '@vime/sandbox';
@@ -28,6 +29,8 @@ export interface ServeServices {
   known: Map<string, TaskSpec>;
   engines: RunEngines;
   proxy: CaptureProxy;
+  /** Every turn the proxy captured, kept until its rollout's rows are audited. */
+  turns: TurnLog;
   pools: SwePools;
   sinks: MetricSink;
   queue: GroupQueue;
@@ -50,6 +53,8 @@ export async function startServeServices(
   // always listens on one.
   const socket = await harnessSocket(config.sandbox !== 'local');
   const proxy = await startRunProxy(config, engines, tokenizer, socket.socketPath);
+  const turns = TurnLog.memory();
+  proxy.events.on('turn', (e) => turns.record(e.sessionId, e.turn));
   const pools = new SwePools(providerFor(config.sandbox), tasks, {
     kind: config.sandbox,
     environments,
@@ -89,6 +94,7 @@ export async function startServeServices(
     known: new Map(tasks.map((t) => [t.id, t])),
     engines,
     proxy,
+    turns,
     pools,
     sinks,
     queue,

@@ -1,6 +1,6 @@
 /**
  * The captured-turn log: one JSON line per model call the proxy answered, exactly as the engine saw
- * and produced it (prompt ids, output ids, log probs, sampler replay data). It is what a token audit
+ * and produced it (prompt ids, output ids, log probs, sampler replay data, weight versions). It is what a token audit
  * checks a training batch against (`vime-grpo audit`).
  */
 import { z } from 'zod';
@@ -19,6 +19,8 @@ export const CapturedTurnSchema = z.looseObject({
   output_log_probs: z.array(z.number()),
   finish_reason: z.string(),
   policy_version: z.string().optional(),
+  /** The weight version of every output token, as runs in order (when an update landed inside the turn). */
+  version_runs: z.array(z.object({ version: z.string(), tokens: int.nonnegative() })).optional(),
   /** Sampler replay (top-p < 1): kept ids of output token i are `ids[offsets[i]:offsets[i + 1]]`. */
   top_p_token_ids: z.array(int).optional(),
   top_p_token_offsets: z.array(int).optional(),
@@ -37,6 +39,7 @@ export function capturedTurnRecord(sessionId: string, turn: Turn): CapturedTurn 
     output_log_probs: Array.from(turn.logprobs),
     finish_reason: turn.finishReason,
     ...(turn.policyVersion !== undefined ? { policy_version: turn.policyVersion } : {}),
+    ...(turn.versionRuns ? { version_runs: turn.versionRuns.map((r) => ({ ...r })) } : {}),
     ...(turn.topP
       ? {
           top_p_token_ids: Array.from(turn.topP.ids),
