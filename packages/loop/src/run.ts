@@ -17,7 +17,7 @@ import type { CaptureProxy } from '@vime/core/proxy';
 import { type GradeEntry, GroupQueue, type GroupsOutcome, runGroups, scoredOf } from '@vime/core/queue';
 import { type RolloutFunction, rolloutProgressBar } from '@vime/core/runner';
 import { writeFileAtomic } from '@vime/core/utils';
-import { rolloutMetrics, weightStaleness } from '@vime/metrics';
+import { rolloutMetrics, stepToolCallHealth, weightStaleness } from '@vime/metrics';
 import { type MetricSink, rolloutRecordOf, stepRecordOf } from '@vime/metrics/sinks';
 import { reapOrphans, type SandboxEmitter } from '@vime/sandbox';
 import type { RowVerdict, SwePools } from '@vime/swe';
@@ -39,6 +39,8 @@ import {
   stepBatchPath,
   stepLine,
   stepResultsPath,
+  toolCallLines,
+  toolCallScalars,
   trainScalars,
   withoutRows,
   workUnitCounts,
@@ -328,6 +330,7 @@ export class LoopRun {
       handoffSeconds: (performance.now() - t0) / 1000,
       batchPath,
       train,
+      toolCalls: stepToolCallHealth(results),
     };
   }
 
@@ -338,9 +341,12 @@ export class LoopRun {
         'perf/handoff_time': s.handoffSeconds,
         'rollout/zero_variance_groups': s.zeroVarianceGroups,
         ...trainScalars(s.train),
+        ...toolCallScalars(s.toolCalls),
       }),
     );
     this.io.log(stepLine(s));
+    // The counts, and an alarm line when the model's tool calls stop parsing (rollouts then end as 0).
+    for (const line of toolCallLines(s)) this.io.log(line);
     return s;
   }
 

@@ -129,3 +129,11 @@ export {
 export { sparkline } from './sparkline.js';
 export { type VersionedRow, type WeightStaleness, weightStaleness } from './staleness.js';
 export { type EngineTimeline, engineTimeline } from './timeline.js';
+export {
+  rolloutToolCalls,
+  type StepToolCallHealth,
+  stepToolCallHealth,
+  TOOL_CALL_ALARM_RATE,
+  toolCallAlarm,
+  toolCallLine,
+} from './tool-health.js';
