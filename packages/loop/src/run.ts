@@ -18,7 +18,7 @@ import { type GradeEntry, GroupQueue, type GroupsOutcome, runGroups, scoredOf } 
 import { type RolloutFunction, rolloutProgressBar } from '@vime/core/runner';
 import { writeFileAtomic } from '@vime/core/utils';
 import { auditHandoff } from '@vime/grpo';
-import { rolloutMetrics, weightStaleness } from '@vime/metrics';
+import { rolloutMetrics, stepToolCallHealth, weightStaleness } from '@vime/metrics';
 import { type MetricSink, rolloutRecordOf, stepRecordOf } from '@vime/metrics/sinks';
 import { reapOrphans, type SandboxEmitter } from '@vime/sandbox';
 import type { RowVerdict, SwePools } from '@vime/swe';
@@ -41,6 +41,8 @@ import {
   stepBatchPath,
   stepLine,
   stepResultsPath,
+  toolCallLines,
+  toolCallScalars,
   trainScalars,
   withoutRows,
   workUnitCounts,
@@ -339,6 +341,7 @@ export class LoopRun {
       batchPath,
       train,
       audit,
+      toolCalls: stepToolCallHealth(results),
     };
   }
 
@@ -377,9 +380,12 @@ export class LoopRun {
         'rollout/zero_variance_groups': s.zeroVarianceGroups,
         ...auditScalars(s.audit),
         ...trainScalars(s.train),
+        ...toolCallScalars(s.toolCalls),
       }),
     );
     this.io.log(stepLine(s));
+    // The counts, and an alarm line when the model's tool calls stop parsing (rollouts then end as 0).
+    for (const line of toolCallLines(s)) this.io.log(line);
     return s;
   }
 

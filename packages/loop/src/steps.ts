@@ -7,7 +7,13 @@ import { join } from 'node:path';
 import { decodeSamples, isScored, type RolloutResult, type Sample, type ScoredRollout } from '@vime/core';
 import type { GroupQueue } from '@vime/core/queue';
 import { grpoAdvantages, type HandoffAudit } from '@vime/grpo';
-import { type RolloutMetrics, rolloutMetrics } from '@vime/metrics';
+import {
+  type RolloutMetrics,
+  rolloutMetrics,
+  type StepToolCallHealth,
+  toolCallAlarm,
+  toolCallLine,
+} from '@vime/metrics';
 
 /** What a trainer reports for one step: the weight version the engines now serve, timings, metrics. */
 export interface TrainResult {
@@ -36,6 +42,8 @@ export interface StepSummary {
   train?: TrainResult | undefined;
   /** The token audit of the step's rows at hand-off, and its seconds (absent for a step resumed from disk). */
   audit?: StepAudit | undefined;
+  /** The step's tool-call health (absent for a step handed off before a restart: its rows are in the batch). */
+  toolCalls?: StepToolCallHealth | undefined;
 }
 
 /** The token audit of a step's hand-off: its counts and how long it took. */
@@ -150,6 +158,27 @@ export function stepLine(s: StepSummary): string {
     ? `, token audit failed ${s.audit.failedRollouts} of ${s.audit.rollouts} rollouts`
     : '';
   return `step ${s.step}: ${s.rollouts} rollouts${audit}, mean reward ${s.metrics.reward.mean?.toFixed(3) ?? '-'}, pass@1 ${pass1?.toFixed(3) ?? '-'}, rollout ${s.rolloutSeconds.toFixed(1)} s, hand-off ${s.handoffSeconds.toFixed(2)} s${train}`;
+}
+
+/** A step's tool-call health as metric scalars: `tool_calls/*`. */
+export function toolCallScalars(health: StepToolCallHealth | undefined): Record<string, number> {
+  if (!health) return {};
+  return {
+    'tool_calls/emitted': health.emitted,
+    'tool_calls/parsed': health.parsed,
+    'tool_calls/malformed': health.malformed,
+    'tool_calls/unknown_tool': health.unknownTool,
+    'tool_calls/bad_arguments': health.badArguments,
+    'tool_calls/failure_rate': health.failureRate,
+    'tool_calls/no_tool_rollouts': health.noToolRollouts,
+  };
+}
+
+/** The log lines of a step's tool calls: its counts, and the alarm when its failure rate is past the threshold. */
+export function toolCallLines(s: StepSummary): string[] {
+  if (!s.toolCalls || s.toolCalls.rollouts === 0) return [];
+  const alarm = toolCallAlarm(s.step, s.toolCalls);
+  return [`step ${s.step} ${toolCallLine(s.toolCalls)}`, ...(alarm ? [alarm] : [])];
 }
 
 /** The queue's counters as the report's work-unit table: groups by fate (drops by reason), attempts. */

@@ -150,6 +150,14 @@ export { type VersionedRow, type WeightStaleness, weightStaleness } from './stal
 export { renderTerminalReport } from './terminal.js';
 export { type EngineTimeline, engineTimeline } from './timeline.js';
 export {
+  rolloutToolCalls,
+  type StepToolCallHealth,
+  stepToolCallHealth,
+  TOOL_CALL_ALARM_RATE,
+  toolCallAlarm,
+  toolCallLine,
+} from './tool-health.js';
+export {
   type AdvantageSpread,
   type RolloutShape,
   rolloutShapeOf,

@@ -51,6 +51,12 @@ export {
   type SpecialTokenText,
 } from './tokenizer/tokenizer.js';
 export {
+  addToolCallHealth,
+  NO_TOOL_CALLS,
+  type ToolCallHealth,
+  toolCallHealth,
+} from './tokenizer/tool-health.js';
+export {
   checkEngineTokenizer,
   type TokenizerCheck,
   type TokenizerCheckOptions,

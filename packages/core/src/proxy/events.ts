@@ -1,4 +1,5 @@
 /** The capture proxy's events: one per recorded turn, and the turn machinery's retries, aborts and overrides. */
+import type { ToolCallHealth } from '../engine/tokenizer/tool-health.js';
 import type { Turn } from '../rollout.js';
 import type { Dialect } from './dialects.js';
 import type { StitchInfo } from './stitch.js';
@@ -16,6 +17,8 @@ export interface ProxyTurnEvent {
   engines: string[];
   /** How the prompt was made: reused history, re-rendered, changed, or a new thread of the session. */
   stitch: StitchInfo;
+  /** The turn's tool calls: emitted, parsed, malformed, unknown tool, bad arguments (Hermes parser only). */
+  toolCalls?: ToolCallHealth | undefined;
 }
 
 /** The events of a capture proxy. */

@@ -4,6 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { ChatTokenizer } from '../engine/tokenizer/tokenizer.js';
+import type { ToolCallHealth } from '../engine/tokenizer/tool-health.js';
 import type { Sampling } from '../engine/types.js';
 import { ConfigError } from '../errors.js';
 import type { Sample } from '../sample.js';
@@ -31,6 +32,8 @@ export interface SessionState {
   ledger: TurnLedger;
   /** What the session may hold and spend at once (requests, body bytes, tokenizer characters). */
   budget: SessionBudget;
+  /** The tool-call health of its recorded turns, summed (absent: no turn was read for it). */
+  toolCalls?: ToolCallHealth | undefined;
 }
 
 /** Check a session's id and options (the sharded proxy checks them before a shard sees them). */
@@ -138,7 +141,11 @@ export class SessionRegistry {
     // bad options end nothing: the call can be made again with the rows intact
     if (open) checkFinish(trajectories, open.threads, options);
     const state = this.#end(id, 'finishSession');
-    return finishThreads(trajectories, state.threads, options);
+    const rows = finishThreads(trajectories, state.threads, options);
+    // The rollout's tool-call health on each of its rows (a rollout's rows share one session).
+    if (state.toolCalls)
+      for (const row of rows) row.metadata = { ...row.metadata, tool_calls: { ...state.toolCalls } };
+    return rows;
   }
 
   /** End a session and forget its turns (a shard's: its main thread keeps them). */

@@ -7,6 +7,7 @@ import type { EventEmitter } from 'eventemitter3';
 import { turnNucleus } from '../engine/nucleus.js';
 import { newRequestId } from '../engine/request-id.js';
 import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokenizer.js';
+import { addToolCallHealth, type ToolCallHealth, toolCallHealth } from '../engine/tokenizer/tool-health.js';
 import type { Sampling } from '../engine/types.js';
 import { type ChatRequest, type Dialect, RequestError, type TurnReply } from './dialects.js';
 import type { ProxyEvents } from './events.js';
@@ -50,6 +51,7 @@ interface Generated {
   topP: ReturnType<typeof turnNucleus>;
   parsed: TurnReply['parsed'];
   toolCallIds: string[];
+  toolCalls: ToolCallHealth | undefined;
   startedAt: number;
   endedAt: number;
 }
@@ -112,6 +114,7 @@ export class TurnRunner {
     }
     const text = tokenizer.decode(stripStop(result.outputIds, tokenizer.eosTokenId));
     const parsed = tokenizer.parseResponse(text);
+    const toolCalls = turnToolHealth(tokenizer, text, planReq.tools);
     const toolCallIds = parsed.toolCalls.map((call, i) => {
       const id = `${dialect === 'anthropic' ? 'toolu' : 'call'}_${rid}_${i}`;
       state.toolArgs.set(id, call.arguments);
@@ -126,6 +129,7 @@ export class TurnRunner {
       topP,
       parsed,
       toolCallIds,
+      toolCalls,
       startedAt,
       endedAt,
     };
@@ -226,6 +230,7 @@ export class TurnRunner {
     });
     if (result.finishReason === 'length') state.truncated = true;
     state.threads.done(planned, g.planReq, result.outputIds, replyMessage(g.parsed, g.toolCallIds));
+    if (g.toolCalls) state.toolCalls = addToolCallHealth(state.toolCalls ?? emptyHealth(), g.toolCalls);
     this.#o.events.emit('turn', {
       sessionId: state.id,
       dialect: g.dialect,
@@ -235,6 +240,7 @@ export class TurnRunner {
       durationMs: g.endedAt - g.startedAt,
       engines: result.engines,
       stitch: planned.stitch,
+      toolCalls: g.toolCalls,
     });
     return true;
   }
@@ -243,4 +249,32 @@ export class TurnRunner {
 /** Output ids without the final stop token (it is markup, not text for the harness). */
 function stripStop(ids: Int32Array, eos: number): Int32Array {
   return ids.length > 0 && ids[ids.length - 1] === eos ? ids.subarray(0, ids.length - 1) : ids;
+}
+
+const emptyHealth = (): ToolCallHealth => ({
+  emitted: 0,
+  parsed: 0,
+  malformed: 0,
+  unknownTool: 0,
+  badArguments: 0,
+});
+
+/**
+ * The turn's tool-call health, read by the parser that made its tool calls (the built-in Qwen3 / Hermes
+ * one; undefined under another parser, whose markup these counts do not know). A call in a turn that
+ * declared no tools names an unknown tool.
+ */
+function turnToolHealth(
+  tokenizer: ChatTokenizer,
+  text: string,
+  tools: PlanRequest['tools'],
+): ToolCallHealth | undefined {
+  if (tokenizer.toolParser?.name !== 'hermes') return undefined;
+  const content = tokenizer.reasoningParser ? tokenizer.reasoningParser.parse(text).content : text;
+  // A turn that offered no tools and got no call (a text protocol such as mini-swe-agent's) has no health to report.
+  if (tools.length === 0 && !content.includes('<tool_call>')) return undefined;
+  return toolCallHealth(
+    content,
+    tools.map((t) => t.function.name),
+  );
 }

