@@ -59,6 +59,27 @@ export function versionsOf(
     }
     return n as number;
   };
+  // The capture proxy records `[start, end, version]` over the response (the version as the engine names
+  // it); `[version, tokens]` pairs are accepted too. Either becomes a `[version, tokens]` span.
+  const recordedSpan = (p: unknown, path: string): [number, number] => {
+    const span: unknown[] = Array.isArray(p) ? p : [];
+    const triple = span.length === 3;
+    const counts = triple ? [span[0], span[1]] : [span[1]];
+    const tokens = triple ? (span[1] as number) - (span[0] as number) : span[1];
+    if (
+      (span.length !== 2 && !triple) ||
+      !counts.every((n) => Number.isSafeInteger(n) && (n as number) >= 0) ||
+      (tokens as number) < 0
+    ) {
+      throw new ValidationError(
+        path,
+        `${what}: expected [start, end, version] (as the capture proxy records it) or [version, tokens], found ${describeValue(p)}`,
+      );
+    }
+    const v = triple ? span[2] : span[0];
+    const numbered = typeof v === 'string' && /^\d{1,15}$/.test(v) ? Number(v) : v;
+    return [version(numbered, `${path}[${triple ? 2 : 0}]`), tokens as number];
+  };
   if (given !== undefined) {
     if (!Array.isArray(given) || given.length !== samples.length) {
       throw new ValidationError(
@@ -91,20 +112,7 @@ export function versionsOf(
   return samples.map((s, i) => {
     const raw = s.metadata?.weight_version_spans;
     const spans = Array.isArray(raw)
-      ? raw.map((p, j) => {
-          const pair = p as unknown[];
-          const tokens = pair?.[1];
-          if (!Array.isArray(pair) || !Number.isSafeInteger(tokens) || (tokens as number) < 0) {
-            throw new ValidationError(
-              `samples[${i}].metadata.weight_version_spans[${j}]`,
-              `${what}: expected [version, tokens], found ${describeValue(p)}`,
-            );
-          }
-          return [
-            version(pair[0], `samples[${i}].metadata.weight_version_spans[${j}][0]`),
-            tokens as number,
-          ] as [number, number];
-        })
+      ? raw.map((p, j) => recordedSpan(p, `samples[${i}].metadata.weight_version_spans[${j}]`))
       : undefined;
     const versions = s.weight_versions.map((v, j) => version(v, `samples[${i}].weight_versions[${j}]`));
     for (const [v] of spans ?? []) if (!versions.includes(v)) versions.push(v);

@@ -95,7 +95,8 @@ export interface SiblingInput {
   samples: ReadonlyArray<Sample>;
   /**
    * The weight versions of each sample's tokens. Default: from each sample's `weight_versions`
-   * (integers) and its `metadata.weight_version_spans` (`[version, tokens]` pairs) when present.
+   * (integers) and its `metadata.weight_version_spans` when present: `[start, end, version]` as the capture
+   * proxy records them, or `[version, tokens]` pairs.
    */
   versions?: ReadonlyArray<SampleVersions> | undefined;
   /** JSON-like data kept with the result (e.g. the grade's outcome). */

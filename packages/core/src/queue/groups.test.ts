@@ -291,6 +291,37 @@ describe('GroupQueue: staleness and hand-off order', () => {
     expect(q.stats.dropped.stale).toBe(1);
   });
 
+  it('reads version spans in the layout the capture proxy records ([start, end, version]), and names a bad one', async () => {
+    const q = await openQueue();
+    await q.create({ n: 3 });
+    const { attempts } = await leaseAll(q);
+    const recorded = sample(1, 1, 4);
+    recorded.weight_versions = ['1', '2'];
+    // As the trajectory manager writes it: tokens 0..3 under version "1", token 3 under version "2".
+    recorded.metadata.weight_version_spans = [
+      [0, 3, '1'],
+      [3, 4, '2'],
+    ];
+    await q.submit(attempts[0]!, { reward: 1, samples: [recorded] });
+    const backwards = sample(2, 1, 4);
+    backwards.metadata.weight_version_spans = [[3, 1, '1']];
+    const error = await q.submit(attempts[1]!, { reward: 0, samples: [backwards] }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ValidationError);
+    expect((error as ValidationError).path).toBe('samples[0].metadata.weight_version_spans[0]');
+    await q.submit(attempts[1]!, { reward: 0, samples: [sample(2, 1, 4)] });
+    await q.submit(attempts[2]!, { reward: 0, samples: [sample(3, 1, 4)] });
+    const batch = await q.take(1, { groups: 1 });
+    expect(batch.groups[0]!.siblings[0]!.versions).toEqual([
+      {
+        versions: [1, 2],
+        spans: [
+          [1, 3],
+          [2, 1],
+        ],
+      },
+    ]);
+  });
+
   it('leases groups with recorded work before fresh ones, and drops one already too stale to hand off', async () => {
     const q = await openQueue({ maxStaleness: 1, deadlineMs: 60_000 });
     const a = await q.create({ n: 2 });
