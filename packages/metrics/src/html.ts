@@ -2,6 +2,7 @@ import { esc, lineChart, PALETTE, stackedBarChart } from './charts.js';
 import { byNumber, cell, figure, ms, note, PAGE_STYLE, section, table } from './html-parts.js';
 import type { RunRecord } from './report.js';
 import { STACKED_PHASES } from './run-sections.js';
+import { TOOL_CALL_ALARM_RATE, toolCallAlarm } from './tool-health.js';
 import { shapeSection, trainerSection } from './training-html.js';
 
 function countsTable(title: string, counts: Record<string, number> | null): string {
@@ -194,6 +195,42 @@ function tokenAuditSection(record: RunRecord): string {
   return (
     `<p>${a.samples} samples (${a.tokens} trained tokens) of ${a.rollouts} rollouts checked against the captured turns; ${a.failed_rollouts} rollouts made infrastructure failures (${a.failed_samples} samples)${share}.</p>` +
     (Object.keys(a.causes).length ? countsTable('Failed rollouts by cause', a.causes) : '')
+  );
+}
+
+function toolCallsSection(record: RunRecord): string {
+  const t = record.tool_calls;
+  if (!t) return '';
+  const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+  const rows = [...t.steps, { ...t.total, step: 'all' }].map((s) => [
+    s.step,
+    s.emitted,
+    s.parsed,
+    s.malformed,
+    s.unknownTool,
+    s.badArguments,
+    pct(s.failureRate),
+    `${s.noToolRollouts}/${s.rollouts}`,
+  ]);
+  const alarms = t.steps.filter((s) => toolCallAlarm(s.step, s) !== undefined).map((s) => s.step);
+  const alarm = alarms.length
+    ? `<p><strong>Alarm:</strong> more than ${pct(TOOL_CALL_ALARM_RATE)} of the tool calls failed in step ${alarms.join(', ')}: check that the harness and the proxy use the same tool-call format.</p>`
+    : '';
+  return (
+    alarm +
+    table(
+      [
+        'step',
+        'emitted',
+        'parsed',
+        'malformed',
+        'unknown tool',
+        'bad arguments',
+        'failed',
+        'rollouts without a tool call',
+      ],
+      rows,
+    )
   );
 }
 
@@ -477,6 +514,7 @@ export const REPORT_SECTIONS = [
   ['capacity', 'Capacity: engines vs step time', 'capacity'],
   ['work-units', 'Work units', 'work_units'],
   ['token-audit', 'Token audit at hand-off', 'token_audit'],
+  ['tool-calls', 'Tool-call health', 'tool_calls'],
 ] as const;
 
 /**
@@ -501,6 +539,7 @@ export function renderHtmlReport(record: RunRecord, options: { title?: string | 
     capacity: capacitySection(record),
     'work-units': record.work_units ? table(['unit', 'count'], Object.entries(record.work_units)) : '',
     'token-audit': tokenAuditSection(record),
+    'tool-calls': toolCallsSection(record),
   };
   const sections = REPORT_SECTIONS.map(([id, heading, key]) =>
     section(id, heading, bodies[id], record.absent[key]),

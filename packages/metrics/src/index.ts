@@ -154,8 +154,10 @@ export {
   type StepToolCallHealth,
   stepToolCallHealth,
   TOOL_CALL_ALARM_RATE,
+  type ToolCallRecord,
   toolCallAlarm,
   toolCallLine,
+  toolCallRecord,
 } from './tool-health.js';
 export {
   type AdvantageSpread,

@@ -22,6 +22,7 @@ import {
 import { type EngineSaturation, engineSaturation } from './saturation.js';
 import type { PerfStep } from './slime-perf.js';
 import { type EngineTimeline, engineTimeline } from './timeline.js';
+import { type ToolCallRecord, toolCallRecord } from './tool-health.js';
 import {
   rolloutShapeOf,
   type ShapeRecord,
@@ -109,6 +110,8 @@ export interface RunRecord {
   staleness: Staleness | null;
   work_units: Record<string, number> | null;
   token_audit: TokenAuditRecord | null;
+  /** Tool calls the models emitted and how many the proxy's parser took, per step and in total. */
+  tool_calls: ToolCallRecord | null;
   phases: PhaseTiming | null;
   sandbox: {
     claims: number;
@@ -268,6 +271,9 @@ export function runReport(input: RunReportInput): RunRecord {
   if (!tokens) absent.tokens = 'no token counts (no run counter, scrape or engine log)';
   const tokenAudit = tokenAuditRecord(input.tokenAudit ?? []);
   if (!tokenAudit) absent.token_audit = 'no step was handed off with the token audit in this process';
+  const toolCalls = toolCallRecord(byStep);
+  if (!toolCalls)
+    absent.tool_calls = 'no rollout carries tool-call counts (no tools were offered to the model)';
   if (!input.capacity)
     absent.capacity = 'no capacity plan given (vime plan --simulate --from report.json --json)';
   return {
@@ -290,6 +296,7 @@ export function runReport(input: RunReportInput): RunRecord {
     staleness: sections.stale,
     work_units: input.workUnits ?? null,
     token_audit: tokenAudit,
+    tool_calls: toolCalls,
     phases: sections.phases,
     sandbox,
     tokens,

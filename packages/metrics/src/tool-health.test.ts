@@ -1,5 +1,7 @@
 import type { RolloutResult } from '@vime/core';
 import { describe, expect, it } from 'vitest';
+import { renderHtmlReport } from './html.js';
+import { runReport } from './report.js';
 import { stepToolCallHealth, toolCallAlarm, toolCallLine } from './tool-health.js';
 
 const scored = (toolCalls: unknown, index = 0): RolloutResult =>
@@ -9,6 +11,10 @@ const scored = (toolCalls: unknown, index = 0): RolloutResult =>
     groupIndex: 0,
     sampleIndex: index,
     reward: 0,
+    rolloutId: index,
+    turns: 1,
+    timings: {},
+    metadata: {},
     samples: [{ metadata: toolCalls === undefined ? {} : { tool_calls: toolCalls } }],
   }) as unknown as RolloutResult;
 
@@ -61,5 +67,38 @@ describe('tool-call health of a step', () => {
   it('counts that are not numbers count as 0', () => {
     const health = stepToolCallHealth([scored({ emitted: '4', parsed: -1, malformed: Number.NaN })]);
     expect(health).toMatchObject({ emitted: 0, parsed: 0, malformed: 0, rollouts: 1, noToolRollouts: 1 });
+  });
+});
+
+describe('the report’s tool-call section', () => {
+  it('counts each step and the run, marks the step past the alarm, and says why when no rollout has counts', () => {
+    const results = [
+      {
+        step: 1,
+        results: [scored({ emitted: 10, parsed: 10, malformed: 0, unknownTool: 0, badArguments: 0 })],
+      },
+      {
+        step: 2,
+        results: [scored({ emitted: 10, parsed: 7, malformed: 3, unknownTool: 0, badArguments: 1 })],
+      },
+      { step: 3, results: [scored(undefined)] },
+    ];
+    const record = runReport({ results });
+    expect(record.tool_calls?.steps.map((s) => [s.step, s.emitted, s.parsed, s.failureRate])).toEqual([
+      [1, 10, 10, 0],
+      [2, 10, 7, 0.4],
+    ]);
+    expect(record.tool_calls?.total).toMatchObject({
+      emitted: 20,
+      parsed: 17,
+      rollouts: 2,
+      failureRate: 0.2,
+    });
+    const html = renderHtmlReport(record);
+    expect(html).toContain('Tool-call health');
+    expect(html).toMatch(/Alarm:<\/strong> more than 10\.0% of the tool calls failed in step 2:/);
+    expect(runReport({ results: [results[2]!] }).absent.tool_calls).toMatch(
+      /no rollout carries tool-call counts/,
+    );
   });
 });

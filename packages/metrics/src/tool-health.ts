@@ -49,6 +49,23 @@ export function stepToolCallHealth(results: readonly RolloutResult[]): StepToolC
   return { ...total, rollouts, noToolRollouts, failureRate: total.emitted > 0 ? failed / total.emitted : 0 };
 }
 
+/** The run's tool-call health for the report: each step's, and the whole run's. */
+export interface ToolCallRecord {
+  steps: Array<StepToolCallHealth & { step: number }>;
+  total: StepToolCallHealth;
+}
+
+/** The tool-call health of every step of a run; `null` when no rollout carries tool-call counts. */
+export function toolCallRecord(
+  byStep: ReadonlyArray<{ step: number; results: ReadonlyArray<RolloutResult> }>,
+): ToolCallRecord | null {
+  const steps = byStep
+    .map(({ step, results }) => ({ step, ...stepToolCallHealth(results) }))
+    .filter((s) => s.rollouts > 0);
+  if (steps.length === 0) return null;
+  return { steps, total: stepToolCallHealth(byStep.flatMap((s) => s.results)) };
+}
+
 /** One line for a step's log: `tool calls: 40 emitted, 36 parsed, 3 malformed, 1 unknown tool, ...`. */
 export function toolCallLine(health: StepToolCallHealth): string {
   return `tool calls: ${health.emitted} emitted, ${health.parsed} parsed, ${health.malformed} malformed, ${health.unknownTool} unknown tool, ${health.badArguments} bad arguments; ${health.noToolRollouts}/${health.rollouts} rollouts without a tool call`;
