@@ -1,87 +1,73 @@
 /**
- * The OpenAI Agents SDK coding agent trained end to end, over Chat Completions and over Responses: a
- * `SandboxAgent` (the real `@openai/agents` at its pinned version, its own shell tool) fixes offline SWE tasks in bubblewrap sandboxes through the capture proxy, in front of the
- * stand-in engine replaying a scripted fix (a stand-in, not a model). Every rollout is graded 1 in a fresh
- * sandbox, the step's batch reaches the trainer hook, and every row passes the token audit against the
- * turns the engine sampled.
+ * The Agents SDK coding agent trained end to end over both wires, through the example's own program as a
+ * user runs it: the coding-agent loop of `@vime/loop` with a `SandboxAgent` (the real `@openai/agents` at
+ * its pinned version) for every sample, fixing offline SWE tasks in bubblewrap sandboxes through the capture proxy, in front
+ * of the stand-in engine replaying a scripted fix (a stand-in, not a model). Every rollout is graded 1 in
+ * a fresh sandbox, the step's batch is handed off, and the token audit at hand-off passes every row.
  */
-import { execFile } from 'node:child_process';
-import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
-import { setTracingDisabled } from '@openai/agents';
-import { decodeSamples, isScored } from '@vime/core';
-import type { AgentsApi } from '@vime/openai-agents';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { type ExampleRun, runExample } from '../src/run.js';
+import { decodeSamples } from '@vime/core';
+import { runProcess } from '@vime/core/utils';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-declare module 'vitest' {
-  export interface ProvidedContext {
-    /** Where the test run's global setup built the offline task set. */
-    offlineTasksDir: string;
-  }
-}
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+const MAIN = 'examples/openai-agents-agent/src/main.ts';
 
-let out: string;
+const runMain = (args: string[]) =>
+  runProcess(process.execPath, ['--import', 'tsx', '--conditions=@vime/source', MAIN, ...args], {
+    cwd: ROOT,
+    timeoutMs: 540_000,
+    maxOutputBytes: Number.POSITIVE_INFINITY,
+  });
+
+let tmp: string;
 beforeAll(async () => {
-  setTracingDisabled(true);
-  out = await mkdtemp(join(tmpdir(), 'vime-openai-agents-agent-'));
-  // The sandboxes' user reaches each run's folder through this one.
-  await chmod(out, 0o755);
+  tmp = await mkdtemp(join(tmpdir(), 'vime-openai-agents-agent-'));
 });
 afterAll(async () => {
-  await rm(out, { recursive: true, force: true });
+  await rm(tmp, { recursive: true, force: true });
 });
 
-describe.each(['chat-completions', 'responses'] as AgentsApi[])('over %s', (api) => {
-  it('trains the Agents SDK agent: reward 1 on every rollout, the batch handed off, the token audit passes', async () => {
-    const handed: Array<{ step: number; rows: number }> = [];
-    const run: ExampleRun = await runExample({
-      out: join(out, api),
-      api,
-      tasksDir: inject('offlineTasksDir'),
-      tasks: 2,
-      groupSize: 2,
-      trainer: async ({ step, batchPath }) => {
-        handed.push({ step, rows: decodeSamples(await readFile(batchPath)).length });
-        return { weightVersion: 'w1', trainSeconds: 0, weightUpdateSeconds: 0, metrics: {} };
-      },
-    });
-    expect(run.engine).toMatch(/stand-in/);
-    expect(run.results).toHaveLength(4);
-    for (const r of run.results) {
-      if (!isScored(r))
-        throw new Error(`rollout ${r.taskId} #${r.sampleIndex} ${r.status}: ${r.error.message}`);
-      expect(r.reward).toBe(1);
-      expect(r.samples).toHaveLength(1);
-      const meta = r.samples[0]!.metadata;
-      expect(meta).toMatchObject({ agent: 'openai-agents', exit_status: 'Submitted', api });
+describe.each(['chat-completions', 'responses'])('over %s', (api) => {
+  it('trains the Agents SDK agent in the loop: reward 1 on every rollout, the batch handed off, the token audit passes', async () => {
+    const out = join(tmp, api);
+    const args = ['--api', api, '--out', out, '--steps', '1', '--prompts', '2', '--samples', '2', '--quiet'];
+    const run = await runMain(args);
+    expect(run.exitCode, run.stderr.slice(-3000)).toBe(0);
+    expect(run.stdout).toMatch(/stand-in engine\(s\) — a scripted policy/);
+    expect(run.stdout).toMatch(/rollouts: 4 completed/);
+    const rows = decodeSamples(await readFile(join(out, 'steps', '1.msgpack')));
+    expect(rows).toHaveLength(4);
+    for (const row of rows) {
+      expect(row.reward).toBe(1);
+      expect(row.metadata).toMatchObject({ agent: 'openai-agents', exit_status: 'Submitted', api });
       // Three model calls: look, fix, answer; two of them tool calls that ran in the sandbox.
-      expect(meta.trajectory_turns).toEqual([0, 1, 2]);
-      expect(meta.drift).toEqual({ forks: 0, realigns: 0, retokenizedTokens: 0 });
+      expect(row.metadata.trajectory_turns).toEqual([0, 1, 2]);
+      expect(row.metadata.drift).toEqual({ forks: 0, realigns: 0, retokenizedTokens: 0 });
     }
-    expect(run.turns).toHaveLength(12);
-    expect(handed).toEqual([{ step: 1, rows: 4 }]);
-    expect(run.audit.problems).toEqual([]);
-    expect(run.audit.verdict).toBe('pass');
-    expect(run.audit.turns).toMatchObject({ captured: 12, matched: 12, untrained: [] });
-    expect(run.audit.totals.trainedTokens).toBe(run.turns.reduce((n, t) => n + t.output_ids.length, 0));
+    const report = JSON.parse(await readFile(join(out, 'report.json'), 'utf8'));
+    expect(report.token_audit).toMatchObject({
+      samples: 4,
+      failed_samples: 0,
+      rollouts: 4,
+      failed_rollouts: 0,
+    });
+    const trained = rows.reduce((n, r) => n + r.loss_mask!.filter((m) => m === 1).length, 0);
+    expect(report.token_audit.tokens).toBe(trained);
   }, 600_000);
 });
 
-it('the CLI: a bad flag value is named with its fix, exit 2, no stack trace', async () => {
-  const dir = fileURLToPath(new URL('..', import.meta.url));
-  const error = await promisify(execFile)(
-    process.execPath,
-    ['--import', 'tsx', '--conditions=@vime/source', 'src/main.ts', '--tasks', 'many'],
-    { cwd: dir, timeout: 60_000 },
-  ).then(
-    () => undefined,
-    (e: { code?: number; stderr?: string }) => e,
-  );
-  expect(error?.code).toBe(2);
-  expect(error?.stderr).toMatch(/--tasks: "many" is not a whole number >= 1; pass e\.g\. --tasks 2/);
-  expect(error?.stderr).not.toMatch(/\n\s+at /);
+it('the program: a bad flag value is named with its fix, exit 2, no stack trace', async () => {
+  for (const [args, message] of [
+    [['--steps', 'many'], /--steps: "many" is not a number/],
+    [['--api', 'grpc'], /--api: "grpc" is not one of chat-completions, responses; pass one of them/],
+  ] as const) {
+    const run = await runMain([...args]);
+    expect(run.exitCode, run.stderr).toBe(2);
+    expect(run.stderr).toMatch(message);
+    expect(run.stderr).not.toMatch(/\n\s+at /);
+  }
 }, 90_000);

@@ -84,3 +84,28 @@ export function harnessOfPrompt(prompt: string): HarnessKind | undefined {
   if (/"name":\s*"Edit"/.test(prompt)) return 'claude-code';
   return undefined;
 }
+
+/**
+ * A stand-in policy for an agent of your own whose shell tool is `tool`, the command in its `argument`
+ * (e.g. an AI SDK agent's `bash` / `command`): it looks at the repository, applies the task's gold patch,
+ * and stops. It finds the task by the start of its problem statement in the prompt.
+ */
+export function shellFixPolicy(
+  tasks: readonly Pick<TaskSpec, 'prompt' | 'goldPatch' | 'workdir'>[],
+  tool: string,
+  argument: string,
+): (request: { prompt: string }) => string {
+  return ({ prompt }) => {
+    const task = tasks.find((t) => prompt.includes(t.prompt.slice(0, 200)));
+    const fix = task && fixOf(task);
+    if (!fix) return 'I cannot find the issue text; I stop.';
+    switch (toolResultsIn(prompt)) {
+      case 0:
+        return `I look at the change set first.\n${toolCall(tool, { [argument]: 'git status --short && ls' })}`;
+      case 1:
+        return `I apply the fix.\n${toolCall(tool, { [argument]: applyGold(fix) })}`;
+      default:
+        return 'The fix is in place: the function now handles the case the issue describes.';
+    }
+  };
+}

@@ -9,9 +9,26 @@ import { ConfigError, type TaskSpec } from '@vime/core';
 import type { Sampling } from '@vime/core/engine';
 import type { CaptureProxy } from '@vime/core/proxy';
 import type { RolloutFunction } from '@vime/core/runner';
+import type { StandInPolicy } from '@vime/core/standin';
 import { type AgentKind, agentOfTask, harnessAgent } from '@vime/harness';
 import { type SweAgent, type SwePools, sweRollout } from '@vime/swe';
 import type { Config } from './config/schema.js';
+
+/**
+ * Your own agent for every sample of a run, in place of the harness each row's `metadata.agent` picks:
+ * an agent written with the AI SDK (`aiSdkAgent` of `@vime/ai-sdk`), the OpenAI Agents SDK
+ * (`agentsSdkAgent` of `@vime/openai-agents`) or any `SweAgent`. It runs in the loop's process and reaches
+ * the capture proxy over loopback HTTP; its commands run in the rollout's sandbox.
+ */
+export interface LoopAgent {
+  agent: SweAgent;
+  /**
+   * What the stand-in engine answers when the run has no engine URL, given the run's tasks: a scripted
+   * policy that calls this agent's tools (the bundled one speaks mini-swe-agent's protocol). Absent, the
+   * bundled policy answers.
+   */
+  standInPolicy?: ((tasks: readonly TaskSpec[]) => StandInPolicy) | undefined;
+}
 
 /**
  * The agents of a run's tasks, checked before anything starts: a row naming an unknown agent, or a
@@ -78,6 +95,8 @@ export interface LoopRolloutDeps {
   model: string;
   /** Called as a sandbox claim starts (after the circuit breaker let the rollout through). */
   onClaim?: (() => void) | undefined;
+  /** Your agent for every sample (else each sample's harness). */
+  agent?: SweAgent | undefined;
 }
 
 /** The run's rollout: `sweRollout` with each sample's agent, one agent (one harness install) per kind. */
@@ -87,6 +106,7 @@ export function loopRollout({
   pools,
   model,
   onClaim,
+  agent: ownAgent,
 }: LoopRolloutDeps): RolloutFunction<TaskSpec> {
   const agents = new Map<AgentKind, SweAgent>();
   const agentOf = (task: TaskSpec): SweAgent => {
@@ -106,7 +126,7 @@ export function loopRollout({
   return sweRollout({
     pools,
     proxy,
-    agent: agentOf,
+    agent: ownAgent ?? agentOf,
     sampling: samplingOf(config),
     maxContextTokens: config.maxContextTokens,
     execTimeoutMs: config.execTimeoutMs,

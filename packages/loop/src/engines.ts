@@ -12,7 +12,7 @@ import {
   waitForEngines,
 } from '@vime/core/engine';
 import { type CaptureProxy, startCaptureProxy } from '@vime/core/proxy';
-import { type StandInEngine, startStandInEngine } from '@vime/core/standin';
+import { type StandInEngine, type StandInPolicy, startStandInEngine } from '@vime/core/standin';
 
 import type { Config } from './config/schema.js';
 import { codingAgentPolicy } from './standin/policy.js';
@@ -35,6 +35,8 @@ export async function startEngines(
   tokenizer: ChatTokenizer,
   log: (line: string) => void,
   signal?: AbortSignal,
+  /** The stand-ins' answers (default: the scripted coding policy, which speaks mini-swe-agent's protocol). */
+  standInPolicy?: StandInPolicy | undefined,
 ): Promise<RunEngines> {
   if (config.engineUrls.length > 0) {
     log(
@@ -68,16 +70,13 @@ export async function startEngines(
       },
     };
   }
-  const policy = codingAgentPolicy(
-    tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '', workdir: t.workdir })),
-    { odds: config.odds, seed: config.seed },
-  );
+  const policy = standInPolicy ?? codingPolicy(config, tasks);
   const standIns: StandInEngine[] = [];
   const logs: string[][] = [];
   for (let i = 0; i < config.standInEngines; i++) {
     const engine = await startStandInEngine({
       tokenizer,
-      policy: (request) => policy(request.prompt),
+      policy,
       service: {
         slots: config.standInSlots,
         tokensPerSecond: config.standInTokensPerSecond,
@@ -162,4 +161,13 @@ export function startRunProxy(
       unavailableDeadlineMs: config.engineDeadlineMs,
     },
   });
+}
+
+/** The bundled stand-in policy: a scripted coding agent in mini-swe-agent's protocol, with the run's odds. */
+function codingPolicy(config: Config, tasks: readonly TaskSpec[]): StandInPolicy {
+  const policy = codingAgentPolicy(
+    tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '', workdir: t.workdir })),
+    { odds: config.odds, seed: config.seed },
+  );
+  return (request) => policy(request.prompt);
 }

@@ -7,6 +7,7 @@
 export {
   checkAgents,
   harnessSocket,
+  type LoopAgent,
   type LoopRolloutDeps,
   loopRollout,
   samplingOf,

@@ -9,6 +9,7 @@
  */
 import type { RolloutMetrics, WeightStaleness } from '@vime/metrics';
 import type { RowVerdict } from '@vime/swe';
+import type { LoopAgent } from './agents.js';
 import type { ConfigSources } from './config/render.js';
 import { readStoredConfig } from './config/resolve.js';
 import type { Config } from './config/schema.js';
@@ -35,6 +36,8 @@ export interface LoopIO {
   trainer?: TrainerHook | undefined;
   /** Where each value of the config came from (`resolveConfig`), for the run folder and the report. */
   sources?: ConfigSources | undefined;
+  /** Your own agent for every sample, in place of the harnesses (`--agent`, `metadata.agent`). */
+  agent?: LoopAgent | undefined;
 }
 
 /** What a run did: its folder, dataset, steps, metrics, report and engines. */

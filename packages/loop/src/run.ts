@@ -76,9 +76,11 @@ async function startServices(config: Config, io: LoopIO, labels: Record<string, 
   let pools: SwePools | undefined;
   let socket: Services['socket'] = { socketPath: undefined, close: async () => {} };
   try {
-    // Claude Code and Codex reach the proxy only through its unix socket, bound into their sandboxes.
-    socket = await harnessSocket(usesHarness(checkAgents(read.tasks, config)));
-    const started = await startEngines(config, read.tasks, tokenizer, io.log, io.signal);
+    // Claude Code and Codex reach the proxy only through its unix socket, bound into their sandboxes; an
+    // agent of the caller's own runs in this process and needs none.
+    socket = await harnessSocket(!io.agent && usesHarness(checkAgents(read.tasks, config)));
+    const policy = io.agent?.standInPolicy?.(read.tasks);
+    const started = await startEngines(config, read.tasks, tokenizer, io.log, io.signal, policy);
     engines = started;
     const loaded = await loadRunTasks(config, { labels, log: io.log, signal: io.signal, read });
     pools = loaded.pools;
@@ -129,6 +131,7 @@ export class LoopRun {
       pools: services.pools,
       model: 'vime-policy',
       onClaim: () => this.#routerLog.claimsStarted++,
+      agent: io.agent?.agent,
     });
     services.sandboxEvents.on('claim', this.#onClaim);
     services.proxy.events.on('turn', (e) => {

@@ -6,18 +6,24 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { VimeError } from '@vime/core';
 import { type CliIo, EXIT } from '@vime/core/utils';
+import type { LoopAgent } from '../agents.js';
 import { usage } from '../config/flags.js';
 import { resolveConfig } from '../config/resolve.js';
 import { defaultRunFolder } from '../defaults.js';
-import { type RunSummary, runLoop } from '../loop.js';
+import { type RunSummary, runLoop, type TrainerHook } from '../loop.js';
 import { summaryText } from './summary.js';
 
 /**
  * Run the loop as its CLI does: `--config`, env vars and flags into a config (or the run's own for
  * `--resume`), a stop by SIGINT/SIGTERM (`io.signal`) that keeps every finished step, the summary on
- * stdout. Returns the exit code.
+ * stdout. Returns the exit code. `options`: your own agent for every sample and a trainer hook, for a
+ * program of yours that is this CLI with them (`runCli('my-agent', (argv, io) => loopMain(argv, io, { agent }))`).
  */
-export async function loopMain(argv: string[], io: CliIo): Promise<number> {
+export async function loopMain(
+  argv: string[],
+  io: CliIo,
+  options: { agent?: LoopAgent | undefined; trainer?: TrainerHook | undefined } = {},
+): Promise<number> {
   const resolved = resolveConfig(argv, io.env, { cwd: io.cwd });
   if (resolved === 'help') {
     io.stdout(`${usage}\n`);
@@ -31,7 +37,8 @@ export async function loopMain(argv: string[], io: CliIo): Promise<number> {
   if (io.signal) setMaxListeners(0, io.signal);
   let summary: RunSummary;
   try {
-    summary = await runLoop(config, { log: (l) => io.stdout(`${l}\n`), signal: io.signal, sources });
+    const log = (l: string) => io.stdout(`${l}\n`);
+    summary = await runLoop(config, { log, signal: io.signal, sources, ...options });
   } catch (error) {
     throw io.signal?.aborted ? stopped(io.signal.reason, out) : error;
   }
