@@ -512,8 +512,11 @@ function specDecodeSection(record: RunRecord): string {
     s.source,
   ]);
   const accepted = d.total.acceptedTokens > 0;
+  const standIn = record.engine?.stand_in
+    ? ' <strong>Stand-in engine: these are its scripted figures; nothing was drafted or verified.</strong>'
+    : '';
   return (
-    `<p>${accepted ? `Speculation was on: ${d.total.acceptedTokens} draft tokens accepted over ${d.total.verifyPasses} verification passes.` : '<strong>No draft token was accepted</strong> over the run.'} Acceptance length is tokens per verification pass (1 + accepted / passes).</p>` +
+    `<p>${accepted ? `Speculation was on: ${d.total.acceptedTokens} draft tokens accepted over ${d.total.verifyPasses} verification passes.` : '<strong>No draft token was accepted</strong> over the run.'} Acceptance length is tokens per verification pass (1 + accepted / passes).${standIn}</p>` +
     table(
       [
         'step',

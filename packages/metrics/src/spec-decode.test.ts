@@ -170,4 +170,14 @@ describe('the run report section', () => {
       /no speculative-decoding counts/,
     );
   });
+
+  it("a stand-in engine's figures are labelled as scripted", () => {
+    const results = [{ step: 1, results: [scored({ verify_passes: 10, accepted_tokens: 20 })] }];
+    const real = renderHtmlReport(runReport({ results, engineKind: { kind: 'sglang', standIn: false } }));
+    expect(real).not.toContain('scripted figures');
+    const standIn = renderHtmlReport(runReport({ results, engineKind: { kind: 'sglang', standIn: true } }));
+    expect(standIn).toContain(
+      'Stand-in engine: these are its scripted figures; nothing was drafted or verified.',
+    );
+  });
 });
