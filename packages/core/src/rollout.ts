@@ -39,6 +39,14 @@ export const TurnSchema = z.object({
     .optional(),
   /** The engines that produced the output, in order (more than one when the turn moved between engines). */
   engines: z.array(z.string()).optional(),
+  /**
+   * Speculative decoding over the turn, when every generation of it reported its verification passes
+   * (SGLang's `meta_info.spec_verify_ct`): `acceptedTokens` = output tokens − `verifyPasses`, and the
+   * acceptance length is output tokens / `verifyPasses`. Absent when the engine reported none.
+   */
+  spec: z
+    .object({ verifyPasses: z.number().int().nonnegative(), acceptedTokens: z.number().int().nonnegative() })
+    .optional(),
   /** Milliseconds (monotonic clock). */
   startedAt: z.number(),
   endedAt: z.number(),

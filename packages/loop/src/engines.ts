@@ -84,6 +84,7 @@ export async function startEngines(
       },
       decodeLogIntervalMs: 250,
       logTag: 'TP0',
+      specVerifyPasses: specVerifyPasses(config.standInSpecAcceptLength),
     });
     const lines: string[] = [];
     engine.events.on('log', (line) => lines.push(line));
@@ -101,6 +102,12 @@ export async function startEngines(
       await Promise.all(standIns.map((e) => e.close()));
     },
   };
+}
+
+/** Simulated speculation: the verification passes an answer of n tokens reports at this acceptance length. */
+function specVerifyPasses(acceptLength: number | null) {
+  if (acceptLength === null) return undefined;
+  return ({ outputTokens }: { outputTokens: number }) => Math.ceil(outputTokens / acceptLength);
 }
 
 /**

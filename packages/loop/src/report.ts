@@ -24,6 +24,7 @@ import {
   type RunReportInput,
   renderHtmlReport,
   runReport,
+  type StepSpecDecode,
 } from '@vime/metrics';
 import { scrapeEngines } from '@vime/metrics/scrape';
 import { type ConfigSources, configSettings } from './config/render.js';
@@ -52,6 +53,8 @@ export interface ReportInput {
     audit?: (HandoffAudit & { seconds: number }) | undefined;
     /** Handed off before a restart: not timed in this process. */
     resumed: boolean;
+    /** The step's speculative decoding (from its rows, or the engines' counters), when any was reported. */
+    spec?: StepSpecDecode | undefined;
     /** The trainer hook's timings, when a trainer is attached. */
     train?:
       | {
@@ -190,6 +193,10 @@ export async function writeRunReport(
     claims: input.claims,
     tokenAudit: input.steps.flatMap((s) =>
       s.audit ? [{ step: s.step, ...s.audit, handoffSeconds: s.handoffSeconds }] : [],
+    ),
+    // Steps whose rows carry counts are read from them; the engines' counter figures fill the others.
+    specDecode: input.steps.flatMap((s) =>
+      s.spec?.source === 'engine metrics' ? [{ ...s.spec, step: s.step }] : [],
     ),
     ...(input.workUnits ? { workUnits: input.workUnits } : {}),
     tokens: { output: input.outputTokens, seconds: input.rolloutSeconds },

@@ -18,7 +18,13 @@ import { type GradeEntry, GroupQueue, type GroupsOutcome, runGroups, scoredOf } 
 import { type RolloutFunction, rolloutProgressBar } from '@vime/core/runner';
 import { writeFileAtomic } from '@vime/core/utils';
 import { auditHandoff } from '@vime/grpo';
-import { rolloutMetrics, stepToolCallHealth, weightStaleness } from '@vime/metrics';
+import {
+  rolloutMetrics,
+  specDecodeScalars,
+  stepSpecDecode,
+  stepToolCallHealth,
+  weightStaleness,
+} from '@vime/metrics';
 import { type MetricSink, rolloutRecordOf, stepRecordOf } from '@vime/metrics/sinks';
 import { reapOrphans, type SandboxEmitter } from '@vime/sandbox';
 import type { RowVerdict, SwePools } from '@vime/swe';
@@ -32,11 +38,13 @@ import type { LoopIO, RunSummary } from './loop.js';
 import { sampleEngines, writeRunReport } from './report.js';
 import { RouterLog } from './router-log.js';
 import { openRunSinks } from './sinks.js';
+import { SpecCounters } from './spec-counters.js';
 import {
   auditScalars,
   correct,
   finishedStep,
   type StepSummary,
+  specDecodeLines,
   stampAdvantages,
   stepBatchPath,
   stepLine,
@@ -107,6 +115,8 @@ export class LoopRun {
   readonly #sampler: ReturnType<typeof sampleEngines>;
   readonly #routerLog: RouterLog;
   readonly #rollout: RolloutFunction<TaskSpec>;
+  /** vLLM engines' speculative-decoding counters, read at every hand-off (their answers carry no count). */
+  readonly #specCounters: SpecCounters | undefined;
   #resumedRollouts = 0;
   #outputTokens = 0;
   #ledgerFailed = false;
@@ -139,6 +149,8 @@ export class LoopRun {
       turnLog.record(e.sessionId, e.turn);
     });
     this.#sampler = sampleEngines(services.engines.urls);
+    const vllm = config.engineKind === 'vllm' && services.engines.standIns.length === 0;
+    this.#specCounters = vllm ? new SpecCounters(services.engines.urls) : undefined;
   }
 
   static async start(config: Config, io: LoopIO): Promise<LoopRun> {
@@ -333,6 +345,8 @@ export class LoopRun {
     await queue.commit(step, { version: published });
     this.#results.push(...results);
     this.#resultsByStep.set(step, results);
+    // Read every hand-off, so each step's counter window starts where the last one ended.
+    const engineSpec = await this.#specCounters?.step();
     return {
       zeroVarianceGroups: zeroVarianceGroups(results),
       step,
@@ -345,6 +359,7 @@ export class LoopRun {
       train,
       audit,
       toolCalls: stepToolCallHealth(results),
+      spec: stepSpecDecode(results) ?? engineSpec,
     };
   }
 
@@ -384,11 +399,13 @@ export class LoopRun {
         ...auditScalars(s.audit),
         ...trainScalars(s.train),
         ...toolCallScalars(s.toolCalls),
+        ...specDecodeScalars(s.spec),
       }),
     );
     this.io.log(stepLine(s));
     // The counts, and an alarm line when the model's tool calls stop parsing (rollouts then end as 0).
     for (const line of toolCallLines(s)) this.io.log(line);
+    for (const line of specDecodeLines(s)) this.io.log(line);
     return s;
   }
 
@@ -432,6 +449,7 @@ export class LoopRun {
         audit: s.audit,
         resumed: s.resumed === true,
         train: s.train,
+        spec: s.spec,
       })),
       claims: this.#claims,
       outputTokens: this.#outputTokens,

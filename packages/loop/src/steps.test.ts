@@ -1,7 +1,7 @@
 import type { RolloutResult } from '@vime/core';
-import { stepToolCallHealth } from '@vime/metrics';
+import { specDecodeScalars, stepSpecDecode, stepToolCallHealth } from '@vime/metrics';
 import { describe, expect, it } from 'vitest';
-import { type StepSummary, toolCallLines, toolCallScalars } from './steps.js';
+import { type StepSummary, specDecodeLines, toolCallLines, toolCallScalars } from './steps.js';
 
 const rollout = (toolCalls: Record<string, number> | undefined) =>
   ({
@@ -46,5 +46,36 @@ describe("a step's tool-call health in the log and the sinks", () => {
   it('rollouts without tool-call counts (a text protocol) print nothing', () => {
     expect(toolCallLines(step([rollout(undefined)]))).toEqual([]);
     expect(toolCallScalars(undefined)).toEqual({});
+  });
+});
+
+describe("a step's speculative decoding in the log and the sinks", () => {
+  const specRollout = (spec: Record<string, number> | undefined) =>
+    ({
+      status: 'completed',
+      reward: 0,
+      samples: [{ metadata: spec ? { spec_decode: spec } : {} }],
+    }) as unknown as RolloutResult;
+
+  it('the rows summed: accepted draft tokens, verify passes and acceptance length as spec/* scalars and a line', () => {
+    const spec = stepSpecDecode([
+      specRollout({ verify_passes: 40, accepted_tokens: 80 }),
+      specRollout({ verify_passes: 60, accepted_tokens: 70 }),
+    ]);
+    const s = { step: 3, spec } as unknown as StepSummary;
+    expect(specDecodeScalars(s.spec)).toEqual({
+      'spec/accepted_tokens': 150,
+      'spec/verify_passes': 100,
+      'spec/accept_length': 2.5,
+    });
+    expect(specDecodeLines(s)).toEqual([
+      'step 3 speculative decoding: 150 accepted draft tokens over 100 verify passes, acceptance length 2.50 (responses)',
+    ]);
+  });
+
+  it('a step without counts writes no spec scalar and no line (never 0)', () => {
+    const s = { step: 3, spec: stepSpecDecode([specRollout(undefined)]) } as unknown as StepSummary;
+    expect(specDecodeScalars(s.spec)).toEqual({});
+    expect(specDecodeLines(s)).toEqual([]);
   });
 });

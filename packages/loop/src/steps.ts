@@ -10,7 +10,9 @@ import { grpoAdvantages, type HandoffAudit } from '@vime/grpo';
 import {
   type RolloutMetrics,
   rolloutMetrics,
+  type StepSpecDecode,
   type StepToolCallHealth,
+  specDecodeLine,
   toolCallAlarm,
   toolCallLine,
 } from '@vime/metrics';
@@ -44,6 +46,11 @@ export interface StepSummary {
   audit?: StepAudit | undefined;
   /** The step's tool-call health (absent for a step handed off before a restart: its rows are in the batch). */
   toolCalls?: StepToolCallHealth | undefined;
+  /**
+   * The step's speculative decoding: from its rows (SGLang's per-request counts), else from the vLLM
+   * engines' counters over the step; absent when neither reported any.
+   */
+  spec?: StepSpecDecode | undefined;
 }
 
 /** The token audit of a step's hand-off: its counts and how long it took. */
@@ -179,6 +186,11 @@ export function toolCallLines(s: StepSummary): string[] {
   if (!s.toolCalls || s.toolCalls.rollouts === 0) return [];
   const alarm = toolCallAlarm(s.step, s.toolCalls);
   return [`step ${s.step} ${toolCallLine(s.toolCalls)}`, ...(alarm ? [alarm] : [])];
+}
+
+/** The log line of a step's speculative decoding (none when the step has no figures). */
+export function specDecodeLines(s: StepSummary): string[] {
+  return s.spec ? [`step ${s.step} ${specDecodeLine(s.spec)}`] : [];
 }
 
 /** The queue's counters as the report's work-unit table: groups by fate (drops by reason), attempts. */

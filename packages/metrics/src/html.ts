@@ -498,6 +498,40 @@ function scrapeTable(record: RunRecord): string {
   );
 }
 
+function specDecodeSection(record: RunRecord): string {
+  const d = record.spec_decode;
+  if (!d) return '';
+  const rate = (x: number | undefined) => (x === undefined ? '' : `${(100 * x).toFixed(1)}%`);
+  const rows = [...d.steps, { ...d.total, step: 'all' }].map((s) => [
+    s.step,
+    s.acceptedTokens,
+    s.verifyPasses,
+    s.acceptLength.toFixed(2),
+    s.draftTokens ?? '',
+    rate(s.acceptRate),
+    s.source,
+  ]);
+  const accepted = d.total.acceptedTokens > 0;
+  const standIn = record.engine?.stand_in
+    ? ' <strong>Stand-in engine: these are its scripted figures; nothing was drafted or verified.</strong>'
+    : '';
+  return (
+    `<p>${accepted ? `Speculation was on: ${d.total.acceptedTokens} draft tokens accepted over ${d.total.verifyPasses} verification passes.` : '<strong>No draft token was accepted</strong> over the run.'} Acceptance length is tokens per verification pass (1 + accepted / passes).${standIn}</p>` +
+    table(
+      [
+        'step',
+        'accepted draft tokens',
+        'verify passes',
+        'acceptance length',
+        'draft tokens',
+        'accepted of drafts',
+        'source',
+      ],
+      rows,
+    )
+  );
+}
+
 /** The report's sections in page order: id, heading, and the record key whose `absent` note explains an empty one. */
 export const REPORT_SECTIONS = [
   ['quality', 'Reward and pass@k', 'quality'],
@@ -515,6 +549,7 @@ export const REPORT_SECTIONS = [
   ['work-units', 'Work units', 'work_units'],
   ['token-audit', 'Token audit at hand-off', 'token_audit'],
   ['tool-calls', 'Tool-call health', 'tool_calls'],
+  ['spec-decode', 'Speculative decoding', 'spec_decode'],
 ] as const;
 
 /**
@@ -540,6 +575,7 @@ export function renderHtmlReport(record: RunRecord, options: { title?: string | 
     'work-units': record.work_units ? table(['unit', 'count'], Object.entries(record.work_units)) : '',
     'token-audit': tokenAuditSection(record),
     'tool-calls': toolCallsSection(record),
+    'spec-decode': specDecodeSection(record),
   };
   const sections = REPORT_SECTIONS.map(([id, heading, key]) =>
     section(id, heading, bodies[id], record.absent[key]),

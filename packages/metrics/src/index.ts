@@ -146,6 +146,20 @@ export {
   type SlimePerfLog,
 } from './slime-perf.js';
 export { sparkline } from './sparkline.js';
+export {
+  rolloutSpecDecode,
+  type SpecDecodeCounts,
+  type SpecDecodeRecord,
+  type StepSpecDecode,
+  sglangSpecAcceptLength,
+  specDecodeLine,
+  specDecodeRecord,
+  specDecodeScalars,
+  stepSpecDecode,
+  sumSpecDecode,
+  VLLM_SPEC_COUNTERS,
+  vllmSpecDecodeDelta,
+} from './spec-decode.js';
 export { type VersionedRow, type WeightStaleness, weightStaleness } from './staleness.js';
 export { renderTerminalReport } from './terminal.js';
 export { type EngineTimeline, engineTimeline } from './timeline.js';

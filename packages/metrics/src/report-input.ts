@@ -5,6 +5,7 @@ import type { RolloutMetrics } from './rollout.js';
 import type { TokenAuditStep } from './run-sections.js';
 import type { SaturationPoint } from './saturation.js';
 import type { PerfStep, SlimePerfLog } from './slime-perf.js';
+import type { StepSpecDecode } from './spec-decode.js';
 import type { RolloutShape, TrainerStepInput } from './training.js';
 
 /** One engine's load readings for the report. */
@@ -96,6 +97,8 @@ export interface RunReportInput {
   workUnits?: Record<string, number> | undefined;
   /** The token audit of each step's hand-off, when the run audited them. */
   tokenAudit?: ReadonlyArray<TokenAuditStep & { handoffSeconds?: number | undefined }> | undefined;
+  /** Speculative decoding per step from the engines' counters, for steps whose rows carry no counts (vLLM). */
+  specDecode?: ReadonlyArray<StepSpecDecode & { step: number }> | undefined;
   capacity?: CapacityInput | undefined;
   /** Slices in the decile traces (default 10). */
   buckets?: number | undefined;

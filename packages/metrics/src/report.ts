@@ -21,6 +21,7 @@ import {
 } from './run-sections.js';
 import { type EngineSaturation, engineSaturation } from './saturation.js';
 import type { PerfStep } from './slime-perf.js';
+import { type SpecDecodeRecord, specDecodeRecord } from './spec-decode.js';
 import { type EngineTimeline, engineTimeline } from './timeline.js';
 import { type ToolCallRecord, toolCallRecord } from './tool-health.js';
 import {
@@ -112,6 +113,8 @@ export interface RunRecord {
   token_audit: TokenAuditRecord | null;
   /** Tool calls the models emitted and how many the proxy's parser took, per step and in total. */
   tool_calls: ToolCallRecord | null;
+  /** Accepted draft tokens, verification passes and acceptance length, per step and in total. */
+  spec_decode: SpecDecodeRecord | null;
   phases: PhaseTiming | null;
   sandbox: {
     claims: number;
@@ -274,6 +277,10 @@ export function runReport(input: RunReportInput): RunRecord {
   const toolCalls = toolCallRecord(byStep);
   if (!toolCalls)
     absent.tool_calls = 'no rollout carries tool-call counts (no tools were offered to the model)';
+  const specDecode = specDecodeRecord(byStep, input.specDecode);
+  if (!specDecode)
+    absent.spec_decode =
+      'no speculative-decoding counts (speculation off, or neither the answers nor the engine metrics reported any)';
   if (!input.capacity)
     absent.capacity = 'no capacity plan given (vime plan --simulate --from report.json --json)';
   return {
@@ -297,6 +304,7 @@ export function runReport(input: RunReportInput): RunRecord {
     work_units: input.workUnits ?? null,
     token_audit: tokenAudit,
     tool_calls: toolCalls,
+    spec_decode: specDecode,
     phases: sections.phases,
     sandbox,
     tokens,

@@ -160,8 +160,15 @@ describe('run sections', () => {
     expect(r.emptySvgCount).toBe(0);
     const empty = r.sections.filter((x) => x.empty).map((x) => x.id);
     // Only what this run has no data for: no trainer, no weight versions, no work units, no hand-off audit,
-    // no rows (so no tool-call counts).
-    expect(empty.sort()).toEqual(['staleness', 'token-audit', 'tool-calls', 'trainer', 'work-units']);
+    // no rows (so no tool-call or speculative-decoding counts).
+    expect(empty.sort()).toEqual([
+      'spec-decode',
+      'staleness',
+      'token-audit',
+      'tool-calls',
+      'trainer',
+      'work-units',
+    ]);
     expect(r.sections.map((x) => x.id)).toEqual(['run', ...REPORT_SECTIONS.map(([id]) => id)]);
     expect(r.standInLabel).toMatch(/Stand-in engine/);
     expect(r.intervalsDrawn).toBeGreaterThanOrEqual(4);

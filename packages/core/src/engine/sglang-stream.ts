@@ -95,6 +95,8 @@ export async function sglangGenerateStream(
       ...(wantsNucleus(request.sampling)
         ? { topP: readSglangNucleus(meta as Record<string, unknown>, produced, url) }
         : {}),
+      // Counted over the whole request: the last chunk's meta_info.spec_verify_ct.
+      specVerifyPasses: meta.spec_verify_ct ?? undefined,
     };
   } catch (error) {
     if (signal?.aborted) throw signal.reason;

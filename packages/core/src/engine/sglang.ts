@@ -24,6 +24,8 @@ export const SglangGenerateResponseSchema = z.looseObject({
     completion_tokens: z.number().int(),
     cached_tokens: z.number().int().optional(),
     weight_version: z.union([z.string(), z.number()]).nullish(),
+    // Speculative decoding's verification passes: SGLang's meta_info.spec_verify_ct, sent with speculation on.
+    spec_verify_ct: z.number().int().nonnegative().nullish(),
     // `[logprob, token_id, text]` per output token; checked by `readLogprobs` (a zod tuple per token is slow)
     output_token_logprobs: z.array(z.unknown()),
   }),
@@ -164,6 +166,7 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
           promptTokens: meta.prompt_tokens,
           cachedTokens: meta.cached_tokens,
           ...(nucleus ? { topP: readSglangNucleus(meta, outputIds.length, http.url) } : {}),
+          specVerifyPasses: meta.spec_verify_ct ?? undefined,
         };
       } finally {
         signal?.removeEventListener('abort', onAbort);

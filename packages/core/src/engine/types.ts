@@ -49,6 +49,11 @@ export interface GenerateResult {
   cachedTokens?: number | undefined;
   /** The nucleus of every output token, when sampling used top-p < 1 (sampler replay). */
   topP?: NucleusReplay | undefined;
+  /**
+   * Verification forward passes of speculative decoding (SGLang's `meta_info.spec_verify_ct`), when the
+   * engine reports them: absent with speculation off, and from an engine whose answers carry no count (vLLM).
+   */
+  specVerifyPasses?: number | undefined;
 }
 
 /** New output tokens of a streamed generation, as the engine produced them. */

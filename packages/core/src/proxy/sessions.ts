@@ -14,6 +14,7 @@ import { checkMaxTurns, FinishedSessions, TurnLedger } from './ledger.js';
 import type { EngineRouter } from './router.js';
 import { checkFinish, finishThreads, SessionThreads } from './stitch.js';
 import type { FinishOptions, TrajectoryManager } from './trajectory/manager.js';
+import type { SpecCounts } from './turn.js';
 
 export interface SessionState {
   id: string;
@@ -34,6 +35,8 @@ export interface SessionState {
   budget: SessionBudget;
   /** The tool-call health of its recorded turns, summed (absent: no turn was read for it). */
   toolCalls?: ToolCallHealth | undefined;
+  /** Speculative decoding over its recorded turns that reported it, summed (absent: none did). */
+  spec?: SpecCounts | undefined;
 }
 
 /** Check a session's id and options (the sharded proxy checks them before a shard sees them). */
@@ -145,6 +148,14 @@ export class SessionRegistry {
     // The rollout's tool-call health on each of its rows (a rollout's rows share one session).
     if (state.toolCalls)
       for (const row of rows) row.metadata = { ...row.metadata, tool_calls: { ...state.toolCalls } };
+    // Likewise the rollout's speculative decoding (SGLang's spec_verify_ct, summed over its turns).
+    if (state.spec) {
+      const spec_decode = {
+        verify_passes: state.spec.verifyPasses,
+        accepted_tokens: state.spec.acceptedTokens,
+      };
+      for (const row of rows) row.metadata = { ...row.metadata, spec_decode: { ...spec_decode } };
+    }
     return rows;
   }
 

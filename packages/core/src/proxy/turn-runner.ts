@@ -17,7 +17,7 @@ import { resolveSampling } from './sampling.js';
 import type { SessionRegistry, SessionState } from './sessions.js';
 import { type PlanRequest, type PromptPlan, replyMessage } from './stitch.js';
 import type { TrajectoryManager } from './trajectory/manager.js';
-import { type GeneratedTurn, generateTurn, type WeightUpdatePolicy } from './turn.js';
+import { type GeneratedTurn, generateTurn, type SpecCounts, type WeightUpdatePolicy } from './turn.js';
 
 /** A turn's answer, and how to record it once the client has it (false: nothing was recorded). */
 export type RecordableReply = TurnReply & { record: () => boolean };
@@ -225,12 +225,14 @@ export class TurnRunner {
       ...(versions.length > 1 ? { versionRuns: versions } : {}),
       engines: result.engines,
       topP: g.topP,
+      spec: result.spec,
       startedAt: g.startedAt,
       endedAt: g.endedAt,
     });
     if (result.finishReason === 'length') state.truncated = true;
     state.threads.done(planned, g.planReq, result.outputIds, replyMessage(g.parsed, g.toolCallIds));
     if (g.toolCalls) state.toolCalls = addToolCallHealth(state.toolCalls ?? emptyHealth(), g.toolCalls);
+    if (result.spec) state.spec = addSpec(state.spec, result.spec);
     this.#o.events.emit('turn', {
       sessionId: state.id,
       dialect: g.dialect,
@@ -249,6 +251,14 @@ export class TurnRunner {
 /** Output ids without the final stop token (it is markup, not text for the harness). */
 function stripStop(ids: Int32Array, eos: number): Int32Array {
   return ids.length > 0 && ids[ids.length - 1] === eos ? ids.subarray(0, ids.length - 1) : ids;
+}
+
+/** The session's speculative-decoding counts with a turn's added (turns that reported none add nothing). */
+function addSpec(sum: SpecCounts | undefined, turn: SpecCounts): SpecCounts {
+  return {
+    verifyPasses: (sum?.verifyPasses ?? 0) + turn.verifyPasses,
+    acceptedTokens: (sum?.acceptedTokens ?? 0) + turn.acceptedTokens,
+  };
 }
 
 const emptyHealth = (): ToolCallHealth => ({

@@ -43,6 +43,32 @@ export interface GeneratedTurn {
   cachedTokens: number | undefined;
   /** The nucleus of every output token, when every generation of the turn reported one. */
   topP?: NucleusReplay | undefined;
+  /** Speculative decoding's counts, when every generation of the turn reported them (see `Turn.spec`). */
+  spec?: SpecCounts | undefined;
+}
+
+/** A turn's speculative-decoding counts: verification passes, and the draft tokens they accepted. */
+export interface SpecCounts {
+  verifyPasses: number;
+  acceptedTokens: number;
+}
+
+/**
+ * The counts of the kept generations, summed: each verification pass yields one token of its own (the
+ * target model's) plus the draft tokens it accepted, so accepted = output tokens − passes. Absent when
+ * any generation reported no count (speculation off, vLLM, a stream that broke before its last chunk):
+ * a partial sum would understate the turn.
+ */
+export function turnSpec(results: readonly GenerateResult[]): SpecCounts | undefined {
+  let verifyPasses = 0;
+  let outputTokens = 0;
+  for (const r of results) {
+    if (r.specVerifyPasses === undefined) return undefined;
+    verifyPasses += r.specVerifyPasses;
+    outputTokens += r.outputIds.length;
+  }
+  if (results.length === 0) return undefined;
+  return { verifyPasses, acceptedTokens: Math.max(0, outputTokens - verifyPasses) };
 }
 
 export interface TurnHooks {
@@ -185,6 +211,7 @@ function combine(
       failures,
       cachedTokens: result.cachedTokens,
       topP: result.topP,
+      spec: turnSpec([result]),
     };
   }
   let n = 0;
@@ -213,6 +240,7 @@ function combine(
     failures,
     cachedTokens: kept[0]!.result.cachedTokens,
     topP: kept.every((k) => k.result.topP) ? concatNucleus(kept.map((k) => k.result.topP!)) : undefined,
+    spec: turnSpec(kept.map((k) => k.result)),
   };
 }
 

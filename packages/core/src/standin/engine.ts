@@ -68,6 +68,13 @@ export interface StandInEngineOptions {
    * without them. Both use `tokenizer`, the stand-in's served vocabulary.
    */
   tokenizeWire?: 'sglang' | 'vllm' | 'none' | undefined;
+  /**
+   * Simulated speculative decoding: the verification passes a finished `/generate` answer reports as
+   * `meta_info.spec_verify_ct` (SGLang's field), given its output tokens; e.g. `(n) => Math.ceil(n / 3)`
+   * for an acceptance length of about 3. A stand-in's scripted figure, never a measured one: nothing is
+   * drafted or verified. Default: no count, as an engine without speculation.
+   */
+  specVerifyPasses?: ((generation: { rid: string; outputTokens: number }) => number) | undefined;
 }
 
 /** What a stand-in engine has served so far: requests by outcome, tokens, peaks and weight updates. */
@@ -158,6 +165,7 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
     incremental: options.incrementalStreamingOutput ?? false,
     throughput,
     tokenizeWire: options.tokenizeWire ?? 'sglang',
+    specVerifyPasses: options.specVerifyPasses,
   });
   const logTimer = decodeLog(core, events, throughput, options);
   const { server, url } = await listen(routes, options);

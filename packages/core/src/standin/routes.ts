@@ -73,6 +73,8 @@ export interface StandInRoutesOptions {
   throughput: ThroughputMeter;
   /** Whose `/tokenize` and `/detokenize` answers it gives, or `none`. */
   tokenizeWire: 'sglang' | 'vllm' | 'none';
+  /** Simulated speculation's verification passes per answer (`StandInEngineOptions.specVerifyPasses`). */
+  specVerifyPasses: ((generation: { rid: string; outputTokens: number }) => number) | undefined;
 }
 
 export class StandInRoutes {
@@ -281,6 +283,7 @@ export class StandInRoutes {
         cached_tokens: 0,
         e2e_latency: g.latencyS,
         weight_version: g.weightVersion,
+        ...this.#specMeta(g),
         ...(returnLogprob
           ? { output_token_logprobs: Array.from(g.outputIds, (id, i) => [g.logprobs[i], id, null]) }
           : {}),
@@ -290,6 +293,12 @@ export class StandInRoutes {
           : {}),
       },
     };
+  }
+
+  /** SGLang's `spec_verify_ct`, scripted: a stand-in's figure (see `StandInEngineOptions.specVerifyPasses`). */
+  #specMeta(g: Generation): { spec_verify_ct?: number } {
+    const passes = this.#o.specVerifyPasses?.({ rid: g.rid, outputTokens: g.outputIds.length });
+    return passes === undefined ? {} : { spec_verify_ct: passes };
   }
 
   /** vLLM's `/v1/completions`: a prompt (text or ids) in, a `text_completion` out. */

@@ -108,8 +108,11 @@ export function sglangStream(
       if (res.destroyed || dropping) return;
       const info = final.meta_info as Record<string, unknown>;
       // The top-p patch's fields (the nucleus of every output token) come with the finish reason.
-      const nucleus = Object.fromEntries(Object.entries(info).filter(([k]) => k.startsWith('top_p_')));
-      res.write(chunk([], options.incremental ? '' : decode(ids), info.finish_reason, nucleus));
+      // So does speculation's count of verification passes, over the whole request.
+      const lastOnly = Object.fromEntries(
+        Object.entries(info).filter(([k]) => k.startsWith('top_p_') || k === 'spec_verify_ct'),
+      );
+      res.write(chunk([], options.incremental ? '' : decode(ids), info.finish_reason, lastOnly));
       res.end('data: [DONE]\n\n');
     },
   };

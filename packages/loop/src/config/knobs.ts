@@ -50,6 +50,7 @@ export const KNOBS: readonly Knob[] = [
   knob('standInEngines', 'engines.stand_in.engines', { flag: '--engines' }),
   knob('standInTokensPerSecond', 'engines.stand_in.tokens_per_second', { flag: '--engine-tps' }),
   knob('standInSlots', 'engines.stand_in.slots'),
+  knob('standInSpecAcceptLength', 'engines.stand_in.spec_accept_length'),
   knob('odds', 'engines.stand_in.odds'),
   knob('seed', 'engines.stand_in.seed', { flag: '--seed' }),
   knob('tokenizer', 'tokenizer', { flag: '--tokenizer' }),

@@ -90,6 +90,14 @@ export const ConfigSchema = z.object({
     .positive()
     .default(16)
     .describe('Concurrent requests of each stand-in engine.'),
+  standInSpecAcceptLength: z
+    .number()
+    .min(1)
+    .nullable()
+    .default(null)
+    .describe(
+      "Simulated speculative decoding of each stand-in engine: its answers report SGLang's spec_verify_ct for this acceptance length (a scripted figure, nothing is drafted; null: off).",
+    ),
   tokenizer: z
     .string()
     .optional()

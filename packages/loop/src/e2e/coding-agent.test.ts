@@ -119,9 +119,9 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
     expect(rendered.requests).toEqual([]);
     expect(rendered.emptySvgCount).toBe(0);
     const empty = rendered.sections.filter((x) => x.empty).map((x) => x.id);
-    // Only what this run cannot have: no trainer (so no weight update), no work-unit tracking, and no tool
-    // calls (mini-swe-agent's text protocol offers the model no tools).
-    const cannotHave = ['staleness', 'work-units', 'trainer', 'tool-calls'];
+    // Only what this run cannot have: no trainer (so no weight update), no work-unit tracking, no tool
+    // calls offered (mini-swe-agent's text protocol) and no speculative decoding.
+    const cannotHave = ['staleness', 'work-units', 'trainer', 'tool-calls', 'spec-decode'];
     expect(empty.filter((id) => !cannotHave.includes(id))).toEqual([]);
     for (const id of [
       'quality',

@@ -25,6 +25,9 @@ export const CapturedTurnSchema = z.looseObject({
   top_p_token_ids: z.array(int).optional(),
   top_p_token_offsets: z.array(int).optional(),
   top_p_log_probs: z.array(z.number()).optional(),
+  /** Speculative decoding: verification passes (SGLang's `spec_verify_ct`) and the draft tokens accepted. */
+  spec_verify_passes: int.nonnegative().optional(),
+  spec_accepted_tokens: int.nonnegative().optional(),
 });
 /** One recorded turn in the turn log. */
 export type CapturedTurn = z.infer<typeof CapturedTurnSchema>;
@@ -46,6 +49,9 @@ export function capturedTurnRecord(sessionId: string, turn: Turn): CapturedTurn 
           top_p_token_offsets: Array.from(turn.topP.offsets),
           ...(turn.topP.logprobs ? { top_p_log_probs: Array.from(turn.topP.logprobs) } : {}),
         }
+      : {}),
+    ...(turn.spec
+      ? { spec_verify_passes: turn.spec.verifyPasses, spec_accepted_tokens: turn.spec.acceptedTokens }
       : {}),
   };
 }
