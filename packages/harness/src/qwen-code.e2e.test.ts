@@ -26,9 +26,18 @@ describe('qwen-code in a bubblewrap sandbox, through the capture proxy', () => {
     });
     expect(uses).toEqual(['read_file', 'edit']);
     expect(harnessTranscript(run)).toHaveLength(2);
-    // Three model turns and no other request reached the engine (no memory extraction, next-speaker
-    // check or title call).
+    // Three model turns and no other request reached the engine.
     expect(run.turns).toHaveLength(3);
     expect(engineCalls).toBe(3);
+  }, 300_000);
+
+  it('a run that answers without a tool sends nothing after its turn (no memory extraction)', async () => {
+    // Qwen Code schedules its memory-extraction subagent when a user query's turn ends without tool
+    // calls; QWEN_CODE_SETTINGS turns it off, so the one turn is the only request.
+    const { run, reward, engineCalls } = await harnessOnOfflineTask('qwen-code', () => 'Nothing to do.');
+    expect(reward).toBe(0);
+    expect(run.events.at(-1)).toMatchObject({ type: 'result', is_error: false, result: 'Nothing to do.' });
+    expect(run.turns).toHaveLength(1);
+    expect(engineCalls).toBe(1);
   }, 300_000);
 });
