@@ -35,6 +35,8 @@ export interface HarnessLaunch {
   env: Record<string, string>;
   /** Files to write before the run: absolute sandbox path → content. */
   files: Record<string, string>;
+  /** What the harness reads on stdin (default nothing). */
+  stdin?: string | undefined;
 }
 
 /** Claude Code's default tool set here: shell and file edits, no web, no subagents unless asked. */
@@ -192,10 +194,57 @@ export function qwenCodeLaunch(input: HarnessLaunchInput): HarnessLaunch {
   };
 }
 
+/**
+ * pi's `~/.pi/agent/models.json` (its docs/models.md): one OpenAI-compatible provider whose base URL is
+ * the proxy and whose API key is read from `VIME_SESSION_KEY` (a name, not the key: pi resolves it from
+ * the environment); the system prompt as a `system` message and no `reasoning_effort`, as SGLang serves.
+ */
+function piModels(input: HarnessLaunchInput): string {
+  const provider = {
+    baseUrl: `${input.baseUrl}/v1`,
+    api: 'openai-completions',
+    apiKey: 'VIME_SESSION_KEY',
+    compat: { supportsDeveloperRole: false, supportsReasoningEffort: false },
+    models: [{ id: input.model, reasoning: false, input: ['text'] }],
+  };
+  return `${JSON.stringify({ providers: { vime: provider } }, null, 2)}\n`;
+}
+
+/**
+ * `pi -p --mode json --provider vime --model <model> --no-session`, the prompt on stdin (pi reads piped
+ * stdin as the prompt in print mode; as an argument, a prompt starting with `@` or `-` would be read as a
+ * file or a flag). Startup network off (docs/settings.md "Telemetry and update checks"): `PI_OFFLINE`,
+ * `PI_SKIP_VERSION_CHECK`, `PI_TELEMETRY=0` and `enableInstallTelemetry: false`. pi has no approvals.
+ */
+export function piLaunch(input: HarnessLaunchInput): HarnessLaunch {
+  const agentDir = `${HARNESS_HOME}/.pi/agent`;
+  return {
+    argv: [
+      ...harnessCommand(input.installed),
+      ...['-p', '--mode', 'json', '--provider', 'vime', '--model', input.model, '--no-session'],
+    ],
+    env: {
+      PATH: pathWith(input.installed),
+      HOME: HARNESS_HOME,
+      PI_CODING_AGENT_DIR: agentDir,
+      VIME_SESSION_KEY: input.sessionKey,
+      PI_OFFLINE: '1',
+      PI_SKIP_VERSION_CHECK: '1',
+      PI_TELEMETRY: '0',
+    },
+    files: {
+      [`${agentDir}/models.json`]: piModels(input),
+      [`${agentDir}/settings.json`]: `${JSON.stringify({ enableInstallTelemetry: false })}\n`,
+    },
+    stdin: input.prompt,
+  };
+}
+
 /** How each harness is launched. */
 export const HARNESS_LAUNCHERS: Readonly<Record<HarnessKind, (input: HarnessLaunchInput) => HarnessLaunch>> =
   {
     'claude-code': claudeCodeLaunch,
     codex: codexLaunch,
     'qwen-code': qwenCodeLaunch,
+    pi: piLaunch,
   };

@@ -189,6 +189,12 @@ export function harnessTranscript(run: HarnessRun): string[] {
           typeof input?.command === 'string' ? input.command : `${block.name} ${JSON.stringify(input)}`,
         );
       }
+    } else if (event.type === 'tool_execution_start') {
+      // pi's JSON mode: one event per tool call it runs.
+      const args = event.args as { command?: unknown } | undefined;
+      commands.push(
+        typeof args?.command === 'string' ? args.command : `${event.toolName} ${JSON.stringify(args)}`,
+      );
     } else if (event.type === 'item.completed') {
       const item = event.item as { type?: string | undefined; command?: unknown } | undefined;
       if (item?.type === 'command_execution' && typeof item.command === 'string') commands.push(item.command);

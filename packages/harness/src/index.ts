@@ -17,6 +17,7 @@ export {
   harnessBin,
   harnessCommand,
   NODE_MOUNT,
+  piLaunch,
   QWEN_CODE_SETTINGS,
   qwenCodeLaunch,
 } from './adapters.js';

@@ -12,12 +12,13 @@ import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { fileURLToPath } from 'node:url';
 import { ConfigError } from '@vime/core';
 import { ProcessError, runProcessOk } from '@vime/core/utils';
 import { HarnessError } from './errors.js';
 
 /** A CLI harness run from its pinned npm package. */
-export type HarnessKind = 'claude-code' | 'codex' | 'qwen-code';
+export type HarnessKind = 'claude-code' | 'codex' | 'qwen-code' | 'pi';
 
 /** The pinned npm package of a harness: name, version, integrity and binary. */
 export interface HarnessPackage {
@@ -32,6 +33,12 @@ export interface HarnessPackage {
   path: readonly string[];
   /** `node`: `bin` is a script run by `NODE_RUNTIME` (absent: a native executable). */
   runtime?: 'node' | undefined;
+  /**
+   * A harness that needs its npm dependencies: the folder under this package's `pins/` holding the
+   * `package-lock.json` that pins the whole tree (every tarball's sha512), installed with `npm ci`; `bin`
+   * is then relative to that tree's root.
+   */
+  tree?: string | undefined;
 }
 
 /**
@@ -79,6 +86,18 @@ export const HARNESS_PACKAGES: Readonly<Record<HarnessKind, HarnessPackage>> = {
     bin: 'cli-entry.js',
     path: [],
     runtime: 'node',
+  },
+  // Not bundled (pi-ai, pi-agent-core, pi-tui and the provider SDKs are dependencies): its tree of 188
+  // packages is pinned by `pins/pi/package-lock.json`, this entry's integrity the lockfile's own.
+  pi: {
+    name: '@mariozechner/pi-coding-agent',
+    version: '0.73.1',
+    integrity:
+      'sha512-gXQh3SaZmWTfVMc4Ao5+LGbVeKvzyO7tolok0nLsZgq9nGjZx/EEU3NM8C+qUnB4Nvs2rswG5qOVgLzQkq0fHQ==',
+    bin: 'node_modules/@mariozechner/pi-coding-agent/dist/cli.js',
+    path: [],
+    runtime: 'node',
+    tree: 'pi',
   },
 };
 
@@ -141,40 +160,100 @@ export async function installHarness(
   };
 }
 
-/** One pinned tarball into the store: its unpacked `package/` folder. */
+/**
+ * One pinned package into the store, filled in a staging folder renamed into place (a reader never sees
+ * half a package): its unpacked `package/` folder, or the root of its pinned tree.
+ */
 async function installPackage(pkg: HarnessPackage, options: InstallOptions): Promise<string> {
-  const flat = `${pkg.name.replace(/^@/, '').replace('/', '+')}@${pkg.version}`;
+  const tree = pkg.tree === undefined ? undefined : await pinnedTree(pkg);
+  const flat = `${pkg.name.replace(/^@/, '').replace('/', '+')}@${pkg.version}${tree ? '+tree' : ''}`;
+  // A tree is trusted by its lockfile's hash (which pins every tarball), a tarball by its integrity.
+  const want = tree?.hash ?? pkg.integrity;
   const storeDir = options.storeDir ?? join(tmpdir(), 'vime-harness');
   const dir = join(storeDir, flat);
   const marker = join(dir, '.vime-integrity');
+  const root = tree ? dir : join(dir, 'package');
   await mkdir(storeDir, { recursive: true, mode: 0o755 });
   await assertOwnStore(storeDir);
   // The sandbox user reads the package from here, whatever this process's umask.
   await chmod(storeDir, 0o755);
-  if ((await readFile(marker, 'utf8').catch(() => '')) === pkg.integrity) return join(dir, 'package');
+  if ((await readFile(marker, 'utf8').catch(() => '')) === want) return root;
   const cacheDir = options.cacheDir ?? defaultHarnessCacheDir();
   await mkdir(cacheDir, { recursive: true });
-  const tarball = join(cacheDir, `${flat}.tgz`);
-  const cached = await stat(tarball).catch(() => undefined);
-  if (!cached || (await sriOf(tarball)) !== pkg.integrity) {
-    await download(pkg, tarball, options);
-  }
-  // Unpack beside the target, then rename into place: a reader never sees half a package.
   const staging = join(storeDir, `.${flat}.${randomUUID().slice(0, 8)}`);
   await mkdir(staging, { mode: 0o755 });
   try {
-    await untar(tarball, staging, options.signal);
+    if (tree) await npmCi(tree, staging, cacheDir, options);
+    else
+      await untar(await cachedTarball(pkg, join(cacheDir, `${flat}.tgz`), options), staging, options.signal);
     await runTool('chmod', ['-R', 'a+rX', staging], options.signal);
-    await writeFile(join(staging, '.vime-integrity'), pkg.integrity);
+    await writeFile(join(staging, '.vime-integrity'), want);
     await rm(dir, { recursive: true, force: true });
     await rename(staging, dir).catch(async (error: NodeJS.ErrnoException) => {
       // Another install won the race: its copy is the same verified package.
-      if ((await readFile(marker, 'utf8').catch(() => '')) !== pkg.integrity) throw error;
+      if ((await readFile(marker, 'utf8').catch(() => '')) !== want) throw error;
     });
   } finally {
     await rm(staging, { recursive: true, force: true });
   }
-  return join(dir, 'package');
+  return root;
+}
+
+/** The pinned tarball in the cache, fetched when absent or not the pinned bytes. */
+async function cachedTarball(pkg: HarnessPackage, tarball: string, options: InstallOptions): Promise<string> {
+  const cached = await stat(tarball).catch(() => undefined);
+  if (!cached || (await sriOf(tarball)) !== pkg.integrity) await download(pkg, tarball, options);
+  return tarball;
+}
+
+interface PinnedTree {
+  packageJson: string;
+  lockfile: string;
+  /** `sha512-…` of the lockfile: the tree's identity in the store. */
+  hash: string;
+}
+
+/** A tree's pins (`pins/<tree>/`), checked to pin the harness's own version and integrity. */
+async function pinnedTree(pkg: HarnessPackage): Promise<PinnedTree> {
+  // `../pins` from both `src/` and the built `dist/`.
+  const dir = fileURLToPath(new URL(`../pins/${pkg.tree}/`, import.meta.url));
+  const packageJson = await readFile(join(dir, 'package.json'), 'utf8');
+  const lockfile = await readFile(join(dir, 'package-lock.json'), 'utf8');
+  const entry = (
+    JSON.parse(lockfile) as { packages?: Record<string, { version?: string; integrity?: string }> }
+  ).packages?.[`node_modules/${pkg.name}`];
+  if (entry?.version !== pkg.version || entry.integrity !== pkg.integrity) {
+    throw new HarnessError(
+      'harness_install',
+      `the lockfile pins/${pkg.tree}/package-lock.json pins ${pkg.name}@${entry?.version} (${entry?.integrity}), not ${pkg.version} (${pkg.integrity}); regenerate it or fix the pin`,
+    );
+  }
+  return { packageJson, lockfile, hash: `sha512-${createHash('sha512').update(lockfile).digest('base64')}` };
+}
+
+/**
+ * `npm ci` of a pinned tree: npm checks every tarball against the lockfile's sha512 and refuses a
+ * mismatch; no install scripts run (the harness runs as shipped), no dev dependencies, no retries (a
+ * registry that is down fails the install now), the tarballs cached under `cacheDir/npm`.
+ */
+async function npmCi(
+  tree: PinnedTree,
+  into: string,
+  cacheDir: string,
+  options: InstallOptions,
+): Promise<void> {
+  await writeFile(join(into, 'package.json'), tree.packageJson);
+  await writeFile(join(into, 'package-lock.json'), tree.lockfile);
+  const registry = options.registry ?? DEFAULT_NPM_REGISTRY;
+  await runTool(
+    'npm',
+    [
+      ...['ci', '--ignore-scripts', '--omit=dev', '--no-audit', '--no-fund', '--fetch-retries=0'],
+      ...['--cache', join(cacheDir, 'npm'), '--registry', registry],
+    ],
+    options.signal,
+    into,
+  );
 }
 
 /**
@@ -244,9 +323,14 @@ function untar(tarball: string, into: string, signal: AbortSignal | undefined): 
 }
 
 /** A host tool the install needs (tar, chmod): its failure is an install failure, saying what it said. */
-async function runTool(command: string, args: string[], signal: AbortSignal | undefined): Promise<void> {
+async function runTool(
+  command: string,
+  args: string[],
+  signal: AbortSignal | undefined,
+  cwd?: string | undefined,
+): Promise<void> {
   try {
-    await runProcessOk(command, args, { signal });
+    await runProcessOk(command, args, { signal, cwd });
   } catch (error) {
     if (!ProcessError.isInstance(error)) throw error;
     throw new HarnessError('harness_install', error.message, { cause: error });

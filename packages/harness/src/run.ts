@@ -15,7 +15,13 @@ import type { HarnessKind, InstalledHarness } from './install.js';
 /** What `metadata.agent` of a sample may pick: ours, or a real harness. */
 export type AgentKind = 'mini-swe-agent' | HarnessKind;
 /** Every agent `metadata.agent` can pick. */
-export const AGENT_KINDS: readonly AgentKind[] = ['mini-swe-agent', 'claude-code', 'codex', 'qwen-code'];
+export const AGENT_KINDS: readonly AgentKind[] = [
+  'mini-swe-agent',
+  'claude-code',
+  'codex',
+  'qwen-code',
+  'pi',
+];
 
 /**
  * `metadata.agent` of a dataset row as an `AgentKind` (default `mini-swe-agent` when absent or null, as a
@@ -107,8 +113,9 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
     env: launch.env,
     cwd: options.cwd ?? sandbox.workdir,
     timeoutMs: options.timeoutMs,
-    // Headless: nothing on stdin (Codex would otherwise wait for more prompt there).
-    stdin: '',
+    // Headless: nothing on stdin unless the harness reads its prompt there (Codex would otherwise wait
+    // for more prompt).
+    stdin: launch.stdin ?? '',
     maxOutputBytes: 64 << 20,
     ...op,
   });

@@ -81,11 +81,26 @@ export const qwenCodeScript: Script = (results, fix) => {
   return 'The bug is fixed.';
 };
 
+/**
+ * pi: `read` the file, `edit` the line (`bash` `git apply` when the fix is not one line), stop. Its edit
+ * takes a list of replacements (`edits: [{ oldText, newText }]`), as it declares the tool.
+ */
+export const piScript: Script = (results, fix) => {
+  if (results === 0) return `I will read the file first.\n${toolCall('read', { path: fix.path })}`;
+  if (results === 1) {
+    return fix.old !== undefined && fix.new !== undefined
+      ? toolCall('edit', { path: fix.path, edits: [{ oldText: fix.old, newText: fix.new }] })
+      : toolCall('bash', { command: applyGold(fix) });
+  }
+  return 'The bug is fixed.';
+};
+
 /** The stand-in script of each harness. */
 export const HARNESS_SCRIPTS: Readonly<Record<HarnessKind, Script>> = {
   'claude-code': claudeCodeScript,
   codex: codexScript,
   'qwen-code': qwenCodeScript,
+  pi: piScript,
 };
 
 /** Tool results so far in a Qwen3-rendered prompt. */
@@ -93,12 +108,14 @@ export const toolResultsIn = (prompt: string) => prompt.split('<tool_response>')
 
 /**
  * Which harness sent a Qwen3-rendered prompt, by the tools it declares (Codex's `exec_command`, Qwen
- * Code's `run_shell_command`, Claude Code's `Edit`); undefined for a prompt without them (the
+ * Code's `run_shell_command`, pi's `bash`, Claude Code's `Edit`); undefined for a prompt without them (the
  * coding-agent example's own agent).
  */
 export function harnessOfPrompt(prompt: string): HarnessKind | undefined {
   if (/"name":\s*"exec_command"/.test(prompt)) return 'codex';
   if (/"name":\s*"run_shell_command"/.test(prompt)) return 'qwen-code';
+  // pi's shell tool is `bash`, lower case (Claude Code's is `Bash`).
+  if (/"name":\s*"bash"/.test(prompt)) return 'pi';
   if (/"name":\s*"Edit"/.test(prompt)) return 'claude-code';
   return undefined;
 }
