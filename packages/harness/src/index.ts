@@ -1,6 +1,6 @@
 /**
  * The agents a rollout runs: mini-swe-agent's protocol over an OpenAI client, and Claude Code, Codex
- * (pinned, integrity-checked platform binaries) and Qwen Code (a pinned JavaScript CLI on a pinned Node)
+ * (pinned, integrity-checked platform binaries), Qwen Code and pi (pinned JavaScript CLIs on a pinned Node)
  * run headless in a sandbox that reaches only the capture proxy; `harnessAgent(kind)` is the agent `sweRollout` runs.
  *
  * @module @vime/harness

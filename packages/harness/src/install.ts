@@ -2,8 +2,9 @@
  * Harness binaries from the npm registry, pinned by version and integrity: the tarball is fetched once
  * into a host cache, its sha512 checked against the pin (on download and before every extraction), and
  * unpacked into a store folder every user can read, from where the sandbox binds it read-only. Claude
- * Code and Codex ship a native Linux x64 executable; a JavaScript CLI (Qwen Code) comes with a pinned
- * Node build, fetched and verified the same way and bound beside it.
+ * Code and Codex ship a native Linux x64 executable; a JavaScript CLI (Qwen Code, pi) comes with a pinned
+ * Node build, fetched and verified the same way and bound beside it. pi needs its npm dependencies: its
+ * tree is pinned by a committed lockfile and installed with `npm ci`, which checks every tarball.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';

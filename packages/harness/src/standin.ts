@@ -2,9 +2,8 @@
  * Scripted stand-in policies for the harnesses (a stand-in for a model, never presented as one): each
  * answers a harness's prompt in Qwen3's own `<tool_call>` format, which the capture proxy turns into the
  * harness's dialect, so an unmodified harness fixes a task whose gold patch is known. Claude Code reads
- * the buggy file, edits it and stops (Qwen Code the same with its own tools); Codex applies the fix with
- * one shell command and stops. The
- * conversation so far tells a script where it is (the number of tool results in the prompt).
+ * the buggy file, edits it and stops (Qwen Code and pi the same with their own tools); Codex applies the
+ * fix with one shell command and stops. The conversation so far tells a script where it is (the number of tool results in the prompt).
  *
  * @module @vime/harness/standin
  */
