@@ -8,6 +8,8 @@ import type { HarnessKind, InstalledHarness } from './install.js';
 
 /** Where a harness package is bound (read-only) inside the sandbox. */
 export const HARNESS_MOUNT = '/opt/vime-harness';
+/** Where the Node of a JavaScript harness is bound (read-only) inside the sandbox. */
+export const NODE_MOUNT = '/opt/vime-node';
 /** The harness's home inside the sandbox: the private, writable `/tmp`, never the graded work dir. */
 export const HARNESS_HOME = '/tmp/vime-harness-home';
 
@@ -23,7 +25,7 @@ export interface HarnessLaunchInput {
   sessionKey: string;
   model: string;
   prompt: string;
-  /** Claude Code's built-in tools (`--tools`); ignored by Codex, whose tools are its own. */
+  /** Claude Code's built-in tools (`--tools`); ignored by Codex and Qwen Code, whose tools are their own. */
   tools: readonly string[];
 }
 
@@ -33,6 +35,8 @@ export interface HarnessLaunch {
   env: Record<string, string>;
   /** Files to write before the run: absolute sandbox path → content. */
   files: Record<string, string>;
+  /** What the harness reads on stdin (default nothing). */
+  stdin?: string | undefined;
 }
 
 /** Claude Code's default tool set here: shell and file edits, no web, no subagents unless asked. */
@@ -43,9 +47,16 @@ export function harnessBin(installed: InstalledHarness): string {
   return `${HARNESS_MOUNT}/${installed.package.bin}`;
 }
 
+/** The argv head that starts a harness: its binary, or the pinned Node and the harness's script. */
+export function harnessCommand(installed: InstalledHarness): string[] {
+  const runtime = installed.runtime;
+  return runtime ? [`${NODE_MOUNT}/${runtime.package.bin}`, harnessBin(installed)] : [harnessBin(installed)];
+}
+
 function pathWith(installed: InstalledHarness): string {
   const own = installed.package.path.map((p) => `${HARNESS_MOUNT}/${p}`);
-  return [...own, '/usr/local/bin', '/usr/bin', '/bin'].join(':');
+  const node = (installed.runtime?.package.path ?? []).map((p) => `${NODE_MOUNT}/${p}`);
+  return [...own, ...node, '/usr/local/bin', '/usr/bin', '/bin'].join(':');
 }
 
 /** `claude -p … --output-format stream-json --verbose` against the proxy's Anthropic Messages route. */
@@ -135,9 +146,105 @@ export function codexLaunch(input: HarnessLaunchInput): HarnessLaunch {
   };
 }
 
+/**
+ * Qwen Code's `settings.json` (keys as its settings schema names them, `chunks/chunk-BW4333PP.js` and the
+ * config loader in `chunks/chunk-WH7PDTZL.js` of the package): the OpenAI-compatible auth, and every
+ * request besides the turns off. Left on, its managed auto-memory sends a second, unasked completion
+ * (a memory-extraction subagent) after the run.
+ */
+export const QWEN_CODE_SETTINGS = {
+  security: { auth: { selectedType: 'openai' } },
+  general: { enableAutoUpdate: false, chatRecording: false, preventSystemSleep: false },
+  privacy: { usageStatisticsEnabled: false },
+  telemetry: { enabled: false },
+  memory: { enableManagedAutoMemory: false, enableManagedAutoDream: false, enableAutoSkill: false },
+  model: { skipNextSpeakerCheck: true },
+  // The tarball's vendored ripgrep is not executable once unpacked; its own grep is used either way.
+  tools: { useRipgrep: false },
+} as const;
+
+/**
+ * `qwen --prompt=<prompt> --output-format stream-json --approval-mode yolo` against the proxy's Chat
+ * Completions route (`OPENAI_BASE_URL`, `OPENAI_API_KEY`), run by the pinned Node. Its own sandbox stays
+ * off (the sandbox it runs in is the boundary), so nothing asks for approval.
+ */
+export function qwenCodeLaunch(input: HarnessLaunchInput): HarnessLaunch {
+  return {
+    argv: [
+      ...harnessCommand(input.installed),
+      // `=`: a prompt that starts with `-` stays the prompt, never a flag.
+      `--prompt=${input.prompt}`,
+      '--output-format',
+      'stream-json',
+      '--auth-type',
+      'openai',
+      '--model',
+      input.model,
+      '--approval-mode',
+      'yolo',
+    ],
+    env: {
+      PATH: pathWith(input.installed),
+      HOME: HARNESS_HOME,
+      OPENAI_BASE_URL: `${input.baseUrl}/v1`,
+      OPENAI_API_KEY: input.sessionKey,
+      QWEN_CODE_SUPPRESS_YOLO_WARNING: '1',
+    },
+    files: { [`${HARNESS_HOME}/.qwen/settings.json`]: `${JSON.stringify(QWEN_CODE_SETTINGS, null, 2)}\n` },
+  };
+}
+
+/**
+ * pi's `~/.pi/agent/models.json` (its docs/models.md): one OpenAI-compatible provider whose base URL is
+ * the proxy and whose API key is read from `VIME_SESSION_KEY` (a name, not the key: pi resolves it from
+ * the environment); the system prompt as a `system` message and no `reasoning_effort`, as SGLang serves.
+ */
+function piModels(input: HarnessLaunchInput): string {
+  const provider = {
+    baseUrl: `${input.baseUrl}/v1`,
+    api: 'openai-completions',
+    apiKey: 'VIME_SESSION_KEY',
+    compat: { supportsDeveloperRole: false, supportsReasoningEffort: false },
+    models: [{ id: input.model, reasoning: false, input: ['text'] }],
+  };
+  return `${JSON.stringify({ providers: { vime: provider } }, null, 2)}\n`;
+}
+
+/**
+ * `pi -p --mode json --provider vime --model <model> --no-session`, the prompt on stdin (pi reads piped
+ * stdin as the prompt in print mode; as an argument, a prompt starting with `@` or `-` would be read as a
+ * file or a flag). Startup network off (docs/settings.md "Telemetry and update checks"): `PI_OFFLINE`,
+ * `PI_SKIP_VERSION_CHECK`, `PI_TELEMETRY=0` and `enableInstallTelemetry: false`. pi has no approvals.
+ */
+export function piLaunch(input: HarnessLaunchInput): HarnessLaunch {
+  const agentDir = `${HARNESS_HOME}/.pi/agent`;
+  return {
+    argv: [
+      ...harnessCommand(input.installed),
+      ...['-p', '--mode', 'json', '--provider', 'vime', '--model', input.model, '--no-session'],
+    ],
+    env: {
+      PATH: pathWith(input.installed),
+      HOME: HARNESS_HOME,
+      PI_CODING_AGENT_DIR: agentDir,
+      VIME_SESSION_KEY: input.sessionKey,
+      PI_OFFLINE: '1',
+      PI_SKIP_VERSION_CHECK: '1',
+      PI_TELEMETRY: '0',
+    },
+    files: {
+      [`${agentDir}/models.json`]: piModels(input),
+      [`${agentDir}/settings.json`]: `${JSON.stringify({ enableInstallTelemetry: false })}\n`,
+    },
+    stdin: input.prompt,
+  };
+}
+
 /** How each harness is launched. */
 export const HARNESS_LAUNCHERS: Readonly<Record<HarnessKind, (input: HarnessLaunchInput) => HarnessLaunch>> =
   {
     'claude-code': claudeCodeLaunch,
     codex: codexLaunch,
+    'qwen-code': qwenCodeLaunch,
+    pi: piLaunch,
   };

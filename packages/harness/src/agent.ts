@@ -1,6 +1,6 @@
 /**
  * The agents `sweRollout` of `@vime/swe` runs: our mini-swe-agent (an OpenAI client against the session)
- * or a real harness (Claude Code, Codex), picked per sample by `metadata.agent`.
+ * or a real harness (Claude Code, Codex, Qwen Code, pi), picked per sample by `metadata.agent`.
  *
  * Failure taxonomy of a harness: an install failure, a harness that never reached the proxy (a broken
  * channel), or a harness killed at its budget while its request waited on the engine (a stalled engine)
@@ -22,9 +22,9 @@ export interface HarnessAgentOptions {
   model?: string | undefined;
   /** mini-swe-agent: model calls per rollout; 0 for no limit (default 12). */
   maxTurns?: number | undefined;
-  /** Claude Code, Codex: wall-clock budget of one run; the harness is killed at its end (default 10 min). */
+  /** A CLI harness: wall-clock budget of one run; the harness is killed at its end (default 10 min). */
   timeoutMs?: number | undefined;
-  /** Claude Code, Codex: npm registry (a mirror) the pinned tarball comes from, once per agent. */
+  /** A CLI harness: npm registry (a mirror) the pinned tarballs come from, once per agent. */
   registry?: string | undefined;
 }
 
@@ -87,7 +87,10 @@ async function engineFailure<T>(work: Promise<T>): Promise<T> {
   }
 }
 
-/** Claude Code or Codex, unmodified and headless, in a sandbox that reaches only the capture proxy. */
+/**
+ * A CLI harness (Claude Code, Codex, Qwen Code, pi), unmodified and headless, in a sandbox that reaches
+ * only the capture proxy.
+ */
 class CliHarnessAgent implements SweAgent {
   #install: Promise<InstalledHarness> | undefined;
 
@@ -189,6 +192,12 @@ export function harnessTranscript(run: HarnessRun): string[] {
           typeof input?.command === 'string' ? input.command : `${block.name} ${JSON.stringify(input)}`,
         );
       }
+    } else if (event.type === 'tool_execution_start') {
+      // pi's JSON mode: one event per tool call it runs.
+      const args = event.args as { command?: unknown } | undefined;
+      commands.push(
+        typeof args?.command === 'string' ? args.command : `${event.toolName} ${JSON.stringify(args)}`,
+      );
     } else if (event.type === 'item.completed') {
       const item = event.item as { type?: string | undefined; command?: unknown } | undefined;
       if (item?.type === 'command_execution' && typeof item.command === 'string') commands.push(item.command);

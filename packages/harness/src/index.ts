@@ -1,7 +1,7 @@
 /**
- * The agents a rollout runs: mini-swe-agent's protocol over an OpenAI client, and Claude Code and Codex
- * (pinned, integrity-checked platform binaries) run headless in a sandbox that reaches only the capture
- * proxy; `harnessAgent(kind)` is the agent `sweRollout` runs.
+ * The agents a rollout runs: mini-swe-agent's protocol over an OpenAI client, and Claude Code, Codex
+ * (pinned, integrity-checked platform binaries), Qwen Code and pi (pinned JavaScript CLIs on a pinned Node)
+ * run headless in a sandbox that reaches only the capture proxy; `harnessAgent(kind)` is the agent `sweRollout` runs.
  *
  * @module @vime/harness
  */
@@ -15,6 +15,11 @@ export {
   type HarnessLaunch,
   type HarnessLaunchInput,
   harnessBin,
+  harnessCommand,
+  NODE_MOUNT,
+  piLaunch,
+  QWEN_CODE_SETTINGS,
+  qwenCodeLaunch,
 } from './adapters.js';
 export { agentOfTask, type HarnessAgentOptions, harnessAgent, harnessTranscript } from './agent.js';
 export { HarnessError } from './errors.js';
@@ -27,6 +32,7 @@ export {
   type InstalledHarness,
   type InstallOptions,
   installHarness,
+  NODE_RUNTIME,
   tarballUrl,
 } from './install.js';
 export {

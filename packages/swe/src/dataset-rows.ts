@@ -69,7 +69,10 @@ const COLUMNS: Record<string, { expected: string; fix: string }> = {
   problem_statement: OPTIONAL_TEXT,
   base_commit: OPTIONAL_TEXT,
   created_at: OPTIONAL_TEXT,
-  agent: { expected: 'an agent name or null', fix: 'write mini-swe-agent, claude-code or codex, or null' },
+  agent: {
+    expected: 'an agent name or null',
+    fix: 'write mini-swe-agent, claude-code, codex, qwen-code or pi, or null',
+  },
 };
 
 export const REQUIRED_COLUMNS = [

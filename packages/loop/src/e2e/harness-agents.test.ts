@@ -3,7 +3,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { decodeSamples, type Sample, type TaskSpec } from '@vime/core';
 import { loadTokenizer } from '@vime/core/engine';
-import { claudeCodeScript, codexScript, fixOf, oneLineFix, type Script } from '@vime/harness/standin';
+import {
+  claudeCodeScript,
+  codexScript,
+  fixOf,
+  oneLineFix,
+  piScript,
+  qwenCodeScript,
+  type Script,
+} from '@vime/harness/standin';
 import { dockerForTests } from '@vime/sandbox/testing';
 import { buildOfflineTaskSet } from '@vime/swe';
 import { afterAll, beforeAll, describe, expect, inject, it, onTestFinished } from 'vitest';
@@ -23,7 +31,7 @@ function runCli(args: string[], timeoutMs: number, env: Record<string, string> =
 let tmp: string;
 let dataset: string;
 let badDataset: string;
-let tasks: Record<'claude-code' | 'codex' | 'default', TaskSpec>;
+let tasks: Record<'claude-code' | 'codex' | 'qwen-code' | 'pi' | 'default', TaskSpec>;
 
 beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), 'vime-harness-agents-'));
@@ -31,8 +39,10 @@ beforeAll(async () => {
   const oneLine = set.tasks.filter((t) => oneLineFix(t) !== undefined);
   const claude = oneLine[0]!;
   const codex = oneLine[1]!;
-  const other = set.tasks.find((t) => t !== claude && t !== codex)!;
-  tasks = { 'claude-code': claude, codex, default: other };
+  const qwen = oneLine[2]!;
+  const pi = oneLine[3]!;
+  const other = set.tasks.find((t) => ![claude, codex, qwen, pi].includes(t))!;
+  tasks = { 'claude-code': claude, codex, 'qwen-code': qwen, pi, default: other };
   const rows = (await readFile(set.jsonlPath, 'utf8'))
     .split('\n')
     .filter(Boolean)
@@ -42,7 +52,13 @@ beforeAll(async () => {
   const suffix = Math.random().toString(36).slice(2, 8);
   dataset = join(set.dir, `agents-${suffix}.jsonl`);
   badDataset = join(set.dir, `agents-bad-${suffix}.jsonl`);
-  const lines = [{ ...row(claude), agent: 'claude-code' }, { ...row(codex), agent: 'codex' }, row(other)];
+  const lines = [
+    { ...row(claude), agent: 'claude-code' },
+    { ...row(codex), agent: 'codex' },
+    { ...row(qwen), agent: 'qwen-code' },
+    { ...row(pi), agent: 'pi' },
+    row(other),
+  ];
   await writeFile(dataset, `${lines.map((l) => JSON.stringify(l)).join('\n')}\n`);
   await writeFile(badDataset, `${JSON.stringify({ ...row(claude), agent: 'Claude-Code' })}\n`);
 });
@@ -86,7 +102,7 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     const flag = await runCli(['--agent', 'claude', '--out', join(tmp, 'bad-flag')], 60_000);
     expect(flag.code).toBe(2);
     expect(flag.stderr).toContain(
-      '--agent: string "claude" is not accepted (did you mean "claude-code"?); write one of "mini-swe-agent", "claude-code", "codex"',
+      '--agent: string "claude" is not accepted (did you mean "claude-code"?); write one of "mini-swe-agent", "claude-code", "codex", "qwen-code", "pi"',
     );
     expect(flag.stderr).not.toMatch(/\n\s+at /);
     const row = await runCli(['--dataset', badDataset, '--out', join(tmp, 'bad-row')], 60_000);
@@ -96,14 +112,14 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     expect(row.stderr).not.toMatch(/\n\s+at /);
   });
 
-  it('claude-code and codex fix their tasks (reward 1) beside the default agent; trained tokens are the sampled ones', {
+  it('every harness fixes its task (reward 1) beside the default agent; trained tokens are the sampled ones', {
     timeout: 300_000,
   }, async () => {
     const out = join(tmp, 'run');
     const run = await runCli(
       [
-        ...['--dataset', dataset, '--out', out, '--steps', '1', '--prompts', '3', '--samples', '1'],
-        ...['--concurrency', '3', '--pool-replicas', '0', '--no-validate', '--quiet'],
+        ...['--dataset', dataset, '--out', out, '--steps', '1', '--prompts', '5', '--samples', '1'],
+        ...['--concurrency', '5', '--pool-replicas', '0', '--no-validate', '--quiet'],
       ],
       280_000,
     );
@@ -112,6 +128,8 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     const byTask = new Map(results.map((r) => [r.taskId, r]));
     expect(byTask.get(tasks['claude-code'].id), JSON.stringify(results)).toMatchObject({ reward: 1 });
     expect(byTask.get(tasks.codex.id), JSON.stringify(results)).toMatchObject({ reward: 1 });
+    expect(byTask.get(tasks['qwen-code'].id), JSON.stringify(results)).toMatchObject({ reward: 1 });
+    expect(byTask.get(tasks.pi.id), JSON.stringify(results)).toMatchObject({ reward: 1 });
     expect(['completed', 'truncated']).toContain(byTask.get(tasks.default.id)?.status);
 
     const rows = decodeSamples(await readFile(join(out, 'steps', '1.msgpack')));
@@ -120,6 +138,8 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
       new Set(rows.filter((r) => r.label === id).map((r) => r.metadata.agent));
     expect(agentOfRow(tasks['claude-code'].id)).toEqual(new Set(['claude-code']));
     expect(agentOfRow(tasks.codex.id)).toEqual(new Set(['codex']));
+    expect(agentOfRow(tasks['qwen-code'].id)).toEqual(new Set(['qwen-code']));
+    expect(agentOfRow(tasks.pi.id)).toEqual(new Set(['pi']));
     expect(agentOfRow(tasks.default.id)).toEqual(new Set(['mini-swe-agent']));
 
     // The trained tokens of each harness rollout are exactly the script's replies as the engine sampled
@@ -128,6 +148,8 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     const scripts: Array<[TaskSpec, Script, number]> = [
       [tasks['claude-code'], claudeCodeScript, 3],
       [tasks.codex, codexScript, 2],
+      [tasks['qwen-code'], qwenCodeScript, 3],
+      [tasks.pi, piScript, 3],
     ];
     for (const [task, script, turns] of scripts) {
       const own = rows.filter((r) => r.label === task.id);
@@ -142,7 +164,7 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
 
   const dockerReady = dockerForTests();
   it.runIf(dockerReady)(
-    'claude-code and codex fix their tasks in docker sandboxes too (reward 1)',
+    'every harness fixes its task in a docker sandbox too (reward 1)',
     {
       timeout: 300_000,
     },
@@ -150,14 +172,14 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
       const out = join(tmp, 'docker');
       const run = await runCli(
         [
-          ...['--dataset', dataset, '--out', out, '--sandbox', 'docker', '--steps', '1', '--prompts', '3'],
-          ...['--samples', '1', '--concurrency', '3', '--pool-replicas', '0', '--no-validate', '--quiet'],
+          ...['--dataset', dataset, '--out', out, '--sandbox', 'docker', '--steps', '1', '--prompts', '5'],
+          ...['--samples', '1', '--concurrency', '5', '--pool-replicas', '0', '--no-validate', '--quiet'],
         ],
         280_000,
       );
       expect(run.code, `${run.stdout.slice(-2000)}\n${run.stderr.slice(-3000)}`).toBe(0);
       const results = await stepResults(out);
-      for (const kind of ['claude-code', 'codex'] as const) {
+      for (const kind of ['claude-code', 'codex', 'qwen-code', 'pi'] as const) {
         const result = results.find((r) => r.taskId === tasks[kind].id);
         expect(result, JSON.stringify(results)).toMatchObject({ reward: 1 });
       }
@@ -175,7 +197,7 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     );
     expect(run.code).toBe(2);
     expect(run.stderr).toMatch(
-      /--sandbox local: the agent claude-code, codex .*--sandbox bubblewrap or docker/,
+      /--sandbox local: the agent claude-code, codex, qwen-code, pi .*--sandbox bubblewrap or docker/,
     );
     expect(run.stderr).not.toMatch(/\n\s+at /);
   });
@@ -192,8 +214,8 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     const out = join(tmp, 'no-install');
     const run = await runCli(
       [
-        ...['--dataset', dataset, '--out', out, '--steps', '1', '--prompts', '3', '--samples', '1'],
-        ...['--concurrency', '3', '--pool-replicas', '0', '--no-validate', '--quiet'],
+        ...['--dataset', dataset, '--out', out, '--steps', '1', '--prompts', '5', '--samples', '1'],
+        ...['--concurrency', '5', '--pool-replicas', '0', '--no-validate', '--quiet'],
         ...['--harness-registry', 'http://127.0.0.1:9'],
       ],
       180_000,
@@ -201,7 +223,7 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     );
     expect(run.code, `${run.stdout.slice(-2000)}\n${run.stderr.slice(-3000)}`).toBe(0);
     const results = await stepResults(out);
-    for (const task of [tasks['claude-code'], tasks.codex]) {
+    for (const task of [tasks['claude-code'], tasks.codex, tasks['qwen-code'], tasks.pi]) {
       const result = results.find((r) => r.taskId === task.id)!;
       expect(result.status, JSON.stringify(result)).toBe('failed');
       expect(result.reward).toBeUndefined();
