@@ -118,13 +118,16 @@ describe.each(['single', 'sharded'] as const)('%s proxy: requests that would cos
       if ('error' in answer) expect(answer.error).toMatch(/EPIPE|ECONNRESET/);
       else expect([413, 429]).toContain(answer.status);
     }
-    const limited = answers!.filter((a) => 'status' in a && a.status === 429);
-    expect(limited.length).toBeGreaterThan(0);
-    expect(json(limited[0]!)).toMatchObject({
-      type: 'error',
-      error: { type: 'rate_limit_error', message: expect.stringMatching(/limits\.maxSessionBodyBytes/) },
-    });
-    expect(limited[0]).toMatchObject({ retryAfter: expect.stringMatching(/^\d+$/) });
+    // Whether two uploads overlap (and one is refused with 429) is up to how the machine schedules the
+    // four; the bound above holds either way, and budget.test.ts checks the 429 itself. A 429 seen here
+    // must say why and when to retry.
+    for (const limited of answers!.filter((a) => 'status' in a && a.status === 429)) {
+      expect(json(limited)).toMatchObject({
+        type: 'error',
+        error: { type: 'rate_limit_error', message: expect.stringMatching(/limits\.maxSessionBodyBytes/) },
+      });
+      expect(limited).toMatchObject({ retryAfter: expect.stringMatching(/^\d+$/) });
+    }
     expect(turnsDuring).toBeGreaterThan(0);
   });
 });
