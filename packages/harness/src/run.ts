@@ -69,6 +69,12 @@ export interface HarnessRunOptions {
   tools?: readonly string[] | undefined;
   /** Working directory of the harness (default the sandbox's work dir). */
   cwd?: string | undefined;
+  /**
+   * More environment for the harness (e.g. Claude Code's `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE`). It cannot
+   * replace what the launch sets (the proxy's URL and key, `HOME`, `PATH`, traffic off): such a name is a
+   * `ConfigError`.
+   */
+  env?: Readonly<Record<string, string>> | undefined;
   signal?: AbortSignal | undefined;
 }
 
@@ -107,10 +113,17 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
     prompt: options.prompt,
     tools: options.tools ?? CLAUDE_CODE_TOOLS,
   });
+  for (const name of Object.keys(options.env ?? {})) {
+    if (name in launch.env) {
+      throw new ConfigError(
+        `runHarness: env.${name} is set by the ${harness} launch and cannot be replaced; leave it out of env`,
+      );
+    }
+  }
   const op = options.signal ? { signal: options.signal } : {};
   for (const [path, content] of Object.entries(launch.files)) await sandbox.writeFile(path, content, op);
   const result = await sandbox.exec(launch.argv, {
-    env: launch.env,
+    env: { ...options.env, ...launch.env },
     cwd: options.cwd ?? sandbox.workdir,
     timeoutMs: options.timeoutMs,
     // Headless: nothing on stdin unless the harness reads its prompt there (Codex would otherwise wait

@@ -146,7 +146,7 @@ export class LoopRun {
     services.sandboxEvents.on('claim', this.#onClaim);
     services.proxy.events.on('turn', (e) => {
       this.#outputTokens += e.outputTokens;
-      turnLog.record(e.sessionId, e.turn);
+      turnLog.record(e.trajectoryId, e.turn);
     });
     this.#sampler = sampleEngines(services.engines.urls);
     const vllm = config.engineKind === 'vllm' && services.engines.standIns.length === 0;

@@ -235,6 +235,7 @@ export class TurnRunner {
     if (result.spec) state.spec = addSpec(state.spec, result.spec);
     this.#o.events.emit('turn', {
       sessionId: state.id,
+      trajectoryId: planned.thread.key,
       dialect: g.dialect,
       turn,
       promptTokens: promptIds.length,

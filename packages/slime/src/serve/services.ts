@@ -54,7 +54,7 @@ export async function startServeServices(
   const socket = await harnessSocket(config.sandbox !== 'local');
   const proxy = await startRunProxy(config, engines, tokenizer, socket.socketPath);
   const turns = TurnLog.memory();
-  proxy.events.on('turn', (e) => turns.record(e.sessionId, e.turn));
+  proxy.events.on('turn', (e) => turns.record(e.trajectoryId, e.turn));
   const pools = new SwePools(providerFor(config.sandbox), tasks, {
     kind: config.sandbox,
     environments,
