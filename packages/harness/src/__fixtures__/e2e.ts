@@ -76,7 +76,7 @@ export interface E2eOutcome {
 /** What a run may change: a policy that reads the whole prompt, the harness's environment and tools. */
 export interface E2eOptions {
   /** Replaces the script: the reply to a Qwen3-rendered prompt (a stand-in policy, not a model). */
-  policy?: ((prompt: string, fix: Fix) => string) | undefined;
+  policy?: ((prompt: string, fix: Fix) => string | Promise<string>) | undefined;
   env?: Record<string, string> | undefined;
   tools?: readonly string[] | undefined;
 }
