@@ -4,6 +4,7 @@
  * Each adapter returns the files to write (under a private home in the sandbox's `/tmp`), the argv and
  * the environment; `runHarness` does the rest.
  */
+import { ConfigError } from '@vime/core';
 import type { HarnessKind, InstalledHarness } from './install.js';
 
 /** Where a harness package is bound (read-only) inside the sandbox. */
@@ -27,6 +28,8 @@ export interface HarnessLaunchInput {
   prompt: string;
   /** Claude Code's built-in tools (`--tools`); ignored by Codex and Qwen Code, whose tools are their own. */
   tools: readonly string[];
+  /** Codex: more top-level keys of `config.toml`. */
+  codexConfig?: Readonly<Record<string, string | number | boolean>> | undefined;
 }
 
 /** How a harness is started in its sandbox: argv, environment and files. */
@@ -105,13 +108,29 @@ function toml(value: string): string {
  */
 export function codexLaunch(input: HarnessLaunchInput): HarnessLaunch {
   const codexHome = `${HARNESS_HOME}/.codex`;
+  const own: Record<string, string | boolean> = {
+    model: input.model,
+    model_provider: 'vime',
+    approval_policy: 'never',
+    sandbox_mode: 'danger-full-access',
+    check_for_update_on_startup: false,
+    disable_response_storage: true,
+  };
+  const extra = input.codexConfig ?? {};
+  for (const [key, value] of Object.entries(extra)) {
+    if (key in own || !/^[A-Za-z0-9_-]+$/.test(key)) {
+      throw new ConfigError(
+        `codexConfig.${key}: ${key in own ? 'the launch sets this key' : 'not a bare TOML key'}; leave it out`,
+      );
+    }
+    if (typeof value === 'number' && !Number.isFinite(value)) {
+      throw new ConfigError(`codexConfig.${key}: expected a finite number, found ${value}`);
+    }
+  }
   const config = [
-    `model = ${toml(input.model)}`,
-    'model_provider = "vime"',
-    'approval_policy = "never"',
-    'sandbox_mode = "danger-full-access"',
-    'check_for_update_on_startup = false',
-    'disable_response_storage = true',
+    ...Object.entries({ ...own, ...extra }).map(
+      ([k, v]) => `${k} = ${typeof v === 'string' ? toml(v) : String(v)}`,
+    ),
     '',
     '[model_providers.vime]',
     'name = "vime"',

@@ -34,7 +34,8 @@ function compactionPolicy(prompt: string, fix: Fix): string {
     const edited = /"name":\s*"Edit"/.test(prompt.slice(continued));
     return edited ? 'The bug is fixed.' : claudeCodeScript(1, fix);
   }
-  if (toolResultsIn(prompt) < MAX_READS) return `I read the file again.\n${toolCall('Read', { file_path: fix.path })}`;
+  if (toolResultsIn(prompt) < MAX_READS)
+    return `I read the file again.\n${toolCall('Read', { file_path: fix.path })}`;
   return 'No compaction came.';
 }
 
@@ -80,6 +81,8 @@ describe('claude-code compacts its conversation, through the capture proxy', () 
     expect(trained).toBe(sampledTokens);
     // The reward rule: every row of every thread carries the rollout's whole reward.
     expect(samples.map((s) => s.reward)).toEqual(samples.map(() => 1));
-    expect(samples.every((s) => s.metadata.rollout_reward === 1 && s.metadata.reward_split === 'copy')).toBe(true);
+    expect(samples.every((s) => s.metadata.rollout_reward === 1 && s.metadata.reward_split === 'copy')).toBe(
+      true,
+    );
   }, 300_000);
 });

@@ -107,7 +107,9 @@ describe('claude-code runs a subagent, through the capture proxy', () => {
     expect(captured).toHaveLength(engineCalls);
     // The reward rule: every row of every thread carries the rollout's whole reward.
     expect(samples.map((s) => s.reward)).toEqual(samples.map(() => 1));
-    expect(samples.every((s) => s.metadata.rollout_reward === 1 && s.metadata.reward_split === 'copy')).toBe(true);
+    expect(samples.every((s) => s.metadata.rollout_reward === 1 && s.metadata.reward_split === 'copy')).toBe(
+      true,
+    );
     expect(new Set(samples.map((s) => s.rollout_id)).size).toBe(1);
   }, 300_000);
 });

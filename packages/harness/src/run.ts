@@ -75,6 +75,11 @@ export interface HarnessRunOptions {
    * `ConfigError`.
    */
   env?: Readonly<Record<string, string>> | undefined;
+  /**
+   * Codex only: more top-level keys of its `config.toml` (e.g. `model_context_window`,
+   * `model_auto_compact_token_limit`); a key the launch writes is a `ConfigError`.
+   */
+  codexConfig?: Readonly<Record<string, string | number | boolean>> | undefined;
   signal?: AbortSignal | undefined;
 }
 
@@ -105,6 +110,9 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
   if (!(Number.isFinite(options.timeoutMs) && options.timeoutMs > 0)) {
     throw new ConfigError(`runHarness: timeoutMs must be a positive number, found ${options.timeoutMs}`);
   }
+  if (options.codexConfig && harness !== 'codex') {
+    throw new ConfigError(`runHarness: codexConfig is for Codex only, not ${harness}; leave it out`);
+  }
   const launch = launcher({
     installed,
     baseUrl: `http://127.0.0.1:${options.port ?? PROXY_CHANNEL_PORT}`,
@@ -112,6 +120,7 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
     model: options.model,
     prompt: options.prompt,
     tools: options.tools ?? CLAUDE_CODE_TOOLS,
+    codexConfig: options.codexConfig,
   });
   for (const name of Object.keys(options.env ?? {})) {
     if (name in launch.env) {

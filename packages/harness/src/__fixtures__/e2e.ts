@@ -79,6 +79,7 @@ export interface E2eOptions {
   policy?: ((prompt: string, fix: Fix) => string | Promise<string>) | undefined;
   env?: Record<string, string> | undefined;
   tools?: readonly string[] | undefined;
+  codexConfig?: Record<string, string | number | boolean> | undefined;
 }
 
 /**
@@ -148,6 +149,7 @@ export async function harnessOnOfflineTask(
       timeoutMs: 180_000,
       env: options.env,
       tools: options.tools,
+      codexConfig: options.codexConfig,
     });
     expect(run.timedOut, run.stderr).toBe(false);
     expect(run.exitCode, run.stderr).toBe(0);
