@@ -227,7 +227,7 @@ function checkTokens(
     sessionId,
     samples: [...samples],
     status: 'completed',
-    reward: samples[0]?.reward ?? 0,
+    reward: Number(samples[0]?.metadata.rollout_reward ?? 0),
     turns: captured.length,
     timings: {},
     metadata: {},
