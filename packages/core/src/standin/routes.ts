@@ -9,6 +9,7 @@ import type { ChatTokenizer } from '../engine/tokenizer/tokenizer.js';
 import { type Generation, HttpFailure, type StandInCore } from './generation.js';
 import { metricsText, type ThroughputMeter } from './metrics.js';
 import { standInNucleusMeta } from './nucleus.js';
+import { type StandInRouting, sglangRoutesMeta, vllmRoutesField } from './routing.js';
 import { type StreamWriter, sglangStream, vllmStream } from './stream.js';
 
 const GenerateBodySchema = z.looseObject({
@@ -75,6 +76,8 @@ export interface StandInRoutesOptions {
   tokenizeWire: 'sglang' | 'vllm' | 'none';
   /** Simulated speculation's verification passes per answer (`StandInEngineOptions.specVerifyPasses`). */
   specVerifyPasses: ((generation: { rid: string; outputTokens: number }) => number) | undefined;
+  /** The MoE routing it reports (`StandInEngineOptions.routedExperts`). */
+  routedExperts?: StandInRouting | undefined;
 }
 
 export class StandInRoutes {
@@ -253,6 +256,7 @@ export class StandInRoutes {
     );
     const topP = sp.custom_params?.return_top_p_token_ids === true && (sp.top_p ?? 1) < 1;
     const out = this.#sglangBody(g, skip, body.return_logprob ?? false, topP);
+    Object.assign(out.meta_info, sglangRoutesMeta(this.#o.routedExperts, body, g, ids));
     // The prompt's ids as SGLang returns them from `logprob_start_len`; a stand-in has no log probs (null).
     const from = body.logprob_start_len ?? -1;
     if (body.return_logprob && from >= 0)
@@ -337,6 +341,8 @@ export class StandInRoutes {
       closed,
     );
     const answer = completionBody(g, ids, body, modelName, decode(g.outputIds));
+    // vLLM sends routing only in a non-streamed answer (its stream chunks have no such field).
+    if (!body.stream) Object.assign(answer.choices[0]!, vllmRoutesField(this.#o.routedExperts, body, g, ids));
     if (!body.stream) return this.#sendOrDrop(res, answer, g.rid, closed);
     if (closed.aborted) return;
     stream ??= open(false);

@@ -110,6 +110,8 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
     const { rows, drift } = packTurns(state.turns, this.#options);
     const broken = rows.find((r) => r.replay?.error);
     if (broken) throw new ValidationError('turns.topP', broken.replay!.error!);
+    const unrouted = rows.find((r) => r.routes?.error);
+    if (unrouted) throw new ValidationError('turns.routes', unrouted.routes!.error!);
     this.#sessions.delete(sessionId);
     this.emit('drift', { sessionId, turns: state.turns.length, rows: rows.length, ...drift });
 
@@ -132,6 +134,7 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
         rollout_log_probs: row.logprobs,
         rollout_top_p_token_ids: row.replay?.ids ?? null,
         rollout_top_p_token_offsets: row.replay?.offsets ?? null,
+        rollout_routed_experts: row.routes?.experts ?? null,
         ...replayExtra(base.extra, row.replay?.logprobs),
         reward: rowReward,
         rollout_id: rolloutId,
