@@ -28,6 +28,8 @@ const GenerateBodySchema = z.looseObject({
   logprob_start_len: z.number().int().optional(),
   rid: z.string().optional(),
   stream: z.boolean().optional(),
+  return_routed_experts: z.boolean().optional(),
+  routed_experts_start_len: z.number().int().nonnegative().optional(),
 });
 
 const TokenizeBodySchema = z.looseObject({
@@ -49,6 +51,7 @@ const CompletionBodySchema = z.looseObject({
   skip_special_tokens: z.boolean().nullish(),
   request_id: z.string().nullish(),
   stream: z.boolean().nullish(),
+  routed_experts_prompt_start: z.number().int().nonnegative().nullish(),
 });
 
 const AbortBodySchema = z.looseObject({ rid: z.string().optional(), abort_all: z.boolean().optional() });
