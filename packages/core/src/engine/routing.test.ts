@@ -1,15 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import { EngineError } from '../errors.js';
+import { encodeBase64Array } from './nucleus.js';
 import {
   concatRoutes,
   encodeNpy,
   parseNpy,
+  type RoutedExperts,
   readSglangRoutes,
   readVllmRoutes,
-  type RoutedExperts,
   turnRoutes,
 } from './routing.js';
-import { encodeBase64Array } from './nucleus.js';
 
 // Written by numpy 2.4.6: np.save(buf, np.arange(12, dtype=np.uint8).reshape(2, 3, 2)) and the same
 // array times 1000 as int32 (vLLM's `numpy2base64` of the routed experts is such a file, base64).
@@ -39,14 +39,21 @@ describe('routing replay wire: .npy (vLLM)', () => {
       readVllmRoutes(NUMPY_U1, { promptTokens: 2, outputTokens: 2, start: 0 }, SHAPE, 'http://e'),
     ).toThrow(/expected shape \(3, 3, 2\).*found \(2, 3, 2\)/);
     expect(() =>
-      readVllmRoutes(NUMPY_U1, { promptTokens: 2, outputTokens: 1, start: 0 }, { layers: 2, topK: 3 }, 'http://e'),
+      readVllmRoutes(
+        NUMPY_U1,
+        { promptTokens: 2, outputTokens: 1, start: 0 },
+        { layers: 2, topK: 3 },
+        'http://e',
+      ),
     ).toThrow(/expected shape \(2, 2, 3\)/);
     expect(() =>
       readVllmRoutes(null, { promptTokens: 2, outputTokens: 1, start: 0 }, SHAPE, 'http://e'),
-    ).toThrow(/choices\[0\]\.routed_experts: routing replay needs .* found none; serve with --enable-return-routed-experts/);
-    expect(() => readVllmRoutes('AAAA', { promptTokens: 2, outputTokens: 1, start: 0 }, SHAPE, 'http://e')).toThrow(
-      /not a \.npy file/,
+    ).toThrow(
+      /choices\[0\]\.routed_experts: routing replay needs .* found none; serve with --enable-return-routed-experts/,
     );
+    expect(() =>
+      readVllmRoutes('AAAA', { promptTokens: 2, outputTokens: 1, start: 0 }, SHAPE, 'http://e'),
+    ).toThrow(/not a \.npy file/);
   });
 });
 

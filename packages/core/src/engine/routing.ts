@@ -84,7 +84,8 @@ export function readSglangRoutes(
     );
   }
   const bytes = Buffer.from(value, 'base64');
-  if (bytes.length % 4 !== 0) throw fail(url, where, `expected base64 of int32 values, found ${bytes.length} bytes`);
+  if (bytes.length % 4 !== 0)
+    throw fail(url, where, `expected base64 of int32 values, found ${bytes.length} bytes`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const experts = Int32Array.from({ length: bytes.length / 4 }, (_, i) => view.getInt32(i * 4, true));
   const rows = expectedRows(g.promptTokens, g.outputTokens, g.start);
@@ -135,7 +136,9 @@ export function parseNpy(bytes: Uint8Array): { shape: number[]; values: Int32Arr
   const count = shape.reduce((a, b) => a * b, 1);
   const dataStart = headerStart + headerLength;
   if (bytes.length - dataStart !== count * dtype.size) {
-    throw new Error(`.npy shape (${shape.join(', ')}) needs ${count * dtype.size} data bytes, found ${bytes.length - dataStart}`);
+    throw new Error(
+      `.npy shape (${shape.join(', ')}) needs ${count * dtype.size} data bytes, found ${bytes.length - dataStart}`,
+    );
   }
   const values = Int32Array.from({ length: count }, (_, i) => dtype.read(view, dataStart + i * dtype.size));
   return { shape, values };

@@ -104,7 +104,7 @@ export async function sglangGenerateStream(
               meta as Record<string, unknown>,
               { promptTokens: meta.prompt_tokens, outputTokens: produced, start: 0 },
               request.routedExperts,
-              url,
+              http.url,
             ),
           }
         : {}),

@@ -111,7 +111,8 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
       // unstreamed and handed over as one run of tokens.
       if (request.routedExperts) {
         const result = await engine.generate(request, { signal: opts.signal });
-        if (result.outputIds.length > 0) opts.onTokens({ outputIds: result.outputIds, logprobs: result.logprobs });
+        if (result.outputIds.length > 0)
+          opts.onTokens({ outputIds: result.outputIds, logprobs: result.logprobs });
         return result;
       }
       return vllmGenerateStream(http, await modelName(opts.signal), request, opts);

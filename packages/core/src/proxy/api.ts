@@ -1,7 +1,7 @@
 /** The capture proxy's public shapes: its options, its sessions and the running proxy. */
 import type { EventEmitter } from 'eventemitter3';
-import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokenizer.js';
 import type { RoutingShape } from '../engine/routing.js';
+import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokenizer.js';
 import type { Engine, Sampling } from '../engine/types.js';
 import type { Sample } from '../sample.js';
 import type { ProxyEvents } from './events.js';

@@ -7,8 +7,8 @@ import { ConfigError } from '../errors.js';
 import { HttpFailure, type PauseMode, StandInCore } from './generation.js';
 import { decodeLogLine, ThroughputMeter } from './metrics.js';
 import { StandInRoutes, send } from './routes.js';
-import type { ServiceModel } from './scheduler.js';
 import type { StandInRouting } from './routing.js';
+import type { ServiceModel } from './scheduler.js';
 
 /** What a scripted policy sees for one request. */
 export interface StandInRequest {

@@ -80,7 +80,8 @@ function faulted(
 ): Int32Array | undefined {
   const fault = routing.fault?.(request);
   if (fault === 'missing') return undefined;
-  if (fault === 'short') return experts.subarray(0, Math.max(0, experts.length - routing.layers * routing.topK));
+  if (fault === 'short')
+    return experts.subarray(0, Math.max(0, experts.length - routing.layers * routing.topK));
   return experts;
 }
 

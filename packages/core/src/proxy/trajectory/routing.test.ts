@@ -43,9 +43,15 @@ describe('routing replay: packing', () => {
   });
 
   it('never realigns a routed turn: short drift inside the last output forks', () => {
-    const plain = packTurns([turn([1, 2], [20, 30, 31, 32], undefined, 0), turn([1, 2, 20, 33, 32, 40], [50], undefined, 1)]);
+    const plain = packTurns([
+      turn([1, 2], [20, 30, 31, 32], undefined, 0),
+      turn([1, 2, 20, 33, 32, 40], [50], undefined, 1),
+    ]);
     expect(plain.drift).toMatchObject({ realigns: 1, forks: 0 });
-    const routed = packTurns([turn([1, 2], [20, 30, 31, 32], 1, 0), turn([1, 2, 20, 33, 32, 40], [50], 2, 1)]);
+    const routed = packTurns([
+      turn([1, 2], [20, 30, 31, 32], 1, 0),
+      turn([1, 2, 20, 33, 32, 40], [50], 2, 1),
+    ]);
     expect(routed.drift).toMatchObject({ realigns: 0, forks: 1 });
     expect(routed.rows).toHaveLength(2);
     expect(flat(routed.rows[0]!.routes!.experts)).toEqual([100, 101, 102, 103, 104]);
