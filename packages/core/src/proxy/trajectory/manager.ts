@@ -3,6 +3,7 @@ import { ConfigError, ValidationError } from '../../errors.js';
 import type { Trajectory, Turn } from '../../rollout.js';
 import { createSample, type Sample, type SampleInit, type SampleStatus } from '../../sample.js';
 import { type DriftCounts, type PackOptions, packTurns } from './pack.js';
+import { keptRoutes } from './routing.js';
 
 /** How a rollout's reward is given to its rows when the trajectory forked into several. */
 export type RewardSplit = 'copy' | 'divide';
@@ -82,7 +83,9 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
       state = { turns: [], openedAt: turn.startedAt };
       this.#sessions.set(sessionId, state);
     }
+    const previous = state.turns[state.turns.length - 1];
     const full: Turn = { ...turn, index: state.turns.length };
+    if (turn.routes) full.routes = keptRoutes(previous, turn);
     state.turns.push(full);
     this.emit('turn', { sessionId, turn: full });
     return full;

@@ -42,6 +42,20 @@ describe('routing replay: packing', () => {
     expect(flat(rows[0]!.routes!.experts)).toEqual([100, 101, 102, 203, 204, 205, 306, 307, 308]);
   });
 
+  it('keeps of a turn that extends the previous one only the positions a row takes from it, and packs the same row', () => {
+    const manager = new TrajectoryManager();
+    const turns = [
+      turn([1, 2], [3, 4], 1, 0),
+      turn([1, 2, 3, 4, 5, 6], [7], 2, 1),
+      turn([1, 2, 3, 4, 5, 6, 7, 8], [9, 10], 3, 2),
+    ];
+    const kept = turns.map((t) => manager.record('k', t));
+    expect(kept.map((t) => t.routes!.start)).toEqual([0, 3, 6]);
+    expect(kept.map((t) => t.routes!.experts.length)).toEqual([3, 3, 3]);
+    const [sample] = manager.finish('k', { reward: 1 });
+    expect(flat(sample!.rollout_routed_experts!)).toEqual(flat(packTurns(turns).rows[0]!.routes!.experts));
+  });
+
   it('never realigns a routed turn: short drift inside the last output forks', () => {
     const plain = packTurns([
       turn([1, 2], [20, 30, 31, 32], undefined, 0),

@@ -55,3 +55,24 @@ export function rowRoutes(
   }
   return { experts };
 }
+
+/**
+ * The routing a session keeps of a turn: when its prompt extends the previous turn's prompt and
+ * output, a row never takes the positions before the previous output's last token from it (they come
+ * from earlier turns), so only the rest is kept, copied out of the engine's whole-sequence array.
+ */
+export function keptRoutes(previous: Turn | undefined, turn: Omit<Turn, 'index'>): Turn['routes'] {
+  const routes = turn.routes;
+  if (!routes || !previous) return routes;
+  const a = previous.promptIds;
+  const b = previous.outputIds;
+  const p = turn.promptIds;
+  const n = a.length + b.length;
+  if (p.length < n) return routes;
+  for (let k = 0; k < a.length; k++) if (p[k] !== a[k]) return routes;
+  for (let k = 0; k < b.length; k++) if (p[a.length + k] !== b[k]) return routes;
+  const start = n - 1;
+  if (start <= routes.start) return routes;
+  const width = routes.layers * routes.topK;
+  return { ...routes, start, experts: routes.experts.slice((start - routes.start) * width) };
+}
