@@ -8,6 +8,7 @@ import { type HttpClient, jsonWithIds } from '../utils/http.js';
 import { parseWith } from '../validate.js';
 import { readSglangNucleus, wantsNucleus } from './nucleus.js';
 import { newRequestId } from './request-id.js';
+import { readSglangRoutes, routingRequest } from './routing.js';
 import type { readLogprobs, SglangGenerateResponseSchema, toSglangSampling } from './sglang.js';
 import { sseData } from './sse.js';
 import type { EngineFinishReason, GenerateRequest, GenerateResult, GenerateStreamOptions } from './types.js';
@@ -42,6 +43,7 @@ export async function sglangGenerateStream(
         logprob_start_len: -1,
         rid,
         stream: true,
+        ...routingRequest('sglang', request),
       }),
       signal,
       headers: request.routingKey ? { 'x-smg-routing-key': request.routingKey } : undefined,
@@ -94,6 +96,17 @@ export async function sglangGenerateStream(
       // The top-p patch sends every token's nucleus in the last chunk's meta_info.
       ...(wantsNucleus(request.sampling)
         ? { topP: readSglangNucleus(meta as Record<string, unknown>, produced, url) }
+        : {}),
+      // Like the nucleus, the routing of the whole request comes with the last chunk.
+      ...(request.routedExperts
+        ? {
+            routes: readSglangRoutes(
+              meta as Record<string, unknown>,
+              { promptTokens: meta.prompt_tokens, outputTokens: produced, start: 0 },
+              request.routedExperts,
+              http.url,
+            ),
+          }
         : {}),
       // Counted over the whole request: the last chunk's meta_info.spec_verify_ct.
       specVerifyPasses: meta.spec_verify_ct ?? undefined,

@@ -3,6 +3,7 @@ import { EngineError } from '../errors.js';
 import { HttpClient, jsonWithIds } from '../utils/http.js';
 import { readSglangNucleus, wantsNucleus } from './nucleus.js';
 import { newRequestId } from './request-id.js';
+import { readSglangRoutes, routingRequest } from './routing.js';
 import { sglangGenerateStream } from './sglang-stream.js';
 import type {
   Engine,
@@ -137,6 +138,7 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
         return_logprob: true,
         logprob_start_len: -1,
         rid,
+        ...routingRequest('sglang', request),
       });
       const signal = opts.signal;
       const onAbort = () => {
@@ -166,6 +168,16 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
           promptTokens: meta.prompt_tokens,
           cachedTokens: meta.cached_tokens,
           ...(nucleus ? { topP: readSglangNucleus(meta, outputIds.length, http.url) } : {}),
+          ...(request.routedExperts
+            ? {
+                routes: readSglangRoutes(
+                  meta,
+                  { promptTokens: meta.prompt_tokens, outputTokens: outputIds.length, start: 0 },
+                  request.routedExperts,
+                  http.url,
+                ),
+              }
+            : {}),
           specVerifyPasses: meta.spec_verify_ct ?? undefined,
         };
       } finally {

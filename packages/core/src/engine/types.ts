@@ -1,5 +1,6 @@
 import type { HttpClientOptions } from '../utils/http.js';
 import type { NucleusReplay } from './nucleus.js';
+import type { RoutedExperts, RoutingShape } from './routing.js';
 
 /** The engines Vime speaks to: their HTTP wires differ (see `sglangEngine`, `vllmEngine`). */
 export type EngineKind = 'sglang' | 'vllm';
@@ -28,6 +29,11 @@ export interface GenerateRequest {
   rid?: string | undefined;
   /** Session affinity key for routers (`X-SMG-Routing-Key`). */
   routingKey?: string | undefined;
+  /**
+   * Routing replay (R3): ask the engine for the routed experts of every forwarded token (the whole
+   * sequence, from position 0) of a model with this many MoE layers and experts per token.
+   */
+  routedExperts?: RoutingShape | undefined;
 }
 
 /** Why an engine stopped generating: a stop token, the length limit, or an abort. */
@@ -49,6 +55,8 @@ export interface GenerateResult {
   cachedTokens?: number | undefined;
   /** The nucleus of every output token, when sampling used top-p < 1 (sampler replay). */
   topP?: NucleusReplay | undefined;
+  /** The routed experts of every forwarded position, when the request asked for them (`routedExperts`). */
+  routes?: RoutedExperts | undefined;
   /**
    * Verification forward passes of speculative decoding (SGLang's `meta_info.spec_verify_ct`), when the
    * engine reports them: absent with speculation off, and from an engine whose answers carry no count (vLLM).

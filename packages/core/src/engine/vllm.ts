@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { EngineError } from '../errors.js';
 import { HttpClient } from '../utils/http.js';
 import { newRequestId } from './request-id.js';
+import { readVllmRoutes } from './routing.js';
 import type { Engine, EngineFinishReason, EngineOptions, GenerateResult } from './types.js';
 import { completionBody, vllmGenerateStream } from './vllm-stream.js';
 
@@ -16,6 +17,8 @@ export const VllmCompletionResponseSchema = z.looseObject({
         token_ids: z.array(z.number().int()).nullish(),
         prompt_token_ids: z.array(z.number().int()).nullish(),
         logprobs: z.looseObject({ token_logprobs: z.array(z.number().nullable()) }).nullable(),
+        // base64 `.npy` of every forwarded position's experts (`--enable-return-routed-experts`); see routing.ts
+        routed_experts: z.unknown().optional(),
       }),
     )
     .min(1),
@@ -54,7 +57,7 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
     return model;
   };
 
-  return {
+  const engine: Engine = {
     url: http.url,
     kind: 'vllm',
     async generate(request, opts = {}): Promise<GenerateResult> {
@@ -83,16 +86,35 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
           { url: http.url },
         );
       }
+      const promptTokens = res.usage?.prompt_tokens ?? request.inputIds.length;
       return {
         rid,
         outputIds,
         logprobs,
         finishReason: finishReason(choice.finish_reason),
         text: choice.text,
-        promptTokens: res.usage?.prompt_tokens ?? request.inputIds.length,
+        promptTokens,
+        ...(request.routedExperts
+          ? {
+              routes: readVllmRoutes(
+                choice.routed_experts,
+                { promptTokens, outputTokens: outputIds.length, start: 0 },
+                request.routedExperts,
+                http.url,
+              ),
+            }
+          : {}),
       };
     },
     async generateStream(request, opts) {
+      // vLLM's streamed chunks carry no routed experts: a turn that replays routing is generated
+      // unstreamed and handed over as one run of tokens.
+      if (request.routedExperts) {
+        const result = await engine.generate(request, { signal: opts.signal });
+        if (result.outputIds.length > 0)
+          opts.onTokens({ outputIds: result.outputIds, logprobs: result.logprobs });
+        return result;
+      }
       return vllmGenerateStream(http, await modelName(opts.signal), request, opts);
     },
     async abort() {
@@ -111,4 +133,5 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
     },
     close: () => http.close(),
   };
+  return engine;
 }

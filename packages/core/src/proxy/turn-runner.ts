@@ -6,6 +6,7 @@
 import type { EventEmitter } from 'eventemitter3';
 import { turnNucleus } from '../engine/nucleus.js';
 import { newRequestId } from '../engine/request-id.js';
+import { type RoutingShape, turnRoutes } from '../engine/routing.js';
 import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokenizer.js';
 import { addToolCallHealth, type ToolCallHealth, toolCallHealth } from '../engine/tokenizer/tool-health.js';
 import type { Sampling } from '../engine/types.js';
@@ -32,6 +33,8 @@ export interface TurnRunnerOptions {
   specialTokenText: SpecialTokenText;
   defaultMaxTokens: number | undefined;
   onWeightUpdate: WeightUpdatePolicy;
+  /** Routing replay (R3): the routing every turn asks for and must get (fail closed). */
+  routingReplay?: RoutingShape | undefined;
 }
 
 /** The head every answer of the turn carries. */
@@ -49,6 +52,7 @@ interface Generated {
   planned: PromptPlan;
   result: GeneratedTurn;
   topP: ReturnType<typeof turnNucleus>;
+  routes: ReturnType<typeof turnRoutes>;
   parsed: TurnReply['parsed'];
   toolCallIds: string[];
   toolCalls: ToolCallHealth | undefined;
@@ -106,8 +110,10 @@ export class TurnRunner {
     if (!this.#o.sessions.isOpen(state))
       throw new RequestError(409, `session ${state.id} was finished during the turn`);
     let topP: ReturnType<typeof turnNucleus>;
+    let routes: ReturnType<typeof turnRoutes>;
     try {
       topP = turnNucleus(sampling, result, tokenizer.vocabSize);
+      routes = turnRoutes(this.#o.routingReplay, result, promptIds.length);
     } catch (error) {
       events.emit('turn:error', { sessionId: state.id, error: error as Error });
       throw error;
@@ -127,6 +133,7 @@ export class TurnRunner {
       planned,
       result,
       topP,
+      routes,
       parsed,
       toolCallIds,
       toolCalls,
@@ -187,6 +194,7 @@ export class TurnRunner {
           signal: controller.signal,
           onWeightUpdate: this.#o.onWeightUpdate,
           onTokens: live && ((chunk) => live.tokens(chunk)),
+          routedExperts: this.#o.routingReplay,
         },
         {
           retry: (e) => events.emit('turn:retry', { sessionId, ...e }),
@@ -225,6 +233,7 @@ export class TurnRunner {
       ...(versions.length > 1 ? { versionRuns: versions } : {}),
       engines: result.engines,
       topP: g.topP,
+      ...(g.routes ? { routes: g.routes } : {}),
       spec: result.spec,
       startedAt: g.startedAt,
       endedAt: g.endedAt,

@@ -6,6 +6,7 @@
  * version that produced it.
  */
 import { concatNucleus, type NucleusReplay } from '../engine/nucleus.js';
+import { concatRoutes, type RoutedExperts, type RoutingShape } from '../engine/routing.js';
 import type {
   Engine,
   EngineFinishReason,
@@ -43,6 +44,11 @@ export interface GeneratedTurn {
   cachedTokens: number | undefined;
   /** The nucleus of every output token, when every generation of the turn reported one. */
   topP?: NucleusReplay | undefined;
+  /**
+   * The routed experts of every forwarded position of the turn (prompt, then output), when every
+   * generation reported them: a continuation's rows follow its predecessor's.
+   */
+  routes?: RoutedExperts | undefined;
   /** Speculative decoding's counts, when every generation of the turn reported them (see `Turn.spec`). */
   spec?: SpecCounts | undefined;
 }
@@ -93,6 +99,8 @@ export interface TurnRequest {
    * engine that fails mid-stream, or aborts for a weight update even under `restart`, is continued from them.
    */
   onTokens?: ((chunk: TokenChunk) => void) | undefined;
+  /** Routing replay (R3): ask every generation for its routed experts. */
+  routedExperts?: RoutingShape | undefined;
 }
 
 export async function generateTurn(
@@ -118,6 +126,7 @@ export async function generateTurn(
         sampling: { ...sampling, maxTokens: sampling.maxTokens - produced },
         rid: attempt === 0 ? request.rid : `${request.rid}.${attempt}`,
         routingKey: sessionId,
+        ...(request.routedExperts ? { routedExperts: request.routedExperts } : {}),
       };
       result = request.onTokens
         ? await streamed(engine, generate, signal, (chunk) => {
@@ -211,6 +220,7 @@ function combine(
       failures,
       cachedTokens: result.cachedTokens,
       topP: result.topP,
+      routes: result.routes,
       spec: turnSpec([result]),
     };
   }
@@ -240,6 +250,7 @@ function combine(
     failures,
     cachedTokens: kept[0]!.result.cachedTokens,
     topP: kept.every((k) => k.result.topP) ? concatNucleus(kept.map((k) => k.result.topP!)) : undefined,
+    routes: concatRoutes(kept.map((k) => k.result.routes)),
     spec: turnSpec(kept.map((k) => k.result)),
   };
 }

@@ -6,6 +6,7 @@
  */
 import type { Sample } from '@vime/core';
 import { type AuditDifference, type AuditTurn, differenceAt, extendedTurn } from './difference.js';
+import { routingProblem, routingShapeProblem } from './routing.js';
 import { sampleTokenVersions, versionProblem } from './versions.js';
 
 /** A captured turn, by its session and index. */
@@ -264,7 +265,7 @@ function auditSample(
     report.firstDifference = d;
     return report;
   };
-  const shape = shapeProblem(sample, v.n, v.p, v.replay);
+  const shape = shapeProblem(sample, v.n, v.p, v.replay) ?? routingShapeProblem(sample, v.p);
   if (shape) return fail(shape);
   const lp = sample.rollout_log_probs!;
   const versions = sampleTokenVersions(sample);
@@ -305,6 +306,7 @@ function auditSample(
     const problem =
       logProbProblem(v, lp, t, i, m) ??
       compareReplay(t, v.replay, i, m, v.p) ??
+      routingProblem(sample, t, i, m, v.p) ??
       versionProblem(sample, versions, t, i, m);
     if (problem) return fail(problem);
     previous = t;

@@ -14,6 +14,7 @@ export interface AuditDifference {
     | 'rollout_top_p_token_ids'
     | 'rollout_top_p_token_offsets'
     | 'rollout_top_p_log_probs'
+    | 'rollout_routed_experts'
     | 'weight_versions'
     | 'weight_version_spans'
     | 'turn';
@@ -49,6 +50,11 @@ export interface AuditTurn {
   top_p_token_ids?: ArrayLike<number> | undefined;
   top_p_token_offsets?: ArrayLike<number> | undefined;
   top_p_log_probs?: ArrayLike<number> | undefined;
+  /**
+   * Routing replay (R3): the experts of positions `[start, start + rows)` of the turn's sequence (at
+   * least those whose forward pass sampled an output token: `prompt − 1 ..`), `layers × top_k` each.
+   */
+  routed_experts?: { layers: number; top_k: number; start: number; experts: ArrayLike<number> } | undefined;
 }
 
 /** Turns whose prompt was found, when they were recorded, to start with the previous turn's prompt and output. */

@@ -4,7 +4,7 @@
  * checked: no session id, no captured turn) becomes an infrastructure failure, never trained and never
  * reward 0, and the step counts why.
  */
-import type { ScoredRollout, Turn, UnscoredRollout } from '@vime/core';
+import { outputRouting, type ScoredRollout, type Turn, type UnscoredRollout } from '@vime/core';
 import { auditTokens } from './audit.js';
 import { type AuditTurn, linkTurn } from './difference.js';
 
@@ -49,6 +49,7 @@ export function auditTurnOf(sessionId: string, turn: Turn, previous?: AuditTurn 
     top_p_token_ids: turn.topP?.ids,
     top_p_token_offsets: turn.topP?.offsets,
     top_p_log_probs: turn.topP?.logprobs,
+    routed_experts: outputRouting(turn, (experts) => experts),
   };
   // Checked now, while the rollout runs, so the hand-off compares each prompt's new tokens only.
   linkTurn(previous, t);

@@ -72,6 +72,9 @@ Flags (environment variable in brackets; a flag wins over its variable, a variab
                            an infrastructure failure (default 60s)
   --on-weight-update continue|restart  a turn cut short by a weight update resumes from its tokens
                            (default) or is regenerated on the new weights
+  --routing-replay-layers N, --routing-replay-top-k K  MoE routing replay (R3): the model's MoE
+                           layers and experts per token; every row carries rollout_routed_experts
+                           (default off)
   --resume DIR             continue a killed run from its queue without redoing completed rollouts,
                            with the config it started with (a flag that would change it is refused)
   --sibling-attempts N     tries of a sibling that fails for infrastructure reasons (the first
@@ -103,6 +106,8 @@ export const FLAGS = {
   'engine-health-interval': { type: 'string' },
   'engine-deadline': { type: 'string' },
   'on-weight-update': { type: 'string' },
+  'routing-replay-layers': { type: 'string' },
+  'routing-replay-top-k': { type: 'string' },
   tokenizer: { type: 'string' },
   temperature: { type: 'string' },
   'top-p': { type: 'string' },
@@ -211,6 +216,8 @@ export function configFromFlags(
     engineHealthIntervalMs: ms(v['engine-health-interval'], '--engine-health-interval'),
     engineDeadlineMs: ms(v['engine-deadline'], '--engine-deadline'),
     onWeightUpdate: v['on-weight-update'],
+    routingReplayLayers: number(v['routing-replay-layers'], '--routing-replay-layers'),
+    routingReplayTopK: number(v['routing-replay-top-k'], '--routing-replay-top-k'),
     tokenizer: v.tokenizer,
     temperature: number(v.temperature, '--temperature'),
     topP: number(v['top-p'], '--top-p'),

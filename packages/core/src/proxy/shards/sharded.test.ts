@@ -137,6 +137,31 @@ describe('sharded capture proxy', () => {
     expect(rows.map((r) => r.reward)).toEqual([1, 1]);
   });
 
+  it('records the same routing replay (R3) as the one-thread proxy', async () => {
+    const e = await startStandInEngine({
+      tokenizer: await qwen3(),
+      policy: (r) => ANSWER(r.prompt.split('<tool_response>').length - 1),
+      routedExperts: { layers: 2, topK: 2, experts: 8 },
+    });
+    closers.push(() => e.close());
+    const routingReplay = { layers: 2, topK: 2 };
+    const single = await startCaptureProxy({
+      engine: sglangEngine(e.url),
+      tokenizer: await qwen3(),
+      defaultSampling: { temperature: 0 },
+      routingReplay,
+    });
+    closers.push(() => single.close());
+    const proxy = await sharded(e.url, { routingReplay });
+    await converse(single.openSession('r3').baseURL, 3);
+    await converse(proxy.openSession('r3').baseURL, 3);
+    const want = single.finishSession('r3', { reward: 1 });
+    const got = proxy.finishSession('r3', { reward: 1 });
+    expect(tokens(got)).toEqual(tokens(want));
+    expect(got[0]!.rollout_routed_experts).toHaveLength(got[0]!.tokens.length - 1);
+    expect(got[0]!.rollout_routed_experts).toEqual(want[0]!.rollout_routed_experts);
+  });
+
   it('spreads sessions over its shards; a shard serves only its own, and every other key is a 401', async () => {
     const e = await engine();
     const proxy = await sharded(e.url, { shards: 3 });

@@ -77,6 +77,7 @@ const OPTION_KEYS = new Set([
   'sessionsPerShard',
   'handoverWaitMs',
   'onWeightUpdate',
+  'routingReplay',
   'host',
   'defaultSampling',
   'defaultMaxTokens',

@@ -3,6 +3,7 @@ import { ConfigError, ValidationError } from '../../errors.js';
 import type { Trajectory, Turn } from '../../rollout.js';
 import { createSample, type Sample, type SampleInit, type SampleStatus } from '../../sample.js';
 import { type DriftCounts, type PackOptions, packTurns } from './pack.js';
+import { keptRoutes } from './routing.js';
 
 /** How a rollout's reward is given to its rows when the trajectory forked into several. */
 export type RewardSplit = 'copy' | 'divide';
@@ -82,7 +83,9 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
       state = { turns: [], openedAt: turn.startedAt };
       this.#sessions.set(sessionId, state);
     }
+    const previous = state.turns[state.turns.length - 1];
     const full: Turn = { ...turn, index: state.turns.length };
+    if (turn.routes) full.routes = keptRoutes(previous, turn);
     state.turns.push(full);
     this.emit('turn', { sessionId, turn: full });
     return full;
@@ -110,6 +113,8 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
     const { rows, drift } = packTurns(state.turns, this.#options);
     const broken = rows.find((r) => r.replay?.error);
     if (broken) throw new ValidationError('turns.topP', broken.replay!.error!);
+    const unrouted = rows.find((r) => r.routes?.error);
+    if (unrouted) throw new ValidationError('turns.routes', unrouted.routes!.error!);
     this.#sessions.delete(sessionId);
     this.emit('drift', { sessionId, turns: state.turns.length, rows: rows.length, ...drift });
 
@@ -132,6 +137,7 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
         rollout_log_probs: row.logprobs,
         rollout_top_p_token_ids: row.replay?.ids ?? null,
         rollout_top_p_token_offsets: row.replay?.offsets ?? null,
+        rollout_routed_experts: row.routes?.experts ?? null,
         ...replayExtra(base.extra, row.replay?.logprobs),
         reward: rowReward,
         rollout_id: rolloutId,
