@@ -112,6 +112,8 @@ export async function generateTurn(
     const { engine } = lease;
     let result: GenerateResult;
     const sent: TokenChunk[] = [];
+    // The version in force when the generation was sent (an aborted answer's, when its engine names none).
+    const atSend = router.weightLog.current(engine.url);
     try {
       const generate = {
         inputIds: produced === 0 ? promptIds : withOutput(promptIds, kept),
@@ -149,8 +151,10 @@ export async function generateTurn(
     }
     lease.release();
     router.noteVersion(engine, result.weightVersion);
-    const runs = generationRuns(result, request.onTokens ? sent : undefined, () =>
-      router.weightLog.current(engine.url),
+    const runs = generationRuns(
+      result,
+      request.onTokens ? sent : undefined,
+      result.finishReason === 'abort' ? atSend : router.weightLog.current(engine.url),
     );
     if (result.finishReason !== 'abort' || signal.aborted) {
       kept.push({ result, url: engine.url, runs });
@@ -208,12 +212,14 @@ function addRun(runs: VersionRun[], version: string | undefined, tokens: number)
 /**
  * The versions of one generation's tokens. Streamed: each chunk's (the engine's field, else the log's
  * version in force when the chunk arrived), so an update that lands while a vLLM stream runs splits
- * it. Not streamed: the engine's reported version, else the log's when the answer arrived.
+ * it. Not streamed: the engine's reported version, else the log's when the answer arrived; an answer the
+ * engine aborted (an update's pause cut it) the one in force when it was sent. Under the update protocol
+ * (pause with abort, wait for the cut answers, load, log, resume) both are exact.
  */
 function generationRuns(
   result: GenerateResult,
   chunks: readonly TokenChunk[] | undefined,
-  logged: () => string | undefined,
+  logged: string | undefined,
 ): VersionRun[] {
   const n = result.outputIds.length;
   if (chunks) {
@@ -223,7 +229,7 @@ function generationRuns(
     if (covered === n) return runs;
   }
   const runs: VersionRun[] = [];
-  addRun(runs, result.weightVersion ?? logged(), n);
+  addRun(runs, result.weightVersion ?? logged, n);
   return runs;
 }
 
