@@ -37,9 +37,9 @@ export class WeightUpdateLog {
     const entry = { url, version, source, seq: this.#entries.length, at: Date.now() };
     this.#entries.push(entry);
     this.#current.set(url, version);
-    let seen = this.#seen.get(url);
-    if (!seen) this.#seen.set(url, (seen = new Set()));
+    const seen = this.#seen.get(url) ?? new Set<string>();
     seen.add(version);
+    this.#seen.set(url, seen);
     return entry;
   }
 
