@@ -148,6 +148,11 @@ export class LoopRun {
       this.#outputTokens += e.outputTokens;
       turnLog.record(e.sessionId, e.turn);
     });
+    // The engines start on the trainer's current version (each hand-off's trainer notes the next): an
+    // engine that names no version with its tokens (vLLM) gets it from this log, and the hand-off checks
+    // every captured version against it.
+    services.proxy.router.noteWeightUpdate(String(queue.trainerVersion));
+    turnLog.weightLog = services.proxy.router.weightLog;
     this.#sampler = sampleEngines(services.engines.urls);
     const vllm = config.engineKind === 'vllm' && services.engines.standIns.length === 0;
     this.#specCounters = vllm ? new SpecCounters(services.engines.urls) : undefined;
@@ -337,6 +342,8 @@ export class LoopRun {
     await writeFileAtomic(batchPath, encodeSamples(rows));
     // Trained before the step is recorded as handed off: a run killed mid-training trains it again.
     const train = io.trainer ? await io.trainer({ step, batchPath }, io.signal) : undefined;
+    // The engines serve the trainer's version from now on: tokens of engines that name none (vLLM) carry it.
+    if (train?.weightVersion) this.services.proxy.router.noteWeightUpdate(train.weightVersion);
     await writeFileAtomic(stepResultsPath(this.out, step), `${JSON.stringify(results.map(withoutRows))}\n`);
     // The version the engines serve after this step (the trainer's, when it numbers it); staleness of
     // later samples is measured against it.
@@ -373,6 +380,7 @@ export class LoopRun {
     const { passed, failed, audit } = auditHandoff(
       taken.map((h) => h.rollout),
       this.turnLog.turnsOf,
+      { weightLog: this.turnLog.weightLog },
     );
     const seconds = (performance.now() - t0) / 1000;
     for (const f of failed.slice(0, 5)) this.io.log(`step ${step}: token audit: ${f.failure.error.message}`);
