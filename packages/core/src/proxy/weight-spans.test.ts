@@ -50,7 +50,7 @@ function finish(proxy: CaptureProxy, session: string) {
   return {
     row,
     spans: row.metadata.weight_version_spans as Spans | undefined,
-    mask: Array.from(row.loss_mask),
+    mask: Array.from(row.loss_mask!),
   };
 }
 
