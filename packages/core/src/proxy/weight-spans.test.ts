@@ -130,12 +130,13 @@ describe('weight version spans on both wires', () => {
     });
   }
 
-  it('vLLM streamed: an update noted while one generation streams splits it at the chunk the proxy received next', async () => {
+  /** One 300-token vLLM stream, with a version noted once 100 or more tokens reached the proxy. */
+  async function splitStream(before: string | undefined) {
     const ids = Array.from({ length: 300 }, (_, i) => 1000 + i);
     let splitAt = -1;
     const { proxy } = await world('vllm', () => ({ ids }), {
       tokensPerSecond: 600,
-      // The trainer's note lands between two chunks: after 100 or more tokens reached the proxy.
+      // The trainer's note lands between two chunks.
       wrap: (engine, proxy) => ({
         ...engine,
         generateStream: (request, opts) => {
@@ -154,18 +155,28 @@ describe('weight version spans on both wires', () => {
         },
       }),
     });
-    proxy.router.noteWeightUpdate('7');
+    if (before !== undefined) proxy.router.noteWeightUpdate(before);
     proxy.openSession('s');
     const res = await turn(proxy, 's', [{ role: 'user', content: 'go' }], true);
     expect(res.status).toBe(200);
     expect(splitAt).toBeGreaterThanOrEqual(100);
     expect(splitAt).toBeLessThan(ids.length);
-    const { spans, row } = finish(proxy, 's');
+    return { ...finish(proxy, 's'), splitAt, n: ids.length };
+  }
+
+  it('vLLM streamed: an update noted while one generation streams splits it at the chunk the proxy received next', async () => {
+    const { spans, row, splitAt, n } = await splitStream('7');
     expect(spans).toEqual([
       [0, splitAt, '7'],
-      [splitAt, ids.length, '8'],
+      [splitAt, n, '8'],
     ]);
     expect(row.weight_versions).toEqual(['7', '8']);
+  });
+
+  it('vLLM streamed: a first version logged mid-turn gives the turn no version, not one its earlier tokens lacked', async () => {
+    const { spans, row } = await splitStream(undefined);
+    expect(spans).toBeUndefined();
+    expect(row.weight_versions).toEqual([]);
   });
 
   for (const stream of [false, true]) {
