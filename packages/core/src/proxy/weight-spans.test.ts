@@ -130,6 +130,34 @@ describe('weight version spans on both wires', () => {
     });
   }
 
+  it("SGLang streamed: a generation frozen across an update (in_place pause) is split where the chunks' version changed", async () => {
+    const ids = Array.from({ length: 400 }, (_, i) => 1000 + i);
+    const { proxy, standIn } = await world('sglang', () => ({ ids }), { tokensPerSecond: 800 });
+    const interrupted: number[] = [];
+    proxy.events.on('turn:interrupted', (e) => interrupted.push(e.outputTokens));
+    proxy.openSession('f');
+    const reply = turn(proxy, 'f', [{ role: 'user', content: 'long' }], true);
+    const deadline = performance.now() + 30_000;
+    while (standIn.stats().running !== 1) {
+      if (performance.now() > deadline)
+        throw new Error(`waited for the turn to run: ${JSON.stringify(standIn.stats())}`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    await new Promise((r) => setTimeout(r, 100));
+    await proxy.router.updateWeights({ modelPath: '/ckpt/4', weightVersion: '4', pauseMode: 'in_place' });
+    expect((await reply).status).toBe(200);
+    expect(interrupted).toEqual([]);
+    const { spans } = finish(proxy, 'f');
+    expect(spans!.map((x) => x[2])).toEqual(['3', '4']);
+    const k = spans![0]![1];
+    expect(k).toBeGreaterThan(0);
+    expect(k).toBeLessThan(ids.length);
+    expect(spans).toEqual([
+      [0, k, '3'],
+      [k, ids.length, '4'],
+    ]);
+  });
+
   /** One 300-token vLLM stream, with a version noted once 100 or more tokens reached the proxy. */
   async function splitStream(before: string | undefined) {
     const ids = Array.from({ length: 300 }, (_, i) => 1000 + i);
