@@ -214,7 +214,10 @@ function addRun(runs: VersionRun[], version: string | undefined, tokens: number)
  * version in force when the chunk arrived), so an update that lands while a vLLM stream runs splits
  * it. Not streamed: the engine's reported version, else the log's when the answer arrived; an answer the
  * engine aborted (an update's pause cut it) the one in force when it was sent. Under the update protocol
- * (pause with abort, wait for the cut answers, load, log, resume) both are exact.
+ * (pause with abort, wait for the cut answers, load, log, resume) both are exact. SGLang builds every
+ * chunk's `meta_info.weight_version` from the version it serves at that moment
+ * (sgl-project/sglang python/sglang/srt/managers/tokenizer_manager.py, `_handle_batch_output`, c60799d),
+ * so a generation frozen across an update splits there too.
  */
 function generationRuns(
   result: GenerateResult,
