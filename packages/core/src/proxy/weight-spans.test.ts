@@ -20,7 +20,11 @@ type Spans = Array<[number, number, string]>;
 async function world(
   kind: 'sglang' | 'vllm',
   policy: StandInPolicy,
-  options: { tokensPerSecond?: number; wrap?: (engine: Engine, proxy: () => CaptureProxy) => Engine } = {},
+  options: {
+    tokensPerSecond?: number;
+    wrap?: (engine: Engine, proxy: () => CaptureProxy) => Engine;
+    adminToken?: string;
+  } = {},
 ) {
   const tokenizer = await qwen3();
   const standIn = await startStandInEngine({
@@ -34,7 +38,7 @@ async function world(
   closers.push(() => client.close());
   let proxy: CaptureProxy | undefined;
   const engine = options.wrap ? options.wrap(client, () => proxy!) : client;
-  proxy = await startCaptureProxy({ engine, tokenizer });
+  proxy = await startCaptureProxy({ engine, tokenizer, adminToken: options.adminToken });
   closers.push(() => proxy!.close());
   return { tokenizer, standIn, proxy };
 }
@@ -156,6 +160,28 @@ describe('weight version spans on both wires', () => {
       [0, k, '3'],
       [k, ids.length, '4'],
     ]);
+  });
+
+  it('vLLM: a trainer in another process notes its version through the admin route, only with the admin token', async () => {
+    const { proxy } = await world('vllm', (r) => `answer ${r.requestIndex}`, { adminToken: 'secret-admin' });
+    const route = `${proxy.url}/admin/weight-version`;
+    const auth = { authorization: 'Bearer secret-admin' };
+    expect((await post(route, { version: '4' })).status).toBe(401);
+    const empty = await post(route, { version: '' }, auth);
+    expect(empty.status).toBe(400);
+    expect(JSON.parse(empty.text).error.message).toMatch(/version.*send \{"version": "7"\}/s);
+    const unknown = await post(route, { version: '4', urls: ['http://127.0.0.1:1'] }, auth);
+    expect(unknown.status).toBe(400);
+    expect(JSON.parse(unknown.text).error.message).toMatch(/engine http:\/\/127\.0\.0\.1:1 is not routed/);
+    const noted = await post(route, { version: '4' }, auth);
+    expect(noted.status).toBe(200);
+    const url = proxy.router.status()[0]!.url;
+    expect(JSON.parse(noted.text).log).toMatchObject([{ url, version: '4', source: 'noted', seq: 0 }]);
+    proxy.openSession('a');
+    expect((await turn(proxy, 'a', [{ role: 'user', content: 'go' }], true)).status).toBe(200);
+    const { spans, mask } = finish(proxy, 'a');
+    const [a] = trained(mask);
+    expect(spans).toEqual([[a![0], a![1], '4']]);
   });
 
   /** One 300-token vLLM stream, with a version noted once 100 or more tokens reached the proxy. */
