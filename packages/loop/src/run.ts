@@ -150,8 +150,8 @@ export class LoopRun {
     });
     // The engines start on the trainer's current version (each hand-off's trainer notes the next): an
     // engine that names no version with its tokens (vLLM) gets it from this log, and the hand-off checks
-    // every captured version against it.
-    services.proxy.router.noteWeightUpdate(String(queue.trainerVersion));
+    // every captured version against it (SGLang's own, as each engine reported it).
+    this.#noteVersion(String(queue.trainerVersion));
     turnLog.weightLog = services.proxy.router.weightLog;
     this.#sampler = sampleEngines(services.engines.urls);
     const vllm = config.engineKind === 'vllm' && services.engines.standIns.length === 0;
@@ -343,7 +343,7 @@ export class LoopRun {
     // Trained before the step is recorded as handed off: a run killed mid-training trains it again.
     const train = io.trainer ? await io.trainer({ step, batchPath }, io.signal) : undefined;
     // The engines serve the trainer's version from now on: tokens of engines that name none (vLLM) carry it.
-    if (train?.weightVersion) this.services.proxy.router.noteWeightUpdate(train.weightVersion);
+    if (train?.weightVersion) this.#noteVersion(train.weightVersion);
     await writeFileAtomic(stepResultsPath(this.out, step), `${JSON.stringify(results.map(withoutRows))}\n`);
     // The version the engines serve after this step (the trainer's, when it numbers it); staleness of
     // later samples is measured against it.
@@ -368,6 +368,13 @@ export class LoopRun {
       toolCalls: stepToolCallHealth(results),
       spec: stepSpecDecode(results) ?? engineSpec,
     };
+  }
+
+  /** Log `version` for the engines whose answers name none (vLLM's); SGLang's report their own. */
+  #noteVersion(version: string): void {
+    const { router } = this.services.proxy;
+    const urls = router.status().flatMap((e) => (e.kind === 'vllm' ? [e.url] : []));
+    if (urls.length > 0) router.noteWeightUpdate(version, { urls });
   }
 
   /**
