@@ -98,7 +98,10 @@ export async function startEngines(
     logs.push(lines);
     standIns.push(engine);
   }
-  const engines = standIns.map((e) => sglangEngine(e.url));
+  // The stand-in serves both wires; the proxy speaks the one the config names.
+  const engines = standIns.map((e) =>
+    config.engineKind === 'vllm' ? vllmEngine(e.url) : sglangEngine(e.url),
+  );
   return {
     engines,
     urls: standIns.map((e) => e.url),

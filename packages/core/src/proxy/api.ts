@@ -63,7 +63,8 @@ export interface CaptureProxyOptions {
   routingReplay?: RoutingShape | undefined;
   /**
    * Bearer token of the admin routes (`GET|POST|DELETE /admin/engines`: list, add, remove engines at run
-   * time). Without one the admin routes do not exist: agents reach this server too.
+   * time; `GET|POST /admin/weight-version`: the weight-update log, and a version a trainer loaded). Without
+   * one the admin routes do not exist: agents reach this server too.
    */
   adminToken?: string | undefined;
   tokenizer: ChatTokenizer;

@@ -47,3 +47,4 @@ export {
 } from './trajectory/pack.js';
 export type { RowReplay } from './trajectory/replay.js';
 export type { VersionRun, WeightUpdatePolicy } from './turn.js';
+export { type WeightLogEntry, type WeightLogSource, WeightUpdateLog } from './weight-log.js';

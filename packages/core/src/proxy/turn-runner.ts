@@ -219,8 +219,11 @@ export class TurnRunner {
   #record(g: Generated): boolean {
     const { state, result, planned } = g;
     if (!this.#o.sessions.isOpen(state)) return false;
+    // Tokens of no known version next to versioned ones (a vLLM engine's first version logged mid-turn):
+    // the turn records none rather than give them a version they were not sampled with.
+    const known = result.versionRuns.every((r) => r.version !== undefined);
     const versions = result.versionRuns.filter(
-      (r): r is { version: string; tokens: number } => r.version !== undefined,
+      (r): r is { version: string; tokens: number } => known && r.version !== undefined,
     );
     const last = versions[versions.length - 1]?.version;
     const { promptIds } = planned;

@@ -47,6 +47,11 @@ export interface AuditTurn {
   output_log_probs: ArrayLike<number>;
   policy_version?: string | undefined;
   version_runs?: ReadonlyArray<{ version: string; tokens: number }> | undefined;
+  /**
+   * The engines that produced the output, as the router recorded them: set on turns captured in this
+   * process (`auditTurnOf`), which the weight-update log check covers; absent on turns read back from a file.
+   */
+  engines?: readonly string[] | undefined;
   top_p_token_ids?: ArrayLike<number> | undefined;
   top_p_token_offsets?: ArrayLike<number> | undefined;
   top_p_log_probs?: ArrayLike<number> | undefined;

@@ -14,7 +14,7 @@ a fresh sandbox with hidden tests, GRPO advantages (slime preset), pass@k and ti
 appended to a durable queue and written to <out>/steps/<step>.msgpack, and a report (<out>/report.json,
 <out>/report.html). With no flags it runs on embedded defaults: the offline SWE-smith-format task set
 (published as a dataset file and loaded exactly like --dataset), bubblewrap sandboxes and a stand-in engine
-(a scripted policy behind SGLang's wire, not a model).
+(a scripted policy behind SGLang's wire, or vLLM's with --engine-kind vllm, not a model).
 
 Settings: embedded defaults < --config FILE < environment variables < flags. The resolved config, with
 where each value came from, is written to <out>/run-config.yaml and shown at the top of the report.
