@@ -1,6 +1,6 @@
 /**
- * Sandboxes for an agent's untrusted commands and a repository's tests: one provider interface with three
- * backends (bubblewrap, the Docker Engine API, local processes), warm pools, and a lifecycle that never leaks
+ * Sandboxes for an agent's untrusted commands and a repository's tests: one provider interface with four
+ * backends (bubblewrap, the Docker Engine API, Kubernetes pods, local processes), warm pools, and a lifecycle that never leaks
  * (labels, exit handlers, lifetime timers, `reapOrphans`).
  *
  * @module @vime/sandbox
@@ -36,6 +36,14 @@ export {
   TRANSIENT_OUTPUT,
 } from './helpers.js';
 export { type LocalProviderOptions, localProvider } from './host/local-provider.js';
+export type { AgentSandboxOptions } from './kubernetes/agent-sandbox.js';
+export { type KubeConnection, KubernetesRateLimitError } from './kubernetes/client.js';
+export {
+  DEFAULT_ACTIVE_DEADLINE_SECONDS,
+  type KubernetesProviderOptions,
+  kubernetesProvider,
+} from './kubernetes/provider.js';
+export type { KubernetesSandbox } from './kubernetes/sandbox.js';
 export { defaultRootDir } from './host/state.js';
 export type { ImageConfig } from './images/archive.js';
 export { canonicalImage, type ImageReference, parseImageReference } from './images/reference.js';
