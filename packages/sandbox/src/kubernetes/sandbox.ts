@@ -9,7 +9,7 @@
 import { spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import { posix } from 'node:path';
-import type { Readable } from 'node:stream';
+import { PassThrough, type Readable } from 'node:stream';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { ConfigError, SandboxError } from '@vime/core';
 import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from '@vime/core/utils';
@@ -267,8 +267,11 @@ export class KubernetesSandbox implements Sandbox {
         tarErr += d.toString();
       });
       const tarExit = new Promise<number | null>((resolve) => tar.once('close', resolve));
+      // Piped at once: a child's stdout that nothing reads is drained and lost when the child exits, and
+      // a small folder's tar can be done before the exec's connection is open.
+      const archive = tar.stdout.pipe(new PassThrough());
       try {
-        await this.unpack(target, tar.stdout, signal);
+        await this.unpack(target, archive, signal);
       } catch (error) {
         tar.kill('SIGKILL');
         throw error;
