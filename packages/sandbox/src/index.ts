@@ -36,14 +36,6 @@ export {
   TRANSIENT_OUTPUT,
 } from './helpers.js';
 export { type LocalProviderOptions, localProvider } from './host/local-provider.js';
-export type { AgentSandboxOptions } from './kubernetes/agent-sandbox.js';
-export { type KubeConnection, KubernetesRateLimitError } from './kubernetes/client.js';
-export {
-  DEFAULT_ACTIVE_DEADLINE_SECONDS,
-  type KubernetesProviderOptions,
-  kubernetesProvider,
-} from './kubernetes/provider.js';
-export type { KubernetesSandbox } from './kubernetes/sandbox.js';
 export { defaultRootDir } from './host/state.js';
 export type { ImageConfig } from './images/archive.js';
 export { canonicalImage, type ImageReference, parseImageReference } from './images/reference.js';
@@ -54,6 +46,14 @@ export {
   type ImageStoreOptions,
   type ResolveOptions,
 } from './images/store.js';
+export type { AgentSandboxOptions } from './kubernetes/agent-sandbox.js';
+export { type KubeConnection, KubernetesRateLimitError } from './kubernetes/client.js';
+export {
+  DEFAULT_ACTIVE_DEADLINE_SECONDS,
+  type KubernetesProviderOptions,
+  kubernetesProvider,
+} from './kubernetes/provider.js';
+export type { KubernetesSandbox } from './kubernetes/sandbox.js';
 export {
   CREATED_LABEL,
   defaultRunId,

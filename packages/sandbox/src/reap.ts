@@ -11,6 +11,8 @@ import { ConfigError, SandboxError } from '@vime/core';
 import { DockerEngine, defaultDockerSocket } from './docker/engine-api.js';
 import { cgroupHasProcesses, cgroupOwner, findCgroups, removeCgroupTree } from './host/cgroups.js';
 import { cleanupSandboxDir, defaultRootDir, listSandboxDirs } from './host/state.js';
+import type { KubeConnection } from './kubernetes/client.js';
+import { reapKubernetes } from './kubernetes/reap.js';
 import {
   CREATED_LABEL,
   idOfRun,
@@ -20,8 +22,6 @@ import {
   runTag,
   SANDBOX_LABEL,
 } from './lifecycle.js';
-import type { KubeConnection } from './kubernetes/client.js';
-import { reapKubernetes } from './kubernetes/reap.js';
 import { killByEnvPrefix, SANDBOX_MARKER_ENV } from './process-markers.js';
 import type { SandboxEmitter } from './types.js';
 

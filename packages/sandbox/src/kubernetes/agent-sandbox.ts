@@ -40,7 +40,9 @@ interface Condition {
 
 interface ClaimObject {
   metadata?: { name?: string | undefined } | undefined;
-  status?: { conditions?: Condition[] | undefined; sandbox?: { name?: string | undefined } | undefined } | undefined;
+  status?:
+    | { conditions?: Condition[] | undefined; sandbox?: { name?: string | undefined } | undefined }
+    | undefined;
 }
 
 interface SandboxObject {
@@ -61,12 +63,20 @@ export interface ClaimedPod {
   warm: boolean;
 }
 
-const custom = (plural: string, group = EXTENSIONS_GROUP) => ({ group, version: AGENT_SANDBOX_VERSION, plural });
+const custom = (plural: string, group = EXTENSIONS_GROUP) => ({
+  group,
+  version: AGENT_SANDBOX_VERSION,
+  plural,
+});
 
 /** Create an object unless it exists (409 is fine: another process made the same one). */
 async function ensure(clients: KubeClients, plural: string, body: Record<string, unknown>): Promise<void> {
   try {
-    await clients.custom.createNamespacedCustomObject({ ...custom(plural), namespace: clients.namespace, body });
+    await clients.custom.createNamespacedCustomObject({
+      ...custom(plural),
+      namespace: clients.namespace,
+      body,
+    });
   } catch (error) {
     if (statusOf(error) === 409) return;
     throw error;
@@ -132,7 +142,9 @@ export async function createClaim(
         spec: {
           warmPoolRef: { name: pool },
           additionalPodMetadata: { labels: meta.labels },
-          ...(shutdownAt ? { lifecycle: { shutdownTime: shutdownAt.toISOString(), shutdownPolicy: 'Delete' } } : {}),
+          ...(shutdownAt
+            ? { lifecycle: { shutdownTime: shutdownAt.toISOString(), shutdownPolicy: 'Delete' } }
+            : {}),
         },
       },
     }),
@@ -159,7 +171,11 @@ export async function waitClaimed(
     const sandbox = seen.status?.sandbox?.name;
     if (ready?.status === 'True' && sandbox) {
       const object = (await call(`reading Sandbox ${namespace}/${sandbox}`, () =>
-        clients.custom.getNamespacedCustomObject({ ...custom('sandboxes', SANDBOX_GROUP), namespace, name: sandbox }),
+        clients.custom.getNamespacedCustomObject({
+          ...custom('sandboxes', SANDBOX_GROUP),
+          namespace,
+          name: sandbox,
+        }),
       )) as SandboxObject;
       return {
         pod: object.metadata?.annotations?.[POD_NAME_ANNOTATION] ?? sandbox,
@@ -197,7 +213,9 @@ export async function deleteClaim(clients: KubeClients, claim: string): Promise<
 export async function listClaims(
   clients: KubeClients,
   labelSelector: string,
-): Promise<Array<{ metadata?: { name?: string; annotations?: Record<string, string>; creationTimestamp?: string } }>> {
+): Promise<
+  Array<{ metadata?: { name?: string; annotations?: Record<string, string>; creationTimestamp?: string } }>
+> {
   try {
     const list = (await clients.custom.listNamespacedCustomObject({
       ...custom('sandboxclaims'),

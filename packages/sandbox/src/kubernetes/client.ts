@@ -52,11 +52,11 @@ export function statusOf(error: unknown): number | undefined {
 /** The `message` of a Kubernetes `Status` body, else the body as text. */
 function statusMessage(body: unknown): string {
   let value = body;
-  if (typeof value === 'string') {
+  if (typeof body === 'string') {
     try {
-      value = JSON.parse(value);
+      value = JSON.parse(body);
     } catch {
-      return value.slice(0, 1000);
+      return body.slice(0, 1000);
     }
   }
   const message = (value as { message?: unknown } | undefined)?.message;
@@ -162,7 +162,8 @@ export function isLabel(key: string, value: string): boolean {
   const slash = key.lastIndexOf('/');
   const name = slash < 0 ? key : key.slice(slash + 1);
   const prefix = slash < 0 ? undefined : key.slice(0, slash);
-  if (prefix !== undefined && !(prefix.length <= 253 && /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(prefix))) return false;
+  if (prefix !== undefined && !(prefix.length <= 253 && /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(prefix)))
+    return false;
   return LABEL_NAME.test(name) && LABEL_VALUE.test(value);
 }
 

@@ -49,7 +49,8 @@ function sink(write: (chunk: Buffer) => void): Writable {
 /** The handshake's failure (the client gives the `ws` error): a 429 is typed, the rest a `SandboxError`. */
 function handshakeError(what: string, error: unknown): Error {
   const inner = (error as { error?: unknown } | undefined)?.error ?? error;
-  const message = inner instanceof Error ? inner.message : String((inner as { message?: unknown })?.message ?? inner);
+  const message =
+    inner instanceof Error ? inner.message : String((inner as { message?: unknown })?.message ?? inner);
   if (/Unexpected server response: 429/.test(message)) {
     // The client's WebSocket does not hand the handshake's headers on: the wait is unknown here.
     return new KubernetesRateLimitError(`${what}: the API server is rate limiting (429)`, { cause: inner });

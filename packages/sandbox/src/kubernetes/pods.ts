@@ -76,7 +76,9 @@ export function podSpec(input: PodSpecInput): V1PodSpec {
     automountServiceAccountToken: false,
     enableServiceLinks: false,
     terminationGracePeriodSeconds: 0,
-    ...(input.activeDeadlineSeconds === undefined ? {} : { activeDeadlineSeconds: input.activeDeadlineSeconds }),
+    ...(input.activeDeadlineSeconds === undefined
+      ? {}
+      : { activeDeadlineSeconds: input.activeDeadlineSeconds }),
     ...input.overrides,
   };
 }
@@ -94,7 +96,9 @@ const STUCK = new Set([
 export function isRunning(pod: V1Pod): boolean {
   const container = pod.status?.containerStatuses?.find((c) => c.name === SANDBOX_CONTAINER);
   return (
-    pod.status?.phase === 'Running' && container?.state?.running !== undefined && !pod.metadata?.deletionTimestamp
+    pod.status?.phase === 'Running' &&
+    container?.state?.running !== undefined &&
+    !pod.metadata?.deletionTimestamp
   );
 }
 
@@ -113,7 +117,9 @@ export async function waitRunning(
   let delay = 100;
   for (;;) {
     signal?.throwIfAborted();
-    const pod = await call(`reading pod ${namespace}/${name}`, () => core.readNamespacedPod({ name, namespace }));
+    const pod = await call(`reading pod ${namespace}/${name}`, () =>
+      core.readNamespacedPod({ name, namespace }),
+    );
     if (isRunning(pod)) return pod;
     const phase = pod.status?.phase;
     if (phase === 'Failed' || phase === 'Succeeded' || pod.metadata?.deletionTimestamp) {

@@ -9,14 +9,21 @@ import type { V1PodSpec } from '@kubernetes/client-node';
 import { ConfigError } from '@vime/core';
 import type { Logger } from '@vime/core/utils';
 import { EventEmitter } from 'eventemitter3';
-import { forwardWarnings, newSandboxId, RUN_LABEL, runOf, sandboxLabels, withTrackedCreate } from '../lifecycle.js';
+import {
+  forwardWarnings,
+  newSandboxId,
+  RUN_LABEL,
+  runOf,
+  sandboxLabels,
+  withTrackedCreate,
+} from '../lifecycle.js';
 import { checkLifetime, resolveLimits, resolveWorkdir } from '../limits.js';
 import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from '../types.js';
 import {
   type AgentSandboxOptions,
+  type ClaimedPod,
   createClaim,
   deleteClaim,
-  type ClaimedPod,
   WarmPools,
   waitClaimed,
 } from './agent-sandbox.js';
@@ -59,7 +66,9 @@ export interface KubernetesProviderOptions extends KubeConnection {
 function checkSeconds(value: unknown, field: string): number | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) {
-    throw new ConfigError(`kubernetesProvider ${field} must be a whole number >= 1, got ${JSON.stringify(value)}`);
+    throw new ConfigError(
+      `kubernetesProvider ${field} must be a whole number >= 1, got ${JSON.stringify(value)}`,
+    );
   }
   return value;
 }
@@ -69,7 +78,8 @@ export function kubernetesProvider(options: KubernetesProviderOptions = {}): San
   const events = options.events ?? (new EventEmitter() as SandboxEmitter);
   forwardWarnings(events, options.logger);
   const clients = kubeClients(options);
-  const deadline = checkSeconds(options.activeDeadlineSeconds, 'activeDeadlineSeconds') ?? DEFAULT_ACTIVE_DEADLINE_SECONDS;
+  const deadline =
+    checkSeconds(options.activeDeadlineSeconds, 'activeDeadlineSeconds') ?? DEFAULT_ACTIVE_DEADLINE_SECONDS;
   const startTimeoutMs = checkSeconds(options.startTimeoutMs, 'startTimeoutMs') ?? 300_000;
   const pools = options.agentSandbox
     ? new WarmPools(clients, options.agentSandbox === true ? {} : options.agentSandbox)
@@ -112,15 +122,30 @@ export function kubernetesProvider(options: KubernetesProviderOptions = {}): San
         const lifetimeSeconds = spec.lifetimeMs === undefined ? undefined : Math.ceil(spec.lifetimeMs / 1000);
         const input = { image, workdir, env: spec.env, limits, overrides: options.podSpec };
         const { pod, release } = pools
-          ? await claimPod(clients, pools, id, meta, { ...input, activeDeadlineSeconds: undefined }, spec, events, {
-              startTimeoutMs,
-              signal,
-              started,
-            })
-          : await createPod(clients, id, meta, podSpec({ ...input, activeDeadlineSeconds: lifetimeSeconds ?? deadline }), {
-              startTimeoutMs,
-              signal,
-            });
+          ? await claimPod(
+              clients,
+              pools,
+              id,
+              meta,
+              { ...input, activeDeadlineSeconds: undefined },
+              spec,
+              events,
+              {
+                startTimeoutMs,
+                signal,
+                started,
+              },
+            )
+          : await createPod(
+              clients,
+              id,
+              meta,
+              podSpec({ ...input, activeDeadlineSeconds: lifetimeSeconds ?? deadline }),
+              {
+                startTimeoutMs,
+                signal,
+              },
+            );
         const sandbox = new KubernetesSandbox({
           id,
           kc: clients.kc,
@@ -141,7 +166,12 @@ export function kubernetesProvider(options: KubernetesProviderOptions = {}): San
             ),
           release,
         });
-        events.emit('create', { id, provider: 'kubernetes', labels, durationMs: performance.now() - started });
+        events.emit('create', {
+          id,
+          provider: 'kubernetes',
+          labels,
+          durationMs: performance.now() - started,
+        });
         return sandbox;
       },
     },
@@ -167,7 +197,10 @@ async function createPod(
   const { core, namespace } = clients;
   // Not aborted midway: the server may create a pod whose request went away; it must be known to be deleted.
   await call(`creating pod ${namespace}/${name}`, () =>
-    core.createNamespacedPod({ namespace, body: { apiVersion: 'v1', kind: 'Pod', metadata: { name, ...meta }, spec } }),
+    core.createNamespacedPod({
+      namespace,
+      body: { apiVersion: 'v1', kind: 'Pod', metadata: { name, ...meta }, spec },
+    }),
   );
   const release = () => call(`deleting pod ${namespace}/${name}`, () => deletePod(core, namespace, name));
   try {
@@ -190,11 +223,14 @@ async function claimPod(
   events: SandboxEmitter,
   options: { startTimeoutMs: number; signal: AbortSignal | undefined; started: number },
 ): Promise<Backing> {
-  const pool = await pools.poolFor(input.image, podSpec(input), { [RUN_LABEL]: meta.labels[RUN_LABEL] ?? '' });
+  const pool = await pools.poolFor(input.image, podSpec(input), {
+    [RUN_LABEL]: meta.labels[RUN_LABEL] ?? '',
+  });
   const claim = `vime-${id}`;
   const shutdownAt = spec.lifetimeMs === undefined ? undefined : new Date(Date.now() + spec.lifetimeMs);
   await createClaim(clients, claim, pool, meta, shutdownAt);
-  const release = () => call(`deleting SandboxClaim ${clients.namespace}/${claim}`, () => deleteClaim(clients, claim));
+  const release = () =>
+    call(`deleting SandboxClaim ${clients.namespace}/${claim}`, () => deleteClaim(clients, claim));
   let claimed: ClaimedPod;
   try {
     claimed = await waitClaimed(clients, claim, options.startTimeoutMs, options.signal);

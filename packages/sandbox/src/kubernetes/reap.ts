@@ -32,7 +32,9 @@ export interface KubeReapResult {
 
 function candidate(
   kind: Candidate['kind'],
-  item: { metadata?: { name?: string; annotations?: Record<string, string>; creationTimestamp?: string | Date } },
+  item: {
+    metadata?: { name?: string; annotations?: Record<string, string>; creationTimestamp?: string | Date };
+  },
 ): Candidate | undefined {
   const name = item.metadata?.name;
   if (!name) return undefined;
@@ -42,7 +44,10 @@ function candidate(
 }
 
 /** Remove the run's claims first (their pods go with them), then its pods. */
-export async function reapKubernetes(connection: KubeConnection, filter: KubeReapFilter): Promise<KubeReapResult> {
+export async function reapKubernetes(
+  connection: KubeConnection,
+  filter: KubeReapFilter,
+): Promise<KubeReapResult> {
   const clients = kubeClients(connection);
   const selector = filter.run === undefined ? RUN_LABEL : `${RUN_LABEL}=${filter.run}`;
   const result: KubeReapResult = { removed: [], skippedLive: 0, errors: [] };
@@ -68,14 +73,19 @@ export async function reapKubernetes(connection: KubeConnection, filter: KubeRea
     const id = c.labels[SANDBOX_LABEL] ?? c.name;
     if (!filter.dryRun) {
       try {
-        if (c.kind === 'claim') await call(`deleting SandboxClaim ${c.name}`, () => deleteClaim(clients, c.name));
+        if (c.kind === 'claim')
+          await call(`deleting SandboxClaim ${c.name}`, () => deleteClaim(clients, c.name));
         else await call(`deleting pod ${c.name}`, () => deletePod(clients.core, clients.namespace, c.name));
       } catch (error) {
         result.errors.push({ id, error });
         continue;
       }
     }
-    result.removed.push({ id, labels: c.labels, reason: `${reason}, ${c.kind} ${clients.namespace}/${c.name}` });
+    result.removed.push({
+      id,
+      labels: c.labels,
+      reason: `${reason}, ${c.kind} ${clients.namespace}/${c.name}`,
+    });
   }
   return result;
 }

@@ -12,7 +12,7 @@ import { posix } from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import type { KubeConfig } from '@kubernetes/client-node';
 import { ConfigError, SandboxError } from '@vime/core';
-import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from '@vime/core/utils';
+import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, deadlineSignal, decodeUtf8 } from '@vime/core/utils';
 import { sandboxPath } from '../host/sandbox.js';
 import { register } from '../lifecycle.js';
 import { SandboxOps } from '../ops.js';
@@ -42,6 +42,8 @@ const READ_FILE =
   'f=$1; [ -e "$f" ] || exit 44; [ -f "$f" ] || exit 45; s=$(wc -c < "$f"); [ "$s" -le "$2" ] || { echo "$s"; exit 46; }; exec tar -chf - -C "$(dirname -- "$f")" -- "$(basename -- "$f")"';
 /** Unpacks a tar from stdin into a folder, created first, owned by the extracting (sandbox) user. */
 const UNPACK = 'mkdir -p -- "$1" && exec tar -xmof - -C "$1"';
+/** How long after an exec's timeout its processes are killed by marker, if its status has not come. */
+const KILL_GRACE_MS = 1000;
 /** Room for the tar headers around one file's content. */
 const TAR_OVERHEAD = 64 << 10;
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -131,17 +133,29 @@ export class KubernetesSandbox implements Sandbox {
       if (argv.length === 0) throw new SandboxError('exec needs a command', { code: 'invalid_argument' });
       for (const name of Object.keys(options.env ?? {})) {
         if (!ENV_NAME.test(name)) {
-          throw new ConfigError(`exec env: ${JSON.stringify(name)} is not a shell variable name ([A-Za-z_][A-Za-z0-9_]*)`);
+          throw new ConfigError(
+            `exec env: ${JSON.stringify(name)} is not a shell variable name ([A-Za-z_][A-Za-z0-9_]*)`,
+          );
         }
       }
       const { timeoutMs } = options;
-      if (timeoutMs !== undefined) argv = ['timeout', '-s', 'KILL', (Math.max(1, timeoutMs) / 1000).toFixed(3), ...argv];
+      if (timeoutMs !== undefined)
+        argv = ['timeout', '-s', 'KILL', (Math.max(1, timeoutMs) / 1000).toFixed(3), ...argv];
       const cwd = sandboxPath(this.workdir, options.cwd ?? this.workdir);
       const env = Object.entries({ ...options.env, [EXEC_MARKER_ENV]: execId }).map(([k, v]) => `${k}=${v}`);
       const limits = this.#init.ulimits.flatMap(([flag, value]) => [flag, String(value)]);
       // The pod enforces the timeout; this bound (a multiple of it) only covers a connection that hangs.
-      const bound =
-        timeoutMs === undefined ? signal : AbortSignal.any([signal, AbortSignal.timeout(2 * timeoutMs + 30_000)]);
+      const hang = timeoutMs === undefined ? undefined : deadlineSignal(2 * timeoutMs + 30_000, signal);
+      const bound = hang?.signal ?? signal;
+      // A detached child holding the exec's stdout keeps its stream (and so its status) from ending after
+      // the in-pod timeout killed the command: a moment later every process of the exec is killed by marker.
+      let killing: Promise<void> | undefined;
+      const killer =
+        timeoutMs === undefined
+          ? undefined
+          : setTimeout(() => {
+              killing = this.killMarked(execId);
+            }, timeoutMs + KILL_GRACE_MS);
       let run: Awaited<ReturnType<KubernetesSandbox['run']>>;
       try {
         run = await this.run(['sh', '-c', PRELUDE, 'sh', cwd, ...env, ...limits, '--', ...argv], {
@@ -153,11 +167,19 @@ export class KubernetesSandbox implements Sandbox {
         if (!bound.aborted || this.#ops.terminating) throw error;
         await this.killMarked(execId);
         if (signal.aborted) throw signal.reason;
-        run = { exitCode: 137, stdout: new BoundedOutput(1), stderr: new BoundedOutput(1), merged: new BoundedOutput(1) };
+        run = {
+          exitCode: 137,
+          stdout: new BoundedOutput(1),
+          stderr: new BoundedOutput(1),
+          merged: new BoundedOutput(1),
+        };
+      } finally {
+        clearTimeout(killer);
+        hang?.clear();
       }
       const durationMs = performance.now() - started;
       const timedOut = timeoutMs !== undefined && run.exitCode === 137 && durationMs >= timeoutMs;
-      if (timedOut) await this.killMarked(execId);
+      if (timedOut) await (killing ?? this.killMarked(execId));
       return {
         exitCode: timedOut ? null : run.exitCode,
         stdout: run.stdout.text(),
@@ -194,7 +216,9 @@ export class KubernetesSandbox implements Sandbox {
     options: OpOptions & { mode?: number | undefined } = {},
   ): Promise<void> {
     const target = sandboxPath(this.workdir, path);
-    const tar = packTar([{ name: posix.basename(target), type: 'file', content, mode: options.mode ?? 0o644 }]);
+    const tar = packTar([
+      { name: posix.basename(target), type: 'file', content, mode: options.mode ?? 0o644 },
+    ]);
     await this.#ops.track(options, (signal) => this.unpack(posix.dirname(target), tar, signal));
   }
 
@@ -230,7 +254,9 @@ export class KubernetesSandbox implements Sandbox {
       }
       const out = Buffer.concat(chunks);
       if (exitCode === 44) {
-        throw new SandboxError(`readFile ${target} in sandbox ${this.id}: no such file`, { code: 'not_found' });
+        throw new SandboxError(`readFile ${target} in sandbox ${this.id}: no such file`, {
+          code: 'not_found',
+        });
       }
       if (exitCode === 45) {
         throw new SandboxError(`readFile ${target} in sandbox ${this.id}: not a regular file`, {
@@ -239,7 +265,9 @@ export class KubernetesSandbox implements Sandbox {
       }
       if (exitCode === 46) throw tooLarge(target, this.id, cap, Number(out.toString().trim()));
       if (exitCode !== 0) {
-        throw new SandboxError(`readFile ${target} in sandbox ${this.id} (exit ${exitCode}): ${stderr.text().trim()}`);
+        throw new SandboxError(
+          `readFile ${target} in sandbox ${this.id} (exit ${exitCode}): ${stderr.text().trim()}`,
+        );
       }
       const entry = unpackTar(out)[0];
       if (entry?.type !== 'file') {
@@ -258,7 +286,8 @@ export class KubernetesSandbox implements Sandbox {
 
   async copyIn(hostDir: string, path: string, options: OpOptions = {}): Promise<void> {
     const st = await stat(hostDir).catch(() => undefined);
-    if (!st?.isDirectory()) throw new ConfigError(`copyIn hostDir: ${JSON.stringify(hostDir)} is not a folder`);
+    if (!st?.isDirectory())
+      throw new ConfigError(`copyIn hostDir: ${JSON.stringify(hostDir)} is not a folder`);
     const target = sandboxPath(this.workdir, path);
     await this.#ops.track(options, async (signal) => {
       const tar = spawn('tar', ['-C', hostDir, '-cf', '-', '.'], { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -276,7 +305,8 @@ export class KubernetesSandbox implements Sandbox {
         tar.kill('SIGKILL');
         throw error;
       }
-      if ((await tarExit) !== 0) throw new SandboxError(`copyIn: packing ${hostDir} failed: ${tarErr.trim()}`);
+      if ((await tarExit) !== 0)
+        throw new SandboxError(`copyIn: packing ${hostDir} failed: ${tarErr.trim()}`);
     });
   }
 
@@ -290,6 +320,10 @@ export class KubernetesSandbox implements Sandbox {
   }
 
   terminateWith(reason: TerminateReason): Promise<void> {
-    return this.#ops.terminate(reason, this.#init.release, `deleting pod ${this.namespace}/${this.pod} of sandbox ${this.id} failed`);
+    return this.#ops.terminate(
+      reason,
+      this.#init.release,
+      `deleting pod ${this.namespace}/${this.pod} of sandbox ${this.id} failed`,
+    );
   }
 }
