@@ -204,6 +204,19 @@ describe('kubernetes provider (stand-in API server): plain pods', () => {
     await sbx.terminate();
   });
 
+  it('types a 429 on the exec handshake as a KubernetesRateLimitError too (without its wait: the client does not hand on the handshake's headers)', async () => {
+    const sbx = await kubernetesProvider({ kubeConfig: api.kubeConfig(NS) }).create({ image: IMAGE, workdir: '/w' });
+    try {
+      api.throttle = { count: 1, retryAfterSeconds: 3, match: (_m, p) => p.endsWith('/exec') };
+      const error = await sbx.exec('true').catch((e: unknown) => e);
+      expect(KubernetesRateLimitError.isInstance(error)).toBe(true);
+      expect(error).toMatchObject({ code: 'rate_limited', retryAfterMs: undefined });
+      expect((await sbx.exec('echo after')).stdout).toBe('after\n');
+    } finally {
+      await sbx.terminate();
+    }
+  });
+
   it('reaps the pods of a run by label, leaving other runs alone', async () => {
     const provider = kubernetesProvider({ kubeConfig: api.kubeConfig(NS), handleSignals: false });
     const mine = (await provider.create({
