@@ -204,8 +204,11 @@ describe('kubernetes provider (stand-in API server): plain pods', () => {
     await sbx.terminate();
   });
 
-  it('types a 429 on the exec handshake as a KubernetesRateLimitError too (without its wait: the client does not hand on the handshake's headers)', async () => {
-    const sbx = await kubernetesProvider({ kubeConfig: api.kubeConfig(NS) }).create({ image: IMAGE, workdir: '/w' });
+  it('types a 429 on the exec handshake as a KubernetesRateLimitError too (without its wait: the client does not hand on the handshake headers)', async () => {
+    const sbx = await kubernetesProvider({ kubeConfig: api.kubeConfig(NS) }).create({
+      image: IMAGE,
+      workdir: '/w',
+    });
     try {
       api.throttle = { count: 1, retryAfterSeconds: 3, match: (_m, p) => p.endsWith('/exec') };
       const error = await sbx.exec('true').catch((e: unknown) => e);
