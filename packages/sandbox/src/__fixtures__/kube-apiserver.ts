@@ -5,7 +5,9 @@
 // Invalid, 429 TooManyRequests with Retry-After), label selectors, and the `exec` subresource over
 // WebSocket (`v5.channel.k8s.io` / `v4.channel.k8s.io`: channel-prefixed binary frames, the status
 // channel's JSON `Status`, v5's stdin close frame `255 0`; kubernetes/kubernetes
-// staging/src/k8s.io/apimachinery/pkg/util/remotecommand/constants.go for the protocol names). A pod is
+// staging/src/k8s.io/apimachinery/pkg/util/remotecommand/constants.go @ 773559c09fdbb35e0a2e64b0edb68424eecf1c5a
+// for the protocol names and channels, client-go/tools/remotecommand/v4.go @
+// 01c557f1f07ecb1c033cd3112638ff416264f0db for the exit status). A pod is
 // a folder on this host: its commands run as real processes under bubblewrap with that folder as `/`
 // (the host's /usr and /etc read-only), in this host's pid namespace, so a process left by one exec is
 // visible to the next, as in a container. It starts pods at once, honours `activeDeadlineSeconds` as the

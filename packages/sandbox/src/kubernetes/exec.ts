@@ -3,9 +3,12 @@
  * WebSocket speaking `v5.channel.k8s.io`, else `v4.channel.k8s.io`: every frame starts with its channel,
  * 0 stdin, 1 stdout, 2 stderr, 3 the status; v5 also closes stdin with the frame `255 0`). The exit code
  * comes from the status channel's `Status` object: `Success`, or `Failure` with reason `NonZeroExitCode`
- * and the code in `details.causes[reason=ExitCode].message` (the kubelet's streaming server,
- * kubernetes/kubernetes staging/src/k8s.io/client-go/tools/remotecommand/v4.go, errorDecoderV4; the
- * client side is dist/web-socket-handler.js of @kubernetes/client-node 2.0.2).
+ * and the code in `details.causes[reason=ExitCode].message`, as Go's client reads it
+ * (kubernetes/kubernetes staging/src/k8s.io/client-go/tools/remotecommand/v4.go @
+ * 01c557f1f07ecb1c033cd3112638ff416264f0db, errorDecoderV4; channel numbers and protocol names in
+ * staging/src/k8s.io/apimachinery/pkg/util/remotecommand/constants.go @
+ * 773559c09fdbb35e0a2e64b0edb68424eecf1c5a); the JavaScript client's side is dist/web-socket-handler.js
+ * of @kubernetes/client-node 2.0.2.
  */
 import { Readable, Writable } from 'node:stream';
 import { Exec, type KubeConfig, type V1Status } from '@kubernetes/client-node';

@@ -223,9 +223,8 @@ async function claimPod(
   events: SandboxEmitter,
   options: { startTimeoutMs: number; signal: AbortSignal | undefined; started: number },
 ): Promise<Backing> {
-  const pool = await pools.poolFor(input.image, podSpec(input), {
-    [RUN_LABEL]: meta.labels[RUN_LABEL] ?? '',
-  });
+  // Pools outlive runs (the next run claims from them): labelled as Vime's, not as one run's.
+  const pool = await pools.poolFor(input.image, podSpec(input), { 'app.kubernetes.io/managed-by': 'vime' });
   const claim = `vime-${id}`;
   const shutdownAt = spec.lifetimeMs === undefined ? undefined : new Date(Date.now() + spec.lifetimeMs);
   await createClaim(clients, claim, pool, meta, shutdownAt);
