@@ -51,6 +51,8 @@ export class StandinApiServer {
   readonly custom = new Map<string, KubeObject>();
   readonly controller: AgentSandboxController;
   /** Answer the next `count` requests matching `match` with 429 and `Retry-After: retryAfterSeconds`. */
+  /** Images the stand-in kubelet cannot pull: their pods wait with `ErrImagePull`, as a real kubelet reports. */
+  readonly unpullable = new Set<string>();
   throttle: { count: number; retryAfterSeconds: number; match: (method: string, path: string) => boolean } | undefined;
   readonly #server: Server;
   readonly #wss = new WebSocketServer({
@@ -190,6 +192,11 @@ export class StandinApiServer {
     const { object } = state;
     if (object.metadata.deletionTimestamp) return;
     const container = object.spec.containers[0];
+    if (this.unpullable.has(container.image)) {
+      const waiting = { reason: 'ErrImagePull', message: `failed to pull image "${container.image}": not found` };
+      object.status.containerStatuses = [{ name: container.name, image: container.image, ready: false, state: { waiting } }];
+      return;
+    }
     mkdirSync(join(state.root, 'tmp'), { recursive: true, mode: 0o1777 });
     mkdirSync(join(state.root, container.workingDir ?? '/'), { recursive: true });
     // The image's layout: a merged /usr, as Debian's.

@@ -88,6 +88,25 @@ describe('kubernetes provider (stand-in API server): plain pods', () => {
     expect(api.requests.length).toBe(before);
   });
 
+  it('fails a create whose image cannot be pulled at once, with the kubelet reason, and deletes its pod', async () => {
+    api.unpullable.add('registry.invalid/missing:1');
+    const provider = kubernetesProvider({ kubeConfig: api.kubeConfig(NS), startTimeoutMs: 600_000 });
+    const pods = api.pods.size;
+    await expect(
+      provider.create({ image: 'registry.invalid/missing:1', workdir: '/w' }),
+    ).rejects.toMatchObject({
+      code: 'pod_failed',
+      message: expect.stringMatching(/ErrImagePull: failed to pull image .*pull secrets/),
+    });
+    expect(api.pods.size).toBe(pods);
+  });
+
+  it('names the kubeconfig that cannot be loaded, and the fix', () => {
+    expect(() => kubernetesProvider({ kubeconfig: '/nonexistent/kubeconfig' })).toThrow(
+      /cannot load the kubeconfig "\/nonexistent\/kubeconfig".*pass \{ kubeconfig: PATH \}, set KUBECONFIG/,
+    );
+  });
+
   it('times an exec out in the pod and kills its whole tree, detached children included', async () => {
     const sbx = await kubernetesProvider({ kubeConfig: api.kubeConfig(NS) }).create({
       image: IMAGE,
