@@ -151,8 +151,7 @@ export function hostedProvider(adapter: VendorAdapter, options: HostedProviderOp
         try {
           signal?.throwIfAborted();
           let err = '';
-          // Relative to `/`, so a vendor stand-in that maps paths under a folder of its own makes it there too.
-          const code = await session.run(['mkdir', '-p', '--', workdir.slice(1)], {
+          const code = await session.run(['mkdir', '-p', '--', workdir], {
             cwd: '/',
             env: {},
             signal: signal ?? AbortSignal.timeout(120_000),

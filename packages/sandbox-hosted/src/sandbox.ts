@@ -198,10 +198,7 @@ export class HostedSandbox implements Sandbox {
     const bytes = typeof content === 'string' ? Buffer.from(content) : content;
     await this.ops.track(options, async (signal) => {
       await this.session.writeFile(target, bytes, signal);
-      if (options.mode !== undefined) {
-        const dir = posix.dirname(target);
-        await this.mustRun(['chmod', options.mode.toString(8), posix.basename(target)], signal, dir);
-      }
+      if (options.mode !== undefined) await this.mustRun(['chmod', options.mode.toString(8), target], signal);
     });
   }
 

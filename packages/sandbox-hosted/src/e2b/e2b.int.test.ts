@@ -2,7 +2,7 @@
  * e2bProvider against a STAND-IN for E2B's servers (src/standins/e2b.ts): a loopback HTTP server speaking
  * E2B's REST API and envd's Connect-RPC process service, built from E2B's published specs, that runs
  * commands as local processes in a temp folder per sandbox. The `e2b` SDK itself is unmodified; it is only
- * pointed at the stand-in (`apiUrl`, `sandboxUrl`). Paths inside command lines stay relative to the work dir.
+ * pointed at the stand-in (`apiUrl`, `sandboxUrl`).
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -118,6 +118,10 @@ describe('e2bProvider against the E2B stand-in (REST API + envd Connect-RPC)', (
     expect((await sbx.exec('./run.sh')).stdout).toBe('ran\n');
     await sbx.exec('echo from the sandbox > made.txt');
     expect(await sbx.readTextFile('made.txt')).toBe('from the sandbox\n');
+    await sbx.writeFile('/tmp/agent.diff', 'from the host\n');
+    expect((await sbx.exec('cat /tmp/agent.diff')).stdout).toBe('from the host\n');
+    await sbx.exec('echo from the sandbox > /tmp/made.txt');
+    expect(await sbx.readTextFile('/tmp/made.txt')).toBe('from the sandbox\n');
     await sbx.exec('head -c 5000 /dev/zero > big.bin');
     await expect(sbx.readFile('big.bin', { maxBytes: 1000 })).rejects.toMatchObject({
       code: 'file_too_large',
@@ -132,7 +136,10 @@ describe('e2bProvider against the E2B stand-in (REST API + envd Connect-RPC)', (
     execFileSync('git', ['-C', src, 'add', '-A']);
     execFileSync('git', ['-C', src, '-c', 'user.email=t@e', '-c', 'user.name=t', 'commit', '-qm', 'init']);
     await sbx.copyIn(src, 'repo');
-    const r = await sbx.exec('git status --porcelain && git log --oneline | wc -l && ls -a', { cwd: 'repo' });
+    const r = await sbx.exec('git status --porcelain && git log --oneline | wc -l && ls -a', {
+      cwd: '/testbed/repo',
+      env: { HOME: '/tmp' },
+    });
     expect(r.exitCode, r.output).toBe(0);
     expect(r.stdout).toMatch(/^1\n/);
     expect(r.stdout).toContain('calc.py');

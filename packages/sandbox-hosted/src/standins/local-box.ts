@@ -1,12 +1,14 @@
 /**
  * STAND-IN plumbing for tests: what a hosted vendor's sandbox does, done with real local processes in a
- * temp folder per sandbox. A path the SDK sends (a file, a cwd) is mapped under that folder (`/testbed` →
- * `<root>/testbed`); paths inside command lines are not rewritten, so the tests speak relative paths. This
- * is not isolation: it stands in for a vendor's servers that cannot be reached from here.
+ * temp folder per sandbox. Each command runs under bubblewrap with that folder as its root (the host's
+ * `/usr` and `/etc` read-only, the host's `/proc` so the adapters' process sweeps see it), so absolute paths
+ * (`/testbed`, `/tmp`) mean the same in a command line as in the SDK's file calls, which the stand-in maps
+ * under the folder. No namespaces but the mount one: it stands in for a vendor's servers that cannot be
+ * reached from here, and is no isolation.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, posix } from 'node:path';
 
@@ -26,7 +28,9 @@ export class LocalBox {
   constructor(id: string, env: Record<string, string> = {}) {
     this.id = id;
     this.root = mkdtempSync(join(tmpdir(), 'vime-standin-box-'));
-    mkdirSync(join(this.root, 'tmp'));
+    // The root's skeleton: mount points for the host's system folders, and the usual merged-/usr links.
+    for (const d of ['tmp', 'usr', 'etc', 'dev', 'proc']) mkdirSync(join(this.root, d));
+    for (const d of ['bin', 'lib', 'lib64', 'sbin']) symlinkSync(`usr/${d}`, join(this.root, d));
     this.env = env;
   }
 
@@ -55,9 +59,15 @@ export class LocalBox {
       ...options.env,
       [BOX_ENV]: this.id,
     };
-    if (env.HOME?.startsWith('/')) env.HOME = this.path(env.HOME);
-    const child = spawn(cmd, [...args], {
-      cwd: this.path(options.cwd ?? '/'),
+    const root = [
+      ['--bind', this.root, '/'],
+      ['--ro-bind', '/usr', '/usr'],
+      ['--ro-bind', '/etc', '/etc'],
+      ['--dev', '/dev'],
+      ['--bind', '/proc', '/proc'],
+      ['--chdir', posix.resolve('/', options.cwd ?? '/')],
+    ].flat();
+    const child = spawn('bwrap', [...root, '--', cmd, ...args], {
       env,
       stdio: ['pipe', 'pipe', 'pipe'],
       detached: true,
