@@ -5,6 +5,7 @@
  *
  * @module @vime/sandbox-hosted
  */
+export { DAYTONA_RATE_WINDOW_MS, type DaytonaProviderOptions, daytonaProvider } from './daytona/provider.js';
 export { E2B_RATE_WINDOW_MS, type E2bProviderOptions, e2bProvider } from './e2b/provider.js';
 export { HostedRateLimitError, type HostedVendor, parseRetryAfter } from './errors.js';
 export {
