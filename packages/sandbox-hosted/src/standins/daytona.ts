@@ -105,6 +105,98 @@ function dto(box: DaytonaBox, url: string, state = 'started'): Record<string, un
   };
 }
 
+function notFound(res: ServerResponse, what: string): void {
+  json(res, 404, { statusCode: 404, message: `${what} not found`, error: 'Not Found' });
+}
+
+/** The toolbox routes of one sandbox (`<toolboxProxyUrl>/{id}/…`). */
+async function toolbox(
+  req: IncomingMessage,
+  res: ServerResponse,
+  path: string,
+  url: URL,
+  box: DaytonaBox,
+): Promise<void> {
+  if (req.method === 'POST' && path === '/process/session') {
+    await body(req);
+    return json(res, 201, {});
+  }
+  const exec = /^\/process\/session\/([^/]+)\/exec$/.exec(path);
+  if (req.method === 'POST' && exec) {
+    const { command } = JSON.parse((await body(req)).toString()) as { command: string };
+    const child = box.spawn('bash', ['-c', command], { cwd: '/' });
+    child.stdin?.end();
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    const all: Buffer[] = [];
+    child.stdout?.on('data', (d: Buffer) => out.push(d) && all.push(d));
+    child.stderr?.on('data', (d: Buffer) => err.push(d) && all.push(d));
+    const [code] = (await once(child, 'close')) as [number | null];
+    return json(res, 200, {
+      cmdId: standinId('cmd-'),
+      exitCode: code ?? -1,
+      stdout: Buffer.concat(out).toString(),
+      stderr: Buffer.concat(err).toString(),
+      output: Buffer.concat(all).toString(),
+    });
+  }
+  if (req.method === 'GET' && path === '/files/info') {
+    try {
+      const st = statSync(box.path(url.searchParams.get('path') ?? ''));
+      return json(res, 200, {
+        name: url.searchParams.get('path'),
+        size: st.size,
+        isDir: st.isDirectory(),
+        mode: st.mode.toString(8),
+        modTime: st.mtime.toISOString(),
+        owner: 'daytona',
+        group: 'daytona',
+        permissions: '',
+      });
+    } catch {
+      return notFound(res, `file ${url.searchParams.get('path')}`);
+    }
+  }
+  if (req.method === 'POST' && path === '/files/bulk-upload') {
+    const parts = multipart(await body(req), req.headers['content-type'] ?? '');
+    for (let i = 0; parts.some((p) => p.name === `files[${i}].path`); i++) {
+      const target = box.path(parts.find((p) => p.name === `files[${i}].path`)!.data.toString());
+      mkdirSync(dirname(target), { recursive: true });
+      writeFileSync(target, parts.find((p) => p.name === `files[${i}].file`)?.data ?? Buffer.alloc(0));
+    }
+    return json(res, 200, {});
+  }
+  if (req.method === 'POST' && path === '/files/bulk-download') {
+    const { paths } = JSON.parse((await body(req)).toString()) as { paths: string[] };
+    const boundary = `standin${standinId('')}`;
+    const chunks: Buffer[] = [];
+    for (const p of paths) {
+      let data: Buffer | undefined;
+      try {
+        data = readFileSync(box.path(p));
+      } catch {
+        data = undefined;
+      }
+      const name = data ? 'file' : 'error';
+      const type = data ? 'application/octet-stream' : 'application/json';
+      chunks.push(
+        Buffer.from(
+          `--${boundary}\r\nContent-Disposition: form-data; name="${name}"; filename="${p}"\r\nContent-Type: ${type}\r\n\r\n`,
+        ),
+        data ??
+          Buffer.from(
+            JSON.stringify({ message: `file ${p} not found`, statusCode: 404, code: 'FILE_NOT_FOUND' }),
+          ),
+        Buffer.from('\r\n'),
+      );
+    }
+    chunks.push(Buffer.from(`--${boundary}--\r\n`));
+    res.writeHead(200, { 'content-type': `multipart/form-data; boundary=${boundary}` });
+    return void res.end(Buffer.concat(chunks));
+  }
+  notFound(res, `toolbox route ${req.method} ${path}`);
+}
+
 /** Start a Daytona stand-in on a loopback port. */
 export async function startDaytonaStandin(options: DaytonaStandinOptions = {}): Promise<DaytonaStandin> {
   const apiKey = options.apiKey ?? 'dtn_standin_key';
@@ -115,8 +207,6 @@ export async function startDaytonaStandin(options: DaytonaStandinOptions = {}): 
     state.boxes.get(id)?.kill();
     state.boxes.delete(id);
   };
-  const notFound = (res: ServerResponse, what: string) =>
-    json(res, 404, { statusCode: 404, message: `${what} not found`, error: 'Not Found' });
 
   const api = async (req: IncomingMessage, res: ServerResponse, url: URL) => {
     const m = /^\/sandbox(?:\/([^/]+))?$/.exec(url.pathname);
@@ -164,93 +254,6 @@ export async function startDaytonaStandin(options: DaytonaStandinOptions = {}): 
       return json(res, 200, dto(box, state.url, 'destroying'));
     }
     notFound(res, `route ${req.method} ${url.pathname}`);
-  };
-
-  const toolbox = async (
-    req: IncomingMessage,
-    res: ServerResponse,
-    path: string,
-    url: URL,
-    box: DaytonaBox,
-  ) => {
-    if (req.method === 'POST' && path === '/process/session') {
-      await body(req);
-      return json(res, 201, {});
-    }
-    const exec = /^\/process\/session\/([^/]+)\/exec$/.exec(path);
-    if (req.method === 'POST' && exec) {
-      const { command } = JSON.parse((await body(req)).toString()) as { command: string };
-      const child = box.spawn('bash', ['-c', command], { cwd: '/' });
-      child.stdin?.end();
-      const out: Buffer[] = [];
-      const err: Buffer[] = [];
-      const all: Buffer[] = [];
-      child.stdout?.on('data', (d: Buffer) => out.push(d) && all.push(d));
-      child.stderr?.on('data', (d: Buffer) => err.push(d) && all.push(d));
-      const [code] = (await once(child, 'close')) as [number | null];
-      return json(res, 200, {
-        cmdId: standinId('cmd-'),
-        exitCode: code ?? -1,
-        stdout: Buffer.concat(out).toString(),
-        stderr: Buffer.concat(err).toString(),
-        output: Buffer.concat(all).toString(),
-      });
-    }
-    if (req.method === 'GET' && path === '/files/info') {
-      try {
-        const st = statSync(box.path(url.searchParams.get('path') ?? ''));
-        return json(res, 200, {
-          name: url.searchParams.get('path'),
-          size: st.size,
-          isDir: st.isDirectory(),
-          mode: st.mode.toString(8),
-          modTime: st.mtime.toISOString(),
-          owner: 'daytona',
-          group: 'daytona',
-          permissions: '',
-        });
-      } catch {
-        return notFound(res, `file ${url.searchParams.get('path')}`);
-      }
-    }
-    if (req.method === 'POST' && path === '/files/bulk-upload') {
-      const parts = multipart(await body(req), req.headers['content-type'] ?? '');
-      for (let i = 0; parts.some((p) => p.name === `files[${i}].path`); i++) {
-        const target = box.path(parts.find((p) => p.name === `files[${i}].path`)!.data.toString());
-        mkdirSync(dirname(target), { recursive: true });
-        writeFileSync(target, parts.find((p) => p.name === `files[${i}].file`)?.data ?? Buffer.alloc(0));
-      }
-      return json(res, 200, {});
-    }
-    if (req.method === 'POST' && path === '/files/bulk-download') {
-      const { paths } = JSON.parse((await body(req)).toString()) as { paths: string[] };
-      const boundary = `standin${standinId('')}`;
-      const chunks: Buffer[] = [];
-      for (const p of paths) {
-        let data: Buffer | undefined;
-        try {
-          data = readFileSync(box.path(p));
-        } catch {
-          data = undefined;
-        }
-        const name = data ? 'file' : 'error';
-        const type = data ? 'application/octet-stream' : 'application/json';
-        chunks.push(
-          Buffer.from(
-            `--${boundary}\r\nContent-Disposition: form-data; name="${name}"; filename="${p}"\r\nContent-Type: ${type}\r\n\r\n`,
-          ),
-          data ??
-            Buffer.from(
-              JSON.stringify({ message: `file ${p} not found`, statusCode: 404, code: 'FILE_NOT_FOUND' }),
-            ),
-          Buffer.from('\r\n'),
-        );
-      }
-      chunks.push(Buffer.from(`--${boundary}--\r\n`));
-      res.writeHead(200, { 'content-type': `multipart/form-data; boundary=${boundary}` });
-      return void res.end(Buffer.concat(chunks));
-    }
-    notFound(res, `toolbox route ${req.method} ${path}`);
   };
 
   const server = createServer((req, res) => {
