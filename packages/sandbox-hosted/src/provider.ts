@@ -42,7 +42,6 @@ export interface VendorCreate {
   labels: Record<string, string>;
   /** The server-side lifetime. */
   lifetimeMs: number;
-  signal: AbortSignal | undefined;
 }
 
 /** A sandbox of the vendor's listing, as the reaper sees it. */
@@ -146,7 +145,6 @@ export function hostedProvider(adapter: VendorAdapter, options: HostedProviderOp
           env: { HOME: workdir, ...spec.env },
           labels,
           lifetimeMs: spec.lifetimeMs ?? defaultLifetimeMs,
-          signal,
         });
         try {
           signal?.throwIfAborted();

@@ -157,6 +157,22 @@ describe('e2bProvider against the E2B stand-in (REST API + envd Connect-RPC)', (
     await expect(other.exec('true')).rejects.toMatchObject({ code: 'sandbox_terminated' });
   });
 
+  it('a create aborted while E2B is answering rejects and leaves no sandbox there', async () => {
+    // The stand-in makes the sandbox at once and answers 300 ms later; the abort lands in between.
+    const slow = await startE2bStandin({ ratePerSecond: 1000, createDelayMs: 300 });
+    try {
+      const p = e2bProvider({ apiKey: slow.apiKey, apiUrl: slow.url, sandboxUrl: slow.url });
+      const controller = new AbortController();
+      const created = p.create({ workdir: '/w' }, { signal: controller.signal });
+      await waitFor('the stand-in to make the sandbox', () => slow.boxes.size === 1);
+      controller.abort(new Error('stop'));
+      await expect(created).rejects.toThrow();
+      await waitFor('the sandbox of the aborted create to be deleted', () => slow.boxes.size === 0);
+    } finally {
+      await slow.close();
+    }
+  });
+
   it("sets E2B's own timeout, which ends a sandbox nobody terminates (the leak backstop)", async () => {
     const short = e2bProvider({
       apiKey: standin.apiKey,

@@ -170,12 +170,9 @@ export function e2bProvider(options: E2bProviderOptions = {}): HostedProvider {
       const sandbox = await call('create', () =>
         client.Sandbox.create(
           request.image ?? options.template ?? 'base',
-          definedOnly({
-            metadata: request.labels,
-            envs: request.env,
-            timeoutMs: request.lifetimeMs,
-            signal: request.signal,
-          }),
+          // No abort signal: a create cut short after E2B made the sandbox would leave it unknown here. The
+          // request timeout bounds it, and the provider kills the sandbox if the caller aborted meanwhile.
+          { metadata: request.labels, envs: request.env, timeoutMs: request.lifetimeMs },
         ),
       );
       return new E2bSession(sandbox);

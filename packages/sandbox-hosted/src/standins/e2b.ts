@@ -24,6 +24,8 @@ export interface E2bStandinOptions {
   ratePerSecond?: number | undefined;
   /** `Retry-After` seconds of a 429. */
   retryAfterSeconds?: number | undefined;
+  /** How long a create answers after the sandbox exists (a slow control plane). */
+  createDelayMs?: number | undefined;
 }
 
 /** A running E2B stand-in. */
@@ -101,6 +103,7 @@ export async function startE2bStandin(options: E2bStandinOptions = {}): Promise<
       });
       box.setLifetime(timeoutS * 1000, () => kill(sandboxID));
       state.boxes.set(sandboxID, box);
+      await new Promise((r) => setTimeout(r, options.createDelayMs ?? 0));
       return json(res, 201, {
         sandboxID,
         templateID: b.templateID,
