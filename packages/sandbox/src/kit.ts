@@ -12,6 +12,7 @@ export {
   isOwnerAlive,
   newSandboxId,
   onProcessExit,
+  type RegisterOptions,
   register,
   runOf,
   runTag,
@@ -20,6 +21,6 @@ export {
   withTrackedCreate,
 } from './lifecycle.js';
 export { checkLifetime, resolveWorkdir } from './limits.js';
-export { SandboxOps } from './ops.js';
+export { SandboxOps, type SandboxOpsInit } from './ops.js';
 export { readCap, tailOf, tooLarge } from './output.js';
 export { EXEC_MARKER_ENV, KILL_MARKED, newExecId } from './process-markers.js';
