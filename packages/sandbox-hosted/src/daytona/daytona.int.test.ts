@@ -64,7 +64,7 @@ describe('daytonaProvider against the Daytona stand-in (API + toolbox)', () => {
       workdir: '/testbed',
       env: { GREETING: 'hello' },
       labels: { 'vime.run': 'daytona-test' },
-      lifetimeMs: 10 * 60_000,
+      lifetimeMs: 60 * 60_000, // 60 "minutes": a minute is a second in this stand-in
     });
   });
   afterAll(async () => {
@@ -77,7 +77,7 @@ describe('daytonaProvider against the Daytona stand-in (API + toolbox)', () => {
     const box = [...standin.boxes.values()][0]!;
     expect(box.labels['vime.run']).toBe('daytona-test');
     expect(box.labels['vime.sandbox']).toBe(sbx.id);
-    expect(box.ttlMinutes).toBe(10);
+    expect(box.ttlMinutes).toBe(60);
     expect(box.autoStopInterval).toBe(0);
     expect(existsSync(box.path('/testbed'))).toBe(true);
   });

@@ -2,7 +2,7 @@
  * `daytonaProvider`: sandboxes at Daytona through its official SDK (`@daytonaio/sdk`). A sandbox is created
  * from a snapshot with the run's labels as Daytona labels, `ttlMinutes` (wall-clock since creation, whatever
  * its state) as the server-side lifetime and auto-stop off (an agent thinking for a while is not idle
- * work to stop); commands run in one Daytona session per sandbox, which reports stdout and stderr apart;
+ * work to stop); each command runs in a Daytona session of its own, which reports stdout and stderr apart;
  * files move through the toolbox's bulk upload and download.
  */
 
@@ -22,8 +22,11 @@ import type { HostedSession, SessionRunOptions } from '../sandbox.js';
 /** Daytona documents sandbox creation at 600 per 60 s: the wait a 429 without `Retry-After` implies. */
 export const DAYTONA_RATE_WINDOW_MS = 60_000;
 
-/** The Daytona session every command of a sandbox runs in. */
-const SESSION = 'vime';
+/**
+ * Every command runs in a Daytona session of its own: a session is one shell whose commands run one after
+ * another, so a shared one would queue a timeout's kill sweep (and any concurrent exec) behind the command.
+ */
+let sessionSeq = 0;
 /** Largest stdin passed inline (base64 in the command line, which a session command has no other way to get). */
 const MAX_INLINE_STDIN = 1 << 20;
 
@@ -96,7 +99,7 @@ class DaytonaSession implements HostedSession {
   }
 
   async run(argv: readonly string[], options: SessionRunOptions): Promise<number> {
-    // A session keeps one shell: each command runs in a child `sh` of its own, with its cwd and env.
+    // Each command runs in a child `sh` of its own, with its cwd and env.
     const env = Object.entries(options.env).map(([k, v]) => `${k}=${v}`);
     let command = shellJoin([
       'sh',
@@ -118,12 +121,19 @@ class DaytonaSession implements HostedSession {
       }
       command = `printf %s ${shellQuote(Buffer.from(options.stdin).toString('base64'))} | base64 -d | ${command}`;
     }
-    const result = await call('exec', () =>
-      raceAbort(
-        this.sandbox.process.executeSessionCommand(SESSION, { command, runAsync: false }),
-        options.signal,
-      ),
-    );
+    const session = `vime-${process.pid}-${++sessionSeq}`;
+    await call('exec', () => raceAbort(this.sandbox.process.createSession(session), options.signal));
+    let result: Awaited<ReturnType<DaytonaSandbox['process']['executeSessionCommand']>>;
+    try {
+      result = await call('exec', () =>
+        raceAbort(
+          this.sandbox.process.executeSessionCommand(session, { command, runAsync: false }),
+          options.signal,
+        ),
+      );
+    } finally {
+      void this.sandbox.process.deleteSession(session).catch(() => {});
+    }
     if (result.stdout) options.onStdout(Buffer.from(result.stdout));
     if (result.stderr) options.onStderr(Buffer.from(result.stderr));
     return result.exitCode ?? -1;
@@ -193,12 +203,6 @@ export function daytonaProvider(options: DaytonaProviderOptions = {}): HostedPro
           ephemeral: true,
         }),
       );
-      try {
-        await call('create', () => sandbox.process.createSession(SESSION));
-      } catch (error) {
-        await sandbox.delete().catch(() => {});
-        throw error;
-      }
       return new DaytonaSession(sandbox);
     },
     async list(run) {

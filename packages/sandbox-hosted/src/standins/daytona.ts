@@ -4,7 +4,8 @@
  * `@daytona/toolbox-api-client` 0.218.0 (their `localVarPath`s, from Daytona's OpenAPI specs): the API's
  * `POST /sandbox` (a `SandboxDto`), `GET /sandbox?labels=<json>` (`{ items, nextCursor }`),
  * `GET|DELETE /sandbox/{id}`, and the toolbox at `<toolboxProxyUrl>/{id}`: `POST /process/session`,
- * `POST /process/session/{sessionId}/exec` (`{ cmdId, exitCode, stdout, stderr, output }`),
+ * `POST /process/session/{sessionId}/exec` (`{ cmdId, exitCode, stdout, stderr, output }`; a session's
+ * commands run one after another, as in Daytona's one shell per session), `DELETE /process/session/{id}`,
  * `GET /files/info`, `POST /files/bulk-upload` (multipart `files[i].path` / `files[i].file`) and
  * `POST /files/bulk-download` (a multipart answer, one `file` part per path, named by its path). Auth is
  * `Authorization: Bearer <key>`. Lifetime: the create's `ttlMinutes` (wall-clock since creation; scaled by
@@ -29,7 +30,13 @@ export interface DaytonaStandinOptions {
   msPerMinute?: number | undefined;
 }
 
-type DaytonaBox = LocalBox & { labels: Record<string, string>; ttlMinutes: number; autoStopInterval: number };
+type DaytonaBox = LocalBox & {
+  labels: Record<string, string>;
+  ttlMinutes: number;
+  autoStopInterval: number;
+  /** Each session's last command: the next one waits for it. */
+  sessions: Map<string, Promise<void>>;
+};
 
 /** A running Daytona stand-in. */
 export interface DaytonaStandin {
@@ -118,13 +125,37 @@ async function toolbox(
   box: DaytonaBox,
 ): Promise<void> {
   if (req.method === 'POST' && path === '/process/session') {
-    await body(req);
+    const { sessionId } = JSON.parse((await body(req)).toString()) as { sessionId: string };
+    if (box.sessions.has(sessionId))
+      return json(res, 409, { statusCode: 409, message: `session ${sessionId} exists`, error: 'Conflict' });
+    box.sessions.set(sessionId, Promise.resolve());
     return json(res, 201, {});
+  }
+  const session = /^\/process\/session\/([^/]+)$/.exec(path);
+  if (req.method === 'DELETE' && session) {
+    if (!box.sessions.delete(session[1]!)) return notFound(res, `session ${session[1]}`);
+    res.writeHead(204).end();
+    return;
   }
   const exec = /^\/process\/session\/([^/]+)\/exec$/.exec(path);
   if (req.method === 'POST' && exec) {
     const { command } = JSON.parse((await body(req)).toString()) as { command: string };
+    const previous = box.sessions.get(exec[1]!);
+    if (!previous) return notFound(res, `session ${exec[1]}`);
+    // A Daytona session is one shell: its commands run one after another, never side by side.
+    let done = () => {};
+    box.sessions.set(
+      exec[1]!,
+      previous.then(
+        () =>
+          new Promise<void>((r) => {
+            done = r;
+          }),
+      ),
+    );
+    await previous;
     const child = box.spawn('bash', ['-c', command], { cwd: '/' });
+    child.once('close', () => done());
     child.stdin?.end();
     const out: Buffer[] = [];
     const err: Buffer[] = [];
@@ -234,6 +265,7 @@ export async function startDaytonaStandin(options: DaytonaStandinOptions = {}): 
         labels: b.labels ?? {},
         ttlMinutes: b.ttlMinutes ?? 0,
         autoStopInterval: b.autoStopInterval ?? 15,
+        sessions: new Map<string, Promise<void>>(),
       });
       if (box.ttlMinutes > 0) box.setLifetime(box.ttlMinutes * msPerMinute, () => kill(id));
       state.boxes.set(id, box);
