@@ -110,6 +110,34 @@ describe('e2bProvider against the E2B stand-in (REST API + envd Connect-RPC)', (
     expect((await sbx.exec('echo still-usable')).stdout).toBe('still-usable\n');
   });
 
+  it('aborts a running exec with the caller signal, killing its processes', async () => {
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(new Error('stop')), 300);
+    await expect(sbx.exec('sleep 31', { signal: controller.signal })).rejects.toThrow('stop');
+    await waitFor('the aborted command to be killed', () =>
+      processesWith('VIME_STANDIN_BOX', [...standin.boxes.values()][0]!.id).every((pid) => {
+        try {
+          return !readFileSync(`/proc/${pid}/cmdline`).toString().startsWith('sleep\u000031');
+        } catch {
+          return true;
+        }
+      }),
+    );
+  });
+
+  it('caps large output keeping head and tail, and emits exec events', async () => {
+    const seen: Array<{ id: string; exitCode: number | null }> = [];
+    const listener = (e: { id: string; exitCode: number | null }) => seen.push(e);
+    provider.events.on('exec', listener);
+    const r = await sbx.exec('seq 1 200000', { maxOutputBytes: 4096 });
+    provider.events.off('exec', listener);
+    expect(r.truncated).toBe(true);
+    expect(r.stdout.startsWith('1\n2\n3\n')).toBe(true);
+    expect(r.stdout.endsWith('199999\n200000\n')).toBe(true);
+    expect(r.stdout).toContain('bytes elided');
+    expect(seen).toContainEqual(expect.objectContaining({ id: sbx.id, exitCode: 0 }));
+  });
+
   it('moves files both ways, caps read-backs and fails a missing read with a SandboxError', async () => {
     const bytes = new Uint8Array([0, 1, 2, 255, 254, 10]);
     await sbx.writeFile('deep/er/bin.dat', bytes);
@@ -215,9 +243,9 @@ describe('e2bProvider against the E2B stand-in (REST API + envd Connect-RPC)', (
   });
 });
 
-describe('e2bProvider rate limit against the E2B stand-in (5 requests/s, 429 + Retry-After)', () => {
+describe('e2bProvider rate limit against the E2B stand-in (a token bucket answering 429 + Retry-After)', () => {
   it('surfaces a 429 as HostedRateLimitError with retryAfterMs, and a create after that wait succeeds', async () => {
-    const standin = await startE2bStandin({ ratePerSecond: 5 });
+    const standin = await startE2bStandin({ ratePerSecond: 2 });
     const provider = e2bProvider({ apiKey: standin.apiKey, apiUrl: standin.url, sandboxUrl: standin.url });
     try {
       const results = await Promise.allSettled(
