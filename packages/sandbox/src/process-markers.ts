@@ -6,8 +6,8 @@ import { readdirSync, readFileSync } from 'node:fs';
 export const EXEC_MARKER_ENV = 'VIME_EXEC_ID';
 
 /**
- * A shell script, run inside a container as `sh -c KILL_MARKED sh NAME VALUE`, that kills every process whose
- * environment carries `NAME=VALUE` (found through the container's /proc).
+ * A shell script, run inside a sandbox as `sh -c KILL_MARKED sh <name> <value>`, that kills every process
+ * whose environment carries `name=value` (its /proc scan, three passes for children forked meanwhile).
  */
 export const KILL_MARKED =
   'cd /proc && for pass in 1 2 3; do for p in [0-9]*; do if grep -qz "^$1=$2\\$" "$p/environ" 2>/dev/null; then kill -9 "$p" 2>/dev/null; fi; done; done; true';
