@@ -21,6 +21,7 @@ export const AGENT_KINDS: readonly AgentKind[] = [
   'codex',
   'qwen-code',
   'pi',
+  'opencode',
 ];
 
 /**
