@@ -267,8 +267,9 @@ function opencodeConfig(input: HarnessLaunchInput): string {
 }
 
 /**
- * `opencode run --format json --pure --auto --title vime -m vime/<model> -- <prompt>` against the proxy's
- * Chat Completions route. `--title` names the session, so no title-generation request is sent beside
+ * `opencode run --format json --pure --auto --title vime -m vime/<model>`, the prompt on stdin, against
+ * the proxy's Chat Completions route. On stdin the prompt is sent as written; as arguments, opencode
+ * joins them and wraps one with a space in quotes, escaping the quotes inside. `--title` names the session, so no title-generation request is sent beside
  * the turns; `--auto` approves every tool (the sandbox it runs in is the boundary). Network besides the
  * turns off: `OPENCODE_DISABLE_MODELS_FETCH` (the models.dev catalogue), `OPENCODE_DISABLE_AUTOUPDATE`,
  * `OPENCODE_DISABLE_SHARE`, `OPENCODE_DISABLE_LSP_DOWNLOAD`, `OPENCODE_DISABLE_DEFAULT_PLUGINS` and
@@ -283,9 +284,6 @@ export function opencodeLaunch(input: HarnessLaunchInput): HarnessLaunch {
     argv: [
       harnessBin(input.installed),
       ...['run', '--format', 'json', '--pure', '--auto', '--title', 'vime', '-m', `vime/${input.model}`],
-      // `--`: a prompt that starts with `-` stays the prompt, never a flag.
-      '--',
-      input.prompt,
     ],
     env: {
       PATH: pathWith(input.installed),
@@ -304,6 +302,7 @@ export function opencodeLaunch(input: HarnessLaunchInput): HarnessLaunch {
       [`${configDir}/package-lock.json`]: `${JSON.stringify({ lockfileVersion: 3, packages: { '': { dependencies: plugin } } })}\n`,
       [`${configDir}/node_modules/.vime`]: '',
     },
+    stdin: input.prompt,
   };
 }
 

@@ -1,7 +1,7 @@
 /**
- * The agents a rollout runs: mini-swe-agent's protocol over an OpenAI client, and Claude Code, Codex
- * (pinned, integrity-checked platform binaries), Qwen Code and pi (pinned JavaScript CLIs on a pinned Node)
- * run headless in a sandbox that reaches only the capture proxy; `harnessAgent(kind)` is the agent `sweRollout` runs.
+ * The agents a rollout runs: mini-swe-agent's protocol over an OpenAI client, and Claude Code, Codex,
+ * opencode (pinned, integrity-checked platform binaries), Qwen Code and pi (pinned JavaScript CLIs on a
+ * pinned Node) run headless in a sandbox that reaches only the capture proxy; `harnessAgent(kind)` is the agent `sweRollout` runs.
  *
  * @module @vime/harness
  */
@@ -17,6 +17,7 @@ export {
   harnessBin,
   harnessCommand,
   NODE_MOUNT,
+  opencodeLaunch,
   piLaunch,
   QWEN_CODE_SETTINGS,
   qwenCodeLaunch,

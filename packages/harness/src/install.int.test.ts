@@ -243,6 +243,24 @@ describe('installHarness', () => {
     }
   }, 240_000);
 
+  it('installs opencode from its platform package, and refuses one off its pin keeping nothing', async () => {
+    body = Buffer.from('not the pinned opencode');
+    const cacheDir = join(dir, 'cache-opencode-bad');
+    const storeDir = join(dir, 'store-opencode-bad');
+    const error = await installHarness('opencode', { cacheDir, storeDir, registry: registryUrl }).catch(
+      (e: unknown) => e,
+    );
+    expect((error as HarnessError).code).toBe('integrity_mismatch');
+    expect(String(error)).toContain(HARNESS_PACKAGES.opencode.integrity);
+    expect(served.at(-1)).toBe('/opencode-linux-x64/-/opencode-linux-x64-1.18.33.tgz');
+    expect(readdirSync(cacheDir)).toEqual([]);
+    expect(readdirSync(storeDir)).toEqual([]);
+    // The real one: a native executable, no Node beside it.
+    const installed = await installHarness('opencode', { storeDir: join(dir, 'store-opencode') });
+    expect(installed.runtime).toBeUndefined();
+    expect(statSync(join(installed.dir, HARNESS_PACKAGES.opencode.bin)).mode & 0o755).toBe(0o755);
+  }, 180_000);
+
   it('installs the real package once, then reuses the verified store without the network', async () => {
     const storeDir = join(dir, 'store-real');
     const installed = await installHarness('claude-code', { storeDir });

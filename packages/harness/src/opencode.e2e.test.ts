@@ -4,8 +4,10 @@
  * stand-in engine (a scripted policy, not a model) in Qwen3's tool-call format. Graded in a fresh sandbox:
  * reward 1; every trained token is what the engine sampled.
  */
+import { loadTokenizer } from '@vime/core/engine';
 import { describe, expect, it } from 'vitest';
 import { harnessOnOfflineTask } from './__fixtures__/e2e.js';
+import { qwen3Dir } from './__fixtures__/tokenizer.js';
 import { harnessTranscript } from './agent.js';
 import { opencodeScript } from './standin.js';
 
@@ -21,8 +23,15 @@ interface OpencodeEvent {
 
 describe('opencode in a bubblewrap sandbox, through the capture proxy', () => {
   it('fixes an offline task (reward 1), and every trained token is what the engine sampled', async () => {
-    const { run, reward, samples, engineCalls } = await harnessOnOfflineTask('opencode', opencodeScript);
+    const { run, reward, samples, engineCalls, task } = await harnessOnOfflineTask(
+      'opencode',
+      opencodeScript,
+    );
     expect(reward).toBe(1);
+    // The task's prompt reached the model as written (on stdin; opencode quotes a prompt argument).
+    const tokenizer = await loadTokenizer(qwen3Dir());
+    const prompt = tokenizer.decode(Array.from(run.turns[0]!.promptIds));
+    expect(prompt).toContain(`<|im_start|>user\n${task.prompt}`);
     expect(samples.every((s) => s.reward === 1)).toBe(true);
     const events = run.events as OpencodeEvent[];
     const tools = events.filter((e) => e.type === 'tool_use');

@@ -61,6 +61,8 @@ export interface E2eOutcome {
   reward: number | undefined;
   samples: Sample[];
   engineCalls: number;
+  /** The task it ran (its prompt as the harness was given it). */
+  task: TaskSpec;
 }
 
 /**
@@ -158,7 +160,7 @@ export async function harnessOnOfflineTask(
     const audit = auditTokens(samples, turnLog);
     expect(audit.verdict, JSON.stringify(audit.samples.filter((a) => !a.ok))).toBe('pass');
     expect(audit.turns.matched).toBe(run.turns.length);
-    return { run, reward, samples, engineCalls: calls.length };
+    return { run, reward, samples, engineCalls: calls.length, task };
   } finally {
     await sandbox.terminate();
     await proxy.close();
