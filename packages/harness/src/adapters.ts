@@ -306,6 +306,50 @@ export function opencodeLaunch(input: HarnessLaunchInput): HarnessLaunch {
   };
 }
 
+/**
+ * Gemini CLI's `~/.gemini/settings.json` (keys as its settings schema names them, `bundle/chunk-2YTYPKEZ.js`
+ * of the package): the Gemini API key auth (the key is the session's, the base URL the proxy's), and every
+ * request besides the turns off: auto-update and its notice, usage statistics (Clearcut), telemetry, the
+ * IDE companion, the loop-detection and next-speaker checks (each a completion of its own), and the
+ * folder-trust prompt (nobody answers it).
+ */
+export const GEMINI_CLI_SETTINGS = {
+  security: { auth: { selectedType: 'gemini-api-key' }, folderTrust: { enabled: false } },
+  general: {
+    enableAutoUpdate: false,
+    enableAutoUpdateNotification: false,
+    checkpointing: { enabled: false },
+  },
+  privacy: { usageStatisticsEnabled: false },
+  telemetry: { enabled: false },
+  model: { skipNextSpeakerCheck: true, disableLoopDetection: true },
+  ide: { enabled: false },
+} as const;
+
+/**
+ * `gemini --prompt=<prompt> --output-format stream-json --model <model> --approval-mode yolo`, run by the
+ * pinned Node against the proxy's Gemini `generateContent` route: `GOOGLE_GEMINI_BASE_URL` is the proxy,
+ * `GEMINI_API_KEY` the session key (sent as `x-goog-api-key`). Its own sandbox stays off (the sandbox it
+ * runs in is the boundary), so nothing asks for approval.
+ */
+export function geminiCliLaunch(input: HarnessLaunchInput): HarnessLaunch {
+  return {
+    argv: [
+      ...harnessCommand(input.installed),
+      // `=`: a prompt that starts with `-` stays the prompt, never a flag.
+      `--prompt=${input.prompt}`,
+      ...['--output-format', 'stream-json', '--model', input.model, '--approval-mode', 'yolo'],
+    ],
+    env: {
+      PATH: pathWith(input.installed),
+      HOME: HARNESS_HOME,
+      GOOGLE_GEMINI_BASE_URL: input.baseUrl,
+      GEMINI_API_KEY: input.sessionKey,
+    },
+    files: { [`${HARNESS_HOME}/.gemini/settings.json`]: `${JSON.stringify(GEMINI_CLI_SETTINGS, null, 2)}\n` },
+  };
+}
+
 /** How each harness is launched. */
 export const HARNESS_LAUNCHERS: Readonly<Record<HarnessKind, (input: HarnessLaunchInput) => HarnessLaunch>> =
   {
@@ -314,4 +358,5 @@ export const HARNESS_LAUNCHERS: Readonly<Record<HarnessKind, (input: HarnessLaun
     'qwen-code': qwenCodeLaunch,
     pi: piLaunch,
     opencode: opencodeLaunch,
+    'gemini-cli': geminiCliLaunch,
   };

@@ -22,6 +22,7 @@ export const AGENT_KINDS: readonly AgentKind[] = [
   'qwen-code',
   'pi',
   'opencode',
+  'gemini-cli',
 ];
 
 /**
