@@ -7,7 +7,14 @@
 import { dockerForTests } from '@vime/sandbox/testing';
 import { describe, expect, it } from 'vitest';
 import { harnessOnOfflineTask } from './__fixtures__/e2e.js';
-import { claudeCodeScript, codexScript, opencodeScript, piScript, qwenCodeScript } from './standin.js';
+import {
+  claudeCodeScript,
+  codexScript,
+  geminiCliScript,
+  opencodeScript,
+  piScript,
+  qwenCodeScript,
+} from './standin.js';
 
 describe.runIf(dockerForTests())('harnesses in a docker sandbox', () => {
   it('codex fixes an offline task (reward 1) through the docker channel', async () => {
@@ -49,6 +56,14 @@ describe.runIf(dockerForTests())('harnesses in a docker sandbox', () => {
     const { run, reward, engineCalls } = await harnessOnOfflineTask('opencode', opencodeScript, 'docker');
     expect(reward).toBe(1);
     expect(run.events.at(-1)).toMatchObject({ type: 'step_finish', part: { reason: 'stop' } });
+    expect(run.turns).toHaveLength(3);
+    expect(engineCalls).toBe(3);
+  }, 300_000);
+
+  it('gemini-cli fixes an offline task (reward 1) through the docker channel', async () => {
+    const { run, reward, engineCalls } = await harnessOnOfflineTask('gemini-cli', geminiCliScript, 'docker');
+    expect(reward).toBe(1);
+    expect(run.events.at(-1)).toMatchObject({ type: 'result', status: 'success' });
     expect(run.turns).toHaveLength(3);
     expect(engineCalls).toBe(3);
   }, 300_000);

@@ -261,6 +261,23 @@ describe('installHarness', () => {
     expect(statSync(join(installed.dir, HARNESS_PACKAGES.opencode.bin)).mode & 0o755).toBe(0o755);
   }, 180_000);
 
+  it('installs Gemini CLI with its pinned Node, and refuses a tarball off its pin keeping nothing', async () => {
+    body = Buffer.from('not the pinned gemini-cli');
+    const cacheDir = join(dir, 'cache-gemini-bad');
+    const storeDir = join(dir, 'store-gemini-bad');
+    const error = await installHarness('gemini-cli', { cacheDir, storeDir, registry: registryUrl }).catch(
+      (e: unknown) => e,
+    );
+    expect((error as HarnessError).code).toBe('integrity_mismatch');
+    expect(String(error)).toContain(HARNESS_PACKAGES['gemini-cli'].integrity);
+    expect(served.at(-1)).toBe('/@google/gemini-cli/-/gemini-cli-0.61.0.tgz');
+    expect(readdirSync(cacheDir)).toEqual([]);
+    expect(readdirSync(storeDir)).toEqual([]);
+    const installed = await installHarness('gemini-cli', { storeDir: join(dir, 'store-gemini') });
+    expect(installed.runtime?.package).toBe(NODE_RUNTIME);
+    expect(statSync(join(installed.dir, HARNESS_PACKAGES['gemini-cli'].bin)).isFile()).toBe(true);
+  }, 180_000);
+
   it('installs the real package once, then reuses the verified store without the network', async () => {
     const storeDir = join(dir, 'store-real');
     const installed = await installHarness('claude-code', { storeDir });

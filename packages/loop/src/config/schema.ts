@@ -151,7 +151,7 @@ export const ConfigSchema = z.object({
     .positive()
     .default(600_000)
     .describe(
-      'Wall-clock budget of a harness run (claude-code, codex, qwen-code, pi, opencode); killed at its end.',
+      'Wall-clock budget of a harness run (claude-code, codex, qwen-code, pi, opencode, gemini-cli); killed at its end.',
     ),
   harnessRegistry: z
     .url({ protocol: /^https?$/ })
