@@ -19,12 +19,18 @@ interface GeminiAnswer {
   usageMetadata?: { promptTokenCount: number; candidatesTokenCount: number; totalTokenCount: number };
 }
 
-/** A tool loop without thoughts (Gemini CLI keeps no thought part in its history). */
+/**
+ * A tool loop without thoughts (Gemini CLI keeps no thought part in its history). The first call's
+ * arguments are written without spaces, unlike the template's JSON: re-rendered from `args`, they would
+ * differ from what was sampled.
+ */
 const LOOP = [
-  'Let me look.\n<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>',
+  'Let me look.\n<tool_call>\n{"name": "bash", "arguments": {"cmd":"ls"}}\n</tool_call>',
   '<tool_call>\n{"name": "bash", "arguments": {"cmd": "cat a.py"}}\n</tool_call>',
   'The bug is in a.py: `return 1` should be `return 2`.',
 ];
+/** The argument text of each call as the model wrote it: what the history must render. */
+const RAW_ARGS = ['{"cmd":"ls"}', '{"cmd": "cat a.py"}'];
 
 const declarations = [
   {
@@ -129,7 +135,7 @@ describe('capture proxy: the Gemini API (generateContent)', () => {
           role: 'assistant',
           content: text,
           ...(call
-            ? { tool_calls: [{ type: 'function', function: { name: 'bash', arguments: call.args } }] }
+            ? { tool_calls: [{ type: 'function', function: { name: 'bash', arguments: RAW_ARGS[k]! } }] }
             : {}),
         });
         if (k < 2) {
