@@ -44,4 +44,13 @@ describe('gemini-cli in a bubblewrap sandbox, through the capture proxy', () => 
     expect(run.turns).toHaveLength(3);
     expect(engineCalls).toBe(3);
   }, 300_000);
+
+  it('a run that answers without a tool sends nothing after its turn', async () => {
+    // No next-speaker check, loop detection or summary after the answer: the one turn is the only request.
+    const { run, reward, engineCalls } = await harnessOnOfflineTask('gemini-cli', () => 'Nothing to do.');
+    expect(reward).toBe(0);
+    expect(run.events.at(-1)).toMatchObject({ type: 'result', status: 'success' });
+    expect(run.turns).toHaveLength(1);
+    expect(engineCalls).toBe(1);
+  }, 300_000);
 });

@@ -46,4 +46,12 @@ describe('opencode in a bubblewrap sandbox, through the capture proxy', () => {
     expect(run.turns).toHaveLength(3);
     expect(engineCalls).toBe(3);
   }, 300_000);
+
+  it('a run that answers without a tool sends nothing after its turn', async () => {
+    const { run, reward, engineCalls } = await harnessOnOfflineTask('opencode', () => 'Nothing to do.');
+    expect(reward).toBe(0);
+    expect(run.events.at(-1)).toMatchObject({ type: 'step_finish', part: { reason: 'stop' } });
+    expect(run.turns).toHaveLength(1);
+    expect(engineCalls).toBe(1);
+  }, 300_000);
 });
