@@ -1,8 +1,9 @@
 /**
- * The real pinned harnesses, unmodified (Qwen Code and pi with their pinned Node), in a docker sandbox
- * that reaches only the capture proxy (the container keeps no network; the forwarder relays 127.0.0.1 to the bound socket): each applies the fix
- * of an offline task, graded in a fresh sandbox; every trained token is what the engine sampled. Runs when
- * a Docker engine answers (scripts/docker-up.sh; CI as root always has one).
+ * The real pinned harnesses, unmodified (Qwen Code, pi and Gemini CLI with their pinned Node), in a
+ * docker sandbox that reaches only the capture proxy (the container keeps no network; the forwarder
+ * relays 127.0.0.1 to the bound socket): each applies the fix of an offline task, graded in a fresh
+ * sandbox; every trained token is what the engine sampled. Runs when a Docker engine answers
+ * (scripts/docker-up.sh; CI as root always has one).
  */
 import { dockerForTests } from '@vime/sandbox/testing';
 import { describe, expect, it } from 'vitest';
