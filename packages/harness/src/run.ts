@@ -21,6 +21,8 @@ export const AGENT_KINDS: readonly AgentKind[] = [
   'codex',
   'qwen-code',
   'pi',
+  'opencode',
+  'gemini-cli',
 ];
 
 /**

@@ -71,6 +71,8 @@ export interface E2eOutcome {
   sampledTokens: number;
   /** Every captured turn of the session, each thread's, in the order they were recorded. */
   captured: CapturedTurnOf[];
+  /** The task it ran (its prompt as the harness was given it). */
+  task: TaskSpec;
 }
 
 /** What a run may change: a policy that reads the whole prompt, the harness's environment and tools. */
@@ -163,7 +165,7 @@ export async function harnessOnOfflineTask(
     });
     checkTokens(kind, sessionId, samples, captured, calls, turnLog);
     const sampledTokens = calls.reduce((n, c) => n + c.result.outputIds.length, 0);
-    return { run, reward, samples, engineCalls: calls.length, sampledTokens, captured };
+    return { run, reward, samples, engineCalls: calls.length, sampledTokens, captured, task };
   } finally {
     await sandbox.terminate();
     await proxy.close();

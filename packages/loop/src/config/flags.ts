@@ -55,8 +55,9 @@ Flags (environment variable in brackets; a flag wins over its variable, a variab
   --no-pool                no warm pools: every claim creates a sandbox on demand [SANDBOX_NO_POOL=1]
   --pool-suffix TEXT       appended to pool names [SWESMITH_POOL_SUFFIX]
   --no-validate            skip the baseline check of the dataset (unchanged fails, gold resolves)
-  --agent KIND             mini-swe-agent | claude-code | codex | qwen-code | pi: the agent of a row
-                           that names none in its agent field (metadata.agent) (default mini-swe-agent)
+  --agent KIND             mini-swe-agent | claude-code | codex | qwen-code | pi | opencode |
+                           gemini-cli: the agent of a row that names none in its agent field
+                           (metadata.agent) (default mini-swe-agent)
   --agent-mix K=W,...      agents of rows that name none, by weight (e.g. claude-code=1,codex=1)
   --agent-timeout DURATION wall-clock budget of a CLI harness run (default 10m)
   --exec-timeout DURATION  timeout of one agent command (default 60s)

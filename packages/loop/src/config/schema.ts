@@ -166,7 +166,9 @@ export const ConfigSchema = z.object({
     .int()
     .positive()
     .default(600_000)
-    .describe('Wall-clock budget of a harness run (claude-code, codex, qwen-code, pi); killed at its end.'),
+    .describe(
+      'Wall-clock budget of a harness run (claude-code, codex, qwen-code, pi, opencode, gemini-cli); killed at its end.',
+    ),
   harnessRegistry: z
     .url({ protocol: /^https?$/ })
     .optional()
