@@ -385,7 +385,7 @@ export class DockerSandbox implements Sandbox {
       async () => {
         await this.engine.request('DELETE', `/containers/${this.containerId}`, {
           query: { force: true, v: true },
-          ok: [404],
+          ok: [404, 409], // 409: the engine is removing it already (AutoRemove)
           signal: AbortSignal.timeout(60_000),
         });
         this.dropExitHook();
@@ -395,13 +395,28 @@ export class DockerSandbox implements Sandbox {
   }
 }
 
-export /** At process exit nothing async runs: remove a container (by id or name) from a short-lived child process. */
-function removeContainerSync(socketPath: string, container: string): void {
+/**
+ * At process exit nothing async runs: remove a container (by id or name) from a short-lived child process,
+ * over the engine's socket, or over TLS to a remote engine (its credentials passed on stdin, never argv).
+ */
+export function removeContainerSync(engine: DockerEngine, container: string): void {
   const script =
-    "const r=require('http').request({socketPath:process.argv[1],method:'DELETE',path:process.argv[2]},s=>{s.resume();s.on('end',()=>process.exit(0))});r.on('error',()=>process.exit(1));r.end()";
+    "const a=JSON.parse(require('fs').readFileSync(0,'utf8'));const o={method:'DELETE',path:a.path};" +
+    "const m=a.socketPath?require('http'):require('https');" +
+    "if(a.socketPath)o.socketPath=a.socketPath;else{const u=new URL(a.origin);Object.assign(o,{host:u.hostname.replace(/^\\[|\\]$/g,''),port:u.port,ca:a.ca,cert:a.cert,key:a.key});}" +
+    "const r=m.request(o,s=>{s.resume();s.on('end',()=>process.exit(0))});r.on('error',()=>process.exit(1));r.end()";
+  const args = {
+    path: `/containers/${container}?force=true&v=true`,
+    socketPath: engine.socketPath,
+    origin: engine.origin,
+    ca: engine.tls?.ca.toString(),
+    cert: engine.tls?.cert.toString(),
+    key: engine.tls?.key.toString(),
+  };
   try {
-    execFileSync(process.execPath, ['-e', script, socketPath, `/containers/${container}?force=true&v=true`], {
-      stdio: 'ignore',
+    execFileSync(process.execPath, ['-e', script], {
+      input: JSON.stringify(args),
+      stdio: ['pipe', 'ignore', 'ignore'],
       timeout: 10_000,
     });
   } catch {
