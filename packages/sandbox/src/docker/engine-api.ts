@@ -63,7 +63,7 @@ function connectionOf(endpoint: string | DockerEndpoint): {
       `docker host ${JSON.stringify(host)} is neither unix:///path nor tcp://host:port; e.g. tcp://10.0.0.5:2376`,
     );
   }
-  if (!tls || !tls.ca || !tls.cert || !tls.key) {
+  if (!tls?.ca || !tls.cert || !tls.key) {
     throw new ConfigError(
       `docker host ${host} needs tls: { ca, cert, key } (PEM contents): a remote engine is reached only over TLS ` +
         'with a client certificate (dockerd --tlsverify), since plain TCP lets anyone who reaches the port run containers as root',

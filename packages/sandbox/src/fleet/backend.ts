@@ -103,7 +103,8 @@ export class BackendState {
 
   rateLimited(retryAfterMs: number | undefined): void {
     this.#rateLimited++;
-    this.limiter.pause(retryAfterMs ?? 1000);
+    // At least 50 ms: a "retry after 0" must not turn into a busy loop of refused creates.
+    this.limiter.pause(Math.max(retryAfterMs ?? 1000, 50));
   }
 
   markLost(retryMs: number): void {
