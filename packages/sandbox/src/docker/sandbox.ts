@@ -4,8 +4,10 @@
  * capped; terminate removes the container (and, at process exit, a short-lived child process does).
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { stat } from 'node:fs/promises';
-import { posix } from 'node:path';
+import { createReadStream } from 'node:fs';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, posix } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
 import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from '@vime/core/utils';
 import { sandboxPath } from '../host/sandbox.js';
@@ -326,38 +328,45 @@ export class DockerSandbox implements Sandbox {
     const target = sandboxPath(this.workdir, path);
     await this.ops.track(options, async (signal) => {
       await this.mkdirs(target, signal);
-      const tar = spawn(
-        'tar',
-        [
-          '-C',
-          hostDir,
-          `--owner=${this.owner.uid}`,
-          `--group=${this.owner.gid}`,
-          '--numeric-owner',
-          '-cf',
-          '-',
-          '.',
-        ],
-        { stdio: ['ignore', 'pipe', 'pipe'] },
-      );
-      let tarErr = '';
-      tar.stderr.on('data', (d: Buffer) => {
-        tarErr += d.toString();
-      });
-      const tarExit = new Promise<number | null>((resolve) => tar.once('close', resolve));
+      // Packed to a file first and sent with its length: a body streamed from tar's pipe reached an engine
+      // over TLS empty (the PUT answered 200 and extracted nothing), and a length is what every engine takes.
+      const packDir = await mkdtemp(join(tmpdir(), 'vime-copyin-'));
       try {
+        const archive = join(packDir, 'in.tar');
+        const tar = spawn(
+          'tar',
+          [
+            '-C',
+            hostDir,
+            `--owner=${this.owner.uid}`,
+            `--group=${this.owner.gid}`,
+            '--numeric-owner',
+            '-cf',
+            archive,
+            '.',
+          ],
+          { stdio: ['ignore', 'ignore', 'pipe'] },
+        );
+        let tarErr = '';
+        tar.stderr.on('data', (d: Buffer) => {
+          tarErr += d.toString();
+        });
+        const kill = () => tar.kill('SIGKILL');
+        signal.addEventListener('abort', kill, { once: true });
+        const code = await new Promise<number | null>((resolve) => tar.once('close', resolve));
+        signal.removeEventListener('abort', kill);
+        signal.throwIfAborted();
+        if (code !== 0) throw new SandboxError(`copyIn: packing ${hostDir} failed: ${tarErr.trim()}`);
         await this.engine.request('PUT', `/containers/${this.containerId}/archive`, {
           query: { path: target },
-          body: tar.stdout,
+          body: createReadStream(archive),
+          headers: { 'content-length': String((await stat(archive)).size) },
           contentType: 'application/x-tar',
           signal,
         });
-      } catch (error) {
-        tar.kill('SIGKILL');
-        throw error;
+      } finally {
+        await rm(packDir, { recursive: true, force: true });
       }
-      if ((await tarExit) !== 0)
-        throw new SandboxError(`copyIn: packing ${hostDir} failed: ${tarErr.trim()}`);
     });
   }
 

@@ -49,6 +49,8 @@ export interface FleetOptions {
   createAttempts?: number | undefined;
   /** How often backends with live sandboxes are pinged, ms (default 5 s; those with a `ping`). */
   pingIntervalMs?: number | undefined;
+  /** How long a ping may take before its backend counts as lost, ms (default 10 s: a busy engine is slow, not lost). */
+  pingTimeoutMs?: number | undefined;
   events?: SandboxEmitter | undefined;
 }
 
@@ -102,6 +104,8 @@ class Fleet implements FleetProvider {
   readonly #retryDrainedMs: number;
   readonly #attempts: number;
   readonly #pinger: NodeJS.Timeout;
+  readonly #pingTimeoutMs: number;
+  #pinging = false;
   #waiters: Array<() => void> = [];
 
   constructor(options: FleetOptions) {
@@ -121,7 +125,8 @@ class Fleet implements FleetProvider {
       for (const name of EVENT_NAMES) from.on(name, (e: unknown) => to.emit(name, e));
     }
     const every = positiveInt(options.pingIntervalMs, 5_000, 'pingIntervalMs');
-    this.#pinger = setInterval(() => void this.#pingAll(every), every);
+    this.#pingTimeoutMs = positiveInt(options.pingTimeoutMs, 10_000, 'pingTimeoutMs');
+    this.#pinger = setInterval(() => void this.#pingAll(), every);
     this.#pinger.unref();
   }
 
@@ -243,6 +248,12 @@ class Fleet implements FleetProvider {
       backend: b.spec.name,
       lostSignal: () => lost,
       classify: (_id: string, error: unknown) => (lost.aborted ? lost.reason : this.#classify(b, error)),
+      check: async () => {
+        if (!lost.aborted && b.spec.ping) {
+          await this.#ping(b).catch((error: unknown) => this.#lose(b, error));
+        }
+        if (lost.aborted) throw lost.reason;
+      },
       released: () => {
         b.live--;
         this.#notify();
@@ -256,12 +267,17 @@ class Fleet implements FleetProvider {
     if (ConfigError.isInstance(error)) return error;
     const code = SandboxError.isInstance(error) ? error.code : undefined;
     if (code === 'sandbox_terminated' || code === 'not_found' || code === 'file_too_large') return error;
-    const answers = b.spec.ping
-      ? await b.spec.ping(AbortSignal.timeout(10_000)).then(
-          () => true,
-          () => false,
-        )
-      : code !== 'sandbox_unavailable';
+    // The engine could not be reached (refused, reset, TLS): lost. A ping is no counter-proof, since an
+    // engine shutting down still answers on connections it has open. Any other failure: lost if no ping answers.
+    const answers =
+      code === 'sandbox_unavailable'
+        ? false
+        : b.spec.ping
+          ? await this.#ping(b).then(
+              () => true,
+              () => false,
+            )
+          : true;
     if (answers) return error;
     this.#lose(b, error);
     return b.lost.signal.reason;
@@ -280,12 +296,23 @@ class Fleet implements FleetProvider {
     this.#drained(b, cause, 'backend_lost');
   }
 
-  async #pingAll(timeoutMs: number): Promise<void> {
-    await Promise.all(
-      this.#backends
-        .filter((b) => b.spec.ping && b.live > 0 && !b.lost.signal.aborted)
-        .map((b) => b.spec.ping?.(AbortSignal.timeout(timeoutMs)).catch((error) => this.#lose(b, error))),
-    );
+  /** One round of pings (none while the last is still out). */
+  async #pingAll(): Promise<void> {
+    if (this.#pinging) return;
+    this.#pinging = true;
+    try {
+      await Promise.all(
+        this.#backends
+          .filter((b) => b.spec.ping && b.live > 0 && !b.lost.signal.aborted)
+          .map((b) => this.#ping(b).catch((error) => this.#lose(b, error))),
+      );
+    } finally {
+      this.#pinging = false;
+    }
+  }
+
+  #ping(b: BackendState): Promise<void> {
+    return b.spec.ping?.(AbortSignal.timeout(this.#pingTimeoutMs)) ?? Promise.resolve();
   }
 
   async reapOrphans(selector: string | number | ReapOptions): Promise<ReapReport> {

@@ -19,6 +19,8 @@ export interface FleetSandboxHost {
   lostSignal(): AbortSignal;
   /** The error to throw for an operation's failure: the backend-lost error when the backend is gone. */
   classify(sandboxId: string, error: unknown): Promise<unknown>;
+  /** Throws the backend-lost error when the backend does not answer. */
+  check(): Promise<void>;
   /** Called once, after the backend's sandbox was terminated. */
   released(): void;
 }
@@ -58,8 +60,12 @@ export class FleetSandbox implements Sandbox {
     }
   }
 
-  exec(command: string | readonly string[], options: ExecOptions = {}): Promise<ExecResult> {
-    return this.#op(options, (signal) => this.#inner.exec(command, { ...options, signal }));
+  async exec(command: string | readonly string[], options: ExecOptions = {}): Promise<ExecResult> {
+    const result = await this.#op(options, (signal) => this.#inner.exec(command, { ...options, signal }));
+    // A command killed by a signal may have been killed by its backend going down (an engine stopping its
+    // containers): that is no result of the command, so the backend is asked before it is returned.
+    if (result.exitCode !== null && result.exitCode >= 128) await this.#host.check();
+    return result;
   }
 
   writeFile(
