@@ -89,21 +89,10 @@ function parseUser(user: string): { uid: number; gid: number } {
   return { uid, gid };
 }
 
-/** Sandboxes as Docker (or Podman) containers, created through the Engine API. */
-export function dockerProvider(options: DockerProviderOptions = {}): SandboxProvider {
-  const events = options.events ?? (new EventEmitter() as SandboxEmitter);
-  forwardWarnings(events, options.logger);
-  const engine =
-    options.engine ??
-    new DockerEngine(
-      options.host === undefined ? options.socketPath : { host: options.host, tls: options.tls },
-    );
-  const user = options.user ?? '1000:1000';
-  const owner = parseUser(user);
-  const path = options.path ?? '/usr/local/bin:/usr/bin:/bin';
+/** The image facts a create needs, looked up once per image (a failed lookup is tried again next time). */
+function imageInfoCache(engine: DockerEngine): (image: string, signal?: AbortSignal) => Promise<ImageInfo> {
   const images = new Map<string, Promise<ImageInfo>>();
-
-  const imageInfo = (image: string, signal?: AbortSignal): Promise<ImageInfo> => {
+  return (image, signal) => {
     let info = images.get(image);
     if (!info) {
       info = engine
@@ -131,6 +120,21 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
     }
     return info;
   };
+}
+
+/** Sandboxes as Docker (or Podman) containers, created through the Engine API. */
+export function dockerProvider(options: DockerProviderOptions = {}): SandboxProvider {
+  const events = options.events ?? (new EventEmitter() as SandboxEmitter);
+  forwardWarnings(events, options.logger);
+  const engine =
+    options.engine ??
+    new DockerEngine(
+      options.host === undefined ? options.socketPath : { host: options.host, tls: options.tls },
+    );
+  const user = options.user ?? '1000:1000';
+  const owner = parseUser(user);
+  const path = options.path ?? '/usr/local/bin:/usr/bin:/bin';
+  const imageInfo = imageInfoCache(engine);
 
   return withTrackedCreate(
     {
