@@ -4,10 +4,16 @@
  * it is asked to create, and answers as a rate-limited or failing service would. The real path, three
  * remote Docker engines over TLS, is `remote-docker.int.test.ts`.
  */
+
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { afterEach, describe, expect, it } from 'vitest';
-import { BACKEND_LOST, SandboxRateLimited } from '../errors.js';
+import { DockerEngine } from '../docker/engine-api.js';
+import { BACKEND_LOST, parseRetryAfter, SandboxRateLimited } from '../errors.js';
 import type { ExecResult, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from '../types.js';
 import { type FleetProvider, fleetProvider } from './fleet.js';
 
@@ -151,6 +157,40 @@ describe('creation rate', () => {
     expect(early).toBe(0);
     expect(warnings.filter((c) => c === 'rate_limited')).toHaveLength(2);
     expect(f.stats()[0]).toMatchObject({ created: 9, rateLimited: 2, failed: 0 });
+  });
+});
+
+describe('429 from an engine', () => {
+  it('the Docker client turns a 429 into SandboxRateLimited carrying its Retry-After', async () => {
+    // A real HTTP server on a unix socket, answering as a gateway in front of an engine would.
+    const dir = mkdtempSync(join(tmpdir(), 'vime-429-'));
+    const server = createServer((req, res) => {
+      if (req.url === '/version') {
+        res.end(JSON.stringify({ ApiVersion: '1.41', MinAPIVersion: '1.12' }));
+        return;
+      }
+      res.writeHead(429, { 'retry-after': '7', 'content-type': 'application/json' });
+      res.end(JSON.stringify({ message: 'too many container creates' }));
+    });
+    const socket = join(dir, 'engine.sock');
+    await new Promise<void>((r) => server.listen(socket, r));
+    const engine = new DockerEngine(socket);
+    try {
+      const error = await engine.request('POST', '/containers/create', { json: {} }).catch((e: unknown) => e);
+      expect(SandboxRateLimited.isInstance(error)).toBe(true);
+      expect(SandboxError.isInstance(error) && error.code).toBe('rate_limited');
+      expect((error as SandboxRateLimited).retryAfterMs).toBe(7000);
+      expect((error as Error).message).toMatch(/too many container creates/);
+    } finally {
+      await engine.close();
+      await new Promise((r) => server.close(r));
+      rmSync(dir, { recursive: true, force: true });
+    }
+    expect(
+      parseRetryAfter('Wed, 21 Oct 2015 07:28:10 GMT', Date.parse('Wed, 21 Oct 2015 07:28:00 GMT')),
+    ).toBe(10_000);
+    expect(parseRetryAfter(undefined)).toBeUndefined();
+    expect(parseRetryAfter('soon')).toBeUndefined();
   });
 });
 
@@ -326,6 +366,24 @@ describe('health', () => {
     expect(f.stats()[0]).toMatchObject({ lost: true, healthy: false });
     await onLost.terminate();
     expect(f.stats()[0]!.live).toBe(0);
+  });
+
+  it('without a ping, an operation that cannot reach its backend (sandbox_unavailable) makes the backend lost', async () => {
+    const unreachable = standIn(
+      'gone',
+      () => {},
+      async () => {},
+      async () => {
+        throw new SandboxError('cannot reach the engine: ECONNREFUSED', { code: 'sandbox_unavailable' });
+      },
+    );
+    const f = fleet({ backends: [{ name: 'gone', provider: unreachable, capacity: 2 }], lifetimeMs: 60_000 });
+    const [a, b] = await Promise.all([f.create(spec), f.create(spec)]);
+    const first = await a!.exec('true').catch((e: unknown) => e);
+    expect(SandboxError.isInstance(first) && first.code).toBe(BACKEND_LOST);
+    // Its sibling on the same backend is lost too, before it sends anything.
+    const second = await b!.readTextFile('x').catch((e: unknown) => e);
+    expect(SandboxError.isInstance(second) && second.code).toBe(BACKEND_LOST);
   });
 
   it('refuses bad options with the field, the value and the fix', () => {
