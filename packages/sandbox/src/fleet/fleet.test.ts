@@ -5,15 +5,10 @@
  * remote Docker engines over TLS, is `remote-docker.int.test.ts`.
  */
 
-import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
 import { EventEmitter } from 'eventemitter3';
 import { afterEach, describe, expect, it } from 'vitest';
-import { DockerEngine } from '../docker/engine-api.js';
-import { BACKEND_LOST, parseRetryAfter, SandboxRateLimited } from '../errors.js';
+import { BACKEND_LOST, SandboxRateLimited } from '../errors.js';
 import type { ExecResult, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from '../types.js';
 import { type FleetProvider, fleetProvider } from './fleet.js';
 
@@ -157,40 +152,6 @@ describe('creation rate', () => {
     expect(early).toBe(0);
     expect(warnings.filter((c) => c === 'rate_limited')).toHaveLength(2);
     expect(f.stats()[0]).toMatchObject({ created: 9, rateLimited: 2, failed: 0 });
-  });
-});
-
-describe('429 from an engine', () => {
-  it('the Docker client turns a 429 into SandboxRateLimited carrying its Retry-After', async () => {
-    // A real HTTP server on a unix socket, answering as a gateway in front of an engine would.
-    const dir = mkdtempSync(join(tmpdir(), 'vime-429-'));
-    const server = createServer((req, res) => {
-      if (req.url === '/version') {
-        res.end(JSON.stringify({ ApiVersion: '1.41', MinAPIVersion: '1.12' }));
-        return;
-      }
-      res.writeHead(429, { 'retry-after': '7', 'content-type': 'application/json' });
-      res.end(JSON.stringify({ message: 'too many container creates' }));
-    });
-    const socket = join(dir, 'engine.sock');
-    await new Promise<void>((r) => server.listen(socket, r));
-    const engine = new DockerEngine(socket);
-    try {
-      const error = await engine.request('POST', '/containers/create', { json: {} }).catch((e: unknown) => e);
-      expect(SandboxRateLimited.isInstance(error)).toBe(true);
-      expect(SandboxError.isInstance(error) && error.code).toBe('rate_limited');
-      expect((error as SandboxRateLimited).retryAfterMs).toBe(7000);
-      expect((error as Error).message).toMatch(/too many container creates/);
-    } finally {
-      await engine.close();
-      await new Promise((r) => server.close(r));
-      rmSync(dir, { recursive: true, force: true });
-    }
-    expect(
-      parseRetryAfter('Wed, 21 Oct 2015 07:28:10 GMT', Date.parse('Wed, 21 Oct 2015 07:28:00 GMT')),
-    ).toBe(10_000);
-    expect(parseRetryAfter(undefined)).toBeUndefined();
-    expect(parseRetryAfter('soon')).toBeUndefined();
   });
 });
 
