@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeCerts, startEngines, type TestCerts, type TlsEngine } from '../__fixtures__/tls-engines.js';
 import { DockerEngine } from '../docker/engine-api.js';
 import { dockerProvider } from '../docker/provider.js';
+import { removeContainerSync } from '../docker/sandbox.js';
 import { BACKEND_LOST } from '../errors.js';
 import { RUN_LABEL } from '../lifecycle.js';
 import { testImage } from '../testing.js';
@@ -88,6 +89,16 @@ describe.runIf(ready)('a fleet over remote Docker engines with TLS', () => {
       .create({ workdir: '/testbed', image: testImage, proxy: { socketPath: join(dir, 'proxy.sock') } })
       .catch((e: unknown) => e);
     expect(ConfigError.isInstance(proxy) && proxy.message).toMatch(/spec\.proxy names paths of this host/);
+    // The process-exit cleanup (a child process, nothing async runs at exit) reaches a TLS engine too.
+    const sbx = await remote.create({
+      workdir: '/testbed',
+      image: testImage,
+      labels: { [RUN_LABEL]: 'exit-hook' },
+    });
+    expect(await containersOf(clients[0]!, 'exit-hook')).toHaveLength(1);
+    removeContainerSync(clients[0]!, `vime-${sbx.id}`);
+    expect(await containersOf(clients[0]!, 'exit-hook')).toEqual([]);
+    await sbx.terminate();
   });
 
   it('spreads rollouts over the engines; a stopped engine fails its own as infrastructure, the rest complete, nothing leaks', async () => {
