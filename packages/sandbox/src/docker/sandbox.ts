@@ -330,7 +330,7 @@ export class DockerSandbox implements Sandbox {
       await this.mkdirs(target, signal);
       // Packed to a file first and sent with its length: a body streamed from tar's pipe reached an engine
       // over TLS empty (the PUT answered 200 and extracted nothing), and a length is what every engine takes.
-      const packDir = await mkdtemp(join(tmpdir(), 'vime-copyin-'));
+      const packDir = await mkdtemp(join(tmpdir(), 'vime-pack-'));
       try {
         const archive = join(packDir, 'in.tar');
         const tar = spawn(
