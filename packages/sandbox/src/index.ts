@@ -9,7 +9,14 @@
 export { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from '@vime/core/utils';
 export { type BubblewrapProviderOptions, bubblewrapProvider } from './bubblewrap/provider.js';
 export { PROXY_CHANNEL_PORT, PROXY_SOCKET_IN_SANDBOX } from './channel.js';
-export { DOCKER_API_MAX, DOCKER_API_MIN, DockerEngine, defaultDockerSocket } from './docker/engine-api.js';
+export {
+  DOCKER_API_MAX,
+  DOCKER_API_MIN,
+  type DockerEndpoint,
+  DockerEngine,
+  type DockerTls,
+  defaultDockerSocket,
+} from './docker/engine-api.js';
 export {
   followProgress,
   type ImagePresence,
@@ -26,6 +33,16 @@ export {
   dockerProvider,
   HOST_USR_LABEL,
 } from './docker/provider.js';
+export { BACKEND_LOST, SandboxRateLimited } from './errors.js';
+export { type DockerBackendOptions, dockerBackend } from './fleet/docker.js';
+export {
+  BACKEND_LABEL,
+  type FleetBackend,
+  type FleetBackendStats,
+  type FleetOptions,
+  type FleetProvider,
+  fleetProvider,
+} from './fleet/fleet.js';
 export {
   type DetachedOptions,
   execDetached,
@@ -75,7 +92,13 @@ export { MAX_POOL_NAME_LENGTH, poolName } from './names.js';
 export { DEFAULT_MAX_READ_BYTES } from './output.js';
 export { POOL_LABEL, WarmPool, type WarmPoolOptions, type WarmPoolStats } from './pool.js';
 export { type ProviderForOptions, type ProviderKind, providerFor } from './provider-for.js';
-export { type ReapedSandbox, type ReapOptions, type ReapReport, reapOrphans } from './reap.js';
+export {
+  type ReapedSandbox,
+  type ReapOptions,
+  type ReapReport,
+  reapEngineOrphans,
+  reapOrphans,
+} from './reap.js';
 export type {
   ExecOptions,
   ExecResult,

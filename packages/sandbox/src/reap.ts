@@ -85,12 +85,8 @@ function matches(
   return { match: true, reason: reasons.join(', ') };
 }
 
-/**
- * Remove leftovers of crashed runs. `reapOrphans('run-…')` is short for `reapOrphans({ run: 'run-…' })`,
- * `reapOrphans(ms)` for `reapOrphans({ olderThanMs: ms })`.
- * At least one of `run` and `olderThanMs` is required, so a call can never sweep everything by accident.
- */
-export async function reapOrphans(selector: string | number | ReapOptions): Promise<ReapReport> {
+/** The options a selector stands for, checked: a run or an age is required. */
+function reapOptionsOf(selector: string | number | ReapOptions): ReapOptions {
   const options: ReapOptions =
     typeof selector === 'string'
       ? { run: selector }
@@ -103,6 +99,37 @@ export async function reapOrphans(selector: string | number | ReapOptions): Prom
   if (options.olderThanMs !== undefined && !(options.olderThanMs >= 0)) {
     throw new ConfigError(`reapOrphans olderThanMs must be >= 0, got ${JSON.stringify(options.olderThanMs)}`);
   }
+  return options;
+}
+
+/**
+ * `reapOrphans` of one Docker engine's containers only, nothing of this host: for a remote engine (a fleet
+ * backend). An engine that cannot be reached is reported in `errors`.
+ */
+export async function reapEngineOrphans(
+  engine: DockerEngine,
+  selector: string | number | Omit<ReapOptions, 'docker' | 'rootDir'>,
+): Promise<ReapReport> {
+  const options = reapOptionsOf(selector);
+  const report: ReapReport = { removed: [], skippedLive: 0, errors: [] };
+  try {
+    await reapContainers(engine, options, report, (s) => {
+      report.removed.push(s);
+      options.events?.emit('leak-reaped', s);
+    });
+  } catch (error) {
+    report.errors.push({ id: `docker engine ${engine.address}`, error });
+  }
+  return report;
+}
+
+/**
+ * Remove leftovers of crashed runs. `reapOrphans('run-…')` is short for `reapOrphans({ run: 'run-…' })`,
+ * `reapOrphans(ms)` for `reapOrphans({ olderThanMs: ms })`.
+ * At least one of `run` and `olderThanMs` is required, so a call can never sweep everything by accident.
+ */
+export async function reapOrphans(selector: string | number | ReapOptions): Promise<ReapReport> {
+  const options = reapOptionsOf(selector);
   const report: ReapReport = { removed: [], skippedLive: 0, errors: [] };
   const reaped = (s: ReapedSandbox) => {
     report.removed.push(s);
@@ -198,7 +225,7 @@ export async function reapOrphans(selector: string | number | ReapOptions): Prom
       await reapContainers(engine, options, report, reaped);
     } catch (error) {
       // The host's leftovers are reaped already; say why the containers could not be.
-      report.errors.push({ id: `docker engine ${engine.socketPath}`, error });
+      report.errors.push({ id: `docker engine ${engine.address}`, error });
     } finally {
       if (!(options.docker instanceof DockerEngine)) await engine.close();
     }
@@ -248,7 +275,7 @@ async function reapContainers(
       try {
         await engine.request('DELETE', `/containers/${c.Id}`, {
           query: { force: true, v: true },
-          ok: [404],
+          ok: [404, 409], // 409: the engine is removing it already (AutoRemove)
           signal: options.signal,
         });
       } catch (error) {

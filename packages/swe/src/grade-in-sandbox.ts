@@ -10,7 +10,7 @@
  */
 import { errorMarker, GradingError, hasErrorMarker, SandboxError, type TaskSpec } from '@vime/core';
 import { shellJoin } from '@vime/core/utils';
-import { execDetached, type Sandbox } from '@vime/sandbox';
+import { BACKEND_LOST, execDetached, type Sandbox } from '@vime/sandbox';
 import { type HackFlag, patchHacks, scanTranscript } from './antihack.js';
 import type { CapturedPatch, CaptureFailure } from './capture.js';
 import { MARKERS } from './eval-report.js';
@@ -241,6 +241,9 @@ export async function gradeSweTask(
     return pristine ? await runReported(run, pristine) : await runLogged(run);
   } catch (error) {
     if (signal?.aborted) throw error;
+    // Its whole backend went away (a fleet engine stopped): nothing the patch did, and a check sandbox on
+    // another backend would pass and make it a 0. An infrastructure failure as it is.
+    if (SandboxError.isInstance(error) && error.code === BACKEND_LOST) throw error;
     if (SandboxError.isInstance(error) || GradingError.isInstance(error)) {
       throw new GradingSandboxLost(
         `the grading sandbox ${sandbox.id} failed after the patch was applied: ${(error as Error).message}`,

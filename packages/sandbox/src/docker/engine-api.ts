@@ -1,10 +1,12 @@
 /**
- * A small Docker Engine REST client over the unix socket (undici). Also speaks to Podman's compatible
- * service. Negotiates the API version with `GET /version` instead of hard-coding one.
+ * A small Docker Engine REST client (undici) over the unix socket, or over TCP with TLS client
+ * certificates to a remote engine. Also speaks to Podman's compatible service. Negotiates the API version
+ * with `GET /version` instead of hard-coding one.
  */
 import type { Readable } from 'node:stream';
-import { SandboxError } from '@vime/core';
+import { ConfigError, SandboxError } from '@vime/core';
 import { type Dispatcher, Pool } from 'undici';
+import { parseRetryAfter, SandboxRateLimited } from '../errors.js';
 
 /** Newest Engine API this client is written against, and the oldest it accepts. */
 export const DOCKER_API_MAX = '1.47';
@@ -22,6 +24,52 @@ export function defaultDockerSocket(): string {
   const host = process.env.DOCKER_HOST;
   if (host?.startsWith('unix://')) return host.slice('unix://'.length);
   return '/var/run/docker.sock';
+}
+
+/** TLS of a remote engine: PEM contents (not paths), as `dockerd --tlsverify` expects of its clients. */
+export interface DockerTls {
+  /** The CA that signed the engine's certificate: the engine is verified against it (and only it). */
+  ca: string | Buffer;
+  /** This client's certificate, signed by a CA the engine trusts (`--tlscacert`). */
+  cert: string | Buffer;
+  /** This client's private key. */
+  key: string | Buffer;
+}
+
+/** Where an engine listens: `unix:///path/docker.sock`, or `tcp://host:port` with `tls`. */
+export interface DockerEndpoint {
+  host: string;
+  /** Required for `tcp://`: a remote engine is reached only over TLS with a client certificate. */
+  tls?: DockerTls | undefined;
+}
+
+/** The undici origin and connect options of an endpoint; a bad one is a `ConfigError` naming the fix. */
+function connectionOf(endpoint: string | DockerEndpoint): {
+  origin: string;
+  address: string;
+  socketPath?: string | undefined;
+  tls?: DockerTls | undefined;
+} {
+  if (typeof endpoint === 'string')
+    return { origin: 'http://docker', address: endpoint, socketPath: endpoint };
+  const { host, tls } = endpoint;
+  if (host.startsWith('unix://')) {
+    const socketPath = host.slice('unix://'.length);
+    return { origin: 'http://docker', address: socketPath, socketPath };
+  }
+  const m = /^tcp:\/\/([^/:]+|\[[0-9a-fA-F:]+\]):(\d{1,5})\/?$/.exec(host);
+  if (!m) {
+    throw new ConfigError(
+      `docker host ${JSON.stringify(host)} is neither unix:///path nor tcp://host:port; e.g. tcp://10.0.0.5:2376`,
+    );
+  }
+  if (!tls?.ca || !tls.cert || !tls.key) {
+    throw new ConfigError(
+      `docker host ${host} needs tls: { ca, cert, key } (PEM contents): a remote engine is reached only over TLS ` +
+        'with a client certificate (dockerd --tlsverify), since plain TCP lets anyone who reaches the port run containers as root',
+    );
+  }
+  return { origin: `https://${m[1]}:${m[2]}`, address: host, tls };
 }
 
 export interface RequestOptions {
@@ -47,22 +95,43 @@ export interface EngineResponse {
 /** Default cap on a response body: engine answers are small, and a container's files are capped by the caller. */
 const MAX_RESPONSE_BYTES = 64 << 20;
 
-/** A client of the Docker Engine API over its unix socket (Podman's too). */
+/**
+ * A client of the Docker Engine API over its unix socket (Podman's too), or over TCP with TLS client
+ * certificates (`{ host: 'tcp://10.0.0.5:2376', tls: { ca, cert, key } }`).
+ */
 export class DockerEngine {
-  readonly socketPath: string;
+  /** The unix socket, or undefined for a remote (TCP) engine. */
+  readonly socketPath: string | undefined;
+  /** The socket path or `tcp://host:port`, for messages. */
+  readonly address: string;
+  /** The TLS of a remote engine (the process-exit cleanup connects with it too). */
+  readonly tls: DockerTls | undefined;
+  /** `https://host:port` of a remote engine. */
+  readonly origin: string;
   private readonly client: Pool;
   private versionPromise: Promise<string> | undefined;
 
-  constructor(socketPath: string = defaultDockerSocket()) {
-    this.socketPath = socketPath;
+  constructor(endpoint: string | DockerEndpoint = defaultDockerSocket()) {
+    const conn = connectionOf(endpoint);
+    this.socketPath = conn.socketPath;
+    this.address = conn.address;
+    this.tls = conn.tls;
+    this.origin = conn.origin;
     // One connection per in-flight request: an attached exec holds its connection until the process exits.
     // Exec streams and long waits must not be cut by idle timeouts; callers bound them with signals.
-    this.client = new Pool('http://docker', {
-      socketPath,
+    this.client = new Pool(conn.origin, {
+      ...(conn.socketPath ? { socketPath: conn.socketPath } : {}),
+      // Verified against this CA only (Node's default CAs are replaced), presenting the client certificate.
+      ...(conn.tls ? { connect: { ca: conn.tls.ca, cert: conn.tls.cert, key: conn.tls.key } } : {}),
       connections: 256,
       bodyTimeout: 0,
       headersTimeout: 0,
     });
+  }
+
+  /** Whether the engine answers (`GET /_ping`); an unreachable one is `sandbox_unavailable`. */
+  async ping(signal?: AbortSignal): Promise<void> {
+    await this.raw('GET', '/_ping', { signal });
   }
 
   /** The API version both sides speak: min(server, DOCKER_API_MAX), checked against the server's minimum. */
@@ -77,12 +146,12 @@ export class DockerEngine {
       const chosen = compareVersions(server, DOCKER_API_MAX) < 0 ? server : DOCKER_API_MAX;
       if (compareVersions(chosen, DOCKER_API_MIN) < 0) {
         throw new SandboxError(
-          `the engine at ${this.socketPath} speaks API ${server}, older than the ${DOCKER_API_MIN} this client needs; upgrade Docker/Podman`,
+          `the engine at ${this.address} speaks API ${server}, older than the ${DOCKER_API_MIN} this client needs; upgrade Docker/Podman`,
         );
       }
       if (info.MinAPIVersion && compareVersions(chosen, info.MinAPIVersion) < 0) {
         throw new SandboxError(
-          `the engine at ${this.socketPath} requires API >= ${info.MinAPIVersion}, newer than this client's ${DOCKER_API_MAX}`,
+          `the engine at ${this.address} requires API >= ${info.MinAPIVersion}, newer than this client's ${DOCKER_API_MAX}`,
         );
       }
       return chosen;
@@ -117,20 +186,36 @@ export class DockerEngine {
     } catch (error) {
       if (options.signal?.aborted) throw options.signal.reason;
       throw new SandboxError(
-        `cannot reach the Docker engine at ${this.socketPath} (${method} ${path}): ${(error as Error).message}. ` +
-          'Start dockerd (or `podman system service`) and point DOCKER_HOST or dockerProvider({ socketPath }) at it.',
+        `cannot reach the Docker engine at ${this.address} (${method} ${path}): ${(error as Error).message}. ` +
+          'Start dockerd (or `podman system service`) and point DOCKER_HOST or dockerProvider({ socketPath } or { host, tls }) at it.',
         { cause: error, code: 'sandbox_unavailable' },
       );
     }
   }
 
-  /** The error of a non-2xx answer, with the engine's own message. */
-  private failure(method: string, path: string, status: number, body: Buffer): SandboxError {
+  /** The error of a non-2xx answer, with the engine's own message; a 429 carries its `Retry-After`. */
+  private failure(
+    method: string,
+    path: string,
+    status: number,
+    body: Buffer,
+    headers: Record<string, string | string[] | undefined>,
+  ): SandboxError {
     let message = body.toString();
     try {
       message = (JSON.parse(message) as { message?: string | undefined }).message ?? message;
     } catch {
       // plain-text error
+    }
+    if (status === 429) {
+      const retryAfterMs = parseRetryAfter(headers['retry-after']);
+      return new SandboxRateLimited(
+        `Docker ${method} ${path} at ${this.address} was refused for now (429): ${message.trim()}`,
+        {
+          data: { status, method, path },
+          retryAfterMs,
+        },
+      );
     }
     return new SandboxError(`Docker ${method} ${path} failed (${status}): ${message.trim()}`, {
       data: { status, method, path },
@@ -157,7 +242,7 @@ export class DockerEngine {
     const body = Buffer.concat(chunks);
     const ok = options.ok ?? [];
     if ((res.statusCode < 200 || res.statusCode >= 300) && !ok.includes(res.statusCode)) {
-      throw this.failure(method, path, res.statusCode, body);
+      throw this.failure(method, path, res.statusCode, body, res.headers);
     }
     return { status: res.statusCode, headers: res.headers, body };
   }
@@ -176,7 +261,7 @@ export class DockerEngine {
     const version = await this.apiVersion(options.signal);
     const res = await this.send(method, `/v${version}${path}`, options);
     if (res.statusCode >= 200 && res.statusCode < 300) return res.body;
-    throw this.failure(method, path, res.statusCode, Buffer.from(await res.body.arrayBuffer()));
+    throw this.failure(method, path, res.statusCode, Buffer.from(await res.body.arrayBuffer()), res.headers);
   }
 
   /** Send a request and parse the answer as JSON. */
@@ -206,7 +291,7 @@ export class DockerEngine {
       });
     } catch (error) {
       if (signal?.aborted) throw signal.reason;
-      throw new SandboxError(`exec start failed at ${this.socketPath}: ${(error as Error).message}`, {
+      throw new SandboxError(`exec start failed at ${this.address}: ${(error as Error).message}`, {
         cause: error,
       });
     }
@@ -228,7 +313,7 @@ export class DockerEngine {
       }
     } catch (error) {
       if (signal?.aborted) throw signal.reason;
-      throw new SandboxError(`exec stream from ${this.socketPath} broke: ${(error as Error).message}`, {
+      throw new SandboxError(`exec stream from ${this.address} broke: ${(error as Error).message}`, {
         cause: error,
       });
     }

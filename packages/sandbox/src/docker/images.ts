@@ -117,7 +117,7 @@ export async function pullImage(
     }
     options.onProgress?.({ image, phase: 'pull', done, total: known ? total : undefined });
   };
-  const what = `pulling ${image} through the engine at ${engine.socketPath}`;
+  const what = `pulling ${image} through the engine at ${engine.address}`;
   const stream = await engine
     .stream('POST', '/images/create', { query: { fromImage, tag }, signal: options.signal })
     .catch((error) => {
@@ -158,5 +158,5 @@ export async function pushImage(
     headers: { 'X-Registry-Auth': Buffer.from('{}').toString('base64') },
     signal: options.signal,
   });
-  await followProgress(stream, `pushing ${image} through the engine at ${engine.socketPath}`);
+  await followProgress(stream, `pushing ${image} through the engine at ${engine.address}`);
 }

@@ -20,7 +20,7 @@ import { checkLifetime, type EffectiveLimits, resolveLimits, resolveWorkdir } fr
 import { packTar } from '../tar.js';
 import type { OpOptions, Sandbox, SandboxEmitter, SandboxProvider, SandboxSpec } from '../types.js';
 import { channelMounts, startForwarder } from './channel.js';
-import { DockerEngine } from './engine-api.js';
+import { DockerEngine, type DockerTls } from './engine-api.js';
 import { DockerSandbox, removeContainerSync } from './sandbox.js';
 
 /** Image label saying "bind the host's /usr read-only" (a registry-free image holding only folder stubs). */
@@ -39,6 +39,12 @@ export interface DockerUlimit {
 export interface DockerProviderOptions {
   /** Engine socket (default: `DOCKER_HOST`'s unix socket, else /var/run/docker.sock). */
   socketPath?: string | undefined;
+  /**
+   * A remote engine instead of a socket: `tcp://host:port`, reached over TLS with `tls` (PEM contents of the
+   * CA that signed the engine's certificate, and this client's certificate and key).
+   */
+  host?: string | undefined;
+  tls?: DockerTls | undefined;
   /** Share one engine client between providers. */
   engine?: DockerEngine | undefined;
   /**
@@ -83,17 +89,10 @@ function parseUser(user: string): { uid: number; gid: number } {
   return { uid, gid };
 }
 
-/** Sandboxes as Docker (or Podman) containers, created through the Engine API. */
-export function dockerProvider(options: DockerProviderOptions = {}): SandboxProvider {
-  const events = options.events ?? (new EventEmitter() as SandboxEmitter);
-  forwardWarnings(events, options.logger);
-  const engine = options.engine ?? new DockerEngine(options.socketPath);
-  const user = options.user ?? '1000:1000';
-  const owner = parseUser(user);
-  const path = options.path ?? '/usr/local/bin:/usr/bin:/bin';
+/** The image facts a create needs, looked up once per image (a failed lookup is tried again next time). */
+function imageInfoCache(engine: DockerEngine): (image: string, signal?: AbortSignal) => Promise<ImageInfo> {
   const images = new Map<string, Promise<ImageInfo>>();
-
-  const imageInfo = (image: string, signal?: AbortSignal): Promise<ImageInfo> => {
+  return (image, signal) => {
     let info = images.get(image);
     if (!info) {
       info = engine
@@ -110,7 +109,7 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
           images.delete(image);
           if (SandboxError.isInstance(error) && error.code === 'not_found') {
             throw new SandboxError(
-              `image ${JSON.stringify(image)} is not present in the engine at ${engine.socketPath}; ` +
+              `image ${JSON.stringify(image)} is not present in the engine at ${engine.address}; ` +
                 'dockerProvider never pulls: pull it first (pullImage; the loop pulls missing images before its first step), or build or import it (scripts/docker-up.sh imports vime/sandbox-base:latest)',
               { cause: error, code: 'image_not_found' },
             );
@@ -121,6 +120,21 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
     }
     return info;
   };
+}
+
+/** Sandboxes as Docker (or Podman) containers, created through the Engine API. */
+export function dockerProvider(options: DockerProviderOptions = {}): SandboxProvider {
+  const events = options.events ?? (new EventEmitter() as SandboxEmitter);
+  forwardWarnings(events, options.logger);
+  const engine =
+    options.engine ??
+    new DockerEngine(
+      options.host === undefined ? options.socketPath : { host: options.host, tls: options.tls },
+    );
+  const user = options.user ?? '1000:1000';
+  const owner = parseUser(user);
+  const path = options.path ?? '/usr/local/bin:/usr/bin:/bin';
+  const imageInfo = imageInfoCache(engine);
 
   return withTrackedCreate(
     {
@@ -134,6 +148,7 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
         checkLifetime(spec.lifetimeMs);
         const limits = resolveLimits(spec.limits);
         // The engine mounts as its own user: only the sandbox user's access to the files themselves matters.
+        if (engine.socketPath === undefined) refuseHostPaths(spec, engine.address);
         const channel = resolveChannel(spec, undefined);
         const binds = resolveBinds(spec, workdir, undefined);
         const image = spec.image ?? options.defaultImage ?? DEFAULT_DOCKER_IMAGE;
@@ -145,10 +160,15 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
         if (spec.lifetimeMs !== undefined) labels['vime.lifetime-ms'] = String(spec.lifetimeMs);
         const name = `vime-${id}`;
         // From here an exit at any step removes the container (by name: it may not be created yet).
-        const dropExitHook = onProcessExit(() => removeContainerSync(engine.socketPath, name));
+        const dropExitHook = onProcessExit(() => removeContainerSync(engine, name));
         const body = {
           Image: image,
-          Cmd: ['sleep', 'infinity'],
+          // A lifetime is also kept by the engine: the container's only process ends then, and the engine
+          // removes the stopped container (AutoRemove), even when this process or its host is gone.
+          Cmd: [
+            'sleep',
+            spec.lifetimeMs === undefined ? 'infinity' : String(Math.ceil(spec.lifetimeMs / 1000)),
+          ],
           Entrypoint: [],
           User: user,
           WorkingDir: workdir,
@@ -167,6 +187,7 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
             CapDrop: ['ALL'],
             SecurityOpt: ['no-new-privileges'],
             Binds: info.hostUsr ? ['/usr:/usr:ro'] : [],
+            AutoRemove: spec.lifetimeMs !== undefined,
             ...hostLimits,
             Mounts: [...(hostLimits.Mounts as unknown[]), ...mounts],
             ...options.hostConfig,
@@ -176,7 +197,7 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
           engine
             .request('DELETE', `/containers/${name}`, {
               query: { force: true, v: true },
-              ok: [404],
+              ok: [404, 409], // 409: the engine is removing it already (AutoRemove)
               signal: AbortSignal.timeout(60_000),
             })
             .then(dropExitHook, () => {});
@@ -228,6 +249,19 @@ export function dockerProvider(options: DockerProviderOptions = {}): SandboxProv
       },
     },
     options.handleSignals ?? true,
+  );
+}
+
+/**
+ * A remote engine mounts paths of its own host: this host's proxy socket and files are not there. Refused
+ * rather than bound to whatever the remote host has at those paths.
+ */
+function refuseHostPaths(spec: SandboxSpec, address: string): void {
+  const field = spec.proxy ? 'proxy' : spec.readOnlyBinds?.length ? 'readOnlyBinds' : undefined;
+  if (field === undefined) return;
+  throw new ConfigError(
+    `spec.${field} names paths of this host, but the engine at ${address} is remote and would mount its own host's paths; ` +
+      `drop ${field} for remote engines (a proxy channel to a remote engine is not built yet), or use a local engine's socket`,
   );
 }
 

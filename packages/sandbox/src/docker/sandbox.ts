@@ -4,8 +4,10 @@
  * capped; terminate removes the container (and, at process exit, a short-lived child process does).
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { stat } from 'node:fs/promises';
-import { posix } from 'node:path';
+import { createReadStream } from 'node:fs';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, posix } from 'node:path';
 import { ConfigError, SandboxError } from '@vime/core';
 import { BoundedOutput, DEFAULT_MAX_OUTPUT_BYTES, decodeUtf8 } from '@vime/core/utils';
 import { sandboxPath } from '../host/sandbox.js';
@@ -324,38 +326,45 @@ export class DockerSandbox implements Sandbox {
     const target = sandboxPath(this.workdir, path);
     await this.ops.track(options, async (signal) => {
       await this.mkdirs(target, signal);
-      const tar = spawn(
-        'tar',
-        [
-          '-C',
-          hostDir,
-          `--owner=${this.owner.uid}`,
-          `--group=${this.owner.gid}`,
-          '--numeric-owner',
-          '-cf',
-          '-',
-          '.',
-        ],
-        { stdio: ['ignore', 'pipe', 'pipe'] },
-      );
-      let tarErr = '';
-      tar.stderr.on('data', (d: Buffer) => {
-        tarErr += d.toString();
-      });
-      const tarExit = new Promise<number | null>((resolve) => tar.once('close', resolve));
+      // Packed to a file first and sent with its length: a body streamed from tar's pipe reached an engine
+      // over TLS empty (the PUT answered 200 and extracted nothing), and a length is what every engine takes.
+      const packDir = await mkdtemp(join(tmpdir(), 'vime-pack-'));
       try {
+        const archive = join(packDir, 'in.tar');
+        const tar = spawn(
+          'tar',
+          [
+            '-C',
+            hostDir,
+            `--owner=${this.owner.uid}`,
+            `--group=${this.owner.gid}`,
+            '--numeric-owner',
+            '-cf',
+            archive,
+            '.',
+          ],
+          { stdio: ['ignore', 'ignore', 'pipe'] },
+        );
+        let tarErr = '';
+        tar.stderr.on('data', (d: Buffer) => {
+          tarErr += d.toString();
+        });
+        const kill = () => tar.kill('SIGKILL');
+        signal.addEventListener('abort', kill, { once: true });
+        const code = await new Promise<number | null>((resolve) => tar.once('close', resolve));
+        signal.removeEventListener('abort', kill);
+        signal.throwIfAborted();
+        if (code !== 0) throw new SandboxError(`copyIn: packing ${hostDir} failed: ${tarErr.trim()}`);
         await this.engine.request('PUT', `/containers/${this.containerId}/archive`, {
           query: { path: target },
-          body: tar.stdout,
+          body: createReadStream(archive),
+          headers: { 'content-length': String((await stat(archive)).size) },
           contentType: 'application/x-tar',
           signal,
         });
-      } catch (error) {
-        tar.kill('SIGKILL');
-        throw error;
+      } finally {
+        await rm(packDir, { recursive: true, force: true });
       }
-      if ((await tarExit) !== 0)
-        throw new SandboxError(`copyIn: packing ${hostDir} failed: ${tarErr.trim()}`);
     });
   }
 
@@ -383,7 +392,7 @@ export class DockerSandbox implements Sandbox {
       async () => {
         await this.engine.request('DELETE', `/containers/${this.containerId}`, {
           query: { force: true, v: true },
-          ok: [404],
+          ok: [404, 409], // 409: the engine is removing it already (AutoRemove)
           signal: AbortSignal.timeout(60_000),
         });
         this.dropExitHook();
@@ -393,13 +402,28 @@ export class DockerSandbox implements Sandbox {
   }
 }
 
-export /** At process exit nothing async runs: remove a container (by id or name) from a short-lived child process. */
-function removeContainerSync(socketPath: string, container: string): void {
+/**
+ * At process exit nothing async runs: remove a container (by id or name) from a short-lived child process,
+ * over the engine's socket, or over TLS to a remote engine (its credentials passed on stdin, never argv).
+ */
+export function removeContainerSync(engine: DockerEngine, container: string): void {
   const script =
-    "const r=require('http').request({socketPath:process.argv[1],method:'DELETE',path:process.argv[2]},s=>{s.resume();s.on('end',()=>process.exit(0))});r.on('error',()=>process.exit(1));r.end()";
+    "const a=JSON.parse(require('fs').readFileSync(0,'utf8'));const o={method:'DELETE',path:a.path};" +
+    "const m=a.socketPath?require('http'):require('https');" +
+    "if(a.socketPath)o.socketPath=a.socketPath;else{const u=new URL(a.origin);Object.assign(o,{host:u.hostname.replace(/^\\[|\\]$/g,''),port:u.port,ca:a.ca,cert:a.cert,key:a.key});}" +
+    "const r=m.request(o,s=>{s.resume();s.on('end',()=>process.exit(0))});r.on('error',()=>process.exit(1));r.end()";
+  const args = {
+    path: `/containers/${container}?force=true&v=true`,
+    socketPath: engine.socketPath,
+    origin: engine.origin,
+    ca: engine.tls?.ca.toString(),
+    cert: engine.tls?.cert.toString(),
+    key: engine.tls?.key.toString(),
+  };
   try {
-    execFileSync(process.execPath, ['-e', script, socketPath, `/containers/${container}?force=true&v=true`], {
-      stdio: 'ignore',
+    execFileSync(process.execPath, ['-e', script], {
+      input: JSON.stringify(args),
+      stdio: ['pipe', 'ignore', 'ignore'],
       timeout: 10_000,
     });
   } catch {

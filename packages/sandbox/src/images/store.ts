@@ -95,7 +95,7 @@ export class ImageStore {
   describe(): string {
     const sources = [
       ...(this.imageDir ? [`image tarballs in ${this.imageDir}`] : []),
-      ...(this.#docker ? [`the Docker engine at ${this.#docker.socketPath}`] : []),
+      ...(this.#docker ? [`the Docker engine at ${this.#docker.address}`] : []),
     ];
     return sources.length > 0
       ? sources.join(', then ')
@@ -127,7 +127,7 @@ export class ImageStore {
     if (docker) {
       const id = await this.#engineImageId(docker, image, options);
       if (id) {
-        const cached = await this.#cached(image, id, `docker:${docker.socketPath}`);
+        const cached = await this.#cached(image, id, `docker:${docker.address}`);
         if (cached) return cached;
         return this.#fromEngine(docker, image, options);
       }
@@ -198,7 +198,7 @@ export class ImageStore {
       await pipeline(body, createWriteStream(file), options.signal ? { signal: options.signal } : {});
       const archived = (await readImageArchive(file))[0];
       if (!archived) throw new SandboxError(`the engine's export of ${image} holds no image`);
-      return await this.#extract(image, archived, `docker:${docker.socketPath}`, options);
+      return await this.#extract(image, archived, `docker:${docker.address}`, options);
     } finally {
       await rm(work, { recursive: true, force: true });
     }
