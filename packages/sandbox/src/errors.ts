@@ -26,15 +26,3 @@ export class SandboxRateLimited extends SandboxError {
 
 /** The code of the error a fleet sandbox's operation throws when its backend stopped answering. */
 export const BACKEND_LOST = 'sandbox_backend_lost';
-
-/**
- * `Retry-After` in milliseconds: delay-seconds or an HTTP date (RFC 9110 §10.2.3); undefined when absent or
- * unreadable.
- */
-export function parseRetryAfter(value: string | string[] | undefined, now = Date.now()): number | undefined {
-  const text = Array.isArray(value) ? value[0] : value;
-  if (text === undefined || text.trim() === '') return undefined;
-  if (/^\s*\d+\s*$/.test(text)) return Number(text) * 1000;
-  const at = Date.parse(text);
-  return Number.isNaN(at) ? undefined : Math.max(0, at - now);
-}

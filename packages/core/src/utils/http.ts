@@ -259,13 +259,16 @@ function statusError(method: string, response: HttpResponse): EngineError {
 }
 
 /** `Retry-After` as seconds or an HTTP date, in milliseconds from now. */
-export function retryAfterMs(value: string | string[] | undefined): number | undefined {
+export function retryAfterMs(
+  value: string | string[] | null | undefined,
+  now = Date.now(),
+): number | undefined {
   const text = Array.isArray(value) ? value[0] : value;
-  if (!text) return undefined;
+  if (!text?.trim()) return undefined;
   const seconds = Number(text);
   if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);
   const date = Date.parse(text);
-  return Number.isNaN(date) ? undefined : Math.max(0, date - Date.now());
+  return Number.isNaN(date) ? undefined : Math.max(0, date - now);
 }
 
 /** The message of an upstream's JSON error body (`{error: {message}}`, `{message}`, `{detail}`), else the text. */

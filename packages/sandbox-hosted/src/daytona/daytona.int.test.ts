@@ -10,7 +10,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
-import type { Sandbox } from '@vime/sandbox';
+import { type Sandbox, SandboxRateLimited } from '@vime/sandbox';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HostedRateLimitError } from '../errors.js';
 import type { HostedProvider } from '../provider.js';
@@ -221,6 +221,8 @@ describe('daytonaProvider rate limit against the Daytona stand-in (429 + Retry-A
       expect(standin.rateLimited).toBe(refused.length);
       for (const e of refused) {
         expect(HostedRateLimitError.isInstance(e), String(e)).toBe(true);
+        // the one rate-limit error a fleet honours
+        expect(SandboxRateLimited.isInstance(e)).toBe(true);
         expect(e).toMatchObject({
           vendor: 'daytona',
           operation: 'create',

@@ -8,9 +8,9 @@
 
 import { Daytona, type DaytonaConfig, type Sandbox as DaytonaSandbox } from '@daytonaio/sdk';
 import { ConfigError, SandboxError, VimeError } from '@vime/core';
-import { shellJoin, shellQuote } from '@vime/core/utils';
+import { retryAfterMs, shellJoin, shellQuote } from '@vime/core/utils';
 import { RUN_LABEL } from '@vime/sandbox';
-import { HostedRateLimitError, parseRetryAfter } from '../errors.js';
+import { HostedRateLimitError } from '../errors.js';
 import {
   type HostedProvider,
   type HostedProviderOptions,
@@ -57,7 +57,7 @@ function header(headers: unknown, name: string): string | undefined {
 function rethrow(operation: string, error: unknown): never {
   const e = error as { name?: string; statusCode?: number; headers?: unknown; message?: string };
   if (e?.statusCode === 429 || e?.name === 'DaytonaRateLimitError') {
-    const after = parseRetryAfter(header(e.headers, 'retry-after'));
+    const after = retryAfterMs(header(e.headers, 'retry-after'));
     throw new HostedRateLimitError(
       'daytona',
       operation,

@@ -9,7 +9,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
-import type { Sandbox } from '@vime/sandbox';
+import { type Sandbox, SandboxRateLimited } from '@vime/sandbox';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HostedRateLimitError } from '../errors.js';
@@ -260,6 +260,8 @@ describe('e2bProvider rate limit against the E2B stand-in (a token bucket answer
       expect(standin.rateLimited).toBe(refused.length);
       for (const e of refused) {
         expect(HostedRateLimitError.isInstance(e), String(e)).toBe(true);
+        // the one rate-limit error a fleet honours
+        expect(SandboxRateLimited.isInstance(e)).toBe(true);
         expect(e).toMatchObject({
           vendor: 'e2b',
           operation: 'create',

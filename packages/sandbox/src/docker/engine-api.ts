@@ -5,8 +5,9 @@
  */
 import type { Readable } from 'node:stream';
 import { ConfigError, SandboxError } from '@vime/core';
+import { retryAfterMs } from '@vime/core/utils';
 import { type Dispatcher, Pool } from 'undici';
-import { parseRetryAfter, SandboxRateLimited } from '../errors.js';
+import { SandboxRateLimited } from '../errors.js';
 
 /** Newest Engine API this client is written against, and the oldest it accepts. */
 export const DOCKER_API_MAX = '1.47';
@@ -208,13 +209,9 @@ export class DockerEngine {
       // plain-text error
     }
     if (status === 429) {
-      const retryAfterMs = parseRetryAfter(headers['retry-after']);
       return new SandboxRateLimited(
         `Docker ${method} ${path} at ${this.address} was refused for now (429): ${message.trim()}`,
-        {
-          data: { status, method, path },
-          retryAfterMs,
-        },
+        { data: { status, method, path }, retryAfterMs: retryAfterMs(headers['retry-after']) },
       );
     }
     return new SandboxError(`Docker ${method} ${path} failed (${status}): ${message.trim()}`, {

@@ -7,9 +7,10 @@ import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
+import { retryAfterMs as parseRetryAfter } from '@vime/core/utils';
 import { describe, expect, it } from 'vitest';
 import { DockerEngine } from '../docker/engine-api.js';
-import { parseRetryAfter, SandboxRateLimited } from '../errors.js';
+import { SandboxRateLimited } from '../errors.js';
 
 describe('429 from an engine', () => {
   it('the Docker client turns a 429 into SandboxRateLimited carrying its Retry-After', async () => {

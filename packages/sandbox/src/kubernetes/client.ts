@@ -5,31 +5,21 @@
  */
 import { readFileSync } from 'node:fs';
 import { CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
-import { ConfigError, errorMarker, hasErrorMarker, SandboxError } from '@vime/core';
+import { ConfigError, SandboxError } from '@vime/core';
 import { retryAfterMs } from '@vime/core/utils';
-
-const rateLimitMarker = errorMarker('KubernetesRateLimitError');
+import { SandboxRateLimited } from '../errors.js';
 
 /**
  * The API server answered 429 Too Many Requests (API Priority and Fairness, or a webhook's limit):
- * `retryAfterMs` is its `Retry-After`, so a fleet's rate limiter can wait exactly that long.
+ * `retryAfterMs` is its `Retry-After`, so a fleet's rate limiter waits exactly that long.
  */
-export class KubernetesRateLimitError extends SandboxError {
-  readonly [rateLimitMarker] = true;
-  /** The server's `Retry-After` in milliseconds (undefined when it sent none). */
-  readonly retryAfterMs: number | undefined;
+export class KubernetesRateLimitError extends SandboxRateLimited {
   constructor(message: string, options: { retryAfterMs?: number | undefined; cause?: unknown } = {}) {
     super(message, {
-      code: 'rate_limited',
       cause: options.cause,
+      retryAfterMs: options.retryAfterMs,
       data: options.retryAfterMs === undefined ? {} : { retryAfterMs: options.retryAfterMs },
     });
-    this.retryAfterMs = options.retryAfterMs;
-  }
-
-  /** Whether `value` is a `KubernetesRateLimitError`, from any copy of this package. */
-  static override isInstance(value: unknown): value is KubernetesRateLimitError {
-    return hasErrorMarker(value, rateLimitMarker);
   }
 }
 

@@ -11,6 +11,7 @@ import { SandboxError } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StandinApiServer, startStandinApiServer } from '../__fixtures__/kube-apiserver.js';
 import type { KubeObject } from '../__fixtures__/kube-objects.js';
+import { SandboxRateLimited } from '../errors.js';
 import { reapOrphans } from '../reap.js';
 import { KubernetesRateLimitError } from './client.js';
 import { kubernetesProvider } from './provider.js';
@@ -216,6 +217,8 @@ describe('kubernetes provider (stand-in API server): plain pods', () => {
     api.throttle = { count: 1, retryAfterSeconds: 7, match: (m, p) => m === 'POST' && p.endsWith('/pods') };
     const error = await provider.create({ image: IMAGE, workdir: '/w' }).catch((e: unknown) => e);
     expect(KubernetesRateLimitError.isInstance(error)).toBe(true);
+    // the one rate-limit error a fleet honours
+    expect(SandboxRateLimited.isInstance(error)).toBe(true);
     expect(error).toMatchObject({ code: 'rate_limited', retryAfterMs: 7000 });
     expect(SandboxError.isInstance(error)).toBe(true);
     expect(api.pods.size).toBe(pods);
