@@ -37,6 +37,13 @@ export const TurnSchema = z.object({
       logprobs: typedArray('Float32Array').optional(),
     })
     .optional(),
+  /**
+   * Top-k log probs of every output token (score centering, `Sampling.topLogprobs`): token i's k ids and
+   * log probs are `ids[i * k .. (i + 1) * k]`, most likely first.
+   */
+  topK: z
+    .object({ k: z.number().int().positive(), ids: typedArray('Int32Array'), logprobs: typedArray('Float32Array') })
+    .optional(),
   /** The engines that produced the output, in order (more than one when the turn moved between engines). */
   engines: z.array(z.string()).optional(),
   /**

@@ -1,5 +1,6 @@
 import type { HttpClientOptions } from '../utils/http.js';
 import type { NucleusReplay } from './nucleus.js';
+import type { TopLogprobs } from './topk.js';
 
 /** The engines Vime speaks to: their HTTP wires differ (see `sglangEngine`, `vllmEngine`). */
 export type EngineKind = 'sglang' | 'vllm';
@@ -18,6 +19,11 @@ export interface Sampling {
   repetitionPenalty?: number | undefined;
   presencePenalty?: number | undefined;
   frequencyPenalty?: number | undefined;
+  /**
+   * Capture the top-k log probs of every output token (score centering), k = this: SGLang's
+   * `top_logprobs_num`, vLLM's `logprobs`. At most the engine's limit (`Engine.maxTopLogprobs`).
+   */
+  topLogprobs?: number | undefined;
 }
 
 /** A generation request in token ids. */
@@ -49,6 +55,8 @@ export interface GenerateResult {
   cachedTokens?: number | undefined;
   /** The nucleus of every output token, when sampling used top-p < 1 (sampler replay). */
   topP?: NucleusReplay | undefined;
+  /** The top-k log probs of every output token, when sampling asked for them (`Sampling.topLogprobs`). */
+  topK?: TopLogprobs | undefined;
   /**
    * Verification forward passes of speculative decoding (SGLang's `meta_info.spec_verify_ct`), when the
    * engine reports them: absent with speculation off, and from an engine whose answers carry no count (vLLM).
@@ -115,6 +123,8 @@ export interface WeightControl {
 export interface Engine {
   readonly url: string;
   readonly kind: 'sglang' | 'vllm';
+  /** The most top log probs per token the engine returns (`Sampling.topLogprobs`), when it caps them. */
+  readonly maxTopLogprobs?: number | undefined;
   /** Generate from the given token ids with the given sampling. */
   generate(request: GenerateRequest, options?: { signal?: AbortSignal | undefined }): Promise<GenerateResult>;
   /** `generate` streamed: the same result, with `onTokens` called as the engine produces tokens. */

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { EngineError } from '../errors.js';
 import { HttpClient } from '../utils/http.js';
 import { newRequestId } from './request-id.js';
+import { readVllmTopLogprobs, VLLM_DEFAULT_MAX_LOGPROBS, wantsTopLogprobs } from './topk.js';
 import type { Engine, EngineFinishReason, EngineOptions, GenerateResult } from './types.js';
 import { completionBody, vllmGenerateStream } from './vllm-stream.js';
 
@@ -15,7 +16,9 @@ export const VllmCompletionResponseSchema = z.looseObject({
         finish_reason: z.string().nullable(),
         token_ids: z.array(z.number().int()).nullish(),
         prompt_token_ids: z.array(z.number().int()).nullish(),
-        logprobs: z.looseObject({ token_logprobs: z.array(z.number().nullable()) }).nullable(),
+        logprobs: z
+          .looseObject({ token_logprobs: z.array(z.number().nullable()), top_logprobs: z.unknown().optional() })
+          .nullable(),
       }),
     )
     .min(1),
@@ -30,6 +33,11 @@ const ModelsSchema = z.looseObject({
 export interface VllmEngineOptions extends EngineOptions {
   /** The served model name (`--served-model-name`); read from `/v1/models` when absent. */
   model?: string | undefined;
+  /**
+   * The engine's `--max-logprobs` (default 20, vLLM's): the largest `Sampling.topLogprobs` it serves. A
+   * larger one is refused before the request is sent.
+   */
+  maxLogprobs?: number | undefined;
 }
 
 function finishReason(reason: string | null): EngineFinishReason {
@@ -54,12 +62,14 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
     return model;
   };
 
+  const maxLogprobs = options.maxLogprobs ?? VLLM_DEFAULT_MAX_LOGPROBS;
   return {
     url: http.url,
     kind: 'vllm',
+    maxTopLogprobs: maxLogprobs,
     async generate(request, opts = {}): Promise<GenerateResult> {
       const rid = request.rid ?? newRequestId();
-      const body = completionBody(await modelName(opts.signal), request, rid);
+      const body = completionBody(await modelName(opts.signal), request, rid, false, maxLogprobs);
       const res = await http.json({
         method: 'POST',
         path: '/v1/completions',
@@ -90,10 +100,20 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
         finishReason: finishReason(choice.finish_reason),
         text: choice.text,
         promptTokens: res.usage?.prompt_tokens ?? request.inputIds.length,
+        ...(wantsTopLogprobs(request.sampling)
+          ? {
+              topK: readVllmTopLogprobs(
+                choice.logprobs.top_logprobs,
+                outputIds.length,
+                request.sampling.topLogprobs!,
+                http.url,
+              ),
+            }
+          : {}),
       };
     },
     async generateStream(request, opts) {
-      return vllmGenerateStream(http, await modelName(opts.signal), request, opts);
+      return vllmGenerateStream(http, await modelName(opts.signal), request, opts, maxLogprobs);
     },
     async abort() {
       // vLLM aborts on disconnect; aborting the `generate` signal is the way to cancel.

@@ -5,6 +5,7 @@
  */
 import type { EventEmitter } from 'eventemitter3';
 import { turnNucleus } from '../engine/nucleus.js';
+import { turnTopLogprobs } from '../engine/topk.js';
 import { newRequestId } from '../engine/request-id.js';
 import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokenizer.js';
 import { addToolCallHealth, type ToolCallHealth, toolCallHealth } from '../engine/tokenizer/tool-health.js';
@@ -49,6 +50,7 @@ interface Generated {
   planned: PromptPlan;
   result: GeneratedTurn;
   topP: ReturnType<typeof turnNucleus>;
+  topK: ReturnType<typeof turnTopLogprobs>;
   parsed: TurnReply['parsed'];
   toolCallIds: string[];
   toolCalls: ToolCallHealth | undefined;
@@ -106,8 +108,10 @@ export class TurnRunner {
     if (!this.#o.sessions.isOpen(state))
       throw new RequestError(409, `session ${state.id} was finished during the turn`);
     let topP: ReturnType<typeof turnNucleus>;
+    let topK: ReturnType<typeof turnTopLogprobs>;
     try {
       topP = turnNucleus(sampling, result, tokenizer.vocabSize);
+      topK = turnTopLogprobs(sampling, result, tokenizer.vocabSize);
     } catch (error) {
       events.emit('turn:error', { sessionId: state.id, error: error as Error });
       throw error;
@@ -127,6 +131,7 @@ export class TurnRunner {
       planned,
       result,
       topP,
+      topK,
       parsed,
       toolCallIds,
       toolCalls,
@@ -225,6 +230,7 @@ export class TurnRunner {
       ...(versions.length > 1 ? { versionRuns: versions } : {}),
       engines: result.engines,
       topP: g.topP,
+      ...(g.topK ? { topK: g.topK } : {}),
       spec: result.spec,
       startedAt: g.startedAt,
       endedAt: g.endedAt,

@@ -6,6 +6,7 @@
  * version that produced it.
  */
 import { concatNucleus, type NucleusReplay } from '../engine/nucleus.js';
+import { concatTopLogprobs, type TopLogprobs } from '../engine/topk.js';
 import type {
   Engine,
   EngineFinishReason,
@@ -43,6 +44,8 @@ export interface GeneratedTurn {
   cachedTokens: number | undefined;
   /** The nucleus of every output token, when every generation of the turn reported one. */
   topP?: NucleusReplay | undefined;
+  /** The top-k log probs of every output token, when every generation of the turn reported them. */
+  topK?: TopLogprobs | undefined;
   /** Speculative decoding's counts, when every generation of the turn reported them (see `Turn.spec`). */
   spec?: SpecCounts | undefined;
 }
@@ -211,6 +214,7 @@ function combine(
       failures,
       cachedTokens: result.cachedTokens,
       topP: result.topP,
+      topK: result.topK,
       spec: turnSpec([result]),
     };
   }
@@ -240,6 +244,7 @@ function combine(
     failures,
     cachedTokens: kept[0]!.result.cachedTokens,
     topP: kept.every((k) => k.result.topP) ? concatNucleus(kept.map((k) => k.result.topP!)) : undefined,
+    topK: kept.every((k) => k.result.topK) ? concatTopLogprobs(kept.map((k) => k.result.topK!)) : undefined,
     spec: turnSpec(kept.map((k) => k.result)),
   };
 }

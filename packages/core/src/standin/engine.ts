@@ -75,6 +75,11 @@ export interface StandInEngineOptions {
    * drafted or verified. Default: no count, as an engine without speculation.
    */
   specVerifyPasses?: ((generation: { rid: string; outputTokens: number }) => number) | undefined;
+  /**
+   * vLLM's `--max-logprobs` on `/v1/completions` (default 20, vLLM's): a request for more top log probs
+   * is refused with 400. SGLang's `/generate` takes a `top_logprobs_num` up to the vocabulary size.
+   */
+  maxLogprobs?: number | undefined;
 }
 
 /** What a stand-in engine has served so far: requests by outcome, tokens, peaks and weight updates. */
@@ -166,6 +171,7 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
     throughput,
     tokenizeWire: options.tokenizeWire ?? 'sglang',
     specVerifyPasses: options.specVerifyPasses,
+    maxLogprobs: options.maxLogprobs ?? 20,
   });
   const logTimer = decodeLog(core, events, throughput, options);
   const { server, url } = await listen(routes, options);

@@ -1,5 +1,6 @@
 import type { Turn } from '../../rollout.js';
 import { type RowReplay, rowReplay } from './replay.js';
+import { type RowTopK, rowTopK } from './topk.js';
 
 /** One training row under construction: a prompt and the response region that follows it. */
 export interface PackedRow {
@@ -19,6 +20,8 @@ export interface PackedRow {
    * carry it; `error` says why it could not be built (turns with and without it in one row).
    */
   replay?: RowReplay | undefined;
+  /** Top-k log probs over the response region (the uniform filler on observations), when the row's turns carry them. */
+  topK?: RowTopK | undefined;
 }
 
 /** How often packing a session's turns had to fork or realign a row. */
@@ -134,6 +137,7 @@ class RowBuilder {
       weightVersions: this.versions,
       versionSpans: this.versionSpans(),
       replay: rowReplay(turns, this.turns, this.sourceTurn, this.sourcePos),
+      topK: rowTopK(turns, this.turns, this.sourceTurn, this.sourcePos),
     };
   }
 }
