@@ -42,7 +42,11 @@ export const TurnSchema = z.object({
    * log probs are `ids[i * k .. (i + 1) * k]`, most likely first.
    */
   topK: z
-    .object({ k: z.number().int().positive(), ids: typedArray('Int32Array'), logprobs: typedArray('Float32Array') })
+    .object({
+      k: z.number().int().positive(),
+      ids: typedArray('Int32Array'),
+      logprobs: typedArray('Float32Array'),
+    })
     .optional(),
   /** The engines that produced the output, in order (more than one when the turn moved between engines). */
   engines: z.array(z.string()).optional(),

@@ -64,9 +64,15 @@ function fail(url: string, message: string): EngineError {
 }
 
 /** SGLang's `meta_info.output_top_logprobs` (one list of `[logprob, token_id, text]` per token) as a head of k. */
-export function readSglangTopLogprobs(entries: unknown, outputLength: number, k: number, url: string): TopLogprobs {
+export function readSglangTopLogprobs(
+  entries: unknown,
+  outputLength: number,
+  k: number,
+  url: string,
+): TopLogprobs {
   // A generation aborted before its first token may report no rows at all.
-  if (entries == null && outputLength === 0) return { k, ids: new Int32Array(0), logprobs: new Float32Array(0) };
+  if (entries == null && outputLength === 0)
+    return { k, ids: new Int32Array(0), logprobs: new Float32Array(0) };
   if (!Array.isArray(entries)) {
     throw fail(
       url,
@@ -74,20 +80,33 @@ export function readSglangTopLogprobs(entries: unknown, outputLength: number, k:
     );
   }
   if (entries.length !== outputLength) {
-    throw fail(url, `meta_info.output_top_logprobs: expected ${outputLength} rows (one per output token), found ${entries.length}`);
+    throw fail(
+      url,
+      `meta_info.output_top_logprobs: expected ${outputLength} rows (one per output token), found ${entries.length}`,
+    );
   }
-  const top: TopLogprobs = { k, ids: new Int32Array(outputLength * k), logprobs: new Float32Array(outputLength * k) };
+  const top: TopLogprobs = {
+    k,
+    ids: new Int32Array(outputLength * k),
+    logprobs: new Float32Array(outputLength * k),
+  };
   for (let i = 0; i < outputLength; i++) {
     const row = entries[i];
     if (!Array.isArray(row) || row.length !== k) {
-      throw fail(url, `meta_info.output_top_logprobs[${i}]: expected ${k} entries, found ${JSON.stringify(row)?.slice(0, 80)}`);
+      throw fail(
+        url,
+        `meta_info.output_top_logprobs[${i}]: expected ${k} entries, found ${JSON.stringify(row)?.slice(0, 80)}`,
+      );
     }
     for (let j = 0; j < k; j++) {
       const e = row[j] as unknown;
       const lp = Array.isArray(e) ? e[0] : undefined;
       const id = Array.isArray(e) ? e[1] : undefined;
       if (typeof lp !== 'number' || !Number.isInteger(id)) {
-        throw fail(url, `meta_info.output_top_logprobs[${i}][${j}]: expected [logprob, token_id, text], found ${JSON.stringify(e)}`);
+        throw fail(
+          url,
+          `meta_info.output_top_logprobs[${i}][${j}]: expected [logprob, token_id, text], found ${JSON.stringify(e)}`,
+        );
       }
       top.ids[i * k + j] = id as number;
       top.logprobs[i * k + j] = lp;
@@ -102,18 +121,30 @@ const TOKEN_ID = /^token_id:(\d+)$/;
  * vLLM's `logprobs.top_logprobs` (one `"token_id:<id>" -> logprob` map per token, the sampled token and
  * the k most likely) as a head of k: the k highest log probs, most likely first.
  */
-export function readVllmTopLogprobs(rows: unknown, outputLength: number, k: number, url: string): TopLogprobs {
+export function readVllmTopLogprobs(
+  rows: unknown,
+  outputLength: number,
+  k: number,
+  url: string,
+): TopLogprobs {
   if (!Array.isArray(rows) || rows.length !== outputLength) {
     throw fail(
       url,
       `sampling.topLogprobs ${k} needs logprobs.top_logprobs with one map per output token (${outputLength}), found ${JSON.stringify(rows)?.slice(0, 60)}`,
     );
   }
-  const top: TopLogprobs = { k, ids: new Int32Array(outputLength * k), logprobs: new Float32Array(outputLength * k) };
+  const top: TopLogprobs = {
+    k,
+    ids: new Int32Array(outputLength * k),
+    logprobs: new Float32Array(outputLength * k),
+  };
   for (let i = 0; i < outputLength; i++) {
     const row = rows[i] as unknown;
     if (row === null || typeof row !== 'object' || Array.isArray(row)) {
-      throw fail(url, `logprobs.top_logprobs[${i}]: expected a map of "token_id:<id>" to log prob, found ${JSON.stringify(row)}`);
+      throw fail(
+        url,
+        `logprobs.top_logprobs[${i}]: expected a map of "token_id:<id>" to log prob, found ${JSON.stringify(row)}`,
+      );
     }
     const entries: Array<[number, number]> = [];
     for (const [token, lp] of Object.entries(row)) {
@@ -177,7 +208,10 @@ export function turnTopLogprobs(
   if (!wantsTopLogprobs(sampling)) return undefined;
   const url = result.engines[result.engines.length - 1] ?? 'engine';
   if (!result.topK) {
-    throw fail(url, `sampling.topLogprobs ${sampling.topLogprobs} needs the top-k log probs of every output token, but the engine returned none`);
+    throw fail(
+      url,
+      `sampling.topLogprobs ${sampling.topLogprobs} needs the top-k log probs of every output token, but the engine returned none`,
+    );
   }
   const problem = topLogprobsProblem(result.topK, {
     outputLength: result.outputIds.length,

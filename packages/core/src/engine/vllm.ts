@@ -17,7 +17,10 @@ export const VllmCompletionResponseSchema = z.looseObject({
         token_ids: z.array(z.number().int()).nullish(),
         prompt_token_ids: z.array(z.number().int()).nullish(),
         logprobs: z
-          .looseObject({ token_logprobs: z.array(z.number().nullable()), top_logprobs: z.unknown().optional() })
+          .looseObject({
+            token_logprobs: z.array(z.number().nullable()),
+            top_logprobs: z.unknown().optional(),
+          })
           .nullable(),
       }),
     )

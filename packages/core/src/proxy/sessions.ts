@@ -55,7 +55,11 @@ export function checkSession(id: string, options: SessionOptions): void {
 }
 
 /** Refuse a session whose top-k capture asks for more than an engine or the vocabulary can give. */
-function checkSessionTopLogprobs(sampling: Sampling, router: EngineRouter, vocabSize: number | undefined): void {
+function checkSessionTopLogprobs(
+  sampling: Sampling,
+  router: EngineRouter,
+  vocabSize: number | undefined,
+): void {
   const low = router.topLogprobsLimit();
   checkTopLogprobs(sampling.topLogprobs, low?.limit, `the engine ${low?.url}`);
   // SGLang refuses a top_logprobs_num above the vocabulary size.

@@ -5,10 +5,10 @@
  */
 import type { EventEmitter } from 'eventemitter3';
 import { turnNucleus } from '../engine/nucleus.js';
-import { turnTopLogprobs } from '../engine/topk.js';
 import { newRequestId } from '../engine/request-id.js';
 import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokenizer.js';
 import { addToolCallHealth, type ToolCallHealth, toolCallHealth } from '../engine/tokenizer/tool-health.js';
+import { turnTopLogprobs } from '../engine/topk.js';
 import type { Sampling } from '../engine/types.js';
 import { type ChatRequest, type Dialect, RequestError, type TurnReply } from './dialects.js';
 import type { ProxyEvents } from './events.js';

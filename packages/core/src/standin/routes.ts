@@ -9,8 +9,8 @@ import type { ChatTokenizer } from '../engine/tokenizer/tokenizer.js';
 import { type Generation, HttpFailure, type StandInCore } from './generation.js';
 import { metricsText, type ThroughputMeter } from './metrics.js';
 import { standInNucleusMeta } from './nucleus.js';
-import { sglangTopRows, vllmTopMaps } from './topk.js';
 import { type StreamWriter, sglangStream, vllmStream } from './stream.js';
+import { sglangTopRows, vllmTopMaps } from './topk.js';
 
 const GenerateBodySchema = z.looseObject({
   input_ids: z.array(z.number().int()).optional(),
@@ -267,7 +267,13 @@ export class StandInRoutes {
     const out = this.#sglangBody(g, skip, body.return_logprob ?? false, topP);
     if (topK > 0) {
       Object.assign(out.meta_info, {
-        output_top_logprobs: sglangTopRows(g.promptTokens, g.outputIds, g.logprobs, topK, tokenizer.vocabSize),
+        output_top_logprobs: sglangTopRows(
+          g.promptTokens,
+          g.outputIds,
+          g.logprobs,
+          topK,
+          tokenizer.vocabSize,
+        ),
       });
     }
     // The prompt's ids as SGLang returns them from `logprob_start_len`; a stand-in has no log probs (null).

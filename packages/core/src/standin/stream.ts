@@ -4,8 +4,8 @@
  * with `--incremental-streaming-output`) and vLLM's `/v1/completions` stream wire.
  */
 import type { ServerResponse } from 'node:http';
-import { sglangTopRows } from './topk.js';
 import type { Job, Scheduler } from './scheduler.js';
+import { sglangTopRows } from './topk.js';
 
 export interface TokenFeed {
   /** Send what is left up to `n` tokens (the request finished with `n`) and stop. */
@@ -100,7 +100,9 @@ export function sglangStream(
       if (res.destroyed || dropping) return;
       const entries = Array.from(fresh, (id, i): [number, number, null] => [logprobs[i]!, id, null]);
       const top =
-        topK > 0 ? sglangTopRows(meta.promptTokens + all.length, fresh, logprobs, topK, options.vocabSize!) : [];
+        topK > 0
+          ? sglangTopRows(meta.promptTokens + all.length, fresh, logprobs, topK, options.vocabSize!)
+          : [];
       all.push(...entries);
       allTop.push(...top);
       const grown = new Int32Array(ids.length + fresh.length);

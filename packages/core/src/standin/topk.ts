@@ -48,7 +48,11 @@ export function sglangTopRows(
   vocabSize: number,
 ): Array<Array<[number, number, null]>> {
   return Array.from(ids, (id, i) =>
-    standInHead(position + i, id, logprobs[i]!, k, vocabSize).map(([t, lp]): [number, number, null] => [lp, t, null]),
+    standInHead(position + i, id, logprobs[i]!, k, vocabSize).map(([t, lp]): [number, number, null] => [
+      lp,
+      t,
+      null,
+    ]),
   );
 }
 
@@ -62,7 +66,8 @@ export function vllmTopMaps(
 ): Array<Record<string, number>> {
   return Array.from(ids, (id, i) => {
     const map: Record<string, number> = { [`token_id:${id}`]: logprobs[i]! };
-    for (const [t, lp] of standInHead(position + i, id, logprobs[i]!, k, vocabSize)) map[`token_id:${t}`] = lp;
+    for (const [t, lp] of standInHead(position + i, id, logprobs[i]!, k, vocabSize))
+      map[`token_id:${t}`] = lp;
     return map;
   });
 }

@@ -29,7 +29,12 @@ export function rowTopK(
   const withTopK = rowTurns.filter((t) => turns[t]!.topK !== undefined);
   if (withTopK.length === 0) return undefined;
   const k = turns[withTopK[0]!]!.topK!.k;
-  const broken = (error: string): RowTopK => ({ k, ids: new Int32Array(0), logprobs: new Float32Array(0), error });
+  const broken = (error: string): RowTopK => ({
+    k,
+    ids: new Int32Array(0),
+    logprobs: new Float32Array(0),
+    error,
+  });
   const missing = rowTurns.find((t) => turns[t]!.topK === undefined);
   if (missing !== undefined) {
     return broken(
@@ -38,7 +43,9 @@ export function rowTopK(
   }
   const other = rowTurns.find((t) => turns[t]!.topK!.k !== k);
   if (other !== undefined) {
-    return broken(`turn ${other} has top-${turns[other]!.topK!.k} log probs while turn ${withTopK[0]} has top-${k}`);
+    return broken(
+      `turn ${other} has top-${turns[other]!.topK!.k} log probs while turn ${withTopK[0]} has top-${k}`,
+    );
   }
   const filler = fillerTopLogprobs(k);
   const ids = new Int32Array(sourceTurn.length * k);
@@ -64,7 +71,9 @@ export function topKFields(top: RowTopK): {
 } {
   const n = top.ids.length / top.k;
   return {
-    rollout_topk_token_ids: Array.from({ length: n }, (_, j) => Array.from(top.ids.subarray(j * top.k, (j + 1) * top.k))),
+    rollout_topk_token_ids: Array.from({ length: n }, (_, j) =>
+      Array.from(top.ids.subarray(j * top.k, (j + 1) * top.k)),
+    ),
     rollout_topk_log_probs: Array.from({ length: n }, (_, j) =>
       Array.from(top.logprobs.subarray(j * top.k, (j + 1) * top.k)),
     ),
