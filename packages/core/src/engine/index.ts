@@ -21,6 +21,14 @@ export {
 } from './nucleus.js';
 export { sglangEngine } from './sglang.js';
 export {
+  readSglangTopLogprobs,
+  readVllmTopLogprobs,
+  type TopLogprobs,
+  topLogprobsProblem,
+  VLLM_DEFAULT_MAX_LOGPROBS,
+  wantsTopLogprobs,
+} from './topk.js';
+export {
   IncrementalDecoder,
   IncrementalParser,
   type IncrementalParserOptions,

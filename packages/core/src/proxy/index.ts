@@ -46,4 +46,5 @@ export {
   packTurns,
 } from './trajectory/pack.js';
 export type { RowReplay } from './trajectory/replay.js';
+export type { RowTopK } from './trajectory/topk.js';
 export type { VersionRun, WeightUpdatePolicy } from './turn.js';
