@@ -21,14 +21,6 @@ export {
 } from './nucleus.js';
 export { sglangEngine } from './sglang.js';
 export {
-  readSglangTopLogprobs,
-  readVllmTopLogprobs,
-  type TopLogprobs,
-  topLogprobsProblem,
-  VLLM_DEFAULT_MAX_LOGPROBS,
-  wantsTopLogprobs,
-} from './topk.js';
-export {
   IncrementalDecoder,
   IncrementalParser,
   type IncrementalParserOptions,
@@ -70,6 +62,14 @@ export {
   type TokenizerCheckOptions,
   tokenizerProbe,
 } from './tokenizer-check.js';
+export {
+  readSglangTopLogprobs,
+  readVllmTopLogprobs,
+  type TopLogprobs,
+  topLogprobsProblem,
+  VLLM_DEFAULT_MAX_LOGPROBS,
+  wantsTopLogprobs,
+} from './topk.js';
 export type {
   Engine,
   EngineFinishReason,

@@ -71,7 +71,11 @@ export function readTurnLog(text: string, what = 'turn log'): CapturedTurn[] {
     }
     const { topk_k: k, topk_token_ids: topIds, topk_log_probs: topLps } = turn;
     if (k !== undefined || topIds || topLps) {
-      const top = { k: k ?? 0, ids: Int32Array.from(topIds ?? []), logprobs: Float32Array.from(topLps ?? []) };
+      const top = {
+        k: k ?? 0,
+        ids: Int32Array.from(topIds ?? []),
+        logprobs: Float32Array.from(topLps ?? []),
+      };
       const problem = topLogprobsProblem(top, { outputLength: turn.output_ids.length, k: k ?? 0 });
       if (problem) throw new ValidationError(`${where}.topk_token_ids`, problem, { code: 'decode_error' });
     }
