@@ -300,6 +300,43 @@ describe('capture proxy: top-k beside the nucleus, across forks, compaction and 
   }
 });
 
+describe('capture proxy: top-k across an engine-side abort on vLLM’s wire', () => {
+  for (const stream of [false, true]) {
+    it(`vLLM / ${stream ? 'streamed' : 'JSON'}: a turn cut by an abort (a weight update) and continued keeps one head per token`, async () => {
+      const text = `Across an abort: ${'token after token, '.repeat(12)}done.`;
+      const { proxy, turns, calls, tokenizer, standIn } = await start(() => text, 'vllm', {
+        tokensPerSecond: 100,
+      });
+      const s = proxy.openSession(`abort-${stream}`, { sampling: SAMPLING });
+      const pending = post(`${s.baseURL}/chat/completions`, {
+        messages: [{ role: 'user', content: 'go' }],
+        stream,
+      });
+      const deadline = performance.now() + 30_000;
+      while (proxy.router.status()[0]!.inFlight === 0) {
+        if (performance.now() > deadline)
+          throw new Error('timed out waiting for the turn to reach the engine');
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      await new Promise((r) => setTimeout(r, 150));
+      // vLLM's client has no weight controls: the update (and its abort) goes to the stand-in directly.
+      const update = { model_path: '/ckpt/step-2', weight_version: '2', abort_all_requests: true };
+      expect((await post(`${standIn.url}/update_weights_from_disk`, update)).status).toBe(200);
+      expect((await pending).status).toBe(200);
+      const [turn] = turns;
+      expect(calls.length).toBe(2);
+      expect(calls[0]!.result.finishReason).toBe('abort');
+      expect(Array.from(turn!.outputIds)).toEqual([...tokenizer.encode(text), tokenizer.eosTokenId]);
+      expect(Array.from(turn!.topK!.ids)).toEqual([
+        ...calls[0]!.result.topK!.ids,
+        ...calls[1]!.result.topK!.ids,
+      ]);
+      const [sample] = proxy.finishSession(s.id, { reward: 1 });
+      expectTopKRow(sample!, turns);
+    });
+  }
+});
+
 describe('capture proxy: top-k fails closed', () => {
   const call = (baseURL: string, apiKey: string) =>
     post(
