@@ -5,23 +5,17 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { type Dialect, DialectConversation } from '../__fixtures__/dialect-conversation.js';
 import {
-  anthropicMessage,
-  anthropicTools,
   type Call,
   closeAll,
   closers,
   OBSERVATIONS,
-  openaiMessage,
   post,
   recording,
   script,
-  sse,
   TOOL_LOOP,
-  tools,
 } from '../__fixtures__/proxy-harness.js';
 import { qwen3 } from '../__fixtures__/tokenizer.js';
 import { sglangEngine } from '../engine/sglang.js';
-import type { TemplateMessage } from '../engine/tokenizer/template.js';
 import type { Engine, Sampling } from '../engine/types.js';
 import { vllmEngine } from '../engine/vllm.js';
 import type { Turn } from '../rollout.js';
