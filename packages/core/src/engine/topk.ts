@@ -6,15 +6,16 @@
  *
  * The wires, read from the engines' sources:
  * - SGLang `/generate`: `top_logprobs_num: k` beside `return_logprob` in the request; the answer's
- *   `meta_info.output_top_logprobs` holds, per output token, k entries `[logprob, token_id, text]`
- *   (sgl-project/sglang python/sglang/srt/managers/io_struct.py; the tokenizer manager refuses a k
- *   outside [0, vocabulary size]: `_validate_top_logprobs_num`). Streamed chunks carry it beside
- *   `output_token_logprobs`, cumulative or incremental alike.
+ *   `meta_info.output_top_logprobs` holds, per output token, k entries `[logprob, token_id, text]`.
+ *   Streamed chunks carry it beside `output_token_logprobs`, all rows so far or (with
+ *   `--incremental-streaming-output`) only the new ones, sliced alike (sgl-project/sglang
+ *   python/sglang/srt/managers/tokenizer_manager.py at 001067f, `_INCREMENTAL_STREAMING_META_INFO_KEYS`).
+ *   SGLang refuses a k outside [0, vocabulary size].
  * - vLLM `/v1/completions`: `logprobs: k` with `return_tokens_as_token_ids: true`; each token's
  *   `logprobs.top_logprobs` entry is a map `"token_id:<id>" -> logprob` holding the sampled token and
  *   the k most likely (k or k + 1 entries), log probs floored at -9999
  *   (vllm-project/vllm vllm/entrypoints/openai/completion/serving.py `_create_completion_logprobs`
- *   at 030ea52). vLLM refuses a k above its `--max-logprobs` (default 20).
+ *   at 030ea52). vLLM refuses a k above its `--max-logprobs` (`ModelConfig.max_logprobs`, default 20).
  */
 import { ConfigError, EngineError } from '../errors.js';
 import type { Sampling } from './types.js';
