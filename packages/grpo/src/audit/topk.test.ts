@@ -6,6 +6,7 @@
 import { capturedTurnRecord, type ScoredRollout, type Turn } from '@vime/core';
 import { TrajectoryManager } from '@vime/core/proxy';
 import { describe, expect, it } from 'vitest';
+import { readTurnLog } from './audit-input.js';
 import type { AuditTurn } from './difference.js';
 import { auditHandoff, auditTurnOf } from './handoff.js';
 
@@ -145,5 +146,22 @@ describe('the hand-off audit: top-k log probs', () => {
     );
     expect(r.audit.causes).toEqual({ rollout_topk_token_ids: 1 });
     expect(r.failed[0]!.failure.error.message).toMatch(/the sample carries heads the turn did not record/);
+  });
+
+  it('a turn log whose heads are misshapen is refused when it is read, naming the field', () => {
+    const m = new TrajectoryManager();
+    const lines: string[] = [];
+    m.on('turn', (e) => lines.push(JSON.stringify(capturedTurnRecord(e.sessionId, e.turn))));
+    m.record('s', turn([1, 2], [10, 11]));
+    expect(readTurnLog(lines.join('\n'))[0]).toMatchObject({
+      topk_k: K,
+      topk_token_ids: [10, 110, 210, 11, 111, 211],
+    });
+    const short = JSON.parse(lines[0]!);
+    short.topk_token_ids.pop();
+    expect(() => readTurnLog(JSON.stringify(short))).toThrow(/topk_token_ids.*expected 2 rows of 3/);
+    const repeated = JSON.parse(lines[0]!);
+    repeated.topk_token_ids[1] = 10;
+    expect(() => readTurnLog(JSON.stringify(repeated))).toThrow(/row 0: ids must be distinct/);
   });
 });
