@@ -22,9 +22,9 @@ function kindOf(symbol: ts.Symbol, checker: ts.TypeChecker): string {
   return 'other';
 }
 
-/** `kind name` lines of every name an entry file exports, sorted by name. */
-export function surface(entryFile: string): string[] {
-  const program = ts.createProgram([entryFile], {
+/** One program over all of a package's entry files: each file is parsed once, however many entries share it. */
+function programOf(entryFiles: string[]): ts.Program {
+  return ts.createProgram(entryFiles, {
     module: ts.ModuleKind.NodeNext,
     moduleResolution: ts.ModuleResolutionKind.NodeNext,
     target: ts.ScriptTarget.ES2022,
@@ -33,6 +33,10 @@ export function surface(entryFile: string): string[] {
     noEmit: true,
     skipLibCheck: true,
   });
+}
+
+/** `kind name` lines of every name an entry file exports, sorted by name. */
+export function surface(entryFile: string, program = programOf([entryFile])): string[] {
   const checker = program.getTypeChecker();
   const source = program.getSourceFile(entryFile);
   const symbol = source && checker.getSymbolAtLocation(source);
@@ -49,15 +53,18 @@ export function packageSurface(dir: string): string {
     name: string;
     exports: Record<string, { '@vime/source'?: string } | string>;
   };
-  const sections: string[] = [];
-  for (const [entry, target] of Object.entries(pkg.exports)) {
-    if (typeof target === 'string' || !target['@vime/source']) continue;
-    const names = surface(join(dir, target['@vime/source']));
-    sections.push(
-      `# ${pkg.name}${entry === '.' ? '' : entry.slice(1)} (${names.length} names)\n${names.join('\n')}\n`,
-    );
-  }
-  return sections.join('\n');
+  const entries = Object.entries(pkg.exports).flatMap(([entry, target]) =>
+    typeof target === 'string' || !target['@vime/source']
+      ? []
+      : [{ entry, file: join(dir, target['@vime/source']) }],
+  );
+  const program = programOf(entries.map((e) => e.file));
+  return entries
+    .map(({ entry, file }) => {
+      const names = surface(file, program);
+      return `# ${pkg.name}${entry === '.' ? '' : entry.slice(1)} (${names.length} names)\n${names.join('\n')}\n`;
+    })
+    .join('\n');
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {

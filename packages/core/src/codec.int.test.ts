@@ -372,6 +372,43 @@ describe('hostile batches: samples without their fields', () => {
 });
 
 describe('Python interop', () => {
+  it('a batch with rollout_routed_experts decodes, in Python, to what slime replays: (len(tokens) − 1, layers, top-k) ints', () => {
+    const tokens = [151644, 872, 0, 42, 43, 44];
+    // 5 positions × 2 layers × top-2, one distinct id each
+    const routes = Array.from({ length: tokens.length - 1 }, (_, q) => [
+      [q * 4, q * 4 + 1],
+      [q * 4 + 2, q * 4 + 3],
+    ]);
+    const sample = createSample({
+      tokens,
+      response_length: 3,
+      loss_mask: [1, 0, 1],
+      rollout_log_probs: [-0.5, 0, -0.25],
+      rollout_routed_experts: routes,
+      reward: 1,
+      status: 'completed',
+    });
+    const bytes = encodeSamples([sample, createSample({ tokens: [1, 2], status: 'aborted' })]);
+    expect(decodeSamples(bytes)[0]!.rollout_routed_experts).toEqual(routes);
+    // What slime does with the field: torch.as_tensor(sample.rollout_routed_experts) per sample
+    // (slime/ray/rollout.py), then requires ndim 3, shape[1:] == (num_layers, moe_router_topk)
+    // (slime/observability/rollout_data_utils.py) and shape[0] == len(tokens) − 1
+    // (slime/backends/megatron_utils/cp_utils.py), THUDM/slime@624b824; numpy stands in for torch.
+    const script = `
+import sys, json, msgpack, numpy as np
+rows = msgpack.unpackb(sys.stdin.buffer.read(), raw=False)
+r = rows[0]
+a = np.asarray(r["rollout_routed_experts"])
+assert a.ndim == 3 and a.shape[1:] == (2, 2), a.shape
+assert a.shape[0] == len(r["tokens"]) - 1
+assert np.issubdtype(a.dtype, np.integer), a.dtype
+assert rows[1]["rollout_routed_experts"] is None
+print(json.dumps({"shape": list(a.shape), "flat": a.reshape(-1).tolist()}))
+`;
+    const out = JSON.parse(execFileSync(DEBIAN_PYTHON, ['-c', script], { input: bytes }).toString());
+    expect(out).toEqual({ shape: [5, 2, 2], flat: Array.from({ length: 20 }, (_, i) => i) });
+  });
+
   it("decodes with Python's msgpack into dicts with slime's field set and types", () => {
     const samples = [
       createSample({

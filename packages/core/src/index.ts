@@ -20,7 +20,12 @@ export {
   type VimeErrorCode,
   type VimeErrorOptions,
 } from './errors.js';
-export { type CapturedTurn, CapturedTurnSchema, capturedTurnRecord } from './proxy/trajectory/turn-log.js';
+export {
+  type CapturedTurn,
+  CapturedTurnSchema,
+  capturedTurnRecord,
+  outputRouting,
+} from './proxy/trajectory/turn-log.js';
 export {
   isScored,
   now,

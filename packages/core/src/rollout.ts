@@ -48,6 +48,18 @@ export const TurnSchema = z.object({
       logprobs: typedArray('Float32Array'),
     })
     .optional(),
+  /**
+   * MoE routing replay (R3): the experts picked for every forwarded position of the turn, prompt then
+   * output (`promptIds.length + outputIds.length − 1` rows from `start` 0), `layers × topK` ids a row.
+   */
+  routes: z
+    .object({
+      layers: z.number().int().positive(),
+      topK: z.number().int().positive(),
+      start: z.number().int().nonnegative(),
+      experts: typedArray('Int32Array'),
+    })
+    .optional(),
   /** The engines that produced the output, in order (more than one when the turn moved between engines). */
   engines: z.array(z.string()).optional(),
   /**

@@ -53,7 +53,11 @@ const scalarFields = {
   label: z.string().nullable(),
   reward: z.union([pyFloat, JsonRecord]).nullable(),
   weight_versions: z.array(z.string()),
-  rollout_routed_experts: z.array(z.array(z.number().int())).nullable(),
+  /**
+   * MoE routing replay (R3): `[position][layer][k]` expert ids, one position per token but the last
+   * (`len(tokens) − 1`), as slime's routing replay reads it (`slime/ray/rollout.py`).
+   */
+  rollout_routed_experts: z.array(z.array(z.array(z.number().int()))).nullable(),
   remove_sample: z.boolean(),
   status: SampleStatusSchema,
   metadata: JsonRecord,
@@ -225,6 +229,13 @@ export function assertSampleInvariants(sample: Sample, root = ''): void {
     throw new ValidationError(
       at('rollout_top_p_token_offsets'),
       `expected response_length + 1 = ${n + 1} offsets, found ${describeValue(offsets)}`,
+    );
+  }
+  const routes = sample.rollout_routed_experts;
+  if (routes !== null && routes.length !== Math.max(0, sample.tokens.length - 1)) {
+    throw new ValidationError(
+      at('rollout_routed_experts'),
+      `expected one position per token but the last (${Math.max(0, sample.tokens.length - 1)}), found ${routes.length}`,
     );
   }
 }

@@ -18,9 +18,11 @@ export {
   auditTurnOf,
   emptyHandoffAudit,
   type HandoffAudit,
+  type HandoffAuditOptions,
   type HandoffAuditResult,
   TOKEN_AUDIT_FAILED,
 } from './audit/handoff.js';
+export type { WeightLogProblem, WeightLogView } from './audit/weight-log.js';
 export {
   type AutoReport,
   CHECK_ESTIMATORS,

@@ -4,6 +4,7 @@
  * Each adapter returns the files to write (under a private home in the sandbox's `/tmp`), the argv and
  * the environment; `runHarness` does the rest.
  */
+import { ConfigError } from '@vime/core';
 import type { HarnessKind, InstalledHarness } from './install.js';
 
 /** Where a harness package is bound (read-only) inside the sandbox. */
@@ -27,6 +28,8 @@ export interface HarnessLaunchInput {
   prompt: string;
   /** Claude Code's built-in tools (`--tools`); ignored by Codex and Qwen Code, whose tools are their own. */
   tools: readonly string[];
+  /** Codex: more top-level keys of `config.toml`. */
+  codexConfig?: Readonly<Record<string, string | number | boolean>> | undefined;
 }
 
 /** How a harness is started in its sandbox: argv, environment and files. */
@@ -105,13 +108,29 @@ function toml(value: string): string {
  */
 export function codexLaunch(input: HarnessLaunchInput): HarnessLaunch {
   const codexHome = `${HARNESS_HOME}/.codex`;
+  const own: Record<string, string | boolean> = {
+    model: input.model,
+    model_provider: 'vime',
+    approval_policy: 'never',
+    sandbox_mode: 'danger-full-access',
+    check_for_update_on_startup: false,
+    disable_response_storage: true,
+  };
+  const extra = input.codexConfig ?? {};
+  for (const [key, value] of Object.entries(extra)) {
+    if (key in own || !/^[A-Za-z0-9_-]+$/.test(key)) {
+      throw new ConfigError(
+        `codexConfig.${key}: ${key in own ? 'the launch sets this key' : 'not a bare TOML key'}; leave it out`,
+      );
+    }
+    if (typeof value === 'number' && !Number.isFinite(value)) {
+      throw new ConfigError(`codexConfig.${key}: expected a finite number, found ${value}`);
+    }
+  }
   const config = [
-    `model = ${toml(input.model)}`,
-    'model_provider = "vime"',
-    'approval_policy = "never"',
-    'sandbox_mode = "danger-full-access"',
-    'check_for_update_on_startup = false',
-    'disable_response_storage = true',
+    ...Object.entries({ ...own, ...extra }).map(
+      ([k, v]) => `${k} = ${typeof v === 'string' ? toml(v) : String(v)}`,
+    ),
     '',
     '[model_providers.vime]',
     'name = "vime"',
@@ -240,6 +259,116 @@ export function piLaunch(input: HarnessLaunchInput): HarnessLaunch {
   };
 }
 
+/**
+ * opencode's global config (`~/.config/opencode/opencode.json`, keys as its config schema names them): one
+ * provider on the bundled `@ai-sdk/openai-compatible` whose base URL is the proxy and whose key is read
+ * from `VIME_SESSION_KEY` (`{env:…}` is resolved by opencode), no auto-update or sharing, and no language
+ * servers or formatters (a formatter would rewrite files beyond the agent's own edits).
+ */
+function opencodeConfig(input: HarnessLaunchInput): string {
+  const config = {
+    autoupdate: false,
+    share: 'disabled',
+    lsp: false,
+    formatter: false,
+    model: `vime/${input.model}`,
+    small_model: `vime/${input.model}`,
+    provider: {
+      vime: {
+        npm: '@ai-sdk/openai-compatible',
+        name: 'vime',
+        options: { baseURL: `${input.baseUrl}/v1`, apiKey: '{env:VIME_SESSION_KEY}' },
+        models: { [input.model]: { name: input.model } },
+      },
+    },
+  };
+  return `${JSON.stringify(config, null, 2)}\n`;
+}
+
+/**
+ * `opencode run --format json --pure --auto --title vime -m vime/<model>`, the prompt on stdin, against
+ * the proxy's Chat Completions route. On stdin the prompt is sent as written; as arguments, opencode
+ * joins them and wraps one with a space in quotes, escaping the quotes inside. `--title` names the session, so no title-generation request is sent beside
+ * the turns; `--auto` approves every tool (the sandbox it runs in is the boundary). Network besides the
+ * turns off: `OPENCODE_DISABLE_MODELS_FETCH` (the models.dev catalogue), `OPENCODE_DISABLE_AUTOUPDATE`,
+ * `OPENCODE_DISABLE_SHARE`, `OPENCODE_DISABLE_LSP_DOWNLOAD`, `OPENCODE_DISABLE_DEFAULT_PLUGINS` and
+ * `--pure` (plugins installed from npm). opencode also installs `@opencode-ai/plugin` from npm into each
+ * config folder unless that folder's `package.json`, `package-lock.json` and `node_modules` already name
+ * it (its `Npm.install`); the three are written so, the plugin is never needed (no plugin is loaded).
+ */
+export function opencodeLaunch(input: HarnessLaunchInput): HarnessLaunch {
+  const configDir = `${HARNESS_HOME}/.config/opencode`;
+  const plugin = { '@opencode-ai/plugin': input.installed.package.version };
+  return {
+    argv: [
+      harnessBin(input.installed),
+      ...['run', '--format', 'json', '--pure', '--auto', '--title', 'vime', '-m', `vime/${input.model}`],
+    ],
+    env: {
+      PATH: pathWith(input.installed),
+      HOME: HARNESS_HOME,
+      XDG_CONFIG_HOME: `${HARNESS_HOME}/.config`,
+      VIME_SESSION_KEY: input.sessionKey,
+      OPENCODE_DISABLE_MODELS_FETCH: '1',
+      OPENCODE_DISABLE_AUTOUPDATE: '1',
+      OPENCODE_DISABLE_SHARE: '1',
+      OPENCODE_DISABLE_LSP_DOWNLOAD: '1',
+      OPENCODE_DISABLE_DEFAULT_PLUGINS: '1',
+    },
+    files: {
+      [`${configDir}/opencode.json`]: opencodeConfig(input),
+      [`${configDir}/package.json`]: `${JSON.stringify({ dependencies: plugin })}\n`,
+      [`${configDir}/package-lock.json`]: `${JSON.stringify({ lockfileVersion: 3, packages: { '': { dependencies: plugin } } })}\n`,
+      [`${configDir}/node_modules/.vime`]: '',
+    },
+    stdin: input.prompt,
+  };
+}
+
+/**
+ * Gemini CLI's `~/.gemini/settings.json` (keys as its settings schema names them, `bundle/chunk-2YTYPKEZ.js`
+ * of the package): the Gemini API key auth (the key is the session's, the base URL the proxy's), and every
+ * request besides the turns off: auto-update and its notice, usage statistics (Clearcut), telemetry, the
+ * IDE companion, the loop-detection and next-speaker checks (each a completion of its own), and the
+ * folder-trust prompt (nobody answers it).
+ */
+export const GEMINI_CLI_SETTINGS = {
+  security: { auth: { selectedType: 'gemini-api-key' }, folderTrust: { enabled: false } },
+  general: {
+    enableAutoUpdate: false,
+    enableAutoUpdateNotification: false,
+    checkpointing: { enabled: false },
+  },
+  privacy: { usageStatisticsEnabled: false },
+  telemetry: { enabled: false },
+  model: { skipNextSpeakerCheck: true, disableLoopDetection: true },
+  ide: { enabled: false },
+} as const;
+
+/**
+ * `gemini --prompt=<prompt> --output-format stream-json --model <model> --approval-mode yolo`, run by the
+ * pinned Node against the proxy's Gemini `generateContent` route: `GOOGLE_GEMINI_BASE_URL` is the proxy,
+ * `GEMINI_API_KEY` the session key (sent as `x-goog-api-key`). Its own sandbox stays off (the sandbox it
+ * runs in is the boundary), so nothing asks for approval.
+ */
+export function geminiCliLaunch(input: HarnessLaunchInput): HarnessLaunch {
+  return {
+    argv: [
+      ...harnessCommand(input.installed),
+      // `=`: a prompt that starts with `-` stays the prompt, never a flag.
+      `--prompt=${input.prompt}`,
+      ...['--output-format', 'stream-json', '--model', input.model, '--approval-mode', 'yolo'],
+    ],
+    env: {
+      PATH: pathWith(input.installed),
+      HOME: HARNESS_HOME,
+      GOOGLE_GEMINI_BASE_URL: input.baseUrl,
+      GEMINI_API_KEY: input.sessionKey,
+    },
+    files: { [`${HARNESS_HOME}/.gemini/settings.json`]: `${JSON.stringify(GEMINI_CLI_SETTINGS, null, 2)}\n` },
+  };
+}
+
 /** How each harness is launched. */
 export const HARNESS_LAUNCHERS: Readonly<Record<HarnessKind, (input: HarnessLaunchInput) => HarnessLaunch>> =
   {
@@ -247,4 +376,6 @@ export const HARNESS_LAUNCHERS: Readonly<Record<HarnessKind, (input: HarnessLaun
     codex: codexLaunch,
     'qwen-code': qwenCodeLaunch,
     pi: piLaunch,
+    opencode: opencodeLaunch,
+    'gemini-cli': geminiCliLaunch,
   };

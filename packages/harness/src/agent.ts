@@ -1,6 +1,6 @@
 /**
  * The agents `sweRollout` of `@vime/swe` runs: our mini-swe-agent (an OpenAI client against the session)
- * or a real harness (Claude Code, Codex, Qwen Code, pi), picked per sample by `metadata.agent`.
+ * or a real harness (Claude Code, Codex, Qwen Code, pi, opencode, Gemini CLI), picked per sample by `metadata.agent`.
  *
  * Failure taxonomy of a harness: an install failure, a harness that never reached the proxy (a broken
  * channel), or a harness killed at its budget while its request waited on the engine (a stalled engine)
@@ -88,7 +88,7 @@ async function engineFailure<T>(work: Promise<T>): Promise<T> {
 }
 
 /**
- * A CLI harness (Claude Code, Codex, Qwen Code, pi), unmodified and headless, in a sandbox that reaches
+ * A CLI harness (Claude Code, Codex, Qwen Code, pi, opencode, Gemini CLI), unmodified and headless, in a sandbox that reaches
  * only the capture proxy.
  */
 class CliHarnessAgent implements SweAgent {
@@ -198,6 +198,14 @@ export function harnessTranscript(run: HarnessRun): string[] {
       commands.push(
         typeof args?.command === 'string' ? args.command : `${event.toolName} ${JSON.stringify(args)}`,
       );
+    } else if (event.type === 'tool_use') {
+      // One event per tool call: opencode's input in its part's state, Gemini CLI's in `parameters`.
+      const part = event.part as
+        | { tool?: string | undefined; state?: { input?: unknown } | undefined }
+        | undefined;
+      const name = part ? part.tool : event.tool_name;
+      const input = (part ? part.state?.input : event.parameters) as { command?: unknown } | undefined;
+      commands.push(typeof input?.command === 'string' ? input.command : `${name} ${JSON.stringify(input)}`);
     } else if (event.type === 'item.completed') {
       const item = event.item as { type?: string | undefined; command?: unknown } | undefined;
       if (item?.type === 'command_execution' && typeof item.command === 'string') commands.push(item.command);

@@ -1,7 +1,7 @@
 /**
- * The agents a rollout runs: mini-swe-agent's protocol over an OpenAI client, and Claude Code, Codex
- * (pinned, integrity-checked platform binaries), Qwen Code and pi (pinned JavaScript CLIs on a pinned Node)
- * run headless in a sandbox that reaches only the capture proxy; `harnessAgent(kind)` is the agent `sweRollout` runs.
+ * The agents a rollout runs: mini-swe-agent's protocol over an OpenAI client, and Claude Code, Codex,
+ * opencode (pinned, integrity-checked platform binaries), Qwen Code, pi and Gemini CLI (pinned JavaScript
+ * CLIs on a pinned Node) run headless in a sandbox that reaches only the capture proxy; `harnessAgent(kind)` is the agent `sweRollout` runs.
  *
  * @module @vime/harness
  */
@@ -9,6 +9,8 @@ export {
   CLAUDE_CODE_TOOLS,
   claudeCodeLaunch,
   codexLaunch,
+  GEMINI_CLI_SETTINGS,
+  geminiCliLaunch,
   HARNESS_HOME,
   HARNESS_LAUNCHERS,
   HARNESS_MOUNT,
@@ -17,6 +19,7 @@ export {
   harnessBin,
   harnessCommand,
   NODE_MOUNT,
+  opencodeLaunch,
   piLaunch,
   QWEN_CODE_SETTINGS,
   qwenCodeLaunch,

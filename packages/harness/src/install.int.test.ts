@@ -243,6 +243,41 @@ describe('installHarness', () => {
     }
   }, 240_000);
 
+  it('installs opencode from its platform package, and refuses one off its pin keeping nothing', async () => {
+    body = Buffer.from('not the pinned opencode');
+    const cacheDir = join(dir, 'cache-opencode-bad');
+    const storeDir = join(dir, 'store-opencode-bad');
+    const error = await installHarness('opencode', { cacheDir, storeDir, registry: registryUrl }).catch(
+      (e: unknown) => e,
+    );
+    expect((error as HarnessError).code).toBe('integrity_mismatch');
+    expect(String(error)).toContain(HARNESS_PACKAGES.opencode.integrity);
+    expect(served.at(-1)).toBe('/opencode-linux-x64/-/opencode-linux-x64-1.18.33.tgz');
+    expect(readdirSync(cacheDir)).toEqual([]);
+    expect(readdirSync(storeDir)).toEqual([]);
+    // The real one: a native executable, no Node beside it.
+    const installed = await installHarness('opencode', { storeDir: join(dir, 'store-opencode') });
+    expect(installed.runtime).toBeUndefined();
+    expect(statSync(join(installed.dir, HARNESS_PACKAGES.opencode.bin)).mode & 0o755).toBe(0o755);
+  }, 180_000);
+
+  it('installs Gemini CLI with its pinned Node, and refuses a tarball off its pin keeping nothing', async () => {
+    body = Buffer.from('not the pinned gemini-cli');
+    const cacheDir = join(dir, 'cache-gemini-bad');
+    const storeDir = join(dir, 'store-gemini-bad');
+    const error = await installHarness('gemini-cli', { cacheDir, storeDir, registry: registryUrl }).catch(
+      (e: unknown) => e,
+    );
+    expect((error as HarnessError).code).toBe('integrity_mismatch');
+    expect(String(error)).toContain(HARNESS_PACKAGES['gemini-cli'].integrity);
+    expect(served.at(-1)).toBe('/@google/gemini-cli/-/gemini-cli-0.61.0.tgz');
+    expect(readdirSync(cacheDir)).toEqual([]);
+    expect(readdirSync(storeDir)).toEqual([]);
+    const installed = await installHarness('gemini-cli', { storeDir: join(dir, 'store-gemini') });
+    expect(installed.runtime?.package).toBe(NODE_RUNTIME);
+    expect(statSync(join(installed.dir, HARNESS_PACKAGES['gemini-cli'].bin)).isFile()).toBe(true);
+  }, 180_000);
+
   it('installs the real package once, then reuses the verified store without the network', async () => {
     const storeDir = join(dir, 'store-real');
     const installed = await installHarness('claude-code', { storeDir });

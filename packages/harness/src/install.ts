@@ -2,8 +2,8 @@
  * Harness binaries from the npm registry, pinned by version and integrity: the tarball is fetched once
  * into a host cache, its sha512 checked against the pin (on download and before every extraction), and
  * unpacked into a store folder every user can read, from where the sandbox binds it read-only. Claude
- * Code and Codex ship a native Linux x64 executable; a JavaScript CLI (Qwen Code, pi) comes with a pinned
- * Node build, fetched and verified the same way and bound beside it. pi needs its npm dependencies: its
+ * Code, Codex and opencode ship a native Linux x64 executable; a JavaScript CLI (Qwen Code, pi) comes
+ * with a pinned Node build (Gemini CLI too), fetched and verified the same way and bound beside it. pi needs its npm dependencies: its
  * tree is pinned by a committed lockfile and installed with `npm ci`, which checks every tarball.
  */
 import { createHash, randomUUID } from 'node:crypto';
@@ -19,7 +19,7 @@ import { ProcessError, runProcessOk } from '@vime/core/utils';
 import { HarnessError } from './errors.js';
 
 /** A CLI harness run from its pinned npm package. */
-export type HarnessKind = 'claude-code' | 'codex' | 'qwen-code' | 'pi';
+export type HarnessKind = 'claude-code' | 'codex' | 'qwen-code' | 'pi' | 'opencode' | 'gemini-cli';
 
 /** The pinned npm package of a harness: name, version, integrity and binary. */
 export interface HarnessPackage {
@@ -99,6 +99,27 @@ export const HARNESS_PACKAGES: Readonly<Record<HarnessKind, HarnessPackage>> = {
     path: [],
     runtime: 'node',
     tree: 'pi',
+  },
+  // The platform package `opencode-ai@1.18.33` lists as its Linux x64 (glibc) optional dependency: one
+  // self-contained executable (a compiled Bun program), so neither Node nor npm is needed in the sandbox.
+  opencode: {
+    name: 'opencode-linux-x64',
+    version: '1.18.33',
+    integrity:
+      'sha512-q/t/3p2CTxOT9y2kvjesb/LZab2+1eqlhhWA02Be6mjTtmYtNBcBsrI5yDo4Fw7ZSPBW2oyMIGMNRqiKQjiAWw==',
+    bin: 'bin/opencode',
+    path: [],
+  },
+  // One bundled ES module tree (`bundle/`, no dependencies; its optional ones, keytar and node-pty, are
+  // native add-ons it runs without), run by `NODE_RUNTIME`.
+  'gemini-cli': {
+    name: '@google/gemini-cli',
+    version: '0.61.0',
+    integrity:
+      'sha512-dbQ9A0qBtFJNi6XBkHvfZ6Azpn6PNgH/P8h2MZ67RLlX8hSAVjup39CRWqdRxZv7YXIuhrFaytr8y0jKnkoxnQ==',
+    bin: 'bundle/gemini.js',
+    path: [],
+    runtime: 'node',
   },
 };
 

@@ -75,6 +75,16 @@ describe('runHarness', () => {
         }),
       ).rejects.toThrow(/session "not-open" is not open/);
       proxy.openSession('s1');
+      const base = { installed, sandbox, proxy, sessionId: 's1', prompt: 'hi', model: 'm', timeoutMs: 1000 };
+      // More environment may not replace what the launch sets (the proxy's URL and key, traffic off).
+      await expect(runHarness({ ...base, env: { ANTHROPIC_BASE_URL: 'http://elsewhere' } })).rejects.toThrow(
+        /env\.ANTHROPIC_BASE_URL is set by the claude-code launch/,
+      );
+      // codexConfig is Codex's.
+      await expect(runHarness({ ...base, codexConfig: { model_context_window: 1 } })).rejects.toThrow(
+        /codexConfig is for Codex only, not claude-code/,
+      );
+      expect(proxy.trajectories.trajectory('s1').turns).toHaveLength(0);
       const started = performance.now();
       const run = await runHarness({
         installed,

@@ -21,6 +21,8 @@ export const AGENT_KINDS: readonly AgentKind[] = [
   'codex',
   'qwen-code',
   'pi',
+  'opencode',
+  'gemini-cli',
 ];
 
 /**
@@ -69,6 +71,17 @@ export interface HarnessRunOptions {
   tools?: readonly string[] | undefined;
   /** Working directory of the harness (default the sandbox's work dir). */
   cwd?: string | undefined;
+  /**
+   * More environment for the harness (e.g. Claude Code's `CLAUDE_AUTOCOMPACT_PCT_OVERRIDE`). It cannot
+   * replace what the launch sets (the proxy's URL and key, `HOME`, `PATH`, traffic off): such a name is a
+   * `ConfigError`.
+   */
+  env?: Readonly<Record<string, string>> | undefined;
+  /**
+   * Codex only: more top-level keys of its `config.toml` (e.g. `model_context_window`,
+   * `model_auto_compact_token_limit`); a key the launch writes is a `ConfigError`.
+   */
+  codexConfig?: Readonly<Record<string, string | number | boolean>> | undefined;
   signal?: AbortSignal | undefined;
 }
 
@@ -99,6 +112,9 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
   if (!(Number.isFinite(options.timeoutMs) && options.timeoutMs > 0)) {
     throw new ConfigError(`runHarness: timeoutMs must be a positive number, found ${options.timeoutMs}`);
   }
+  if (options.codexConfig && harness !== 'codex') {
+    throw new ConfigError(`runHarness: codexConfig is for Codex only, not ${harness}; leave it out`);
+  }
   const launch = launcher({
     installed,
     baseUrl: `http://127.0.0.1:${options.port ?? PROXY_CHANNEL_PORT}`,
@@ -106,11 +122,19 @@ export async function runHarness(options: HarnessRunOptions): Promise<HarnessRun
     model: options.model,
     prompt: options.prompt,
     tools: options.tools ?? CLAUDE_CODE_TOOLS,
+    codexConfig: options.codexConfig,
   });
+  for (const name of Object.keys(options.env ?? {})) {
+    if (name in launch.env) {
+      throw new ConfigError(
+        `runHarness: env.${name} is set by the ${harness} launch and cannot be replaced; leave it out of env`,
+      );
+    }
+  }
   const op = options.signal ? { signal: options.signal } : {};
   for (const [path, content] of Object.entries(launch.files)) await sandbox.writeFile(path, content, op);
   const result = await sandbox.exec(launch.argv, {
-    env: launch.env,
+    env: { ...options.env, ...launch.env },
     cwd: options.cwd ?? sandbox.workdir,
     timeoutMs: options.timeoutMs,
     // Headless: nothing on stdin unless the harness reads its prompt there (Codex would otherwise wait

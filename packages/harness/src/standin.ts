@@ -94,12 +94,48 @@ export const piScript: Script = (results, fix) => {
   return 'The bug is fixed.';
 };
 
+/**
+ * opencode: `read` the file, `edit` the line (`bash` `git apply` when the fix is not one line), stop. Its
+ * tools take camel-case arguments (`filePath`, `oldString`, `newString`), as it declares them.
+ */
+export const opencodeScript: Script = (results, fix) => {
+  if (results === 0) return `I will read the file first.\n${toolCall('read', { filePath: fix.path })}`;
+  if (results === 1) {
+    return fix.old !== undefined && fix.new !== undefined
+      ? toolCall('edit', { filePath: fix.path, oldString: fix.old, newString: fix.new })
+      : toolCall('bash', { command: applyGold(fix) });
+  }
+  return 'The bug is fixed.';
+};
+
+/**
+ * Gemini CLI: `read_file` the file, `replace` the line (`run_shell_command` `git apply` when the fix is not
+ * one line), stop. Its tool names and arguments (`replace` requires an `instruction`) are the ones it
+ * declares in its requests.
+ */
+export const geminiCliScript: Script = (results, fix) => {
+  if (results === 0) return `I will read the file first.\n${toolCall('read_file', { file_path: fix.path })}`;
+  if (results === 1) {
+    return fix.old !== undefined && fix.new !== undefined
+      ? toolCall('replace', {
+          file_path: fix.path,
+          instruction: 'Fix the bug the issue describes.',
+          old_string: fix.old,
+          new_string: fix.new,
+        })
+      : toolCall('run_shell_command', { command: applyGold(fix) });
+  }
+  return 'The bug is fixed.';
+};
+
 /** The stand-in script of each harness. */
 export const HARNESS_SCRIPTS: Readonly<Record<HarnessKind, Script>> = {
   'claude-code': claudeCodeScript,
   codex: codexScript,
   'qwen-code': qwenCodeScript,
   pi: piScript,
+  opencode: opencodeScript,
+  'gemini-cli': geminiCliScript,
 };
 
 /** Tool results so far in a Qwen3-rendered prompt. */
@@ -112,7 +148,11 @@ export const toolResultsIn = (prompt: string) => prompt.split('<tool_response>')
  */
 export function harnessOfPrompt(prompt: string): HarnessKind | undefined {
   if (/"name":\s*"exec_command"/.test(prompt)) return 'codex';
+  // Gemini CLI and Qwen Code (its fork) both declare `run_shell_command`; Gemini CLI's `replace` tells them apart.
+  if (/"name":\s*"replace"/.test(prompt)) return 'gemini-cli';
   if (/"name":\s*"run_shell_command"/.test(prompt)) return 'qwen-code';
+  // opencode's shell tool is `bash` too; its `todowrite` tells it from pi.
+  if (/"name":\s*"todowrite"/.test(prompt)) return 'opencode';
   // pi's shell tool is `bash`, lower case (Claude Code's is `Bash`).
   if (/"name":\s*"bash"/.test(prompt)) return 'pi';
   if (/"name":\s*"Edit"/.test(prompt)) return 'claude-code';

@@ -7,12 +7,18 @@ import {
   type ChatTokenizer,
   checkEngineTokenizer,
   type Engine,
+  type RoutingShape,
   sglangEngine,
   vllmEngine,
   waitForEngines,
 } from '@vime/core/engine';
 import { type CaptureProxy, startCaptureProxy } from '@vime/core/proxy';
-import { type StandInEngine, type StandInPolicy, startStandInEngine } from '@vime/core/standin';
+import {
+  type StandInEngine,
+  type StandInPolicy,
+  type StandInRouting,
+  startStandInEngine,
+} from '@vime/core/standin';
 
 import type { Config } from './config/schema.js';
 import { codingAgentPolicy } from './standin/policy.js';
@@ -87,13 +93,17 @@ export async function startEngines(
       decodeLogIntervalMs: 250,
       logTag: 'TP0',
       specVerifyPasses: specVerifyPasses(config.standInSpecAcceptLength),
+      routedExperts: standInRouting(config),
     });
     const lines: string[] = [];
     engine.events.on('log', (line) => lines.push(line));
     logs.push(lines);
     standIns.push(engine);
   }
-  const engines = standIns.map((e) => sglangEngine(e.url));
+  // The stand-in serves both wires; the proxy speaks the one the config names.
+  const engines = standIns.map((e) =>
+    config.engineKind === 'vllm' ? vllmEngine(e.url) : sglangEngine(e.url),
+  );
   return {
     engines,
     urls: standIns.map((e) => e.url),
@@ -104,6 +114,24 @@ export async function startEngines(
       await Promise.all(standIns.map((e) => e.close()));
     },
   };
+}
+
+/** The run's MoE routing replay (R3): both knobs or neither. */
+export function routingReplayOf(config: Config): RoutingShape | undefined {
+  const { routingReplayLayers: layers, routingReplayTopK: topK } = config;
+  if (layers === null && topK === null) return undefined;
+  if (layers === null || topK === null) {
+    throw new ConfigError(
+      `routing replay needs both engines.routing_replay.layers and engines.routing_replay.top_k (--routing-replay-layers, --routing-replay-top-k), found layers ${layers} and top_k ${topK}`,
+    );
+  }
+  return { layers, topK };
+}
+
+/** The stand-in engines' made-up MoE routing when the run replays routing (a scripted figure, not a model's). */
+function standInRouting(config: Config): StandInRouting | undefined {
+  const shape = routingReplayOf(config);
+  return shape && { ...shape, experts: Math.max(8, shape.topK * 4) };
 }
 
 /** Simulated speculation: the verification passes an answer of n tokens reports at this acceptance length. */
@@ -165,6 +193,7 @@ export function startRunProxy(
     tokenizer,
     socketPath,
     onWeightUpdate: config.onWeightUpdate,
+    routingReplay: routingReplayOf(config),
     router: {
       healthIntervalMs: config.engineHealthIntervalMs,
       unavailableDeadlineMs: config.engineDeadlineMs,

@@ -146,8 +146,13 @@ export class LoopRun {
     services.sandboxEvents.on('claim', this.#onClaim);
     services.proxy.events.on('turn', (e) => {
       this.#outputTokens += e.outputTokens;
-      turnLog.record(e.sessionId, e.turn);
+      turnLog.record(e.trajectoryId, e.turn);
     });
+    // The engines start on the trainer's current version (each hand-off's trainer notes the next): an
+    // engine that names no version with its tokens (vLLM) gets it from this log, and the hand-off checks
+    // every captured version against it (SGLang's own, as each engine reported it).
+    this.#noteVersion(String(queue.trainerVersion));
+    turnLog.weightLog = services.proxy.router.weightLog;
     this.#sampler = sampleEngines(services.engines.urls);
     const vllm = config.engineKind === 'vllm' && services.engines.standIns.length === 0;
     this.#specCounters = vllm ? new SpecCounters(services.engines.urls) : undefined;
@@ -337,6 +342,8 @@ export class LoopRun {
     await writeFileAtomic(batchPath, encodeSamples(rows));
     // Trained before the step is recorded as handed off: a run killed mid-training trains it again.
     const train = io.trainer ? await io.trainer({ step, batchPath }, io.signal) : undefined;
+    // The engines serve the trainer's version from now on: tokens of engines that name none (vLLM) carry it.
+    if (train?.weightVersion) this.#noteVersion(train.weightVersion);
     await writeFileAtomic(stepResultsPath(this.out, step), `${JSON.stringify(results.map(withoutRows))}\n`);
     // The version the engines serve after this step (the trainer's, when it numbers it); staleness of
     // later samples is measured against it.
@@ -363,6 +370,13 @@ export class LoopRun {
     };
   }
 
+  /** Log `version` for the engines whose answers name none (vLLM's); SGLang's report their own. */
+  #noteVersion(version: string): void {
+    const { router } = this.services.proxy;
+    const urls = router.status().flatMap((e) => (e.kind === 'vllm' ? [e.url] : []));
+    if (urls.length > 0) router.noteWeightUpdate(version, { urls });
+  }
+
   /**
    * The token audit of the step's rows against the turns the proxy captured for their sessions: a rollout
    * that differs is an infrastructure failure (its cause counted), never trained. The sessions are then
@@ -373,6 +387,7 @@ export class LoopRun {
     const { passed, failed, audit } = auditHandoff(
       taken.map((h) => h.rollout),
       this.turnLog.turnsOf,
+      { weightLog: this.turnLog.weightLog },
     );
     const seconds = (performance.now() - t0) / 1000;
     for (const f of failed.slice(0, 5)) this.io.log(`step ${step}: token audit: ${f.failure.error.message}`);

@@ -8,7 +8,14 @@ import { createWriteStream, type WriteStream } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { capturedTurnRecord, type ScoredRollout, type Turn, VimeError } from '@vime/core';
-import { type AuditTurn, auditHandoff, auditTurnOf, readTurnLog, TOKEN_AUDIT_FAILED } from '@vime/grpo';
+import {
+  type AuditTurn,
+  auditHandoff,
+  auditTurnOf,
+  readTurnLog,
+  TOKEN_AUDIT_FAILED,
+  type WeightLogView,
+} from '@vime/grpo';
 
 /** The turn log's file name in the run folder. */
 export const TURN_LOG_FILE = 'turns.jsonl';
@@ -18,6 +25,11 @@ export class TurnLog {
   readonly #bySession = new Map<string, AuditTurn[]>();
   readonly #file: WriteStream | undefined;
   #failed = false;
+  /**
+   * The router's weight-update log (`proxy.router.weightLog`): with it, the hand-off also checks every
+   * weight version of this process's turns against it (`auditHandoff`'s `weightLog`).
+   */
+  weightLog: WeightLogView | undefined;
 
   private constructor(
     /** The file the turns are appended to (none: kept in memory only). */
@@ -116,7 +128,7 @@ export function auditRolloutRows(
     timings: {},
     metadata: {},
   };
-  const { failed } = auditHandoff([whole], turnLog.turnsOf);
+  const { failed } = auditHandoff([whole], turnLog.turnsOf, { weightLog: turnLog.weightLog });
   turnLog.forget([
     ...(rollout.sessionId === undefined ? [] : [rollout.sessionId]),
     ...rollout.samples.flatMap((r) => (r.session_id === null ? [] : [r.session_id])),

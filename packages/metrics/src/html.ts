@@ -2,6 +2,7 @@ import { esc, lineChart, PALETTE, stackedBarChart } from './charts.js';
 import { byNumber, cell, figure, ms, note, PAGE_STYLE, section, table } from './html-parts.js';
 import type { RunRecord } from './report.js';
 import { STACKED_PHASES } from './run-sections.js';
+import { tokenStalenessHtml } from './token-staleness.js';
 import { TOOL_CALL_ALARM_RATE, toolCallAlarm } from './tool-health.js';
 import { shapeSection, trainerSection } from './training-html.js';
 
@@ -183,7 +184,8 @@ function stalenessSection(record: RunRecord): string {
       ['versions behind the newest of the step', 'rollouts'],
       Object.entries(s.lag).sort(([a], [b]) => byNumber(a, b)),
     ) +
-    `<p>${s.rollouts_with_versions} rollouts carry weight versions; ${s.mixed_versions} spanned more than one; most behind: ${s.max_lag}.</p>`
+    `<p>${s.rollouts_with_versions} rollouts carry weight versions; ${s.mixed_versions} spanned more than one; most behind: ${s.max_lag}.</p>` +
+    tokenStalenessHtml(s.tokens)
   );
 }
 

@@ -163,6 +163,7 @@ export {
 export { type VersionedRow, type WeightStaleness, weightStaleness } from './staleness.js';
 export { renderTerminalReport } from './terminal.js';
 export { type EngineTimeline, engineTimeline } from './timeline.js';
+export { type TokenStaleness, type TokenStalenessStep, tokenStaleness } from './token-staleness.js';
 export {
   rolloutToolCalls,
   type StepToolCallHealth,

@@ -6,6 +6,7 @@
 import { isScored, PhaseSchema, type RolloutResult } from '@vime/core';
 import { passAtK, powersOfTwoUpTo } from './pass-at-k.js';
 import { type Summary, summarize } from './percentile.js';
+import { type TokenStaleness, tokenStaleness } from './token-staleness.js';
 
 /** Scored rollouts' rewards in bins. */
 export interface RewardHistogram {
@@ -37,6 +38,11 @@ export interface Staleness {
   max_lag: number;
   /** Rollouts whose turns spanned more than one weight version (a weight update landed mid-rollout). */
   mixed_versions: number;
+  /**
+   * Trained tokens by lag behind the trainer's version, per step, from the rows' weight-version spans
+   * (null when no row carries spans, e.g. results read back from a metrics file).
+   */
+  tokens: TokenStaleness | null;
 }
 
 /** The report's phase section: time per rollout by step and phase. */
@@ -140,6 +146,7 @@ export function staleness(
     lag: {},
     max_lag: 0,
     mixed_versions: 0,
+    tokens: tokenStaleness(byStep),
   };
   for (const { results } of byStep) {
     const versions = results

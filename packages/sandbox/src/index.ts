@@ -1,6 +1,6 @@
 /**
- * Sandboxes for an agent's untrusted commands and a repository's tests: one provider interface with three
- * backends (bubblewrap, the Docker Engine API, local processes), warm pools, and a lifecycle that never leaks
+ * Sandboxes for an agent's untrusted commands and a repository's tests: one provider interface with four
+ * backends (bubblewrap, the Docker Engine API, Kubernetes pods, local processes), warm pools, and a lifecycle that never leaks
  * (labels, exit handlers, lifetime timers, `reapOrphans`).
  *
  * @module @vime/sandbox
@@ -46,6 +46,14 @@ export {
   type ImageStoreOptions,
   type ResolveOptions,
 } from './images/store.js';
+export type { AgentSandboxOptions } from './kubernetes/agent-sandbox.js';
+export { type KubeConnection, KubernetesRateLimitError } from './kubernetes/client.js';
+export {
+  DEFAULT_ACTIVE_DEADLINE_SECONDS,
+  type KubernetesProviderOptions,
+  kubernetesProvider,
+} from './kubernetes/provider.js';
+export type { KubernetesSandbox } from './kubernetes/sandbox.js';
 export {
   CREATED_LABEL,
   defaultRunId,

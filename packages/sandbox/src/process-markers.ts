@@ -5,6 +5,13 @@ import { readdirSync, readFileSync } from 'node:fs';
 /** Environment variable that marks every process of one exec, so escaped (`setsid`) children can be found. */
 export const EXEC_MARKER_ENV = 'VIME_EXEC_ID';
 
+/**
+ * A shell script, run inside a sandbox as `sh -c KILL_MARKED sh <name> <value>`, that kills every process
+ * whose environment carries `name=value` (its /proc scan, three passes for children forked meanwhile).
+ */
+export const KILL_MARKED =
+  'cd /proc && for pass in 1 2 3; do for p in [0-9]*; do if grep -qz "^$1=$2\\$" "$p/environ" 2>/dev/null; then kill -9 "$p" 2>/dev/null; fi; done; done; true';
+
 export function newExecId(): string {
   return randomBytes(6).toString('hex');
 }

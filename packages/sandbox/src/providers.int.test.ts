@@ -1,6 +1,8 @@
 /**
  * The provider contract, run against every backend that can run here: bubblewrap and local always,
- * docker when a daemon answers (scripts/docker-up.sh starts one; CI runs as root and always has it).
+ * docker when a daemon answers (scripts/docker-up.sh starts one; CI runs as root and always has it), and
+ * kubernetes against a STAND-IN API server (no real one runs here; see __fixtures__/kube-apiserver.ts),
+ * so the provider's requests are exactly those the official client sends.
  */
 import { execFileSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -9,17 +11,21 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startStandinApiServer } from './__fixtures__/kube-apiserver.js';
 import { bubblewrapProvider } from './bubblewrap/provider.js';
 import type { BwrapSandbox } from './bubblewrap/sandbox.js';
 import { DOCKER_API_MAX, DockerEngine } from './docker/engine-api.js';
 import { dockerProvider } from './docker/provider.js';
 import { localProvider } from './host/local-provider.js';
+import { kubernetesProvider } from './kubernetes/provider.js';
 import { dockerForTests, testImage } from './testing.js';
 import type { Sandbox, SandboxProvider } from './types.js';
 
 const rootDir = mkdtempSync(join(tmpdir(), 'vime-sbx-test-'));
 afterAll(() => rmSync(rootDir, { recursive: true, force: true }));
 const isRoot = process.getuid?.() === 0;
+const kubeStandin = await startStandinApiServer();
+afterAll(() => kubeStandin.close());
 
 const backends: Array<[string, () => SandboxProvider, string | undefined]> = [
   ['bubblewrap', () => bubblewrapProvider({ rootDir }), undefined],
@@ -27,6 +33,11 @@ const backends: Array<[string, () => SandboxProvider, string | undefined]> = [
   ['local', () => localProvider({ rootDir }), undefined],
 ];
 if (dockerForTests()) backends.push(['docker', () => dockerProvider(), testImage]);
+backends.push([
+  'kubernetes (stand-in API server)',
+  () => kubernetesProvider({ kubeConfig: kubeStandin.kubeConfig() }),
+  'python:3.12-slim',
+]);
 
 describe.each(backends)('%s provider', (name, makeProvider, image) => {
   let provider: SandboxProvider;

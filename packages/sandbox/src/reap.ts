@@ -1,7 +1,8 @@
 /**
  * `reapOrphans`: remove what crashed runs left behind, selected by run and/or age: host sandbox folders
  * with their processes, cgroups and mounts (also where the metadata is torn: a sandbox id carries its
- * run's tag), cgroups and launcher processes whose folder is gone, and Docker containers. Sandboxes whose
+ * run's tag), cgroups and launcher processes whose folder is gone, Docker containers, and Kubernetes pods and
+ * agent-sandbox claims. Sandboxes whose
  * creating process is still alive are left alone unless `includeLive` is set.
  */
 import { existsSync } from 'node:fs';
@@ -10,6 +11,8 @@ import { ConfigError, SandboxError } from '@vime/core';
 import { DockerEngine, defaultDockerSocket } from './docker/engine-api.js';
 import { cgroupHasProcesses, cgroupOwner, findCgroups, removeCgroupTree } from './host/cgroups.js';
 import { cleanupSandboxDir, defaultRootDir, listSandboxDirs } from './host/state.js';
+import type { KubeConnection } from './kubernetes/client.js';
+import { reapKubernetes } from './kubernetes/reap.js';
 import {
   CREATED_LABEL,
   idOfRun,
@@ -37,6 +40,11 @@ export interface ReapOptions {
    * exists.
    */
   docker?: DockerEngine | string | false | undefined;
+  /**
+   * A Kubernetes namespace to sweep too (its pods and agent-sandbox claims with the run label): the
+   * connection (`{}` for the default kubeconfig and namespace), or false/absent to skip it.
+   */
+  kubernetes?: KubeConnection | false | undefined;
   /** Report what would be removed without removing it. */
   dryRun?: boolean | undefined;
   events?: SandboxEmitter | undefined;
@@ -193,6 +201,21 @@ export async function reapOrphans(selector: string | number | ReapOptions): Prom
       report.errors.push({ id: `docker engine ${engine.socketPath}`, error });
     } finally {
       if (!(options.docker instanceof DockerEngine)) await engine.close();
+    }
+  }
+  if (options.kubernetes) {
+    try {
+      const swept = await reapKubernetes(options.kubernetes, {
+        run: options.run,
+        includeLive: options.includeLive,
+        dryRun: options.dryRun,
+        matches: (labels, createdAt) => matches(labels, createdAt, options),
+      });
+      for (const r of swept.removed) reaped({ ...r, provider: 'kubernetes' });
+      report.skippedLive += swept.skippedLive;
+      report.errors.push(...swept.errors);
+    } catch (error) {
+      report.errors.push({ id: 'kubernetes', error });
     }
   }
   return report;

@@ -50,7 +50,7 @@ class Sample:
     rollout_log_probs: Optional[list[float]] = None
     rollout_top_p_token_ids: Optional[list[int]] = None
     rollout_top_p_token_offsets: Optional[list[int]] = None
-    rollout_routed_experts: Optional[list[list[int]]] = None
+    rollout_routed_experts: Optional[list[list[list[int]]]] = None
     remove_sample: bool = False
     teacher_log_probs: Optional[list[float]] = None
     status: "Sample.Status" = Status.PENDING

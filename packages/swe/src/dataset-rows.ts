@@ -71,7 +71,7 @@ const COLUMNS: Record<string, { expected: string; fix: string }> = {
   created_at: OPTIONAL_TEXT,
   agent: {
     expected: 'an agent name or null',
-    fix: 'write mini-swe-agent, claude-code, codex, qwen-code or pi, or null',
+    fix: 'write mini-swe-agent, claude-code, codex, qwen-code, pi, opencode or gemini-cli, or null',
   },
 };
 

@@ -37,7 +37,7 @@ export const SweSmithRowSchema = z.object({
   base_commit: optionalText,
   created_at: optionalText,
   /**
-   * The agent that runs this row (`mini-swe-agent`, `claude-code`, `codex`, `qwen-code`, `pi`): what slime hands over as
+   * The agent that runs this row (`mini-swe-agent`, `claude-code`, `codex`, `qwen-code`, `pi`, `opencode`, `gemini-cli`): what slime hands over as
    * `metadata.agent`, the row being the sample's metadata. Checked by the rollout that reads it.
    */
   agent: optionalText,

@@ -19,6 +19,15 @@ export {
   readSglangNucleus,
   wantsNucleus,
 } from './nucleus.js';
+export {
+  encodeNpy,
+  parseNpy,
+  type RoutedExperts,
+  type RoutingShape,
+  readSglangRoutes,
+  readVllmRoutes,
+  routeRows,
+} from './routing.js';
 export { sglangEngine } from './sglang.js';
 export {
   IncrementalDecoder,

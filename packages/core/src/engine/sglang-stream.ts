@@ -8,6 +8,7 @@ import { type HttpClient, jsonWithIds } from '../utils/http.js';
 import { parseWith } from '../validate.js';
 import { readSglangNucleus, wantsNucleus } from './nucleus.js';
 import { newRequestId } from './request-id.js';
+import { readSglangRoutes, routingRequest } from './routing.js';
 import type {
   readLogprobs,
   SglangGenerateResponseSchema,
@@ -50,6 +51,7 @@ export async function sglangGenerateStream(
         ...wire.topLogprobsField(request.sampling),
         rid,
         stream: true,
+        ...routingRequest('sglang', request),
       }),
       signal,
       headers: request.routingKey ? { 'x-smg-routing-key': request.routingKey } : undefined,
@@ -118,6 +120,17 @@ export async function sglangGenerateStream(
         : {}),
       ...(wantTop
         ? { topK: readSglangTopLogprobs(topRows, produced, request.sampling.topLogprobs!, url) }
+        : {}),
+      // Like the nucleus, the routing of the whole request comes with the last chunk.
+      ...(request.routedExperts
+        ? {
+            routes: readSglangRoutes(
+              meta as Record<string, unknown>,
+              { promptTokens: meta.prompt_tokens, outputTokens: produced, start: 0 },
+              request.routedExperts,
+              http.url,
+            ),
+          }
         : {}),
       // Counted over the whole request: the last chunk's meta_info.spec_verify_ct.
       specVerifyPasses: meta.spec_verify_ct ?? undefined,

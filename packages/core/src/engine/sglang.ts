@@ -3,6 +3,7 @@ import { EngineError } from '../errors.js';
 import { HttpClient, jsonWithIds } from '../utils/http.js';
 import { readSglangNucleus, wantsNucleus } from './nucleus.js';
 import { newRequestId } from './request-id.js';
+import { readSglangRoutes, routingRequest } from './routing.js';
 import { sglangGenerateStream } from './sglang-stream.js';
 import { checkTopLogprobs, readSglangTopLogprobs, wantsTopLogprobs } from './topk.js';
 import type {
@@ -146,6 +147,7 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
         logprob_start_len: -1,
         ...sglangTopLogprobsField(request.sampling),
         rid,
+        ...routingRequest('sglang', request),
       });
       const signal = opts.signal;
       const onAbort = () => {
@@ -181,6 +183,16 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
                   meta.output_top_logprobs,
                   outputIds.length,
                   request.sampling.topLogprobs!,
+                  http.url,
+                ),
+              }
+            : {}),
+          ...(request.routedExperts
+            ? {
+                routes: readSglangRoutes(
+                  meta,
+                  { promptTokens: meta.prompt_tokens, outputTokens: outputIds.length, start: 0 },
+                  request.routedExperts,
                   http.url,
                 ),
               }

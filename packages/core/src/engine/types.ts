@@ -1,5 +1,6 @@
 import type { HttpClientOptions } from '../utils/http.js';
 import type { NucleusReplay } from './nucleus.js';
+import type { RoutedExperts, RoutingShape } from './routing.js';
 import type { TopLogprobs } from './topk.js';
 
 /** The engines Vime speaks to: their HTTP wires differ (see `sglangEngine`, `vllmEngine`). */
@@ -34,6 +35,11 @@ export interface GenerateRequest {
   rid?: string | undefined;
   /** Session affinity key for routers (`X-SMG-Routing-Key`). */
   routingKey?: string | undefined;
+  /**
+   * Routing replay (R3): ask the engine for the routed experts of every forwarded token (the whole
+   * sequence, from position 0) of a model with this many MoE layers and experts per token.
+   */
+  routedExperts?: RoutingShape | undefined;
 }
 
 /** Why an engine stopped generating: a stop token, the length limit, or an abort. */
@@ -57,6 +63,8 @@ export interface GenerateResult {
   topP?: NucleusReplay | undefined;
   /** The top-k log probs of every output token, when sampling asked for them (`Sampling.topLogprobs`). */
   topK?: TopLogprobs | undefined;
+  /** The routed experts of every forwarded position, when the request asked for them (`routedExperts`). */
+  routes?: RoutedExperts | undefined;
   /**
    * Verification forward passes of speculative decoding (SGLang's `meta_info.spec_verify_ct`), when the
    * engine reports them: absent with speculation off, and from an engine whose answers carry no count (vLLM).

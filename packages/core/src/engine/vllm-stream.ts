@@ -8,6 +8,7 @@ import { EngineError } from '../errors.js';
 import { type HttpClient, type JsonText, jsonWithIds } from '../utils/http.js';
 import { parseWith } from '../validate.js';
 import { newRequestId } from './request-id.js';
+import { routingRequest } from './routing.js';
 import { concat, finishReason, parseJson, streamError } from './sglang-stream.js';
 import { sseData } from './sse.js';
 import { checkTopLogprobs, readVllmTopLogprobs, type TopLogprobs, wantsTopLogprobs } from './topk.js';
@@ -46,6 +47,7 @@ export function completionBody(
     skip_special_tokens: false,
     include_stop_str_in_output: true,
     request_id: rid,
+    ...routingRequest('vllm', request),
     ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
     ...(s.maxTokens !== undefined ? { max_tokens: s.maxTokens } : {}),
     ...(s.temperature !== undefined ? { temperature: s.temperature } : {}),

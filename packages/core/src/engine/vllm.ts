@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { EngineError } from '../errors.js';
 import { HttpClient } from '../utils/http.js';
 import { newRequestId } from './request-id.js';
+import { readVllmRoutes } from './routing.js';
 import { readVllmTopLogprobs, VLLM_DEFAULT_MAX_LOGPROBS, wantsTopLogprobs } from './topk.js';
 import type { Engine, EngineFinishReason, EngineOptions, GenerateResult } from './types.js';
 import { completionBody, vllmGenerateStream } from './vllm-stream.js';
@@ -22,6 +23,8 @@ export const VllmCompletionResponseSchema = z.looseObject({
             top_logprobs: z.unknown().optional(),
           })
           .nullable(),
+        // base64 `.npy` of every forwarded position's experts (`--enable-return-routed-experts`); see routing.ts
+        routed_experts: z.unknown().optional(),
       }),
     )
     .min(1),
@@ -66,7 +69,7 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
   };
 
   const maxLogprobs = options.maxLogprobs ?? VLLM_DEFAULT_MAX_LOGPROBS;
-  return {
+  const engine: Engine = {
     url: http.url,
     kind: 'vllm',
     maxTopLogprobs: maxLogprobs,
@@ -96,13 +99,14 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
           { url: http.url },
         );
       }
+      const promptTokens = res.usage?.prompt_tokens ?? request.inputIds.length;
       return {
         rid,
         outputIds,
         logprobs,
         finishReason: finishReason(choice.finish_reason),
         text: choice.text,
-        promptTokens: res.usage?.prompt_tokens ?? request.inputIds.length,
+        promptTokens,
         ...(wantsTopLogprobs(request.sampling)
           ? {
               topK: readVllmTopLogprobs(
@@ -113,9 +117,27 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
               ),
             }
           : {}),
+        ...(request.routedExperts
+          ? {
+              routes: readVllmRoutes(
+                choice.routed_experts,
+                { promptTokens, outputTokens: outputIds.length, start: 0 },
+                request.routedExperts,
+                http.url,
+              ),
+            }
+          : {}),
       };
     },
     async generateStream(request, opts) {
+      // vLLM's streamed chunks carry no routed experts: a turn that replays routing is generated
+      // unstreamed and handed over as one run of tokens (its top-k heads, when asked, come with the result).
+      if (request.routedExperts) {
+        const result = await engine.generate(request, { signal: opts.signal });
+        if (result.outputIds.length > 0)
+          opts.onTokens({ outputIds: result.outputIds, logprobs: result.logprobs });
+        return result;
+      }
       return vllmGenerateStream(http, await modelName(opts.signal), request, opts, maxLogprobs);
     },
     async abort() {
@@ -134,4 +156,5 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
     },
     close: () => http.close(),
   };
+  return engine;
 }

@@ -11,6 +11,7 @@ import {
   parseOpenAIRequest,
   type TurnReply,
 } from './dialects.js';
+import { geminiEncoder, geminiJson, parseGeminiRequest } from './gemini.js';
 import { json, type Reply } from './reply.js';
 import { parseResponsesRequest, type ResponsesRequest } from './responses.js';
 import { responsesEncoder, responsesEvents, responsesJson } from './responses-output.js';
@@ -22,12 +23,25 @@ export interface TurnRequest {
   responses: ResponsesRequest | undefined;
 }
 
+/** The model and streaming a Gemini request's path names (`models/<model>:streamGenerateContent`). */
+export interface GeminiRoute {
+  model: string;
+  stream: boolean;
+}
+
 export function parseTurnRequest(
   dialect: Dialect,
   body: unknown,
   toolArgs: Map<string, string>,
   countOnly: boolean,
+  gemini?: GeminiRoute | undefined,
 ): TurnRequest {
+  if (dialect === 'gemini') {
+    return {
+      req: parseGeminiRequest(body, toolArgs, gemini ?? { model: '', stream: false }),
+      responses: undefined,
+    };
+  }
   if (dialect === 'responses') {
     const responses = parseResponsesRequest(body, toolArgs);
     return { req: responses.chat, responses };
@@ -47,7 +61,9 @@ export function encodeTurn(dialect: Dialect, { responses }: TurnRequest, turn: T
       ? responsesJson(turn, responses.tools, responses.echo)
       : dialect === 'anthropic'
         ? anthropicJson(turn)
-        : openaiJson(turn),
+        : dialect === 'gemini'
+          ? geminiJson(turn)
+          : openaiJson(turn),
   );
 }
 
@@ -58,5 +74,6 @@ export function turnEncoder(
 ): (meta: StreamMeta) => StreamEncoder {
   if (responses) return (meta) => responsesEncoder(responsesEvents(meta, responses.echo), responses.tools);
   if (dialect === 'anthropic') return anthropicEncoder;
+  if (dialect === 'gemini') return geminiEncoder;
   return (meta) => openaiEncoder(meta, { includeUsage: req.includeUsage });
 }

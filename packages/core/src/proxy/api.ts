@@ -1,5 +1,6 @@
 /** The capture proxy's public shapes: its options, its sessions and the running proxy. */
 import type { EventEmitter } from 'eventemitter3';
+import type { RoutingShape } from '../engine/routing.js';
 import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokenizer.js';
 import type { Engine, Sampling } from '../engine/types.js';
 import type { Sample } from '../sample.js';
@@ -54,8 +55,16 @@ export interface CaptureProxyOptions {
    */
   onWeightUpdate?: WeightUpdatePolicy | undefined;
   /**
+   * MoE routing replay (R3), off by default: every turn asks its engine for the routed experts of the
+   * whole sequence (SGLang `return_routed_experts`, vLLM `--enable-return-routed-experts`), a turn
+   * whose engine returns none or the wrong shape fails, and every row carries `rollout_routed_experts`
+   * (`len(tokens) − 1` positions × `layers` × `topK`). Give the model's MoE layer count and experts per token.
+   */
+  routingReplay?: RoutingShape | undefined;
+  /**
    * Bearer token of the admin routes (`GET|POST|DELETE /admin/engines`: list, add, remove engines at run
-   * time). Without one the admin routes do not exist: agents reach this server too.
+   * time; `GET|POST /admin/weight-version`: the weight-update log, and a version a trainer loaded). Without
+   * one the admin routes do not exist: agents reach this server too.
    */
   adminToken?: string | undefined;
   tokenizer: ChatTokenizer;

@@ -7,8 +7,11 @@ import { z } from 'zod';
 import type { ParsedResponse } from '../engine/tokenizer/parsers.js';
 import type { TemplateMessage, ToolDefinition } from '../engine/tokenizer/template.js';
 
-/** The wire a client speaks: OpenAI Chat Completions, Anthropic Messages or the OpenAI Responses API. */
-export type Dialect = 'openai' | 'anthropic' | 'responses';
+/**
+ * The wire a client speaks: OpenAI Chat Completions, Anthropic Messages, the OpenAI Responses API or the
+ * Gemini API's `generateContent` (`gemini.ts`).
+ */
+export type Dialect = 'openai' | 'anthropic' | 'responses' | 'gemini';
 
 /** Sampling knobs a harness sent, by their wire names. */
 export type HarnessSampling = Record<string, unknown>;
@@ -372,6 +375,7 @@ export function anthropicJson(r: TurnReply): unknown {
  * cap wants) unless `retryable` (a rate limit: Codex retries after the `Retry-After`).
  */
 export function errorBody(dialect: Dialect, status: number, message: string, retryable = false): unknown {
+  if (dialect === 'gemini') return { error: { code: status, message, status: googleStatus(status) } };
   if (dialect === 'anthropic') {
     const type =
       status === 400
@@ -395,4 +399,15 @@ export function errorBody(dialect: Dialect, status: number, message: string, ret
           : 'usage_limit_reached'
         : 'invalid_request_error';
   return { error: { message, type, code: status } };
+}
+
+/** The status name Google's APIs give an HTTP status (the Gemini API's `error.status`). */
+function googleStatus(status: number): string {
+  if (status === 400 || status === 413) return 'INVALID_ARGUMENT';
+  if (status === 401) return 'UNAUTHENTICATED';
+  if (status === 404) return 'NOT_FOUND';
+  if (status === 409) return 'ABORTED';
+  if (status === 429) return 'RESOURCE_EXHAUSTED';
+  if (status === 503) return 'UNAVAILABLE';
+  return 'INTERNAL';
 }

@@ -7,7 +7,7 @@ import type { EventEmitter } from 'eventemitter3';
 import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokenizer.js';
 import { EngineError, VimeError } from '../errors.js';
 import { adminRoute } from './admin.js';
-import { encodeTurn, parseTurnRequest, type TurnRequest, turnEncoder } from './answer.js';
+import { encodeTurn, type GeminiRoute, parseTurnRequest, type TurnRequest, turnEncoder } from './answer.js';
 import type { RequestBudget } from './budget.js';
 import type { ConnectionTally } from './connections.js';
 import { type Dialect, errorBody, RequestError } from './dialects.js';
@@ -60,6 +60,8 @@ interface TurnCall {
   readBody: (account?: BodyAccount) => Promise<string>;
   signal: AbortSignal;
   retryCount: number;
+  /** A Gemini request's model and streaming, from its path. */
+  gemini?: GeminiRoute | undefined;
 }
 
 const LARGE_BODY_CHARS = 1 << 20;
@@ -98,6 +100,14 @@ export class RequestDispatcher {
         readBody,
       });
       return json(reply.status, reply.body);
+    }
+    const gemini = geminiRoute(path);
+    if (gemini) {
+      const session = this.#sessionOf(key, 'gemini');
+      if (!('ledger' in session)) return session;
+      if (method !== 'POST') return json(404, errorBody('gemini', 404, `no route ${method} ${pathname}`));
+      const call = { session, dialect: 'gemini' as const, path, countOnly: false, gemini };
+      return this.#turn({ ...call, readBody, signal, retryCount });
     }
     if (path.startsWith('/v1/')) path = path.slice(3);
     const dialect: Dialect = path.startsWith('/messages')
@@ -197,7 +207,7 @@ export class RequestDispatcher {
       if (!handover) throw new RequestError(409, `session ${session.id} was finished`);
       return { reply: { ...replayed, ...handover } };
     }
-    return { key, parsed: await this.#parse(session, dialect, text, countOnly) };
+    return { key, parsed: await this.#parse(session, dialect, text, countOnly, call.gemini) };
   }
 
   /** `count_tokens`: the rendered prompt's token count, its text charged to the session's budget. */
@@ -219,6 +229,7 @@ export class RequestDispatcher {
     dialect: Dialect,
     text: string,
     countOnly: boolean,
+    gemini: GeminiRoute | undefined,
   ): Promise<TurnRequest> {
     await checkJsonShape(text, this.#o.limits);
     const large = text.length > LARGE_BODY_CHARS;
@@ -230,7 +241,7 @@ export class RequestDispatcher {
       throw new RequestError(400, 'request body is not valid JSON');
     }
     if (large) await yieldToLoop();
-    const parsed = parseTurnRequest(dialect, body, session.toolArgs, countOnly);
+    const parsed = parseTurnRequest(dialect, body, session.toolArgs, countOnly, gemini);
     if (large) await yieldToLoop();
     return parsed;
   }
@@ -365,4 +376,14 @@ function heldUntilDone(reply: Reply, end: () => void): Reply {
       reply.abandon?.();
     },
   };
+}
+
+/**
+ * A Gemini API turn route, `/v1beta/models/<model>:generateContent` or `:streamGenerateContent` (the SSE
+ * form; its `?alt=sse` is in the query): the model and whether it streams; undefined for any other path.
+ */
+function geminiRoute(path: string): GeminiRoute | undefined {
+  const m = /^\/v1(?:beta|alpha)?\/models\/([^/:]+):(generateContent|streamGenerateContent)$/.exec(path);
+  if (!m) return undefined;
+  return { model: decodePathSegment(m[1]!), stream: m[2] === 'streamGenerateContent' };
 }

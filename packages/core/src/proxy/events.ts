@@ -8,6 +8,13 @@ import type { WeightUpdatePolicy } from './turn.js';
 /** One captured turn, as the proxy's `turn` event reports it. */
 export interface ProxyTurnEvent {
   sessionId: string;
+  /**
+   * The trajectory the turn was recorded into, and the `session_id` of the rows that train it: the session
+   * id for the session's first thread, `<sessionId>/<k>` for its thread `k` (a subagent, a conversation
+   * restarted from a compaction summary). `turn.index` counts within it. A turn log the token audit reads
+   * keys turns by this id.
+   */
+  trajectoryId: string;
   dialect: Dialect;
   turn: Turn;
   promptTokens: number;

@@ -33,6 +33,11 @@ const REQUESTS: Record<Dialect, { path: string; body: Record<string, unknown> }>
     body: { model: 'm', max_tokens: 256, messages: [{ role: 'user', content: 'Fix it.' }] },
   },
   responses: { path: 'responses', body: { model: 'm', input: 'Fix it.', store: false } },
+  // Gemini streams by its method (`streamGenerateContent`), not a body field.
+  gemini: {
+    path: 'models/m:generateContent',
+    body: { contents: [{ role: 'user', parts: [{ text: 'Fix it.' }] }] },
+  },
 };
 
 /** A stand-in engine (scripted policy), an SGLang client on it, and a capture proxy on that. */
@@ -64,7 +69,9 @@ async function ask(
 ) {
   const session = proxy.openSession(id);
   const { path, body } = REQUESTS[dialect];
-  const res = await fetch(`${session.baseURL}/${path}`, {
+  const route =
+    stream && dialect === 'gemini' ? path.replace(':generateContent', ':streamGenerateContent') : path;
+  const res = await fetch(`${session.baseURL}/${route}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${session.apiKey}` },
     body: JSON.stringify({ ...body, ...(stream ? { stream: true } : {}) }),
@@ -76,7 +83,7 @@ async function ask(
 }
 
 describe('speculative-decoding counts per dialect', () => {
-  for (const dialect of ['openai', 'anthropic', 'responses'] as Dialect[]) {
+  for (const dialect of ['openai', 'anthropic', 'responses', 'gemini'] as Dialect[]) {
     for (const stream of [false, true]) {
       it(`${dialect}${stream ? ', streamed' : ''}: the turn, its log record and the rows carry spec_verify_ct's counts`, async () => {
         const { proxy, turns } = await setup({ passes: (n) => Math.ceil(n / 3) });

@@ -272,6 +272,8 @@ describe('capture proxy: lineage of a session with subagents', () => {
           : '<tool_call>\n{"name": "Task", "arguments": {"prompt": "find the bug"}}\n</tool_call>';
     const { proxy, calls } = await setup(policy);
     const stitches = recordStitches(proxy);
+    const trajectoryIds: string[] = [];
+    proxy.events.on('turn', (e) => trajectoryIds.push(e.trajectoryId));
     const s = proxy.openSession('lineage-1');
     const body = { model: 'm', max_tokens: 256, tools: anthropicTools };
     const ask = async (system: string, messages: unknown[]) => {
@@ -309,6 +311,9 @@ describe('capture proxy: lineage of a session with subagents', () => {
     expect(mainRow!.metadata.lineage).toMatchObject({ id: 'lineage-1', thread: 0, parent: null, threads: 2 });
     expect(subRow!.metadata.lineage).toMatchObject({ id: 'lineage-1', thread: 1, parent: 0, threads: 2 });
     expect(subRow!.rollout_id).toBe(mainRow!.rollout_id);
+    // each turn event names the trajectory that recorded it: the session_id of the row that trains it
+    expect(trajectoryIds).toEqual(['lineage-1', 'lineage-1/1', 'lineage-1/1', 'lineage-1']);
+    expect(rows.map((r) => r.session_id)).toEqual(['lineage-1', 'lineage-1/1']);
     expect(subRow!.index).toBe(7);
     // each trajectory holds only its own turns: the main row is turns 0 and 3, the subagent's turns 1 and 2
     expect(Array.from(mainRow!.tokens)).toEqual([...calls[3]!.inputIds, ...calls[3]!.result.outputIds]);

@@ -55,6 +55,13 @@ const REQUESTS: Record<Dialect, { path: string; body: Record<string, unknown> }>
       tools: [{ type: 'function', name: 'bash', parameters: { type: 'object' } }],
     },
   },
+  gemini: {
+    path: 'models/m:generateContent',
+    body: {
+      contents: [{ role: 'user', parts: [{ text: 'Fix it.' }] }],
+      tools: [{ functionDeclarations: [{ name: 'bash', parametersJsonSchema: { type: 'object' } }] }],
+    },
+  },
 };
 
 /** The tool calls the client got, whatever the dialect's shape. */
@@ -70,13 +77,19 @@ function clientCalls(dialect: Dialect, answer: Record<string, unknown>): string[
       .filter((b) => b.type === 'tool_use')
       .map((b) => b.name!);
   }
+  if (dialect === 'gemini') {
+    const parts = (
+      answer.candidates as Array<{ content: { parts: Array<{ functionCall?: { name: string } }> } }>
+    )[0]!.content.parts;
+    return parts.filter((p) => p.functionCall).map((p) => p.functionCall!.name);
+  }
   return (answer.output as Array<{ type: string; name?: string }>)
     .filter((o) => o.type === 'function_call')
     .map((o) => o.name!);
 }
 
 describe('tool-call health per dialect', () => {
-  for (const dialect of ['openai', 'anthropic', 'responses'] as Dialect[]) {
+  for (const dialect of ['openai', 'anthropic', 'responses', 'gemini'] as Dialect[]) {
     it(`${dialect}: the turn event and the rows count emitted, parsed, malformed, unknown tool, bad arguments`, async () => {
       const tokenizer = await qwen3();
       const standIn = await startStandInEngine({ tokenizer, policy: () => OUTPUT });

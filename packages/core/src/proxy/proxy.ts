@@ -1,4 +1,5 @@
 import { EventEmitter } from 'eventemitter3';
+import { checkRoutingShape, type RoutingShape } from '../engine/routing.js';
 import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokenizer.js';
 import type { Engine } from '../engine/types.js';
 import { ConfigError } from '../errors.js';
@@ -53,6 +54,7 @@ interface Settings {
   modelName: string;
   trajectories: TrajectoryManager;
   onWeightUpdate: WeightUpdatePolicy;
+  routingReplay: RoutingShape | undefined;
   limits: ResolvedLimits;
   specialTokenText: SpecialTokenText;
 }
@@ -77,7 +79,17 @@ function settingsOf(options: CaptureProxyOptions): Settings {
       `specialTokenText: expected 'special' or 'text', found ${JSON.stringify(specialTokenText)}`,
     );
   }
-  return { engines, tokenizer, modelName, trajectories, onWeightUpdate, limits, specialTokenText };
+  const routingReplay = options.routingReplay && checkRoutingShape(options.routingReplay, 'routingReplay');
+  return {
+    engines,
+    tokenizer,
+    modelName,
+    trajectories,
+    onWeightUpdate,
+    routingReplay,
+    limits,
+    specialTokenText,
+  };
 }
 
 /** The proxy on one thread; a shard worker passes its `shard` hooks (see `shards/`). */

@@ -11,6 +11,7 @@ import type { Engine, PauseMode, WeightUpdateRequest } from '../engine/types.js'
 import { ConfigError, EngineError } from '../errors.js';
 import { describeCause } from '../utils/http.js';
 import type { Logger } from '../utils/logger.js';
+import { WeightUpdateLog } from './weight-log.js';
 
 /** Options of the engine router. */
 export interface EngineRouterOptions {
@@ -96,6 +97,8 @@ interface Settings {
 /** The engine router. `startCaptureProxy` builds one over its engines; it is `proxy.router`. */
 export class EngineRouter {
   readonly events = new EventEmitter<RouterEvents>();
+  /** The versions each engine served, and from when (see `WeightUpdateLog`). */
+  readonly weightLog = new WeightUpdateLog();
   readonly #members = new Map<string, Member>();
   readonly #bindings = new Map<string, Member>();
   readonly #options: Settings;
@@ -270,10 +273,38 @@ export class EngineRouter {
     return this.#check(member, 'failure', describeCause(error));
   }
 
-  /** The weight version an engine reported with a result. */
+  /** The weight version an engine reported with a result (logged when it changed). */
   noteVersion(engine: Engine, version: string | undefined): void {
     const member = this.#members.get(engine.url);
-    if (member && version !== undefined) member.weightVersion = version;
+    if (!member || version === undefined) return;
+    member.weightVersion = version;
+    this.weightLog.record(engine.url, version, 'reported');
+  }
+
+  /**
+   * Weights the caller loaded into engines itself (a trainer hook) are in force from now on: `version` is
+   * logged for the engines at `urls` (default: every routed engine). Tokens of engines that report no
+   * version (vLLM) received from now on carry it; call this while generation is paused (or with no
+   * turn in flight), or chunks received between the engine's switch and this call keep the old version.
+   */
+  noteWeightUpdate(version: string, options: { urls?: readonly string[] | undefined } = {}): void {
+    if (typeof version !== 'string' || version === '') {
+      throw new ConfigError(
+        `noteWeightUpdate: version must be a non-empty string, found ${JSON.stringify(version)}`,
+      );
+    }
+    const urls = options.urls ?? [...this.#members.keys()];
+    for (const url of urls) {
+      const member = this.#members.get(url);
+      if (!member) {
+        const known = [...this.#members.keys()].join(', ') || 'none';
+        throw new ConfigError(`noteWeightUpdate: engine ${url} is not routed; routed engines: ${known}`);
+      }
+    }
+    for (const url of urls) {
+      this.#members.get(url)!.weightVersion = version;
+      this.weightLog.record(url, version, 'noted');
+    }
   }
 
   /** Health-check every engine now, down ones included (readmission). */
@@ -311,6 +342,9 @@ export class EngineRouter {
         try {
           await weights.updateWeightsFromDisk(update, { signal: options.signal });
           m.weightVersion = update.weightVersion ?? m.weightVersion;
+          // Logged while paused: every chunk received after the resume is the new version's.
+          if (update.weightVersion !== undefined)
+            this.weightLog.record(m.engine.url, update.weightVersion, 'update');
         } finally {
           await weights.continueGeneration({ signal: options.signal });
         }

@@ -384,10 +384,10 @@ export function decodePathSegment(segment: string): string {
   }
 }
 
-/** The API key a request carries: `Authorization: Bearer <key>` or `x-api-key`. */
+/** The API key a request carries: `Authorization: Bearer <key>`, `x-api-key` or (Gemini) `x-goog-api-key`. */
 export function credentialOf(req: IncomingMessage): string | undefined {
   const auth = req.headers.authorization;
   if (auth?.startsWith('Bearer ')) return auth.slice(7).trim();
-  const key = req.headers['x-api-key'];
+  const key = req.headers['x-api-key'] ?? req.headers['x-goog-api-key'];
   return typeof key === 'string' ? key : undefined;
 }

@@ -6,6 +6,7 @@
 import type { EventEmitter } from 'eventemitter3';
 import { turnNucleus } from '../engine/nucleus.js';
 import { newRequestId } from '../engine/request-id.js';
+import { type RoutingShape, turnRoutes } from '../engine/routing.js';
 import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokenizer.js';
 import { addToolCallHealth, type ToolCallHealth, toolCallHealth } from '../engine/tokenizer/tool-health.js';
 import { turnTopLogprobs } from '../engine/topk.js';
@@ -33,6 +34,8 @@ export interface TurnRunnerOptions {
   specialTokenText: SpecialTokenText;
   defaultMaxTokens: number | undefined;
   onWeightUpdate: WeightUpdatePolicy;
+  /** Routing replay (R3): the routing every turn asks for and must get (fail closed). */
+  routingReplay?: RoutingShape | undefined;
 }
 
 /** The head every answer of the turn carries. */
@@ -51,6 +54,7 @@ interface Generated {
   result: GeneratedTurn;
   topP: ReturnType<typeof turnNucleus>;
   topK: ReturnType<typeof turnTopLogprobs>;
+  routes: ReturnType<typeof turnRoutes>;
   parsed: TurnReply['parsed'];
   toolCallIds: string[];
   toolCalls: ToolCallHealth | undefined;
@@ -109,9 +113,11 @@ export class TurnRunner {
       throw new RequestError(409, `session ${state.id} was finished during the turn`);
     let topP: ReturnType<typeof turnNucleus>;
     let topK: ReturnType<typeof turnTopLogprobs>;
+    let routes: ReturnType<typeof turnRoutes>;
     try {
       topP = turnNucleus(sampling, result, tokenizer.vocabSize);
       topK = turnTopLogprobs(sampling, result, tokenizer.vocabSize);
+      routes = turnRoutes(this.#o.routingReplay, result, promptIds.length);
     } catch (error) {
       events.emit('turn:error', { sessionId: state.id, error: error as Error });
       throw error;
@@ -132,6 +138,7 @@ export class TurnRunner {
       result,
       topP,
       topK,
+      routes,
       parsed,
       toolCallIds,
       toolCalls,
@@ -192,6 +199,7 @@ export class TurnRunner {
           signal: controller.signal,
           onWeightUpdate: this.#o.onWeightUpdate,
           onTokens: live && ((chunk) => live.tokens(chunk)),
+          routedExperts: this.#o.routingReplay,
         },
         {
           retry: (e) => events.emit('turn:retry', { sessionId, ...e }),
@@ -216,8 +224,11 @@ export class TurnRunner {
   #record(g: Generated): boolean {
     const { state, result, planned } = g;
     if (!this.#o.sessions.isOpen(state)) return false;
+    // Tokens of no known version next to versioned ones (a vLLM engine's first version logged mid-turn):
+    // the turn records none rather than give them a version they were not sampled with.
+    const known = result.versionRuns.every((r) => r.version !== undefined);
     const versions = result.versionRuns.filter(
-      (r): r is { version: string; tokens: number } => r.version !== undefined,
+      (r): r is { version: string; tokens: number } => known && r.version !== undefined,
     );
     const last = versions[versions.length - 1]?.version;
     const { promptIds } = planned;
@@ -231,6 +242,7 @@ export class TurnRunner {
       engines: result.engines,
       topP: g.topP,
       ...(g.topK ? { topK: g.topK } : {}),
+      ...(g.routes ? { routes: g.routes } : {}),
       spec: result.spec,
       startedAt: g.startedAt,
       endedAt: g.endedAt,
@@ -241,6 +253,7 @@ export class TurnRunner {
     if (result.spec) state.spec = addSpec(state.spec, result.spec);
     this.#o.events.emit('turn', {
       sessionId: state.id,
+      trajectoryId: planned.thread.key,
       dialect: g.dialect,
       turn,
       promptTokens: promptIds.length,

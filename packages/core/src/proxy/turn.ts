@@ -6,6 +6,7 @@
  * version that produced it.
  */
 import { concatNucleus, type NucleusReplay } from '../engine/nucleus.js';
+import { concatRoutes, type RoutedExperts, type RoutingShape } from '../engine/routing.js';
 import { concatTopLogprobs, type TopLogprobs } from '../engine/topk.js';
 import type {
   Engine,
@@ -46,6 +47,11 @@ export interface GeneratedTurn {
   topP?: NucleusReplay | undefined;
   /** The top-k log probs of every output token, when every generation of the turn reported them. */
   topK?: TopLogprobs | undefined;
+  /**
+   * The routed experts of every forwarded position of the turn (prompt, then output), when every
+   * generation reported them: a continuation's rows follow its predecessor's.
+   */
+  routes?: RoutedExperts | undefined;
   /** Speculative decoding's counts, when every generation of the turn reported them (see `Turn.spec`). */
   spec?: SpecCounts | undefined;
 }
@@ -96,6 +102,8 @@ export interface TurnRequest {
    * engine that fails mid-stream, or aborts for a weight update even under `restart`, is continued from them.
    */
   onTokens?: ((chunk: TokenChunk) => void) | undefined;
+  /** Routing replay (R3): ask every generation for its routed experts. */
+  routedExperts?: RoutingShape | undefined;
 }
 
 export async function generateTurn(
@@ -106,7 +114,7 @@ export async function generateTurn(
   const { sessionId, promptIds, sampling, signal } = request;
   const maxInterruptions = request.maxInterruptions ?? 8;
   const maxFailures = request.maxFailures ?? 6;
-  const kept: Array<{ result: GenerateResult; url: string }> = [];
+  const kept: Kept[] = [];
   let produced = 0;
   let interruptions = 0;
   let failures = 0;
@@ -115,17 +123,25 @@ export async function generateTurn(
     const { engine } = lease;
     let result: GenerateResult;
     const sent: TokenChunk[] = [];
+    // The version in force when the generation was sent (an aborted answer's, when its engine names none).
+    const atSend = router.weightLog.current(engine.url);
     try {
       const generate = {
         inputIds: produced === 0 ? promptIds : withOutput(promptIds, kept),
         sampling: { ...sampling, maxTokens: sampling.maxTokens - produced },
         rid: attempt === 0 ? request.rid : `${request.rid}.${attempt}`,
         routingKey: sessionId,
+        ...(request.routedExperts ? { routedExperts: request.routedExperts } : {}),
       };
       result = request.onTokens
         ? await streamed(engine, generate, signal, (chunk) => {
-            sent.push(chunk);
-            request.onTokens!(chunk);
+            // An engine that reports no version (vLLM): the chunk takes the one the log has in force now.
+            const stamped =
+              chunk.weightVersion === undefined
+                ? { ...chunk, weightVersion: router.weightLog.current(engine.url) }
+                : chunk;
+            sent.push(stamped);
+            request.onTokens!(stamped);
           })
         : await engine.generate(generate, { signal });
     } catch (error) {
@@ -135,7 +151,7 @@ export async function generateTurn(
       if (sent.length > 0) {
         // the client has these tokens: the turn goes on from them on a healthy engine
         const part = partialResult(sent, request.rid);
-        kept.push({ result: part, url: engine.url });
+        kept.push({ result: part, url: engine.url, runs: chunkRuns(sent) });
         produced += part.outputIds.length;
         if (produced >= sampling.maxTokens) return combine(kept, 'length', interruptions, failures);
       }
@@ -147,8 +163,13 @@ export async function generateTurn(
     }
     lease.release();
     router.noteVersion(engine, result.weightVersion);
+    const runs = generationRuns(
+      result,
+      request.onTokens ? sent : undefined,
+      result.finishReason === 'abort' ? atSend : router.weightLog.current(engine.url),
+    );
     if (result.finishReason !== 'abort' || signal.aborted) {
-      kept.push({ result, url: engine.url });
+      kept.push({ result, url: engine.url, runs });
       return combine(kept, result.finishReason, interruptions, failures);
     }
     // The engine cut the turn short (a weight update's pause or abort_all): absorb it.
@@ -173,14 +194,62 @@ export async function generateTurn(
       produced = 0;
       continue;
     }
-    kept.push({ result, url: engine.url });
+    kept.push({ result, url: engine.url, runs });
     produced += result.outputIds.length;
     if (produced >= sampling.maxTokens) return combine(kept, 'length', interruptions, failures);
   }
 }
 
+/** One generation kept for the turn: its result, engine, and the versions of its tokens in runs. */
+interface Kept {
+  result: GenerateResult;
+  url: string;
+  runs: VersionRun[];
+}
+
+/** Runs of equal versions over streamed chunks, in order. */
+function chunkRuns(chunks: readonly TokenChunk[]): VersionRun[] {
+  const runs: VersionRun[] = [];
+  for (const c of chunks) addRun(runs, c.weightVersion, c.outputIds.length);
+  return runs;
+}
+
+function addRun(runs: VersionRun[], version: string | undefined, tokens: number): void {
+  if (tokens === 0) return;
+  const last = runs[runs.length - 1];
+  if (last && last.version === version) last.tokens += tokens;
+  else runs.push({ version, tokens });
+}
+
+/**
+ * The versions of one generation's tokens. Streamed: each chunk's (the engine's field, else the log's
+ * version in force when the chunk arrived), so an update that lands while a vLLM stream runs splits
+ * it. Not streamed: the engine's reported version, else the log's when the answer arrived; an answer the
+ * engine aborted (an update's pause cut it) the one in force when it was sent. Under the update protocol
+ * (pause with abort, wait for the cut answers, load, log, resume) both are exact. SGLang builds every
+ * chunk's `meta_info.weight_version` from the version it serves at that moment
+ * (sgl-project/sglang python/sglang/srt/managers/tokenizer_manager.py, `_handle_batch_output`, c60799d),
+ * so a generation frozen across an update splits there too.
+ */
+function generationRuns(
+  result: GenerateResult,
+  chunks: readonly TokenChunk[] | undefined,
+  logged: string | undefined,
+): VersionRun[] {
+  const n = result.outputIds.length;
+  if (chunks) {
+    const runs = chunkRuns(chunks);
+    const covered = runs.reduce((k, r) => k + r.tokens, 0);
+    // A stream's chunks are its output; should they fall short, the rest is the answer's version.
+    if (covered === n) return runs;
+  }
+  const runs: VersionRun[] = [];
+  addRun(runs, result.weightVersion ?? logged, n);
+  return runs;
+}
+
 /** The prompt followed by every output kept so far: what a continuation is sent. */
-function withOutput(promptIds: Int32Array, kept: Array<{ result: GenerateResult }>): Int32Array {
+function withOutput(promptIds: Int32Array, kept: readonly Kept[]): Int32Array {
   let n = promptIds.length;
   for (const k of kept) n += k.result.outputIds.length;
   const ids = new Int32Array(n);
@@ -194,27 +263,25 @@ function withOutput(promptIds: Int32Array, kept: Array<{ result: GenerateResult 
 }
 
 function combine(
-  kept: Array<{ result: GenerateResult; url: string }>,
+  kept: readonly Kept[],
   finishReason: EngineFinishReason,
   interruptions: number,
   failures: number,
 ): GeneratedTurn {
   if (kept.length === 1) {
-    const { result, url } = kept[0]!;
+    const { result, url, runs } = kept[0]!;
     return {
       outputIds: result.outputIds,
       logprobs: result.logprobs,
       finishReason,
-      versionRuns:
-        result.outputIds.length > 0
-          ? [{ version: result.weightVersion, tokens: result.outputIds.length }]
-          : [],
+      versionRuns: runs.map((r) => ({ ...r })),
       engines: [url],
       interruptions,
       failures,
       cachedTokens: result.cachedTokens,
       topP: result.topP,
       topK: result.topK,
+      routes: result.routes,
       spec: turnSpec([result]),
     };
   }
@@ -225,13 +292,11 @@ function combine(
   const versionRuns: VersionRun[] = [];
   const engines: string[] = [];
   let at = 0;
-  for (const { result, url } of kept) {
+  for (const { result, url, runs } of kept) {
     outputIds.set(result.outputIds, at);
     logprobs.set(result.logprobs, at);
     at += result.outputIds.length;
-    const last = versionRuns[versionRuns.length - 1];
-    if (last && last.version === result.weightVersion) last.tokens += result.outputIds.length;
-    else versionRuns.push({ version: result.weightVersion, tokens: result.outputIds.length });
+    for (const r of runs) addRun(versionRuns, r.version, r.tokens);
     if (engines[engines.length - 1] !== url) engines.push(url);
   }
   return {
@@ -245,6 +310,7 @@ function combine(
     cachedTokens: kept[0]!.result.cachedTokens,
     topP: kept.every((k) => k.result.topP) ? concatNucleus(kept.map((k) => k.result.topP!)) : undefined,
     topK: kept.every((k) => k.result.topK) ? concatTopLogprobs(kept.map((k) => k.result.topK!)) : undefined,
+    routes: concatRoutes(kept.map((k) => k.result.routes)),
     spec: turnSpec(kept.map((k) => k.result)),
   };
 }

@@ -7,6 +7,7 @@ import { ConfigError } from '../errors.js';
 import { HttpFailure, type PauseMode, StandInCore } from './generation.js';
 import { decodeLogLine, ThroughputMeter } from './metrics.js';
 import { StandInRoutes, send } from './routes.js';
+import type { StandInRouting } from './routing.js';
 import type { ServiceModel } from './scheduler.js';
 
 /** What a scripted policy sees for one request. */
@@ -80,6 +81,13 @@ export interface StandInEngineOptions {
    * is refused with 400. SGLang's `/generate` takes a `top_logprobs_num` up to the vocabulary size.
    */
   maxLogprobs?: number | undefined;
+  /**
+   * Simulated MoE routing (R3): the routed experts SGLang's `/generate` returns when asked
+   * (`return_routed_experts`) and vLLM's non-streamed `/v1/completions` returns (as with
+   * `--enable-return-routed-experts`), deterministic per token and position (`standInExpert`). A
+   * stand-in's made-up routing. Default: none, as an engine without routing capture.
+   */
+  routedExperts?: StandInRouting | undefined;
 }
 
 /** What a stand-in engine has served so far: requests by outcome, tokens, peaks and weight updates. */
@@ -172,6 +180,7 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
     tokenizeWire: options.tokenizeWire ?? 'sglang',
     specVerifyPasses: options.specVerifyPasses,
     maxLogprobs: options.maxLogprobs ?? 20,
+    routedExperts: options.routedExperts,
   });
   const logTimer = decodeLog(core, events, throughput, options);
   const { server, url } = await listen(routes, options);

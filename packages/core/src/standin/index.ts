@@ -16,4 +16,5 @@ export {
 } from './engine.js';
 export type { PauseMode } from './generation.js';
 export { closedPort, type HealthScript, type HealthStandIn, startHealthStandIn } from './health.js';
+export { type StandInRouting, standInExpert, standInRoutes } from './routing.js';
 export type { ServiceModel } from './scheduler.js';

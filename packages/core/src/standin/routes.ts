@@ -9,6 +9,7 @@ import type { ChatTokenizer } from '../engine/tokenizer/tokenizer.js';
 import { type Generation, HttpFailure, type StandInCore } from './generation.js';
 import { metricsText, type ThroughputMeter } from './metrics.js';
 import { standInNucleusMeta } from './nucleus.js';
+import { type StandInRouting, sglangRoutesMeta, vllmRoutesField } from './routing.js';
 import { type StreamWriter, sglangStream, vllmStream } from './stream.js';
 import { sglangTopRows, vllmTopMaps } from './topk.js';
 
@@ -29,6 +30,8 @@ const GenerateBodySchema = z.looseObject({
   logprob_start_len: z.number().int().optional(),
   rid: z.string().optional(),
   stream: z.boolean().optional(),
+  return_routed_experts: z.boolean().optional(),
+  routed_experts_start_len: z.number().int().nonnegative().optional(),
 });
 
 const TokenizeBodySchema = z.looseObject({
@@ -51,6 +54,7 @@ const CompletionBodySchema = z.looseObject({
   skip_special_tokens: z.boolean().nullish(),
   request_id: z.string().nullish(),
   stream: z.boolean().nullish(),
+  routed_experts_prompt_start: z.number().int().nonnegative().nullish(),
 });
 
 const AbortBodySchema = z.looseObject({ rid: z.string().optional(), abort_all: z.boolean().optional() });
@@ -80,6 +84,8 @@ export interface StandInRoutesOptions {
   specVerifyPasses: ((generation: { rid: string; outputTokens: number }) => number) | undefined;
   /** vLLM's `--max-logprobs`: a completions request asking for more is refused with 400 (default 20). */
   maxLogprobs: number;
+  /** The MoE routing it reports (`StandInEngineOptions.routedExperts`). */
+  routedExperts?: StandInRouting | undefined;
 }
 
 export class StandInRoutes {
@@ -276,6 +282,7 @@ export class StandInRoutes {
         ),
       });
     }
+    Object.assign(out.meta_info, sglangRoutesMeta(this.#o.routedExperts, body, g, ids));
     // The prompt's ids as SGLang returns them from `logprob_start_len`; a stand-in has no log probs (null).
     const from = body.logprob_start_len ?? -1;
     if (body.return_logprob && from >= 0)
@@ -371,6 +378,8 @@ export class StandInRoutes {
       closed,
     );
     const answer = completionBody(g, ids, body, modelName, decode(g.outputIds), tokenizer.vocabSize);
+    // vLLM sends routing only in a non-streamed answer (its stream chunks have no such field).
+    if (!body.stream) Object.assign(answer.choices[0]!, vllmRoutesField(this.#o.routedExperts, body, g, ids));
     if (!body.stream) return this.#sendOrDrop(res, answer, g.rid, closed);
     if (closed.aborted) return;
     stream ??= open(false);

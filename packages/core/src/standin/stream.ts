@@ -118,9 +118,11 @@ export function sglangStream(
       if (res.destroyed || dropping) return;
       const info = final.meta_info as Record<string, unknown>;
       // The top-p patch's fields (the nucleus of every output token) come with the finish reason.
-      // So does speculation's count of verification passes, over the whole request.
+      // So does speculation's count of verification passes, over the whole request, and the routed experts.
       const lastOnly = Object.fromEntries(
-        Object.entries(info).filter(([k]) => k.startsWith('top_p_') || k === 'spec_verify_ct'),
+        Object.entries(info).filter(
+          ([k]) => k.startsWith('top_p_') || k === 'spec_verify_ct' || k === 'routed_experts',
+        ),
       );
       res.write(chunk([], options.incremental ? '' : decode(ids), info.finish_reason, lastOnly));
       res.end('data: [DONE]\n\n');

@@ -259,7 +259,7 @@ function statusError(method: string, response: HttpResponse): EngineError {
 }
 
 /** `Retry-After` as seconds or an HTTP date, in milliseconds from now. */
-function retryAfterMs(value: string | string[] | undefined): number | undefined {
+export function retryAfterMs(value: string | string[] | undefined): number | undefined {
   const text = Array.isArray(value) ? value[0] : value;
   if (!text) return undefined;
   const seconds = Number(text);

@@ -29,6 +29,7 @@ export {
   type HttpRequest,
   type HttpResponse,
   JsonText,
+  retryAfterMs,
 } from './http.js';
 export { httpUrl } from './http-url.js';
 export type { Logger } from './logger.js';

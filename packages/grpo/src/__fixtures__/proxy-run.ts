@@ -56,7 +56,7 @@ export async function proxyRun(): Promise<ProxyRun> {
   const engine = sglangEngine(standIn.url);
   const proxy = await startCaptureProxy({ engine, tokenizer });
   const turns: CapturedTurn[] = [];
-  proxy.events.on('turn', (e) => turns.push(capturedTurnRecord(e.sessionId, e.turn)));
+  proxy.events.on('turn', (e) => turns.push(capturedTurnRecord(e.trajectoryId, e.turn)));
   const samples: Sample[] = [];
   try {
     for (const [i, id] of ['sibling-0', 'sibling-1'].entries()) {

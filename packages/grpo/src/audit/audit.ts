@@ -6,6 +6,7 @@
  */
 import type { Sample } from '@vime/core';
 import { type AuditDifference, type AuditTurn, differenceAt, extendedTurn } from './difference.js';
+import { routingProblem, routingShapeProblem } from './routing.js';
 import { compareTopK, maskedTopKProblem, sampleTopK } from './topk.js';
 import { sampleTokenVersions, versionProblem } from './versions.js';
 
@@ -265,7 +266,7 @@ function auditSample(
     report.firstDifference = d;
     return report;
   };
-  const shape = shapeProblem(sample, v.n, v.p, v.replay);
+  const shape = shapeProblem(sample, v.n, v.p, v.replay) ?? routingShapeProblem(sample, v.p);
   if (shape) return fail(shape);
   const top = sampleTopK(sample, v.n, v.p);
   if (top && 'field' in top) return fail(top);
@@ -309,6 +310,7 @@ function auditSample(
       logProbProblem(v, lp, t, i, m) ??
       compareReplay(t, v.replay, i, m, v.p) ??
       compareTopK(t, top, i, m, v.p) ??
+      routingProblem(sample, t, i, m, v.p) ??
       versionProblem(sample, versions, t, i, m);
     if (problem) return fail(problem);
     previous = t;

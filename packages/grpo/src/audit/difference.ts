@@ -16,6 +16,7 @@ export interface AuditDifference {
     | 'rollout_top_p_log_probs'
     | 'rollout_topk_token_ids'
     | 'rollout_topk_log_probs'
+    | 'rollout_routed_experts'
     | 'weight_versions'
     | 'weight_version_spans'
     | 'turn';
@@ -48,6 +49,11 @@ export interface AuditTurn {
   output_log_probs: ArrayLike<number>;
   policy_version?: string | undefined;
   version_runs?: ReadonlyArray<{ version: string; tokens: number }> | undefined;
+  /**
+   * The engines that produced the output, as the router recorded them: set on turns captured in this
+   * process (`auditTurnOf`), which the weight-update log check covers; absent on turns read back from a file.
+   */
+  engines?: readonly string[] | undefined;
   top_p_token_ids?: ArrayLike<number> | undefined;
   top_p_token_offsets?: ArrayLike<number> | undefined;
   top_p_log_probs?: ArrayLike<number> | undefined;
@@ -55,6 +61,11 @@ export interface AuditTurn {
   topk_k?: number | undefined;
   topk_token_ids?: ArrayLike<number> | undefined;
   topk_log_probs?: ArrayLike<number> | undefined;
+  /**
+   * Routing replay (R3): the experts of positions `[start, start + rows)` of the turn's sequence (at
+   * least those whose forward pass sampled an output token: `prompt − 1 ..`), `layers × top_k` each.
+   */
+  routed_experts?: { layers: number; top_k: number; start: number; experts: ArrayLike<number> } | undefined;
 }
 
 /** Turns whose prompt was found, when they were recorded, to start with the previous turn's prompt and output. */

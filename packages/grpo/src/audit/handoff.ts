@@ -4,9 +4,10 @@
  * checked: no session id, no captured turn) becomes an infrastructure failure, never trained and never
  * reward 0, and the step counts why.
  */
-import type { ScoredRollout, Turn, UnscoredRollout } from '@vime/core';
+import { outputRouting, type ScoredRollout, type Turn, type UnscoredRollout } from '@vime/core';
 import { auditTokens } from './audit.js';
 import { type AuditTurn, linkTurn } from './difference.js';
+import { type WeightLogView, weightLogProblem } from './weight-log.js';
 
 /** What the audit of one step's hand-off found. */
 export interface HandoffAudit {
@@ -18,7 +19,10 @@ export interface HandoffAudit {
   failedRollouts: number;
   /** Trained tokens checked (loss mask 1). */
   tokens: number;
-  /** Failed rollouts by cause: the field that differs, `untrained_turn`, `token_count`, `no_session`, `no_turns`. */
+  /**
+   * Failed rollouts by cause: the field that differs, `untrained_turn`, `token_count`, `no_session`,
+   * `no_turns`, `weight_version_log` (a version the weight-update log never had for the turn's engine).
+   */
   causes: Record<string, number>;
 }
 
@@ -46,12 +50,14 @@ export function auditTurnOf(sessionId: string, turn: Turn, previous?: AuditTurn 
     output_log_probs: turn.logprobs,
     policy_version: turn.policyVersion,
     version_runs: turn.versionRuns,
+    engines: turn.engines ?? [],
     top_p_token_ids: turn.topP?.ids,
     top_p_token_offsets: turn.topP?.offsets,
     top_p_log_probs: turn.topP?.logprobs,
     topk_k: turn.topK?.k,
     topk_token_ids: turn.topK?.ids,
     topk_log_probs: turn.topK?.logprobs,
+    routed_experts: outputRouting(turn, (experts) => experts),
   };
   // Checked now, while the rollout runs, so the hand-off compares each prompt's new tokens only.
   linkTurn(previous, t);
@@ -63,6 +69,16 @@ export function emptyHandoffAudit(): HandoffAudit {
   return { samples: 0, failedSamples: 0, rollouts: 0, failedRollouts: 0, tokens: 0, causes: {} };
 }
 
+/** Options of the hand-off audit. */
+export interface HandoffAuditOptions {
+  /**
+   * The router's weight-update log (`proxy.router.weightLog`): with it, spans must cover each sample's
+   * trained tokens exactly and every version of a turn captured in this process must have been logged
+   * for an engine that produced it.
+   */
+  weightLog?: WeightLogView | undefined;
+}
+
 /**
  * Audit every rollout of a hand-off against the captured turns of its sessions (`turnsOf`). Each rollout
  * is audited on its own, so a rollout's turns must all be trained by its own rows.
@@ -70,6 +86,7 @@ export function emptyHandoffAudit(): HandoffAudit {
 export function auditHandoff<R extends ScoredRollout>(
   rollouts: readonly R[],
   turnsOf: (sessionIds: readonly string[]) => AuditTurn[],
+  options: HandoffAuditOptions = {},
 ): HandoffAuditResult<R> {
   const audit = emptyHandoffAudit();
   const passed: R[] = [];
@@ -77,7 +94,7 @@ export function auditHandoff<R extends ScoredRollout>(
   for (const rollout of rollouts) {
     audit.rollouts++;
     audit.samples += rollout.samples.length;
-    const verdict = auditRollout(rollout, turnsOf);
+    const verdict = auditRollout(rollout, turnsOf, options.weightLog);
     audit.tokens += verdict.tokens;
     if (!verdict.cause) {
       passed.push(rollout);
@@ -111,6 +128,7 @@ interface RolloutVerdict {
 function auditRollout(
   rollout: ScoredRollout,
   turnsOf: (sessionIds: readonly string[]) => AuditTurn[],
+  weightLog: WeightLogView | undefined,
 ): RolloutVerdict {
   const n = rollout.samples.length;
   const where = `rollout ${rollout.rolloutId} (task ${JSON.stringify(rollout.taskId)})`;
@@ -128,7 +146,11 @@ function auditRollout(
   }
   const report = auditTokens(rollout.samples, turns);
   const tokens = report.totals.trainedTokens;
-  if (report.verdict === 'pass') return { tokens, failedSamples: 0, message: '' };
+  if (report.verdict === 'pass') {
+    const problem = weightLog && weightLogProblem(rollout.samples, turns, weightLog);
+    if (!problem) return { tokens, failedSamples: 0, message: '' };
+    return { tokens, failedSamples: n, cause: problem.cause, message: `${where}: ${problem.message}` };
+  }
   const bad = report.samples.filter((s) => !s.ok);
   const first = bad[0];
   if (first?.firstDifference) {

@@ -45,7 +45,7 @@ export function sampleTokenVersions(sample: Sample): TokenVersions | AuditDiffer
 }
 
 /** The runs of versions a captured turn sampled its output with (the policy version past its runs). */
-function turnRuns(t: AuditTurn): Array<{ version: string | undefined; tokens: number }> {
+export function turnRuns(t: AuditTurn): Array<{ version: string | undefined; tokens: number }> {
   const runs: Array<{ version: string | undefined; tokens: number }> = [...(t.version_runs ?? [])];
   const covered = runs.reduce((n, r) => n + r.tokens, 0);
   if (covered < t.output_ids.length)

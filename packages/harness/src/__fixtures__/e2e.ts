@@ -9,11 +9,11 @@ import { randomUUID } from 'node:crypto';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type CapturedTurn, capturedTurnRecord, type Sample, type TaskSpec } from '@vime/core';
+import type { Sample, ScoredRollout, TaskSpec, Turn } from '@vime/core';
 import { type Engine, type GenerateResult, loadTokenizer, sglangEngine } from '@vime/core/engine';
 import { startCaptureProxy } from '@vime/core/proxy';
 import { startStandInEngine } from '@vime/core/standin';
-import { auditTokens } from '@vime/grpo';
+import { type AuditTurn, auditHandoff, auditTurnOf } from '@vime/grpo';
 import { bubblewrapProvider, dockerProvider } from '@vime/sandbox';
 import {
   buildOfflineTaskSet,
@@ -27,7 +27,7 @@ import { expect, inject } from 'vitest';
 import { qwen3Dir } from './tokenizer.js';
 import { type HarnessKind, installHarness } from '../install.js';
 import { agentOf, type HarnessRun, harnessSandboxSpec, runHarness } from '../run.js';
-import { fixOf, oneLineFix, type Script, toolResultsIn } from '../standin.js';
+import { type Fix, fixOf, oneLineFix, type Script, toolResultsIn } from '../standin.js';
 
 interface Call {
   inputIds: Int32Array;
@@ -56,11 +56,32 @@ function recording(engine: Engine, calls: Call[]): Engine {
   };
 }
 
+/** A captured turn and the trajectory that recorded it (the turn event's `trajectoryId`). */
+export interface CapturedTurnOf {
+  trajectoryId: string;
+  turn: Turn;
+}
+
 export interface E2eOutcome {
   run: HarnessRun;
   reward: number | undefined;
   samples: Sample[];
   engineCalls: number;
+  /** Output tokens the engine sampled over every call. */
+  sampledTokens: number;
+  /** Every captured turn of the session, each thread's, in the order they were recorded. */
+  captured: CapturedTurnOf[];
+  /** The task it ran (its prompt as the harness was given it). */
+  task: TaskSpec;
+}
+
+/** What a run may change: a policy that reads the whole prompt, the harness's environment and tools. */
+export interface E2eOptions {
+  /** Replaces the script: the reply to a Qwen3-rendered prompt (a stand-in policy, not a model). */
+  policy?: ((prompt: string, fix: Fix) => string | Promise<string>) | undefined;
+  env?: Record<string, string> | undefined;
+  tools?: readonly string[] | undefined;
+  codexConfig?: Record<string, string | number | boolean> | undefined;
 }
 
 /**
@@ -72,6 +93,7 @@ export async function harnessOnOfflineTask(
   kind: HarnessKind,
   script: Script,
   agentSandbox: 'bubblewrap' | 'docker' = 'bubblewrap',
+  options: E2eOptions = {},
 ): Promise<E2eOutcome> {
   const work = mkdtempSync(join(tmpdir(), `vime-harness-${kind}-`));
   // The sandbox user must be able to walk to the proxy socket and its own work dirs.
@@ -91,14 +113,21 @@ export async function harnessOnOfflineTask(
   const tokenizer = await loadTokenizer(qwen3Dir());
   const standIn = await startStandInEngine({
     tokenizer,
-    policy: ({ prompt }) => script(toolResultsIn(prompt), fix),
+    policy: ({ prompt }) => (options.policy ? options.policy(prompt, fix) : script(toolResultsIn(prompt), fix)),
   });
   const calls: Call[] = [];
   const engine = sglangEngine(standIn.url);
   const socketPath = join(work, 'proxy.sock');
   const proxy = await startCaptureProxy({ engine: recording(engine, calls), tokenizer, socketPath });
-  const turnLog: CapturedTurn[] = [];
-  proxy.events.on('turn', (e) => turnLog.push(capturedTurnRecord(e.sessionId, e.turn)));
+  // The turn log as a run keeps it for the hand-off audit: per trajectory, each turn linked to the last.
+  const captured: CapturedTurnOf[] = [];
+  const turnLog = new Map<string, AuditTurn[]>();
+  proxy.events.on('turn', (e) => {
+    captured.push({ trajectoryId: e.trajectoryId, turn: e.turn });
+    const list = turnLog.get(e.trajectoryId) ?? [];
+    list.push(auditTurnOf(e.trajectoryId, e.turn, list.at(-1)));
+    turnLog.set(e.trajectoryId, list);
+  });
   const { image: rootfs, ...spec } = environments.specFor(task, 'bubblewrap');
   const sandbox = await (
     agentSandbox === 'docker' ? dockerProvider() : bubblewrapProvider({ rootDir: join(work, 'agent') })
@@ -120,29 +149,65 @@ export async function harnessOnOfflineTask(
       prompt: task.prompt,
       model: 'vime-policy',
       timeoutMs: 180_000,
+      env: options.env,
+      tools: options.tools,
+      codexConfig: options.codexConfig,
     });
     expect(run.timedOut, run.stderr).toBe(false);
     expect(run.exitCode, run.stderr).toBe(0);
-    const captured = await captureAgentPatch(swe);
+    const patch = await captureAgentPatch(swe);
     await sandbox.terminate();
-    const graded = await gradeInFreshSandbox(pools, task, captured);
+    const graded = await gradeInFreshSandbox(pools, task, patch);
     const reward = graded.status === 'graded' ? graded.reward : undefined;
     const samples = proxy.finishSession(sessionId, {
       reward: reward ?? 0,
       baseSample: { metadata: { agent: kind } },
     });
-    expect(run.turns.length).toBe(calls.length);
-    // Per turn: the proxy recorded exactly the engine's prompt ids, sampled ids and log probs.
-    run.turns.forEach((turn, i) => {
-      expect(Array.from(turn.promptIds)).toEqual(Array.from(calls[i]!.inputIds));
-      expect(Array.from(turn.outputIds)).toEqual(Array.from(calls[i]!.result.outputIds));
-      expect(Array.from(turn.logprobs)).toEqual(Array.from(calls[i]!.result.logprobs));
-    });
-    // Per sample: the trained (mask 1) tokens are the turns' sampled tokens, in order, with their log
-    // probs; nothing else is trained.
+    checkTokens(kind, sessionId, samples, captured, calls, turnLog);
+    const sampledTokens = calls.reduce((n, c) => n + c.result.outputIds.length, 0);
+    return { run, reward, samples, engineCalls: calls.length, sampledTokens, captured, task };
+  } finally {
+    await sandbox.terminate();
+    await proxy.close();
+    await engine.close();
+    await standIn.close();
+    await pools.close();
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Per turn: the proxy recorded exactly a prompt the engine was sent and what it sampled (each engine call
+ * once). Per trajectory (a session's thread): its samples' trained (mask 1) tokens are its turns' sampled
+ * tokens, in order, with their log probs; nothing else is trained. Then the hand-off audit a run applies
+ * (`auditHandoff`) passes on the rollout.
+ */
+function checkTokens(
+  kind: HarnessKind,
+  sessionId: string,
+  samples: readonly Sample[],
+  captured: readonly CapturedTurnOf[],
+  calls: readonly Call[],
+  turnLog: ReadonlyMap<string, AuditTurn[]>,
+): void {
+  expect(captured.length).toBe(calls.length);
+  const unmatched = [...calls];
+  for (const { turn } of captured) {
+    const at = unmatched.findIndex(
+      (c) =>
+        sameIds(c.inputIds, turn.promptIds) &&
+        sameIds(c.result.outputIds, turn.outputIds) &&
+        sameIds(c.result.logprobs, turn.logprobs),
+    );
+    expect(at, `turn ${turn.index} is no engine call`).toBeGreaterThanOrEqual(0);
+    unmatched.splice(at, 1);
+  }
+  const trajectories = [...new Set(captured.map((c) => c.trajectoryId))];
+  expect(new Set(samples.map((s) => s.session_id))).toEqual(new Set(trajectories));
+  for (const id of trajectories) {
     const trained: number[] = [];
     const trainedLogprobs: number[] = [];
-    for (const s of samples) {
+    for (const s of samples.filter((x) => x.session_id === id)) {
       expect(s.metadata.agent).toBe(kind);
       const start = s.tokens.length - s.response_length;
       s.loss_mask!.forEach((m, j) => {
@@ -152,19 +217,31 @@ export async function harnessOnOfflineTask(
         }
       });
     }
-    expect(trained).toEqual(run.turns.flatMap((t) => Array.from(t.outputIds)));
-    expect(trainedLogprobs).toEqual(run.turns.flatMap((t) => Array.from(t.logprobs)));
-    // The token audit: every trained span is exactly one captured turn, nothing captured goes untrained.
-    const audit = auditTokens(samples, turnLog);
-    expect(audit.verdict, JSON.stringify(audit.samples.filter((a) => !a.ok))).toBe('pass');
-    expect(audit.turns.matched).toBe(run.turns.length);
-    return { run, reward, samples, engineCalls: calls.length };
-  } finally {
-    await sandbox.terminate();
-    await proxy.close();
-    await engine.close();
-    await standIn.close();
-    await pools.close();
-    rmSync(work, { recursive: true, force: true });
+    const turns = captured.filter((c) => c.trajectoryId === id).map((c) => c.turn);
+    expect(trained).toEqual(turns.flatMap((t) => Array.from(t.outputIds)));
+    expect(trainedLogprobs).toEqual(turns.flatMap((t) => Array.from(t.logprobs)));
   }
+  const rollout: ScoredRollout = {
+    taskId: kind,
+    groupIndex: 0,
+    sampleIndex: 0,
+    rolloutId: samples[0]?.rollout_id ?? 0,
+    sessionId,
+    samples: [...samples],
+    status: 'completed',
+    reward: Number(samples[0]?.metadata.rollout_reward ?? 0),
+    turns: captured.length,
+    timings: {},
+    metadata: {},
+  };
+  const { passed, failed, audit } = auditHandoff([rollout], (ids) => ids.flatMap((id) => turnLog.get(id) ?? []));
+  expect(failed.map((f) => f.failure.error.message)).toEqual([]);
+  expect(passed).toHaveLength(1);
+  expect(audit.tokens).toBe(captured.reduce((n, c) => n + c.turn.outputIds.length, 0));
+}
+
+function sameIds(a: ArrayLike<number>, b: ArrayLike<number>): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }

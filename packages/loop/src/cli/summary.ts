@@ -11,7 +11,7 @@ export function summaryText(s: RunSummary): string {
   const lines = [
     '',
     s.standIn
-      ? `Engine: ${s.engines.length} stand-in engine(s) — a scripted policy behind SGLang's wire, not a model.`
+      ? `Engine: ${s.engines.length} stand-in engine(s) — a scripted policy behind SGLang's wire (vLLM's under --engine-kind vllm), not a model.`
       : `Engines: ${s.engines.join(', ')}`,
     '',
     'step  rollouts  mean reward  pass@1   zero-var groups  non-zero adv  rollout s',

@@ -88,7 +88,7 @@ describe('mistakes in a config file: the key path, the value and the fix', () =>
     ['sampling:\n  top-p: 0.9\n', 'unknown key sampling.top-p (did you mean "sampling.top_p"?)'],
     [
       'agents: { mix: { claude: 1 } }\n',
-      'unknown key agents.mix.claude (did you mean "agents.mix.claude-code"? known: mini-swe-agent, claude-code, codex, qwen-code, pi)',
+      'unknown key agents.mix.claude (did you mean "agents.mix.claude-code"? known: mini-swe-agent, claude-code, codex, qwen-code, pi, opencode, gemini-cli)',
     ],
     [
       'run: { mode: asnyc }\n',

@@ -14,7 +14,7 @@ a fresh sandbox with hidden tests, GRPO advantages (slime preset), pass@k and ti
 appended to a durable queue and written to <out>/steps/<step>.msgpack, and a report (<out>/report.json,
 <out>/report.html). With no flags it runs on embedded defaults: the offline SWE-smith-format task set
 (published as a dataset file and loaded exactly like --dataset), bubblewrap sandboxes and a stand-in engine
-(a scripted policy behind SGLang's wire, not a model).
+(a scripted policy behind SGLang's wire, or vLLM's with --engine-kind vllm, not a model).
 
 Settings: embedded defaults < --config FILE < environment variables < flags. The resolved config, with
 where each value came from, is written to <out>/run-config.yaml and shown at the top of the report.
@@ -58,8 +58,9 @@ Flags (environment variable in brackets; a flag wins over its variable, a variab
   --no-pool                no warm pools: every claim creates a sandbox on demand [SANDBOX_NO_POOL=1]
   --pool-suffix TEXT       appended to pool names [SWESMITH_POOL_SUFFIX]
   --no-validate            skip the baseline check of the dataset (unchanged fails, gold resolves)
-  --agent KIND             mini-swe-agent | claude-code | codex | qwen-code | pi: the agent of a row
-                           that names none in its agent field (metadata.agent) (default mini-swe-agent)
+  --agent KIND             mini-swe-agent | claude-code | codex | qwen-code | pi | opencode |
+                           gemini-cli: the agent of a row that names none in its agent field
+                           (metadata.agent) (default mini-swe-agent)
   --agent-mix K=W,...      agents of rows that name none, by weight (e.g. claude-code=1,codex=1)
   --agent-timeout DURATION wall-clock budget of a CLI harness run (default 10m)
   --exec-timeout DURATION  timeout of one agent command (default 60s)
@@ -75,6 +76,9 @@ Flags (environment variable in brackets; a flag wins over its variable, a variab
                            an infrastructure failure (default 60s)
   --on-weight-update continue|restart  a turn cut short by a weight update resumes from its tokens
                            (default) or is regenerated on the new weights
+  --routing-replay-layers N, --routing-replay-top-k K  MoE routing replay (R3): the model's MoE
+                           layers and experts per token; every row carries rollout_routed_experts
+                           (default off)
   --resume DIR             continue a killed run from its queue without redoing completed rollouts,
                            with the config it started with (a flag that would change it is refused)
   --sibling-attempts N     tries of a sibling that fails for infrastructure reasons (the first
@@ -106,6 +110,8 @@ export const FLAGS = {
   'engine-health-interval': { type: 'string' },
   'engine-deadline': { type: 'string' },
   'on-weight-update': { type: 'string' },
+  'routing-replay-layers': { type: 'string' },
+  'routing-replay-top-k': { type: 'string' },
   tokenizer: { type: 'string' },
   temperature: { type: 'string' },
   'top-p': { type: 'string' },
@@ -216,6 +222,8 @@ export function configFromFlags(
     engineHealthIntervalMs: ms(v['engine-health-interval'], '--engine-health-interval'),
     engineDeadlineMs: ms(v['engine-deadline'], '--engine-deadline'),
     onWeightUpdate: v['on-weight-update'],
+    routingReplayLayers: number(v['routing-replay-layers'], '--routing-replay-layers'),
+    routingReplayTopK: number(v['routing-replay-top-k'], '--routing-replay-top-k'),
     tokenizer: v.tokenizer,
     temperature: number(v.temperature, '--temperature'),
     topP: number(v['top-p'], '--top-p'),

@@ -48,6 +48,8 @@ export const KNOBS: readonly Knob[] = [
   }),
   knob('engineDeadlineMs', 'engines.router.deadline', { kind: 'duration', flag: '--engine-deadline' }),
   knob('onWeightUpdate', 'engines.router.on_weight_update', { flag: '--on-weight-update' }),
+  knob('routingReplayLayers', 'engines.routing_replay.layers', { flag: '--routing-replay-layers' }),
+  knob('routingReplayTopK', 'engines.routing_replay.top_k', { flag: '--routing-replay-top-k' }),
   knob('standInEngines', 'engines.stand_in.engines', { flag: '--engines' }),
   knob('standInTokensPerSecond', 'engines.stand_in.tokens_per_second', { flag: '--engine-tps' }),
   knob('standInSlots', 'engines.stand_in.slots'),

@@ -79,6 +79,22 @@ export const ConfigSchema = z.object({
     .enum(['continue', 'restart'])
     .default('continue')
     .describe('A turn cut short by a weight update: resume it from its tokens, or regenerate it.'),
+  routingReplayLayers: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe(
+      "MoE routing replay (R3): the model's MoE layer count (slime's --num-layers). With routingReplayTopK, every turn asks its engine for the routed experts (a turn without them fails) and every row carries rollout_routed_experts (null: off).",
+    ),
+  routingReplayTopK: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .default(null)
+    .describe("MoE routing replay (R3): experts per token (slime's --moe-router-topk); null: off."),
   standInEngines: z
     .number()
     .int()
@@ -156,7 +172,9 @@ export const ConfigSchema = z.object({
     .int()
     .positive()
     .default(600_000)
-    .describe('Wall-clock budget of a harness run (claude-code, codex, qwen-code, pi); killed at its end.'),
+    .describe(
+      'Wall-clock budget of a harness run (claude-code, codex, qwen-code, pi, opencode, gemini-cli); killed at its end.',
+    ),
   harnessRegistry: z
     .url({ protocol: /^https?$/ })
     .optional()

@@ -7,7 +7,9 @@ import {
   claudeCodeScript,
   codexScript,
   fixOf,
+  geminiCliScript,
   oneLineFix,
+  opencodeScript,
   piScript,
   qwenCodeScript,
   type Script,
@@ -31,7 +33,10 @@ function runCli(args: string[], timeoutMs: number, env: Record<string, string> =
 let tmp: string;
 let dataset: string;
 let badDataset: string;
-let tasks: Record<'claude-code' | 'codex' | 'qwen-code' | 'pi' | 'default', TaskSpec>;
+let tasks: Record<
+  'claude-code' | 'codex' | 'qwen-code' | 'pi' | 'opencode' | 'gemini-cli' | 'default',
+  TaskSpec
+>;
 
 beforeAll(async () => {
   tmp = await mkdtemp(join(tmpdir(), 'vime-harness-agents-'));
@@ -41,8 +46,18 @@ beforeAll(async () => {
   const codex = oneLine[1]!;
   const qwen = oneLine[2]!;
   const pi = oneLine[3]!;
-  const other = set.tasks.find((t) => ![claude, codex, qwen, pi].includes(t))!;
-  tasks = { 'claude-code': claude, codex, 'qwen-code': qwen, pi, default: other };
+  const opencode = oneLine[4]!;
+  const gemini = oneLine[5]!;
+  const other = set.tasks.find((t) => ![claude, codex, qwen, pi, opencode, gemini].includes(t))!;
+  tasks = {
+    'claude-code': claude,
+    codex,
+    'qwen-code': qwen,
+    pi,
+    opencode,
+    'gemini-cli': gemini,
+    default: other,
+  };
   const rows = (await readFile(set.jsonlPath, 'utf8'))
     .split('\n')
     .filter(Boolean)
@@ -57,6 +72,8 @@ beforeAll(async () => {
     { ...row(codex), agent: 'codex' },
     { ...row(qwen), agent: 'qwen-code' },
     { ...row(pi), agent: 'pi' },
+    { ...row(opencode), agent: 'opencode' },
+    { ...row(gemini), agent: 'gemini-cli' },
     row(other),
   ];
   await writeFile(dataset, `${lines.map((l) => JSON.stringify(l)).join('\n')}\n`);
@@ -102,7 +119,7 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     const flag = await runCli(['--agent', 'claude', '--out', join(tmp, 'bad-flag')], 60_000);
     expect(flag.code).toBe(2);
     expect(flag.stderr).toContain(
-      '--agent: string "claude" is not accepted (did you mean "claude-code"?); write one of "mini-swe-agent", "claude-code", "codex", "qwen-code", "pi"',
+      '--agent: string "claude" is not accepted (did you mean "claude-code"?); write one of "mini-swe-agent", "claude-code", "codex", "qwen-code", "pi", "opencode", "gemini-cli"',
     );
     expect(flag.stderr).not.toMatch(/\n\s+at /);
     const row = await runCli(['--dataset', badDataset, '--out', join(tmp, 'bad-row')], 60_000);
@@ -118,8 +135,8 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     const out = join(tmp, 'run');
     const run = await runCli(
       [
-        ...['--dataset', dataset, '--out', out, '--steps', '1', '--prompts', '5', '--samples', '1'],
-        ...['--concurrency', '5', '--pool-replicas', '0', '--no-validate', '--quiet'],
+        ...['--dataset', dataset, '--out', out, '--steps', '1', '--prompts', '7', '--samples', '1'],
+        ...['--concurrency', '7', '--pool-replicas', '0', '--no-validate', '--quiet'],
       ],
       280_000,
     );
@@ -130,6 +147,8 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     expect(byTask.get(tasks.codex.id), JSON.stringify(results)).toMatchObject({ reward: 1 });
     expect(byTask.get(tasks['qwen-code'].id), JSON.stringify(results)).toMatchObject({ reward: 1 });
     expect(byTask.get(tasks.pi.id), JSON.stringify(results)).toMatchObject({ reward: 1 });
+    expect(byTask.get(tasks.opencode.id), JSON.stringify(results)).toMatchObject({ reward: 1 });
+    expect(byTask.get(tasks['gemini-cli'].id), JSON.stringify(results)).toMatchObject({ reward: 1 });
     expect(['completed', 'truncated']).toContain(byTask.get(tasks.default.id)?.status);
 
     const rows = decodeSamples(await readFile(join(out, 'steps', '1.msgpack')));
@@ -140,6 +159,8 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     expect(agentOfRow(tasks.codex.id)).toEqual(new Set(['codex']));
     expect(agentOfRow(tasks['qwen-code'].id)).toEqual(new Set(['qwen-code']));
     expect(agentOfRow(tasks.pi.id)).toEqual(new Set(['pi']));
+    expect(agentOfRow(tasks.opencode.id)).toEqual(new Set(['opencode']));
+    expect(agentOfRow(tasks['gemini-cli'].id)).toEqual(new Set(['gemini-cli']));
     expect(agentOfRow(tasks.default.id)).toEqual(new Set(['mini-swe-agent']));
 
     // The trained tokens of each harness rollout are exactly the script's replies as the engine sampled
@@ -150,6 +171,8 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
       [tasks.codex, codexScript, 2],
       [tasks['qwen-code'], qwenCodeScript, 3],
       [tasks.pi, piScript, 3],
+      [tasks.opencode, opencodeScript, 3],
+      [tasks['gemini-cli'], geminiCliScript, 3],
     ];
     for (const [task, script, turns] of scripts) {
       const own = rows.filter((r) => r.label === task.id);
@@ -172,14 +195,14 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
       const out = join(tmp, 'docker');
       const run = await runCli(
         [
-          ...['--dataset', dataset, '--out', out, '--sandbox', 'docker', '--steps', '1', '--prompts', '5'],
-          ...['--samples', '1', '--concurrency', '5', '--pool-replicas', '0', '--no-validate', '--quiet'],
+          ...['--dataset', dataset, '--out', out, '--sandbox', 'docker', '--steps', '1', '--prompts', '7'],
+          ...['--samples', '1', '--concurrency', '7', '--pool-replicas', '0', '--no-validate', '--quiet'],
         ],
         280_000,
       );
       expect(run.code, `${run.stdout.slice(-2000)}\n${run.stderr.slice(-3000)}`).toBe(0);
       const results = await stepResults(out);
-      for (const kind of ['claude-code', 'codex', 'qwen-code', 'pi'] as const) {
+      for (const kind of ['claude-code', 'codex', 'qwen-code', 'pi', 'opencode', 'gemini-cli'] as const) {
         const result = results.find((r) => r.taskId === tasks[kind].id);
         expect(result, JSON.stringify(results)).toMatchObject({ reward: 1 });
       }
@@ -197,7 +220,7 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     );
     expect(run.code).toBe(2);
     expect(run.stderr).toMatch(
-      /--sandbox local: the agent claude-code, codex, qwen-code, pi .*--sandbox bubblewrap or docker/,
+      /--sandbox local: the agent claude-code, codex, qwen-code, pi, opencode, gemini-cli .*--sandbox bubblewrap or docker/,
     );
     expect(run.stderr).not.toMatch(/\n\s+at /);
   });
@@ -214,8 +237,8 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     const out = join(tmp, 'no-install');
     const run = await runCli(
       [
-        ...['--dataset', dataset, '--out', out, '--steps', '1', '--prompts', '5', '--samples', '1'],
-        ...['--concurrency', '5', '--pool-replicas', '0', '--no-validate', '--quiet'],
+        ...['--dataset', dataset, '--out', out, '--steps', '1', '--prompts', '7', '--samples', '1'],
+        ...['--concurrency', '7', '--pool-replicas', '0', '--no-validate', '--quiet'],
         ...['--harness-registry', 'http://127.0.0.1:9'],
       ],
       180_000,
@@ -223,7 +246,14 @@ describe('coding-agent CLI: metadata.agent picks the harness per sample', () => 
     );
     expect(run.code, `${run.stdout.slice(-2000)}\n${run.stderr.slice(-3000)}`).toBe(0);
     const results = await stepResults(out);
-    for (const task of [tasks['claude-code'], tasks.codex, tasks['qwen-code'], tasks.pi]) {
+    for (const task of [
+      tasks['claude-code'],
+      tasks.codex,
+      tasks['qwen-code'],
+      tasks.pi,
+      tasks.opencode,
+      tasks['gemini-cli'],
+    ]) {
       const result = results.find((r) => r.taskId === task.id)!;
       expect(result.status, JSON.stringify(result)).toBe('failed');
       expect(result.reward).toBeUndefined();

@@ -12,7 +12,7 @@ import { sandboxPath } from '../host/sandbox.js';
 import { register } from '../lifecycle.js';
 import { SandboxOps } from '../ops.js';
 import { readCap, tailOf, tooLarge } from '../output.js';
-import { EXEC_MARKER_ENV, killByExecMarker, newExecId } from '../process-markers.js';
+import { EXEC_MARKER_ENV, KILL_MARKED, killByExecMarker, newExecId } from '../process-markers.js';
 import { packTar, unpackTar } from '../tar.js';
 import type {
   ExecOptions,
@@ -59,8 +59,6 @@ function parsePathStat(
   }
 }
 
-const KILL_MARKED =
-  'cd /proc && for pass in 1 2 3; do for p in [0-9]*; do if grep -qz "^$1=$2\\$" "$p/environ" 2>/dev/null; then kill -9 "$p" 2>/dev/null; fi; done; done; true';
 const WITH_STDIN = 'f=$1; shift; "$@" < "$f"; rc=$?; rm -f "$f"; exit $rc';
 
 export class DockerSandbox implements Sandbox {

@@ -54,7 +54,9 @@ export async function startServeServices(
   const socket = await harnessSocket(config.sandbox !== 'local');
   const proxy = await startRunProxy(config, engines, tokenizer, socket.socketPath);
   const turns = TurnLog.memory();
-  proxy.events.on('turn', (e) => turns.record(e.sessionId, e.turn));
+  proxy.events.on('turn', (e) => turns.record(e.trajectoryId, e.turn));
+  // slime updates the engines itself; the versions they report are logged and checked at hand-off.
+  turns.weightLog = proxy.router.weightLog;
   const pools = new SwePools(providerFor(config.sandbox), tasks, {
     kind: config.sandbox,
     environments,

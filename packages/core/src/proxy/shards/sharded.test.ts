@@ -58,8 +58,13 @@ async function sharded(
 }
 
 /** A harness's loop: each answer sent back as received, with one tool result per call. */
-async function converse(baseURL: string, turns: number, body: Record<string, unknown> = {}) {
-  const messages: unknown[] = [{ role: 'user', content: 'fix the failing test' }];
+async function converse(
+  baseURL: string,
+  turns: number,
+  body: Record<string, unknown> = {},
+  opening = 'fix the failing test',
+) {
+  const messages: unknown[] = [{ role: 'user', content: opening }];
   for (let k = 0; k < turns; k++) {
     const res = await fetch(`${baseURL}/chat/completions`, {
       method: 'POST',
@@ -115,6 +120,46 @@ describe('sharded capture proxy', () => {
     );
     expect(seen).toEqual(['task-1:0:first', 'task-1:1:reused', 'task-1:2:reused']);
     expect(overrides).toEqual(['temperature', 'temperature', 'temperature']);
+  });
+
+  it('a second opening is a thread of its own: its turn events name its trajectory, its rows carry that id', async () => {
+    const e = await engine();
+    const proxy = await sharded(e.url);
+    const seen: string[] = [];
+    proxy.events.on('turn', (t) => seen.push(`${t.trajectoryId}:${t.turn.index}:${t.stitch.kind}`));
+    const { baseURL } = proxy.openSession('main');
+    await converse(baseURL, 2);
+    // a subagent: the same session, its own first message
+    await converse(baseURL, 2, {}, 'find where the test fails');
+    const rows = proxy.finishSession('main', { reward: 1 });
+    expect(seen).toEqual(['main:0:first', 'main:1:reused', 'main/1:0:branch', 'main/1:1:reused']);
+    expect(rows.map((r) => r.session_id)).toEqual(['main', 'main/1']);
+    expect(rows.map((r) => r.reward)).toEqual([1, 1]);
+  });
+
+  it('records the same routing replay (R3) as the one-thread proxy', async () => {
+    const e = await startStandInEngine({
+      tokenizer: await qwen3(),
+      policy: (r) => ANSWER(r.prompt.split('<tool_response>').length - 1),
+      routedExperts: { layers: 2, topK: 2, experts: 8 },
+    });
+    closers.push(() => e.close());
+    const routingReplay = { layers: 2, topK: 2 };
+    const single = await startCaptureProxy({
+      engine: sglangEngine(e.url),
+      tokenizer: await qwen3(),
+      defaultSampling: { temperature: 0 },
+      routingReplay,
+    });
+    closers.push(() => single.close());
+    const proxy = await sharded(e.url, { routingReplay });
+    await converse(single.openSession('r3').baseURL, 3);
+    await converse(proxy.openSession('r3').baseURL, 3);
+    const want = single.finishSession('r3', { reward: 1 });
+    const got = proxy.finishSession('r3', { reward: 1 });
+    expect(tokens(got)).toEqual(tokens(want));
+    expect(got[0]!.rollout_routed_experts).toHaveLength(got[0]!.tokens.length - 1);
+    expect(got[0]!.rollout_routed_experts).toEqual(want[0]!.rollout_routed_experts);
   });
 
   it('spreads sessions over its shards; a shard serves only its own, and every other key is a 401', async () => {

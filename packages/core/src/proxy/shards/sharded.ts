@@ -77,6 +77,7 @@ const OPTION_KEYS = new Set([
   'sessionsPerShard',
   'handoverWaitMs',
   'onWeightUpdate',
+  'routingReplay',
   'host',
   'defaultSampling',
   'defaultMaxTokens',
@@ -392,7 +393,7 @@ class ShardedProxy implements ShardListener {
     const recorded = this.#trajectories.record(thread.key, turn);
     addStitch(thread.totals, event.stitch);
     if (turn.finishReason === 'length') s.truncated = true;
-    this.events.emit('turn', { ...event, turn: recorded });
+    this.events.emit('turn', { ...event, trajectoryId: thread.key, turn: recorded });
   }
 
   /** Take in every report a shard has sent so far (its turns recorded before now). */

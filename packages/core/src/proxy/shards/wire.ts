@@ -16,6 +16,7 @@ export interface EngineSpec {
 export type ShardProxyOptions = Pick<
   CaptureProxyOptions,
   | 'onWeightUpdate'
+  | 'routingReplay'
   | 'host'
   | 'defaultSampling'
   | 'defaultMaxTokens'

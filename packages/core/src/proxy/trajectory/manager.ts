@@ -3,6 +3,7 @@ import { ConfigError, ValidationError } from '../../errors.js';
 import type { Trajectory, Turn } from '../../rollout.js';
 import { createSample, type Sample, type SampleInit, type SampleStatus } from '../../sample.js';
 import { type DriftCounts, type PackOptions, packTurns } from './pack.js';
+import { keptRoutes } from './routing.js';
 import { type RowTopK, topKFields } from './topk.js';
 
 /** How a rollout's reward is given to its rows when the trajectory forked into several. */
@@ -83,7 +84,9 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
       state = { turns: [], openedAt: turn.startedAt };
       this.#sessions.set(sessionId, state);
     }
+    const previous = state.turns[state.turns.length - 1];
     const full: Turn = { ...turn, index: state.turns.length };
+    if (turn.routes) full.routes = keptRoutes(previous, turn);
     state.turns.push(full);
     this.emit('turn', { sessionId, turn: full });
     return full;
@@ -113,6 +116,8 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
     if (broken) throw new ValidationError('turns.topP', broken.replay!.error!);
     const brokenTopK = rows.find((r) => r.topK?.error);
     if (brokenTopK) throw new ValidationError('turns.topK', brokenTopK.topK!.error!);
+    const unrouted = rows.find((r) => r.routes?.error);
+    if (unrouted) throw new ValidationError('turns.routes', unrouted.routes!.error!);
     this.#sessions.delete(sessionId);
     this.emit('drift', { sessionId, turns: state.turns.length, rows: rows.length, ...drift });
 
@@ -135,6 +140,7 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
         rollout_log_probs: row.logprobs,
         rollout_top_p_token_ids: row.replay?.ids ?? null,
         rollout_top_p_token_offsets: row.replay?.offsets ?? null,
+        rollout_routed_experts: row.routes?.experts ?? null,
         ...topKExtra(replayExtra(base.extra, row.replay?.logprobs), row.topK),
         reward: rowReward,
         rollout_id: rolloutId,

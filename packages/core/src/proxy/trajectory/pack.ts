@@ -1,5 +1,6 @@
 import type { Turn } from '../../rollout.js';
 import { type RowReplay, rowReplay } from './replay.js';
+import { type RowRoutes, rowRoutes } from './routing.js';
 import { type RowTopK, rowTopK } from './topk.js';
 
 /** One training row under construction: a prompt and the response region that follows it. */
@@ -22,6 +23,11 @@ export interface PackedRow {
   replay?: RowReplay | undefined;
   /** Top-k log probs over the response region (the uniform filler on observations), when the row's turns carry them. */
   topK?: RowTopK | undefined;
+  /**
+   * MoE routing replay over the row's tokens but the last (slime's `rollout_routed_experts`), when its
+   * turns carry routing; `error` says why it could not be built.
+   */
+  routes?: RowRoutes | undefined;
 }
 
 /** How often packing a session's turns had to fork or realign a row. */
@@ -66,6 +72,8 @@ class RowBuilder {
   /** Start (in response coordinates) of the last sampled output. */
   lastOutputStart = 0;
   turns: number[] = [];
+  /** The first position of the row each turn's routing fills (parallel to `turns`). */
+  routeFrom: number[] = [];
   versions: string[] = [];
   constructor(readonly promptIds: Int32Array) {}
 
@@ -95,7 +103,8 @@ class RowBuilder {
       this.sourcePos.push(-1);
     }
   }
-  sample(turn: Turn, index: number): void {
+  sample(turn: Turn, index: number, routeFrom: number): void {
+    this.routeFrom.push(routeFrom);
     this.lastOutputStart = this.ids.length;
     for (let i = 0; i < turn.outputIds.length; i++) {
       this.ids.push(turn.outputIds[i]!);
@@ -138,6 +147,7 @@ class RowBuilder {
       versionSpans: this.versionSpans(),
       replay: rowReplay(turns, this.turns, this.sourceTurn, this.sourcePos),
       topK: rowTopK(turns, this.turns, this.sourceTurn, this.sourcePos),
+      routes: rowRoutes(turns, this.turns, this.routeFrom),
     };
   }
 }
@@ -147,7 +157,8 @@ class RowBuilder {
  * prompt + output exactly as tokens, the turn joins the row (the new prompt tokens are observations:
  * loss mask 0, log prob 0). When the prompt diverges inside the last output by at most
  * `realignMaxTokens`, the drifted tail is overwritten by the re-tokenized prompt (mask 0). Otherwise
- * the trajectory forks: a new row starts from this turn's prompt.
+ * the trajectory forks: a new row starts from this turn's prompt. A turn that carries routing (R3)
+ * never realigns: re-tokenized positions would have no routing of their own, so it forks.
  */
 export function packTurns(turns: readonly Turn[], options: PackOptions = {}): PackResult {
   const realignMax = options.realignMaxTokens ?? 16;
@@ -159,17 +170,24 @@ export function packTurns(turns: readonly Turn[], options: PackOptions = {}): Pa
     const prompt = turn.promptIds;
     if (!row) {
       row = new RowBuilder(prompt);
-      row.sample(turn, t);
+      row.sample(turn, t, 0);
       return;
     }
     const n = row.length;
     const limit = Math.min(n, prompt.length);
     let common = 0;
     while (common < limit && prompt[common] === row.at(common)) common++;
+    let routeFrom = 0;
     if (common === n) {
       row.observe(prompt, n);
       steps.push({ turn: t, kind: 'extend' });
-    } else if (common >= row.promptIds.length + row.lastOutputStart && n - common <= realignMax) {
+      // the previous output's last token is first forwarded by this turn's prefill
+      routeFrom = n - 1;
+    } else if (
+      turn.routes === undefined &&
+      common >= row.promptIds.length + row.lastOutputStart &&
+      n - common <= realignMax
+    ) {
       row.truncate(common);
       row.observe(prompt, common);
       drift.realigns++;
@@ -181,7 +199,7 @@ export function packTurns(turns: readonly Turn[], options: PackOptions = {}): Pa
       drift.forks++;
       steps.push({ turn: t, kind: 'fork', divergedAt: common });
     }
-    row.sample(turn, t);
+    row.sample(turn, t, routeFrom);
   });
   if (row) rows.push(row.build(turns));
   return { rows, drift, steps };

@@ -29,6 +29,18 @@ export const CapturedTurnSchema = z.looseObject({
   topk_k: int.positive().optional(),
   topk_token_ids: z.array(int).optional(),
   topk_log_probs: z.array(z.number()).optional(),
+  /**
+   * Routing replay (R3): the experts of the positions whose forward pass sampled an output token
+   * (`start` = the prompt's last position), `layers × top_k` per position, flat.
+   */
+  routed_experts: z
+    .object({
+      layers: int.positive(),
+      top_k: int.positive(),
+      start: int.nonnegative(),
+      experts: z.array(int.nonnegative()),
+    })
+    .optional(),
   /** Speculative decoding: verification passes (SGLang's `spec_verify_ct`) and the draft tokens accepted. */
   spec_verify_passes: int.nonnegative().optional(),
   spec_accepted_tokens: int.nonnegative().optional(),
@@ -61,8 +73,24 @@ export function capturedTurnRecord(sessionId: string, turn: Turn): CapturedTurn 
           topk_log_probs: Array.from(turn.topK.logprobs),
         }
       : {}),
+    ...(turn.routes ? { routed_experts: outputRouting(turn, (e) => Array.from(e)) } : {}),
     ...(turn.spec
       ? { spec_verify_passes: turn.spec.verifyPasses, spec_accepted_tokens: turn.spec.acceptedTokens }
       : {}),
   };
+}
+
+/**
+ * The routing of the positions whose forward pass sampled the turn's output (its last prompt token
+ * on): what the token audit compares. `copy` turns the shared subarray into the wanted array.
+ */
+export function outputRouting<T>(
+  turn: Pick<Turn, 'promptIds' | 'routes'>,
+  copy: (experts: Int32Array) => T,
+): { layers: number; top_k: number; start: number; experts: T } | undefined {
+  const r = turn.routes;
+  if (!r) return undefined;
+  const start = Math.max(r.start, turn.promptIds.length - 1);
+  const experts = r.experts.subarray((start - r.start) * r.layers * r.topK);
+  return { layers: r.layers, top_k: r.topK, start, experts: copy(experts) };
 }
