@@ -6,6 +6,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { decodeSamples, encodeSamples } from './codec.js';
 import { VimeError } from './errors.js';
+import { TrajectoryManager } from './proxy/trajectory/manager.js';
 import { createSample, fromSlimeDict, type Sample, SLIME_SAMPLE_FIELDS, toSlimeDict } from './sample.js';
 
 const f32 = fc.float({ noDefaultInfinity: false, noNaN: false });
@@ -473,5 +474,60 @@ print(json.dumps(out))
       reward: 'NoneType',
       group_index: 'NoneType',
     });
+  });
+
+  it('carries the top-k heads to Python as rollout_topk_token_ids / rollout_topk_log_probs, one list of k per response token', () => {
+    // Rows packed by the trajectory manager: two turns with heads (k = 3), an observation between them.
+    const m = new TrajectoryManager();
+    const head = (out: number[]) => ({
+      k: 3,
+      ids: Int32Array.from(out.flatMap((id) => [id, id + 100, id + 200])),
+      logprobs: Float32Array.from(out.flatMap(() => [-0.25, -2, -3.5])),
+    });
+    const turn = (prompt: number[], out: number[]) => ({
+      promptIds: Int32Array.from(prompt),
+      outputIds: Int32Array.from(out),
+      logprobs: Float32Array.from(out, () => -0.25),
+      finishReason: 'stop' as const,
+      startedAt: 0,
+      endedAt: 1,
+      topK: head(out),
+    });
+    m.record('s', turn([1, 2], [10, 11]));
+    m.record('s', turn([1, 2, 10, 11, 50], [20]));
+    const samples = m.finish('s', { reward: 1 });
+    const script = `
+import sys, json, msgpack
+rows = msgpack.unpackb(sys.stdin.buffer.read(), raw=False)
+r = rows[0]
+ids, lps = r["rollout_topk_token_ids"], r["rollout_topk_log_probs"]
+assert all(isinstance(x, int) and not isinstance(x, bool) for row in ids for x in row)
+# msgpack writes a whole-number log prob (-2.0) as an int: both load as numbers (torch.as_tensor casts)
+assert all(isinstance(x, (int, float)) and not isinstance(x, bool) for row in lps for x in row)
+print(json.dumps({"keys": list(r.keys()), "n": r["response_length"], "ids": ids, "lps": lps}))
+`;
+    const stdout = execFileSync(DEBIAN_PYTHON, ['-c', script], { input: encodeSamples(samples) }).toString();
+    const out = JSON.parse(stdout) as { keys: string[]; n: number; ids: number[][]; lps: number[][] };
+    // slime's fields, and the two its Sample.from_dict sets as attributes (it declares no top-k field).
+    const known = new Set<string>(SLIME_SAMPLE_FIELDS);
+    expect(out.keys.filter((k) => known.has(k))).toEqual([...SLIME_SAMPLE_FIELDS]);
+    expect(out.keys.filter((k) => !known.has(k))).toEqual([
+      'rollout_topk_token_ids',
+      'rollout_topk_log_probs',
+    ]);
+    expect(out.n).toBe(4);
+    expect(out.ids).toEqual([
+      [10, 110, 210],
+      [11, 111, 211],
+      [0, 1, 2],
+      [20, 120, 220],
+    ]);
+    const filler = Math.fround(-Math.log(3));
+    expect(out.lps).toEqual([
+      [-0.25, -2, -3.5],
+      [-0.25, -2, -3.5],
+      [filler, filler, filler],
+      [-0.25, -2, -3.5],
+    ]);
   });
 });

@@ -38,6 +38,17 @@ export const TurnSchema = z.object({
     })
     .optional(),
   /**
+   * Top-k log probs of every output token (score centering, `Sampling.topLogprobs`): token i's k ids and
+   * log probs are `ids[i * k .. (i + 1) * k]`, most likely first.
+   */
+  topK: z
+    .object({
+      k: z.number().int().positive(),
+      ids: typedArray('Int32Array'),
+      logprobs: typedArray('Float32Array'),
+    })
+    .optional(),
+  /**
    * MoE routing replay (R3): the experts picked for every forwarded position of the turn, prompt then
    * output (`promptIds.length + outputIds.length − 1` rows from `start` 0), `layers × topK` ids a row.
    */

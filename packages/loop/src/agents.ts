@@ -82,6 +82,7 @@ export function samplingOf(config: Config): Sampling {
     topP: config.topP,
     maxTokens: config.maxTokensPerTurn,
     topK: config.topK,
+    topLogprobs: config.topLogprobs,
     stop: config.stop.length > 0 ? config.stop : undefined,
   };
 }

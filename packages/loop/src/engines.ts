@@ -64,7 +64,9 @@ export async function startEngines(
     }
     await checkTokenizer(config, tokenizer, log, signal);
     const engines = config.engineUrls.map((url) =>
-      config.engineKind === 'vllm' ? vllmEngine(url) : sglangEngine(url),
+      config.engineKind === 'vllm'
+        ? vllmEngine(url, { maxLogprobs: config.engineMaxLogprobs })
+        : sglangEngine(url),
     );
     return {
       engines,

@@ -67,7 +67,8 @@ class Sample:
         return self.reward if not getattr(args, "reward_key", None) else self.reward[args.reward_key]
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        # As slime's: a copy of the instance's attributes, so keys from_dict set as attributes come back.
+        out = dict(vars(self))
         out["status"] = self.status.value
         out["spec_info"] = vars(self.spec_info).copy()
         out["prefix_cache_info"] = vars(self.prefix_cache_info).copy()

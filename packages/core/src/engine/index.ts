@@ -71,6 +71,14 @@ export {
   type TokenizerCheckOptions,
   tokenizerProbe,
 } from './tokenizer-check.js';
+export {
+  readSglangTopLogprobs,
+  readVllmTopLogprobs,
+  type TopLogprobs,
+  topLogprobsProblem,
+  VLLM_DEFAULT_MAX_LOGPROBS,
+  wantsTopLogprobs,
+} from './topk.js';
 export type {
   Engine,
   EngineFinishReason,

@@ -9,8 +9,14 @@ import { parseWith } from '../validate.js';
 import { readSglangNucleus, wantsNucleus } from './nucleus.js';
 import { newRequestId } from './request-id.js';
 import { readSglangRoutes, routingRequest } from './routing.js';
-import type { readLogprobs, SglangGenerateResponseSchema, toSglangSampling } from './sglang.js';
+import type {
+  readLogprobs,
+  SglangGenerateResponseSchema,
+  sglangTopLogprobsField,
+  toSglangSampling,
+} from './sglang.js';
 import { sseData } from './sse.js';
+import { readSglangTopLogprobs, wantsTopLogprobs } from './topk.js';
 import type { EngineFinishReason, GenerateRequest, GenerateResult, GenerateStreamOptions } from './types.js';
 
 /** The non-streamed client's wire pieces, handed in (`sglang.ts` imports this file). */
@@ -18,6 +24,7 @@ export interface SglangWire {
   schema: typeof SglangGenerateResponseSchema;
   readLogprobs: typeof readLogprobs;
   sampling: typeof toSglangSampling;
+  topLogprobsField: typeof sglangTopLogprobsField;
   abort: (rid: string) => Promise<void>;
 }
 
@@ -41,6 +48,7 @@ export async function sglangGenerateStream(
         sampling_params: wire.sampling(request.sampling),
         return_logprob: true,
         logprob_start_len: -1,
+        ...wire.topLogprobsField(request.sampling),
         rid,
         stream: true,
         ...routingRequest('sglang', request),
@@ -50,6 +58,9 @@ export async function sglangGenerateStream(
     });
     const ids: Int32Array[] = [];
     const lps: Float32Array[] = [];
+    const wantTop = wantsTopLogprobs(request.sampling);
+    // Each chunk's top-k rows, as its output_token_logprobs: all so far, or only the new ones.
+    const topRows: unknown[] = [];
     let produced = 0;
     let last: ReturnType<typeof schema.parse> | undefined;
     let text = '';
@@ -69,6 +80,16 @@ export async function sglangGenerateStream(
         );
       }
       last = chunk;
+      if (wantTop) {
+        const rows = (meta as Record<string, unknown>).output_top_logprobs;
+        if (!Array.isArray(rows) || rows.length !== entries.length) {
+          throw new EngineError(
+            `${url}/generate stream: top-k log probs: a chunk has ${entries.length} output_token_logprobs but output_top_logprobs ${JSON.stringify(rows)?.slice(0, 60)}; serve with an SGLang that honours top_logprobs_num`,
+            { url, isRetryable: false },
+          );
+        }
+        topRows.push(...(cumulative ? rows.slice(produced) : rows));
+      }
       if (fresh.length === 0) continue;
       const { outputIds, logprobs } = readLogprobs(fresh, url);
       produced += outputIds.length;
@@ -96,6 +117,9 @@ export async function sglangGenerateStream(
       // The top-p patch sends every token's nucleus in the last chunk's meta_info.
       ...(wantsNucleus(request.sampling)
         ? { topP: readSglangNucleus(meta as Record<string, unknown>, produced, url) }
+        : {}),
+      ...(wantTop
+        ? { topK: readSglangTopLogprobs(topRows, produced, request.sampling.topLogprobs!, url) }
         : {}),
       // Like the nucleus, the routing of the whole request comes with the last chunk.
       ...(request.routedExperts

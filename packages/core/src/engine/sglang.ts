@@ -5,6 +5,7 @@ import { readSglangNucleus, wantsNucleus } from './nucleus.js';
 import { newRequestId } from './request-id.js';
 import { readSglangRoutes, routingRequest } from './routing.js';
 import { sglangGenerateStream } from './sglang-stream.js';
+import { checkTopLogprobs, readSglangTopLogprobs, wantsTopLogprobs } from './topk.js';
 import type {
   Engine,
   EngineFinishReason,
@@ -62,6 +63,13 @@ export function toSglangSampling(s: Sampling): Record<string, unknown> {
   // A truncated distribution is replayed by the trainer: ask for every output token's nucleus.
   if (wantsNucleus(s)) out.custom_params = { return_top_p_token_ids: true };
   return out;
+}
+
+/** `top_logprobs_num` beside `return_logprob` when the turn captures top-k log probs (a k above 0). */
+export function sglangTopLogprobsField(s: Sampling): { top_logprobs_num?: number } {
+  if (!wantsTopLogprobs(s)) return {};
+  checkTopLogprobs(s.topLogprobs, undefined, 'SGLang');
+  return { top_logprobs_num: s.topLogprobs! };
 }
 
 function finishReason(type: string | undefined): EngineFinishReason {
@@ -137,6 +145,7 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
         sampling_params: toSglangSampling(request.sampling),
         return_logprob: true,
         logprob_start_len: -1,
+        ...sglangTopLogprobsField(request.sampling),
         rid,
         ...routingRequest('sglang', request),
       });
@@ -168,6 +177,16 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
           promptTokens: meta.prompt_tokens,
           cachedTokens: meta.cached_tokens,
           ...(nucleus ? { topP: readSglangNucleus(meta, outputIds.length, http.url) } : {}),
+          ...(wantsTopLogprobs(request.sampling)
+            ? {
+                topK: readSglangTopLogprobs(
+                  meta.output_top_logprobs,
+                  outputIds.length,
+                  request.sampling.topLogprobs!,
+                  http.url,
+                ),
+              }
+            : {}),
           ...(request.routedExperts
             ? {
                 routes: readSglangRoutes(
@@ -189,6 +208,7 @@ export function sglangEngine(url: string, options: EngineOptions = {}): Engine {
         schema: SglangGenerateResponseSchema,
         readLogprobs,
         sampling: toSglangSampling,
+        topLogprobsField: sglangTopLogprobsField,
         abort: (rid) => abort(rid, { signal: AbortSignal.timeout(5_000) }),
       }),
     abort,

@@ -1,6 +1,7 @@
 import type { HttpClientOptions } from '../utils/http.js';
 import type { NucleusReplay } from './nucleus.js';
 import type { RoutedExperts, RoutingShape } from './routing.js';
+import type { TopLogprobs } from './topk.js';
 
 /** The engines Vime speaks to: their HTTP wires differ (see `sglangEngine`, `vllmEngine`). */
 export type EngineKind = 'sglang' | 'vllm';
@@ -19,6 +20,11 @@ export interface Sampling {
   repetitionPenalty?: number | undefined;
   presencePenalty?: number | undefined;
   frequencyPenalty?: number | undefined;
+  /**
+   * Capture the top-k log probs of every output token (score centering), k = this: SGLang's
+   * `top_logprobs_num`, vLLM's `logprobs`. At most the engine's limit (`Engine.maxTopLogprobs`).
+   */
+  topLogprobs?: number | undefined;
 }
 
 /** A generation request in token ids. */
@@ -55,6 +61,8 @@ export interface GenerateResult {
   cachedTokens?: number | undefined;
   /** The nucleus of every output token, when sampling used top-p < 1 (sampler replay). */
   topP?: NucleusReplay | undefined;
+  /** The top-k log probs of every output token, when sampling asked for them (`Sampling.topLogprobs`). */
+  topK?: TopLogprobs | undefined;
   /** The routed experts of every forwarded position, when the request asked for them (`routedExperts`). */
   routes?: RoutedExperts | undefined;
   /**
@@ -123,6 +131,8 @@ export interface WeightControl {
 export interface Engine {
   readonly url: string;
   readonly kind: 'sglang' | 'vllm';
+  /** The most top log probs per token the engine returns (`Sampling.topLogprobs`), when it caps them. */
+  readonly maxTopLogprobs?: number | undefined;
   /** Generate from the given token ids with the given sampling. */
   generate(request: GenerateRequest, options?: { signal?: AbortSignal | undefined }): Promise<GenerateResult>;
   /** `generate` streamed: the same result, with `onTokens` called as the engine produces tokens. */

@@ -11,6 +11,7 @@ import { newRequestId } from './request-id.js';
 import { routingRequest } from './routing.js';
 import { concat, finishReason, parseJson, streamError } from './sglang-stream.js';
 import { sseData } from './sse.js';
+import { checkTopLogprobs, readVllmTopLogprobs, type TopLogprobs, wantsTopLogprobs } from './topk.js';
 import type { GenerateRequest, GenerateResult, GenerateStreamOptions } from './types.js';
 
 const VllmChunkSchema = z.looseObject({
@@ -19,7 +20,9 @@ const VllmChunkSchema = z.looseObject({
       text: z.string().default(''),
       finish_reason: z.string().nullish(),
       token_ids: z.array(z.number().int()).nullish(),
-      logprobs: z.looseObject({ token_logprobs: z.array(z.number().nullable()) }).nullish(),
+      logprobs: z
+        .looseObject({ token_logprobs: z.array(z.number().nullable()), top_logprobs: z.unknown().optional() })
+        .nullish(),
     }),
   ),
   usage: z.looseObject({ prompt_tokens: z.number().int() }).nullish(),
@@ -31,12 +34,16 @@ export function completionBody(
   request: GenerateRequest,
   rid: string,
   stream = false,
+  maxLogprobs?: number | undefined,
 ): JsonText {
   const s = request.sampling;
+  const top = wantsTopLogprobs(s);
+  if (top) checkTopLogprobs(s.topLogprobs, maxLogprobs, 'vLLM (its --max-logprobs)');
   return jsonWithIds('prompt', request.inputIds, {
     model,
     return_token_ids: true,
-    logprobs: 1,
+    // Top-k capture: k log probs per token, keyed by token id rather than text.
+    ...(top ? { logprobs: s.topLogprobs, return_tokens_as_token_ids: true } : { logprobs: 1 }),
     skip_special_tokens: false,
     include_stop_str_in_output: true,
     request_id: rid,
@@ -61,19 +68,23 @@ export async function vllmGenerateStream(
   model: string,
   request: GenerateRequest,
   options: GenerateStreamOptions,
+  maxLogprobs?: number | undefined,
 ): Promise<GenerateResult> {
   const rid = request.rid ?? newRequestId();
   const { signal, onTokens } = options;
+  const k = wantsTopLogprobs(request.sampling) ? request.sampling.topLogprobs! : 0;
+  const requestBody = completionBody(model, request, rid, true, maxLogprobs);
   try {
     const { url, body } = await http.open({
       method: 'POST',
       path: '/v1/completions',
-      body: completionBody(model, request, rid, true),
+      body: requestBody,
       signal,
       headers: request.routingKey ? { 'x-smg-routing-key': request.routingKey } : undefined,
     });
     const ids: Int32Array[] = [];
     const lps: Float32Array[] = [];
+    const tops: TopLogprobs[] = [];
     let text = '';
     let finish: string | undefined;
     let promptTokens = request.inputIds.length;
@@ -96,6 +107,7 @@ export async function vllmGenerateStream(
       if (tokenIds.length === 0) continue;
       const chunkIds = Int32Array.from(tokenIds);
       const chunkLps = Float32Array.from(logprobs, (x) => x ?? 0);
+      if (k > 0) tops.push(readVllmTopLogprobs(choice.logprobs?.top_logprobs, tokenIds.length, k, url));
       ids.push(chunkIds);
       lps.push(chunkLps);
       onTokens({ outputIds: chunkIds, logprobs: chunkLps });
@@ -113,9 +125,23 @@ export async function vllmGenerateStream(
       finishReason: finishReason(finish),
       text,
       promptTokens,
+      ...(k > 0 ? { topK: joinTop(tops, k) } : {}),
     };
   } catch (error) {
     if (signal?.aborted) throw signal.reason;
     throw streamError(error, http.url);
   }
+}
+
+/** The streamed chunks' heads as one (none when the stream carried no token). */
+function joinTop(parts: TopLogprobs[], k: number): TopLogprobs {
+  const ids = concat(
+    parts.map((p) => p.ids),
+    Int32Array,
+  );
+  const logprobs = concat(
+    parts.map((p) => p.logprobs),
+    Float32Array,
+  );
+  return { k, ids, logprobs };
 }

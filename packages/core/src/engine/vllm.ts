@@ -3,6 +3,7 @@ import { EngineError } from '../errors.js';
 import { HttpClient } from '../utils/http.js';
 import { newRequestId } from './request-id.js';
 import { readVllmRoutes } from './routing.js';
+import { readVllmTopLogprobs, VLLM_DEFAULT_MAX_LOGPROBS, wantsTopLogprobs } from './topk.js';
 import type { Engine, EngineFinishReason, EngineOptions, GenerateResult } from './types.js';
 import { completionBody, vllmGenerateStream } from './vllm-stream.js';
 
@@ -16,7 +17,12 @@ export const VllmCompletionResponseSchema = z.looseObject({
         finish_reason: z.string().nullable(),
         token_ids: z.array(z.number().int()).nullish(),
         prompt_token_ids: z.array(z.number().int()).nullish(),
-        logprobs: z.looseObject({ token_logprobs: z.array(z.number().nullable()) }).nullable(),
+        logprobs: z
+          .looseObject({
+            token_logprobs: z.array(z.number().nullable()),
+            top_logprobs: z.unknown().optional(),
+          })
+          .nullable(),
         // base64 `.npy` of every forwarded position's experts (`--enable-return-routed-experts`); see routing.ts
         routed_experts: z.unknown().optional(),
       }),
@@ -33,6 +39,11 @@ const ModelsSchema = z.looseObject({
 export interface VllmEngineOptions extends EngineOptions {
   /** The served model name (`--served-model-name`); read from `/v1/models` when absent. */
   model?: string | undefined;
+  /**
+   * The engine's `--max-logprobs` (default 20, vLLM's): the largest `Sampling.topLogprobs` it serves. A
+   * larger one is refused before the request is sent.
+   */
+  maxLogprobs?: number | undefined;
 }
 
 function finishReason(reason: string | null): EngineFinishReason {
@@ -57,12 +68,14 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
     return model;
   };
 
+  const maxLogprobs = options.maxLogprobs ?? VLLM_DEFAULT_MAX_LOGPROBS;
   const engine: Engine = {
     url: http.url,
     kind: 'vllm',
+    maxTopLogprobs: maxLogprobs,
     async generate(request, opts = {}): Promise<GenerateResult> {
       const rid = request.rid ?? newRequestId();
-      const body = completionBody(await modelName(opts.signal), request, rid);
+      const body = completionBody(await modelName(opts.signal), request, rid, false, maxLogprobs);
       const res = await http.json({
         method: 'POST',
         path: '/v1/completions',
@@ -94,6 +107,16 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
         finishReason: finishReason(choice.finish_reason),
         text: choice.text,
         promptTokens,
+        ...(wantsTopLogprobs(request.sampling)
+          ? {
+              topK: readVllmTopLogprobs(
+                choice.logprobs.top_logprobs,
+                outputIds.length,
+                request.sampling.topLogprobs!,
+                http.url,
+              ),
+            }
+          : {}),
         ...(request.routedExperts
           ? {
               routes: readVllmRoutes(
@@ -108,14 +131,14 @@ export function vllmEngine(url: string, options: VllmEngineOptions = {}): Engine
     },
     async generateStream(request, opts) {
       // vLLM's streamed chunks carry no routed experts: a turn that replays routing is generated
-      // unstreamed and handed over as one run of tokens.
+      // unstreamed and handed over as one run of tokens (its top-k heads, when asked, come with the result).
       if (request.routedExperts) {
         const result = await engine.generate(request, { signal: opts.signal });
         if (result.outputIds.length > 0)
           opts.onTokens({ outputIds: result.outputIds, logprobs: result.logprobs });
         return result;
       }
-      return vllmGenerateStream(http, await modelName(opts.signal), request, opts);
+      return vllmGenerateStream(http, await modelName(opts.signal), request, opts, maxLogprobs);
     },
     async abort() {
       // vLLM aborts on disconnect; aborting the `generate` signal is the way to cancel.

@@ -46,5 +46,6 @@ export {
   packTurns,
 } from './trajectory/pack.js';
 export type { RowReplay } from './trajectory/replay.js';
+export type { RowTopK } from './trajectory/topk.js';
 export type { VersionRun, WeightUpdatePolicy } from './turn.js';
 export { type WeightLogEntry, type WeightLogSource, WeightUpdateLog } from './weight-log.js';

@@ -145,6 +145,16 @@ export class EngineRouter {
     }));
   }
 
+  /** The smallest top-log-probs cap of the routed engines (`Engine.maxTopLogprobs`) and whose it is. */
+  topLogprobsLimit(): { limit: number; url: string } | undefined {
+    let low: { limit: number; url: string } | undefined;
+    for (const { engine } of this.#members.values()) {
+      const cap = engine.maxTopLogprobs;
+      if (cap !== undefined && (low === undefined || cap < low.limit)) low = { limit: cap, url: engine.url };
+    }
+    return low;
+  }
+
   /** Engines currently taking requests. */
   get healthyCount(): number {
     let n = 0;

@@ -5,6 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import type { ChatTokenizer } from '../engine/tokenizer/tokenizer.js';
 import type { ToolCallHealth } from '../engine/tokenizer/tool-health.js';
+import { checkTopLogprobs } from '../engine/topk.js';
 import type { Sampling } from '../engine/types.js';
 import { ConfigError } from '../errors.js';
 import type { Sample } from '../sample.js';
@@ -51,6 +52,18 @@ export function checkSession(id: string, options: SessionOptions): void {
     throw new ConfigError(`maxContextTokens must be a positive integer, found ${maxContextTokens}`);
   }
   checkMaxTurns(options.maxTurns, 'maxTurns');
+}
+
+/** Refuse a session whose top-k capture asks for more than an engine or the vocabulary can give. */
+function checkSessionTopLogprobs(
+  sampling: Sampling,
+  router: EngineRouter,
+  vocabSize: number | undefined,
+): void {
+  const low = router.topLogprobsLimit();
+  checkTopLogprobs(sampling.topLogprobs, low?.limit, `the engine ${low?.url}`);
+  // SGLang refuses a top_logprobs_num above the vocabulary size.
+  checkTopLogprobs(sampling.topLogprobs, vocabSize, 'the vocabulary (its size)', '');
 }
 
 export interface SessionRegistryOptions {
@@ -107,13 +120,15 @@ export class SessionRegistry {
     checkSession(id, options);
     if (this.#byId.has(id)) throw new ConfigError(`session ${JSON.stringify(id)} is already open`);
     const { trajectories, router, tokenizer } = this.#options;
+    const sampling = options.sampling ?? this.#options.defaultSampling ?? {};
+    checkSessionTopLogprobs(sampling, router, tokenizer.vocabSize);
     trajectories.open(id);
     if (options.engine) router.place(id, options.engine.url);
     const handle = this.#options.handle(id, key);
     const state: SessionState = {
       id,
       handle,
-      sampling: options.sampling ?? this.#options.defaultSampling ?? {},
+      sampling,
       maxContextTokens: options.maxContextTokens,
       templateKwargs: options.templateKwargs,
       truncated: false,

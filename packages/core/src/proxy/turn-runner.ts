@@ -9,6 +9,7 @@ import { newRequestId } from '../engine/request-id.js';
 import { type RoutingShape, turnRoutes } from '../engine/routing.js';
 import type { ChatTokenizer, SpecialTokenText } from '../engine/tokenizer/tokenizer.js';
 import { addToolCallHealth, type ToolCallHealth, toolCallHealth } from '../engine/tokenizer/tool-health.js';
+import { turnTopLogprobs } from '../engine/topk.js';
 import type { Sampling } from '../engine/types.js';
 import { type ChatRequest, type Dialect, RequestError, type TurnReply } from './dialects.js';
 import type { ProxyEvents } from './events.js';
@@ -52,6 +53,7 @@ interface Generated {
   planned: PromptPlan;
   result: GeneratedTurn;
   topP: ReturnType<typeof turnNucleus>;
+  topK: ReturnType<typeof turnTopLogprobs>;
   routes: ReturnType<typeof turnRoutes>;
   parsed: TurnReply['parsed'];
   toolCallIds: string[];
@@ -110,9 +112,11 @@ export class TurnRunner {
     if (!this.#o.sessions.isOpen(state))
       throw new RequestError(409, `session ${state.id} was finished during the turn`);
     let topP: ReturnType<typeof turnNucleus>;
+    let topK: ReturnType<typeof turnTopLogprobs>;
     let routes: ReturnType<typeof turnRoutes>;
     try {
       topP = turnNucleus(sampling, result, tokenizer.vocabSize);
+      topK = turnTopLogprobs(sampling, result, tokenizer.vocabSize);
       routes = turnRoutes(this.#o.routingReplay, result, promptIds.length);
     } catch (error) {
       events.emit('turn:error', { sessionId: state.id, error: error as Error });
@@ -133,6 +137,7 @@ export class TurnRunner {
       planned,
       result,
       topP,
+      topK,
       routes,
       parsed,
       toolCallIds,
@@ -236,6 +241,7 @@ export class TurnRunner {
       ...(versions.length > 1 ? { versionRuns: versions } : {}),
       engines: result.engines,
       topP: g.topP,
+      ...(g.topK ? { topK: g.topK } : {}),
       ...(g.routes ? { routes: g.routes } : {}),
       spec: result.spec,
       startedAt: g.startedAt,

@@ -7,6 +7,7 @@
  */
 import { concatNucleus, type NucleusReplay } from '../engine/nucleus.js';
 import { concatRoutes, type RoutedExperts, type RoutingShape } from '../engine/routing.js';
+import { concatTopLogprobs, type TopLogprobs } from '../engine/topk.js';
 import type {
   Engine,
   EngineFinishReason,
@@ -44,6 +45,8 @@ export interface GeneratedTurn {
   cachedTokens: number | undefined;
   /** The nucleus of every output token, when every generation of the turn reported one. */
   topP?: NucleusReplay | undefined;
+  /** The top-k log probs of every output token, when every generation of the turn reported them. */
+  topK?: TopLogprobs | undefined;
   /**
    * The routed experts of every forwarded position of the turn (prompt, then output), when every
    * generation reported them: a continuation's rows follow its predecessor's.
@@ -277,6 +280,7 @@ function combine(
       failures,
       cachedTokens: result.cachedTokens,
       topP: result.topP,
+      topK: result.topK,
       routes: result.routes,
       spec: turnSpec([result]),
     };
@@ -305,6 +309,7 @@ function combine(
     failures,
     cachedTokens: kept[0]!.result.cachedTokens,
     topP: kept.every((k) => k.result.topP) ? concatNucleus(kept.map((k) => k.result.topP!)) : undefined,
+    topK: kept.every((k) => k.result.topK) ? concatTopLogprobs(kept.map((k) => k.result.topK!)) : undefined,
     routes: concatRoutes(kept.map((k) => k.result.routes)),
     spec: turnSpec(kept.map((k) => k.result)),
   };

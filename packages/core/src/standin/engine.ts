@@ -77,6 +77,11 @@ export interface StandInEngineOptions {
    */
   specVerifyPasses?: ((generation: { rid: string; outputTokens: number }) => number) | undefined;
   /**
+   * vLLM's `--max-logprobs` on `/v1/completions` (default 20, vLLM's): a request for more top log probs
+   * is refused with 400. SGLang's `/generate` takes a `top_logprobs_num` up to the vocabulary size.
+   */
+  maxLogprobs?: number | undefined;
+  /**
    * Simulated MoE routing (R3): the routed experts SGLang's `/generate` returns when asked
    * (`return_routed_experts`) and vLLM's non-streamed `/v1/completions` returns (as with
    * `--enable-return-routed-experts`), deterministic per token and position (`standInExpert`). A
@@ -174,6 +179,7 @@ export async function startStandInEngine(options: StandInEngineOptions): Promise
     throughput,
     tokenizeWire: options.tokenizeWire ?? 'sglang',
     specVerifyPasses: options.specVerifyPasses,
+    maxLogprobs: options.maxLogprobs ?? 20,
     routedExperts: options.routedExperts,
   });
   const logTimer = decodeLog(core, events, throughput, options);

@@ -11,6 +11,7 @@ import { metricsText, type ThroughputMeter } from './metrics.js';
 import { standInNucleusMeta } from './nucleus.js';
 import { type StandInRouting, sglangRoutesMeta, vllmRoutesField } from './routing.js';
 import { type StreamWriter, sglangStream, vllmStream } from './stream.js';
+import { sglangTopRows, vllmTopMaps } from './topk.js';
 
 const GenerateBodySchema = z.looseObject({
   input_ids: z.array(z.number().int()).optional(),
@@ -25,6 +26,7 @@ const GenerateBodySchema = z.looseObject({
     })
     .default({}),
   return_logprob: z.boolean().optional(),
+  top_logprobs_num: z.number().int().nonnegative().optional(),
   logprob_start_len: z.number().int().optional(),
   rid: z.string().optional(),
   stream: z.boolean().optional(),
@@ -47,6 +49,7 @@ const CompletionBodySchema = z.looseObject({
   max_tokens: z.number().int().nonnegative().nullish(),
   temperature: z.number().nullish(),
   logprobs: z.number().int().nullish(),
+  return_tokens_as_token_ids: z.boolean().nullish(),
   return_token_ids: z.boolean().nullish(),
   skip_special_tokens: z.boolean().nullish(),
   request_id: z.string().nullish(),
@@ -79,6 +82,8 @@ export interface StandInRoutesOptions {
   tokenizeWire: 'sglang' | 'vllm' | 'none';
   /** Simulated speculation's verification passes per answer (`StandInEngineOptions.specVerifyPasses`). */
   specVerifyPasses: ((generation: { rid: string; outputTokens: number }) => number) | undefined;
+  /** vLLM's `--max-logprobs`: a completions request asking for more is refused with 400 (default 20). */
+  maxLogprobs: number;
   /** The MoE routing it reports (`StandInEngineOptions.routedExperts`). */
   routedExperts?: StandInRouting | undefined;
 }
@@ -227,6 +232,13 @@ export class StandInRoutes {
     const body = parseBody(GenerateBodySchema, json);
     const ids = body.input_ids ? Int32Array.from(body.input_ids) : tokenizer.encode(body.text ?? '');
     const sp = body.sampling_params;
+    const topK = body.return_logprob ? (body.top_logprobs_num ?? 0) : 0;
+    if (topK > tokenizer.vocabSize) {
+      // SGLang's tokenizer manager refuses a top_logprobs_num past the vocabulary.
+      return send(res, 400, {
+        error: { message: `top_logprobs_num must be in [0, ${tokenizer.vocabSize}], got ${topK}` },
+      });
+    }
     const rid = body.rid ?? newRequestId('standin');
     const skip = sp.skip_special_tokens ?? true;
     let stream: StreamWriter | undefined;
@@ -235,7 +247,7 @@ export class StandInRoutes {
         res,
         { rid, promptTokens: ids.length, weightVersion: () => core.weightVersion },
         (x) => tokenizer.decode(x, { skipSpecialTokens: skip }),
-        { incremental, dropAfterHalf },
+        { incremental, dropAfterHalf, topK, vocabSize: tokenizer.vocabSize },
       );
     const g = await core.generate(
       {
@@ -259,6 +271,17 @@ export class StandInRoutes {
     );
     const topP = sp.custom_params?.return_top_p_token_ids === true && (sp.top_p ?? 1) < 1;
     const out = this.#sglangBody(g, skip, body.return_logprob ?? false, topP);
+    if (topK > 0) {
+      Object.assign(out.meta_info, {
+        output_top_logprobs: sglangTopRows(
+          g.promptTokens,
+          g.outputIds,
+          g.logprobs,
+          topK,
+          tokenizer.vocabSize,
+        ),
+      });
+    }
     Object.assign(out.meta_info, sglangRoutesMeta(this.#o.routedExperts, body, g, ids));
     // The prompt's ids as SGLang returns them from `logprob_start_len`; a stand-in has no log probs (null).
     const from = body.logprob_start_len ?? -1;
@@ -313,6 +336,16 @@ export class StandInRoutes {
     const core = this.#core;
     const { tokenizer, modelName } = this.#o;
     const body = parseBody(CompletionBodySchema, json);
+    if ((body.logprobs ?? 0) > this.#o.maxLogprobs) {
+      // As vLLM: a request for more log probs than --max-logprobs is a 400.
+      return send(res, 400, {
+        error: {
+          message: `Requested sample logprobs of ${body.logprobs}, which is greater than max allowed: ${this.#o.maxLogprobs}`,
+          type: 'BadRequestError',
+          code: 400,
+        },
+      });
+    }
     const ids =
       typeof body.prompt === 'string' ? tokenizer.encode(body.prompt) : Int32Array.from(body.prompt);
     const rid = body.request_id ?? newRequestId('standin');
@@ -322,6 +355,7 @@ export class StandInRoutes {
     const open = (drop: boolean) =>
       vllmStream(res, { id: `cmpl-${rid}`, model: modelName, promptIds: ids }, decode, {
         dropAfterHalf: () => drop && core.disconnectAfter.delete(rid),
+        topMaps: (from, out, lps) => topMaps(body, from, out, lps, tokenizer.vocabSize),
       });
     const g = await core.generate(
       {
@@ -343,7 +377,7 @@ export class StandInRoutes {
       },
       closed,
     );
-    const answer = completionBody(g, ids, body, modelName, decode(g.outputIds));
+    const answer = completionBody(g, ids, body, modelName, decode(g.outputIds), tokenizer.vocabSize);
     // vLLM sends routing only in a non-streamed answer (its stream chunks have no such field).
     if (!body.stream) Object.assign(answer.choices[0]!, vllmRoutesField(this.#o.routedExperts, body, g, ids));
     if (!body.stream) return this.#sendOrDrop(res, answer, g.rid, closed);
@@ -372,6 +406,7 @@ function completionBody(
   body: z.output<typeof CompletionBodySchema>,
   modelName: string,
   text: string,
+  vocabSize: number,
 ) {
   return {
     id: `cmpl-${g.rid}`,
@@ -388,7 +423,7 @@ function completionBody(
                 text_offset: [],
                 token_logprobs: Array.from(g.logprobs),
                 tokens: Array.from(g.outputIds, (id) => `token_id:${id}`),
-                top_logprobs: null,
+                top_logprobs: topMaps(body, ids.length, g.outputIds, g.logprobs, vocabSize) ?? null,
               }
             : null,
         finish_reason: g.finishReason,
@@ -404,6 +439,19 @@ function completionBody(
       total_tokens: ids.length + g.outputIds.length,
     },
   };
+}
+
+/** vLLM's `top_logprobs` maps when the request asked for k > 1 by token id (the stand-in's head). */
+function topMaps(
+  body: z.output<typeof CompletionBodySchema>,
+  position: number,
+  ids: Int32Array,
+  logprobs: Float32Array,
+  vocabSize: number,
+): Array<Record<string, number>> | undefined {
+  const k = body.logprobs ?? 0;
+  if (k < 1 || !body.return_tokens_as_token_ids) return undefined;
+  return vllmTopMaps(position, ids, logprobs, k, vocabSize);
 }
 
 function headerValue(value: string | string[] | undefined): string | undefined {

@@ -5,6 +5,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Job, Scheduler } from './scheduler.js';
+import { sglangTopRows } from './topk.js';
 
 export interface TokenFeed {
   /** Send what is left up to `n` tokens (the request finished with `n`) and stop. */
@@ -65,8 +66,10 @@ export function sglangStream(
   res: ServerResponse,
   meta: { rid: string; promptTokens: number; weightVersion: () => string },
   decode: (ids: Int32Array) => string,
-  options: { incremental: boolean; dropAfterHalf: () => boolean },
+  options: { incremental: boolean; dropAfterHalf: () => boolean; topK?: number; vocabSize?: number },
 ): StreamWriter {
+  const topK = options.topK ?? 0;
+  const allTop: unknown[] = [];
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
   const all: Array<[number, number, null]> = [];
   let ids = new Int32Array(0);
@@ -76,6 +79,7 @@ export function sglangStream(
     text: string,
     finish: unknown,
     extra: Record<string, unknown> = {},
+    freshTop: unknown[] = [],
   ) =>
     `data: ${JSON.stringify({
       text,
@@ -88,13 +92,19 @@ export function sglangStream(
         cached_tokens: 0,
         weight_version: meta.weightVersion(),
         output_token_logprobs: options.incremental ? fresh : all,
+        ...(topK > 0 ? { output_top_logprobs: options.incremental ? freshTop : allTop } : {}),
       },
     })}\n\n`;
   return {
     tokens(fresh, logprobs, total) {
       if (res.destroyed || dropping) return;
       const entries = Array.from(fresh, (id, i): [number, number, null] => [logprobs[i]!, id, null]);
+      const top =
+        topK > 0
+          ? sglangTopRows(meta.promptTokens + all.length, fresh, logprobs, topK, options.vocabSize!)
+          : [];
       all.push(...entries);
+      allTop.push(...top);
       const grown = new Int32Array(ids.length + fresh.length);
       grown.set(ids);
       grown.set(fresh, ids.length);
@@ -102,7 +112,7 @@ export function sglangStream(
       ids = grown;
       // The drop comes once the half is on the wire (a busy machine may write it and drop in one tick).
       dropping = all.length * 2 >= total && options.dropAfterHalf();
-      res.write(chunk(entries, text, null), dropping ? () => res.socket?.destroy() : undefined);
+      res.write(chunk(entries, text, null, {}, top), dropping ? () => res.socket?.destroy() : undefined);
     },
     finish(final) {
       if (res.destroyed || dropping) return;
@@ -125,7 +135,11 @@ export function vllmStream(
   res: ServerResponse,
   meta: { id: string; model: string; promptIds: Int32Array },
   decode: (ids: Int32Array) => string,
-  options: { dropAfterHalf: () => boolean },
+  options: {
+    dropAfterHalf: () => boolean;
+    /** The `top_logprobs` maps of tokens from a position, when the request asked for them. */
+    topMaps?: (position: number, ids: Int32Array, logprobs: Float32Array) => unknown[] | undefined;
+  },
 ): StreamWriter {
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
   const created = Math.floor(Date.now() / 1000);
@@ -137,6 +151,7 @@ export function vllmStream(
   return {
     tokens(fresh, logprobs, total) {
       if (res.destroyed || dropping) return;
+      const top = options.topMaps?.(meta.promptIds.length + sent, fresh, logprobs);
       sent += fresh.length;
       // The drop comes once the half is on the wire (a busy machine may write it and drop in one tick).
       dropping = sent * 2 >= total && options.dropAfterHalf();
@@ -147,6 +162,7 @@ export function vllmStream(
             logprobs: {
               token_logprobs: Array.from(logprobs),
               tokens: Array.from(fresh, (id) => `token_id:${id}`),
+              ...(top ? { top_logprobs: top } : {}),
             },
             finish_reason: null,
             token_ids: Array.from(fresh),

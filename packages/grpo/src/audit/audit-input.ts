@@ -7,7 +7,7 @@ import {
   type Sample,
   ValidationError,
 } from '@vime/core';
-import { nucleusProblem } from '@vime/core/engine';
+import { nucleusProblem, topLogprobsProblem } from '@vime/core/engine';
 
 /** JSON values of a file: one JSON document (an array, or an object with `samples`), or JSON lines. */
 function jsonValues(text: string, what: string): Array<{ value: unknown; where: string }> {
@@ -68,6 +68,16 @@ export function readTurnLog(text: string, what = 'turn log'): CapturedTurn[] {
           : 'top_p_token_ids: replay data needs both top_p_token_ids and top_p_token_offsets';
       if (problem)
         throw new ValidationError(`${where}.${problem.split(':')[0]}`, problem, { code: 'decode_error' });
+    }
+    const { topk_k: k, topk_token_ids: topIds, topk_log_probs: topLps } = turn;
+    if (k !== undefined || topIds || topLps) {
+      const top = {
+        k: k ?? 0,
+        ids: Int32Array.from(topIds ?? []),
+        logprobs: Float32Array.from(topLps ?? []),
+      };
+      const problem = topLogprobsProblem(top, { outputLength: turn.output_ids.length, k: k ?? 0 });
+      if (problem) throw new ValidationError(`${where}.topk_token_ids`, problem, { code: 'decode_error' });
     }
     return turn;
   });

@@ -7,6 +7,7 @@
 import type { Sample } from '@vime/core';
 import { type AuditDifference, type AuditTurn, differenceAt, extendedTurn } from './difference.js';
 import { routingProblem, routingShapeProblem } from './routing.js';
+import { compareTopK, maskedTopKProblem, sampleTopK } from './topk.js';
 import { sampleTokenVersions, versionProblem } from './versions.js';
 
 /** A captured turn, by its session and index. */
@@ -267,6 +268,8 @@ function auditSample(
   };
   const shape = shapeProblem(sample, v.n, v.p, v.replay) ?? routingShapeProblem(sample, v.p);
   if (shape) return fail(shape);
+  const top = sampleTopK(sample, v.n, v.p);
+  if (top && 'field' in top) return fail(top);
   const lp = sample.rollout_log_probs!;
   const versions = sampleTokenVersions(sample);
   if (!Array.isArray(versions)) return fail(versions);
@@ -276,7 +279,7 @@ function auditSample(
   let anchor: AuditTurn | undefined;
   for (let i = 0; i < v.n; ) {
     if (!v.trained(i)) {
-      const masked = maskedTokenProblem(v, i);
+      const masked = maskedTokenProblem(v, i) ?? maskedTopKProblem(top, i, v.p);
       if (masked) return fail(masked);
       i++;
       previous = undefined;
@@ -306,6 +309,7 @@ function auditSample(
     const problem =
       logProbProblem(v, lp, t, i, m) ??
       compareReplay(t, v.replay, i, m, v.p) ??
+      compareTopK(t, top, i, m, v.p) ??
       routingProblem(sample, t, i, m, v.p) ??
       versionProblem(sample, versions, t, i, m);
     if (problem) return fail(problem);

@@ -14,6 +14,8 @@ export interface AuditDifference {
     | 'rollout_top_p_token_ids'
     | 'rollout_top_p_token_offsets'
     | 'rollout_top_p_log_probs'
+    | 'rollout_topk_token_ids'
+    | 'rollout_topk_log_probs'
     | 'rollout_routed_experts'
     | 'weight_versions'
     | 'weight_version_spans'
@@ -55,6 +57,10 @@ export interface AuditTurn {
   top_p_token_ids?: ArrayLike<number> | undefined;
   top_p_token_offsets?: ArrayLike<number> | undefined;
   top_p_log_probs?: ArrayLike<number> | undefined;
+  /** Top-k log probs (score centering): output token i's head is `[i * k, (i + 1) * k)` of both. */
+  topk_k?: number | undefined;
+  topk_token_ids?: ArrayLike<number> | undefined;
+  topk_log_probs?: ArrayLike<number> | undefined;
   /**
    * Routing replay (R3): the experts of positions `[start, start + rows)` of the turn's sequence (at
    * least those whose forward pass sampled an output token: `prompt − 1 ..`), `layers × top_k` each.

@@ -54,6 +54,9 @@ export function auditTurnOf(sessionId: string, turn: Turn, previous?: AuditTurn 
     top_p_token_ids: turn.topP?.ids,
     top_p_token_offsets: turn.topP?.offsets,
     top_p_log_probs: turn.topP?.logprobs,
+    topk_k: turn.topK?.k,
+    topk_token_ids: turn.topK?.ids,
+    topk_log_probs: turn.topK?.logprobs,
     routed_experts: outputRouting(turn, (experts) => experts),
   };
   // Checked now, while the rollout runs, so the hand-off compares each prompt's new tokens only.

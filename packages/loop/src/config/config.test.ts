@@ -8,6 +8,7 @@ import type { TaskSpec } from '@vime/core';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
+import { samplingOf } from '../agents.js';
 import { mixAgents } from '../tasks.js';
 import { runConfigJsonSchema } from './file.js';
 import { KNOBS } from './knobs.js';
@@ -138,6 +139,22 @@ describe('mistakes in a config file: the key path, the value and the fix', () =>
     ).toBe(
       '--top-p: 0.9 with vLLM engines cannot be trained on exactly (vLLM returns no per-token nucleus to replay); sample with top_p 1, or use SGLang engines with the top-p patch',
     );
+    expect(errorOf(() => resolved(['--engine-kind', 'vllm', '--top-logprobs', '128']))).toBe(
+      "--top-logprobs: 128 is above the vLLM engines' limit, engines.max_logprobs (--engine-max-logprobs) = 20; start vLLM with --max-logprobs 128 and set that to 128, or lower --top-logprobs",
+    );
+    expect(errorOf(() => resolved(['--top-logprobs', '0']))).toBe(
+      '--top-logprobs: number 0 is not accepted; write a value > 0',
+    );
+    const topk = resolved([
+      '--engine-kind',
+      'vllm',
+      '--top-logprobs',
+      '128',
+      '--engine-max-logprobs',
+      '129',
+    ]).config;
+    expect([topk.topLogprobs, topk.engineMaxLogprobs]).toEqual([128, 129]);
+    expect(samplingOf(topk).topLogprobs).toBe(128);
     expect(errorOf(() => resolved(['--config', 'nowhere.yaml']))).toBe(
       '--config nowhere.yaml: does not exist; give a YAML or JSON run config file',
     );

@@ -36,6 +36,7 @@ const UNSET_BY_NULL = new Set<ConfigField>([
   'harnessRegistry',
   'wandbProject',
   'topK',
+  'topLogprobs',
   'agentMix',
   'sandboxLimits',
   'imageDir',

@@ -33,6 +33,7 @@ Flags (environment variable in brackets; a flag wins over its variable, a variab
                            folders, looked in before the Docker engine (DOCKER_HOST) [VIME_IMAGE_DIR]
   --engine-url URL         an SGLang (or vLLM with --engine-kind vllm) server; repeat for several [VIME_ENGINE_URLS]
   --engine-kind KIND       sglang | vllm (default sglang)
+  --engine-max-logprobs N  the vLLM engines' --max-logprobs (default 20, vLLM's)
   --engine-wait DURATION   how long to wait for the engines to be healthy (default 120s)
   --engines N              stand-in engines to start when no --engine-url is given (default 1)
   --engine-tps N           stand-in decode tokens/s per engine (default 4000)
@@ -42,6 +43,8 @@ Flags (environment variable in brackets; a flag wins over its variable, a variab
   --temperature X          sampling temperature (default 1)
   --top-p X                nucleus sampling mass (default 1)
   --top-k N                top-k sampling (-1: off; default: the engine's)
+  --top-logprobs K         capture the top-K log probs of every sampled token, for score centering
+                           (default: none; vLLM: at most --engine-max-logprobs)
   --max-tokens N           most tokens one turn generates (default 1024)
   --max-context N          a rollout's token budget, prompt and turns together (default 32768)
   --stop TEXT              a stop string (repeatable)
@@ -113,6 +116,8 @@ export const FLAGS = {
   temperature: { type: 'string' },
   'top-p': { type: 'string' },
   'top-k': { type: 'string' },
+  'top-logprobs': { type: 'string' },
+  'engine-max-logprobs': { type: 'string' },
   'max-tokens': { type: 'string' },
   'max-context': { type: 'string' },
   stop: { type: 'string', multiple: true },
@@ -223,6 +228,8 @@ export function configFromFlags(
     temperature: number(v.temperature, '--temperature'),
     topP: number(v['top-p'], '--top-p'),
     topK: number(v['top-k'], '--top-k'),
+    topLogprobs: number(v['top-logprobs'], '--top-logprobs'),
+    engineMaxLogprobs: number(v['engine-max-logprobs'], '--engine-max-logprobs'),
     maxTokensPerTurn: number(v['max-tokens'], '--max-tokens'),
     maxContextTokens: number(v['max-context'], '--max-context'),
     stop: v.stop,

@@ -40,6 +40,7 @@ export const KNOBS: readonly Knob[] = [
   knob('rolloutGuardMs', 'run.rollout_deadline', { kind: 'duration', flag: '--rollout-deadline' }),
   knob('engineUrls', 'engines.urls', { flag: '--engine-url', env: 'VIME_ENGINE_URLS' }),
   knob('engineKind', 'engines.kind', { flag: '--engine-kind' }),
+  knob('engineMaxLogprobs', 'engines.max_logprobs', { flag: '--engine-max-logprobs' }),
   knob('engineWaitMs', 'engines.wait', { kind: 'duration', flag: '--engine-wait' }),
   knob('engineHealthIntervalMs', 'engines.router.health_interval', {
     kind: 'duration',
@@ -59,6 +60,7 @@ export const KNOBS: readonly Knob[] = [
   knob('temperature', 'sampling.temperature', { flag: '--temperature' }),
   knob('topP', 'sampling.top_p', { flag: '--top-p' }),
   knob('topK', 'sampling.top_k', { flag: '--top-k' }),
+  knob('topLogprobs', 'sampling.top_logprobs', { flag: '--top-logprobs' }),
   knob('maxTokensPerTurn', 'sampling.max_tokens_per_turn', { flag: '--max-tokens' }),
   knob('maxContextTokens', 'sampling.max_context_tokens', { flag: '--max-context' }),
   knob('stop', 'sampling.stop', { flag: '--stop' }),

@@ -63,6 +63,11 @@ function validated(raw: Record<string, unknown>, sources: ConfigSources, file?: 
     throw new ConfigError(
       `${nameOf('topP', sources, file)}: ${c.topP} with vLLM engines cannot be trained on exactly (vLLM returns no per-token nucleus to replay); sample with top_p 1, or use SGLang engines with the top-p patch`,
     );
+  // vLLM refuses more top log probs than its --max-logprobs: every turn would fail.
+  if (c.engineKind === 'vllm' && c.topLogprobs !== undefined && c.topLogprobs > c.engineMaxLogprobs)
+    throw new ConfigError(
+      `${nameOf('topLogprobs', sources, file)}: ${c.topLogprobs} is above the vLLM engines' limit, ${nameOf('engineMaxLogprobs', sources, file)} = ${c.engineMaxLogprobs}; start vLLM with --max-logprobs ${c.topLogprobs} and set that to ${c.topLogprobs}, or lower ${nameOf('topLogprobs', sources, file)}`,
+    );
   return c;
 }
 

@@ -51,6 +51,12 @@ export const ConfigSchema = z.object({
     .default([])
     .describe('SGLang/vLLM engine URLs; empty starts the stand-in engine(s).'),
   engineKind: z.enum(['sglang', 'vllm']).default('sglang').describe('The wire the engines speak.'),
+  engineMaxLogprobs: z
+    .number()
+    .int()
+    .positive()
+    .default(20)
+    .describe("vLLM engines' --max-logprobs: the largest top_logprobs they serve (vLLM's default 20)."),
   engineWaitMs: z
     .number()
     .int()
@@ -213,6 +219,14 @@ export const ConfigSchema = z.object({
     .min(-1)
     .optional()
     .describe("Top-k sampling (-1: off); absent, the engine's default."),
+  topLogprobs: z
+    .number()
+    .int()
+    .positive()
+    .optional()
+    .describe(
+      'Capture the top-k log probs of every sampled token (score centering), k = this; absent, none.',
+    ),
   stop: z.array(z.string().min(1)).default([]).describe('Stop strings: a turn ends where one is generated.'),
   odds: z
     .object({ gold: z.number(), wrong: z.number(), malformed: z.number() })

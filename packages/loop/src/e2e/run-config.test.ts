@@ -131,6 +131,7 @@ describe('the main job with a run config', () => {
         temperature: 0.6,
         top_p: topP,
         top_k: 20,
+        top_logprobs: null,
         max_tokens_per_turn: 256,
         max_context_tokens: 32768,
         stop: ['\nObservation:'],

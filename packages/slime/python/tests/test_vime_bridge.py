@@ -91,3 +91,13 @@ def test_the_stand_in_sample_round_trips_through_to_dict() -> None:
     assert data["status"] == "truncated"
     back = Sample.from_dict({**data, "extra": 7})
     assert back.status is Sample.Status.TRUNCATED and back.tokens == [1, 2] and back.extra == 7
+
+
+def test_top_k_heads_ride_from_dict_as_attributes() -> None:
+    # slime's Sample declares no top-k field: from_dict sets the keys as attributes and to_dict returns them.
+    heads = {"rollout_topk_token_ids": [[5, 9], [0, 1]], "rollout_topk_log_probs": [[-0.1, -2.5], [-0.69, -0.69]]}
+    data = {**Sample(tokens=[1, 2, 3], response_length=2, status=Sample.Status.COMPLETED).to_dict(), **heads}
+    back = Sample.from_dict(data)
+    assert back.rollout_topk_token_ids == [[5, 9], [0, 1]]
+    assert back.rollout_topk_log_probs == [[-0.1, -2.5], [-0.69, -0.69]]
+    assert {k: back.to_dict()[k] for k in heads} == heads

@@ -4,6 +4,7 @@ import type { Trajectory, Turn } from '../../rollout.js';
 import { createSample, type Sample, type SampleInit, type SampleStatus } from '../../sample.js';
 import { type DriftCounts, type PackOptions, packTurns } from './pack.js';
 import { keptRoutes } from './routing.js';
+import { type RowTopK, topKFields } from './topk.js';
 
 /** How a rollout's reward is given to its rows when the trajectory forked into several. */
 export type RewardSplit = 'copy' | 'divide';
@@ -113,6 +114,8 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
     const { rows, drift } = packTurns(state.turns, this.#options);
     const broken = rows.find((r) => r.replay?.error);
     if (broken) throw new ValidationError('turns.topP', broken.replay!.error!);
+    const brokenTopK = rows.find((r) => r.topK?.error);
+    if (brokenTopK) throw new ValidationError('turns.topK', brokenTopK.topK!.error!);
     const unrouted = rows.find((r) => r.routes?.error);
     if (unrouted) throw new ValidationError('turns.routes', unrouted.routes!.error!);
     this.#sessions.delete(sessionId);
@@ -138,7 +141,7 @@ export class TrajectoryManager extends EventEmitter<TrajectoryEvents> {
         rollout_top_p_token_ids: row.replay?.ids ?? null,
         rollout_top_p_token_offsets: row.replay?.offsets ?? null,
         rollout_routed_experts: row.routes?.experts ?? null,
-        ...replayExtra(base.extra, row.replay?.logprobs),
+        ...topKExtra(replayExtra(base.extra, row.replay?.logprobs), row.topK),
         reward: rowReward,
         rollout_id: rolloutId,
         session_id: sessionId,
@@ -215,6 +218,19 @@ function replayExtra(
 ): { extra?: Record<string, unknown> | undefined } {
   if (!logprobs) return extra ? { extra } : {};
   return { extra: { ...extra, rollout_top_p_log_probs: Array.from(logprobs) } };
+}
+
+/**
+ * The row's top-k log probs travel as `rollout_topk_token_ids` / `rollout_topk_log_probs` (one list of k
+ * per response token), the reference framework's `Sample` fields; slime's `Sample.from_dict` sets them as
+ * attributes.
+ */
+function topKExtra(
+  current: { extra?: Record<string, unknown> | undefined },
+  topK: RowTopK | undefined,
+): { extra?: Record<string, unknown> | undefined } {
+  if (!topK) return current;
+  return { extra: { ...current.extra, ...topKFields(topK) } };
 }
 
 /** The engines that served a row's turns, per turn and in order of first use (when the proxy recorded them). */

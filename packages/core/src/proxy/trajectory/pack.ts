@@ -1,6 +1,7 @@
 import type { Turn } from '../../rollout.js';
 import { type RowReplay, rowReplay } from './replay.js';
 import { type RowRoutes, rowRoutes } from './routing.js';
+import { type RowTopK, rowTopK } from './topk.js';
 
 /** One training row under construction: a prompt and the response region that follows it. */
 export interface PackedRow {
@@ -20,6 +21,8 @@ export interface PackedRow {
    * carry it; `error` says why it could not be built (turns with and without it in one row).
    */
   replay?: RowReplay | undefined;
+  /** Top-k log probs over the response region (the uniform filler on observations), when the row's turns carry them. */
+  topK?: RowTopK | undefined;
   /**
    * MoE routing replay over the row's tokens but the last (slime's `rollout_routed_experts`), when its
    * turns carry routing; `error` says why it could not be built.
@@ -143,6 +146,7 @@ class RowBuilder {
       weightVersions: this.versions,
       versionSpans: this.versionSpans(),
       replay: rowReplay(turns, this.turns, this.sourceTurn, this.sourcePos),
+      topK: rowTopK(turns, this.turns, this.sourceTurn, this.sourcePos),
       routes: rowRoutes(turns, this.turns, this.routeFrom),
     };
   }

@@ -25,7 +25,10 @@ export const CapturedTurnSchema = z.looseObject({
   top_p_token_ids: z.array(int).optional(),
   top_p_token_offsets: z.array(int).optional(),
   top_p_log_probs: z.array(z.number()).optional(),
-  /** Speculative decoding: verification passes (SGLang's `spec_verify_ct`) and the draft tokens accepted. */
+  /** Top-k log probs (score centering): output token i's k ids and log probs are `[i * k, (i + 1) * k)`. */
+  topk_k: int.positive().optional(),
+  topk_token_ids: z.array(int).optional(),
+  topk_log_probs: z.array(z.number()).optional(),
   /**
    * Routing replay (R3): the experts of the positions whose forward pass sampled an output token
    * (`start` = the prompt's last position), `layers × top_k` per position, flat.
@@ -38,6 +41,7 @@ export const CapturedTurnSchema = z.looseObject({
       experts: z.array(int.nonnegative()),
     })
     .optional(),
+  /** Speculative decoding: verification passes (SGLang's `spec_verify_ct`) and the draft tokens accepted. */
   spec_verify_passes: int.nonnegative().optional(),
   spec_accepted_tokens: int.nonnegative().optional(),
 });
@@ -60,6 +64,13 @@ export function capturedTurnRecord(sessionId: string, turn: Turn): CapturedTurn 
           top_p_token_ids: Array.from(turn.topP.ids),
           top_p_token_offsets: Array.from(turn.topP.offsets),
           ...(turn.topP.logprobs ? { top_p_log_probs: Array.from(turn.topP.logprobs) } : {}),
+        }
+      : {}),
+    ...(turn.topK
+      ? {
+          topk_k: turn.topK.k,
+          topk_token_ids: Array.from(turn.topK.ids),
+          topk_log_probs: Array.from(turn.topK.logprobs),
         }
       : {}),
     ...(turn.routes ? { routed_experts: outputRouting(turn, (e) => Array.from(e)) } : {}),
