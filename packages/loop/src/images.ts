@@ -86,9 +86,7 @@ async function dockerImages(images: string[], options: PrepareImagesOptions): Pr
   try {
     const before = await inspectImages(engine, images, { signal: options.signal });
     const missing = before.filter((p) => !p.present);
-    options.log(
-      `images (Docker engine at ${engine.address}): ${images.length}, ${missing.length} missing`,
-    );
+    options.log(`images (Docker engine at ${engine.address}): ${images.length}, ${missing.length} missing`);
     const row = (p: ImagePresence) => [
       p.image,
       size(p.sizeBytes),
