@@ -1,8 +1,18 @@
-/** A harness's conversation in one of the proxy's three dialects: the history it sends back each turn. */
+/** A harness's conversation in one of the proxy's four dialects: the history it sends back each turn. */
 import type { TemplateMessage } from '../engine/tokenizer/template.js';
-import { anthropicMessage, anthropicTools, openaiMessage, post, sse, tools } from './proxy-harness.js';
+import {
+  anthropicMessage,
+  anthropicTools,
+  geminiAnswer,
+  geminiTools,
+  geminiURL,
+  openaiMessage,
+  post,
+  sse,
+  tools,
+} from './proxy-harness.js';
 
-export type Dialect = 'openai' | 'anthropic' | 'responses';
+export type Dialect = 'openai' | 'anthropic' | 'responses' | 'gemini';
 
 const responsesTools = [{ type: 'function', ...tools[0]!.function }];
 
@@ -10,6 +20,7 @@ export class DialectConversation {
   readonly #openai: TemplateMessage[];
   readonly #anthropic: Array<{ role: string; content: unknown }>;
   readonly #input: Array<Record<string, unknown>>;
+  readonly #contents: Array<{ role: string; parts: Array<Record<string, unknown>> }>;
   /** Where the tool results sit in the history, to rewrite one (a fork). */
   readonly #observations: Array<() => Record<string, unknown>> = [];
 
@@ -23,6 +34,7 @@ export class DialectConversation {
     this.#openai = [{ role: 'user', content: opening }];
     this.#anthropic = [{ role: 'user', content: opening }];
     this.#input = [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: opening }] }];
+    this.#contents = [{ role: 'user', parts: [{ text: opening }] }];
   }
 
   /**
@@ -73,6 +85,7 @@ export class DialectConversation {
       }
       return { ...res, kept: true };
     }
+    if (this.dialect === 'gemini') return this.#geminiExchange(observation);
     const body = { model: 'policy', input: this.#input, tools: responsesTools, store: false, stream };
     const res = await post(`${this.baseURL}/responses`, body, auth);
     failed(res);
@@ -92,10 +105,30 @@ export class DialectConversation {
     return { ...res, kept: true };
   }
 
+  /**
+   * A Gemini API turn (`generateContent`, or `streamGenerateContent?alt=sse`), the model's parts kept as
+   * answered (thought parts included) and a tool result sent as a `functionResponse` with `output`.
+   */
+  async #geminiExchange(observation?: string): Promise<{ status: number; text: string; kept: boolean }> {
+    const body = { contents: this.#contents, tools: geminiTools };
+    const res = await post(geminiURL(this.baseURL, this.stream), body, { 'x-goog-api-key': this.apiKey });
+    failed(res);
+    const { parts } = geminiAnswer(res.text, this.stream);
+    this.#contents.push({ role: 'model', parts });
+    const call = parts.find((p) => p.functionCall)?.functionCall as { id: string; name: string } | undefined;
+    if (call && observation !== undefined) {
+      const response = { output: observation };
+      const part = { functionResponse: { id: call.id, name: call.name, response } };
+      this.#contents.push({ role: 'user', parts: [part] });
+      this.#observations.push(() => response);
+    }
+    return { ...res, kept: true };
+  }
+
   /** Rewrite the `index`-th tool result in place, as a client that edits its history does. */
   editObservation(index: number, text: string): void {
     const item = this.#observations[index]!();
-    if (this.dialect === 'responses') item.output = text;
+    if (this.dialect === 'responses' || this.dialect === 'gemini') item.output = text;
     else item.content = text;
   }
 }

@@ -1,10 +1,21 @@
-/** Three-turn tool loops through each of the capture proxy's dialects, as a harness drives them. */
+/** Three-turn tool loops through each of the capture proxy's four dialects, as a harness drives them. */
 import { expect } from 'vitest';
 import type { TemplateMessage } from '../engine/tokenizer/template.js';
-import { anthropicMessage, anthropicTools, OBSERVATIONS, openaiMessage, post, sse, tools } from './proxy-harness.js';
+import {
+  anthropicMessage,
+  anthropicTools,
+  geminiAnswer,
+  geminiTools,
+  geminiURL,
+  OBSERVATIONS,
+  openaiMessage,
+  post,
+  sse,
+  tools,
+} from './proxy-harness.js';
 
-export type DialectName = 'openai' | 'anthropic' | 'responses';
-export const DIALECTS: DialectName[] = ['openai', 'anthropic', 'responses'];
+export type DialectName = 'openai' | 'anthropic' | 'responses' | 'gemini';
+export const DIALECTS: DialectName[] = ['openai', 'anthropic', 'responses', 'gemini'];
 
 type Item = Record<string, unknown> & { type: string };
 
@@ -32,6 +43,9 @@ export async function toolLoop(
   const openai: TemplateMessage[] = [{ role: 'user', content: 'Fix the failing test.' }];
   const anthropic: Array<{ role: string; content: unknown }> = [{ role: 'user', content: 'Fix the failing test.' }];
   const input: Item[] = [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Fix the failing test.' }] }];
+  const contents: Array<{ role: string; parts: Array<Record<string, unknown>> }> = [
+    { role: 'user', parts: [{ text: 'Fix the failing test.' }] },
+  ];
   for (let k = 0; k < turns; k++) {
     if (k === options.compactAt) {
       // a compaction: the history is replaced by a summary, so this prompt extends no earlier one
@@ -39,9 +53,16 @@ export async function toolLoop(
       openai.splice(0, openai.length, { role: 'user', content: summary });
       anthropic.splice(0, anthropic.length, { role: 'user', content: summary });
       input.splice(0, input.length, { type: 'message', role: 'user', content: [{ type: 'input_text', text: summary }] });
+      contents.splice(0, contents.length, { role: 'user', parts: [{ text: summary }] });
     }
     const res =
-      dialect === 'openai'
+      dialect === 'gemini'
+        ? await post(
+            geminiURL(session.baseURL, stream),
+            { contents, tools: geminiTools },
+            { 'x-goog-api-key': session.apiKey },
+          )
+        : dialect === 'openai'
         ? await post(`${session.baseURL}/chat/completions`, { messages: openai, tools, stream }, auth)
         : dialect === 'anthropic'
           ? await post(
@@ -73,6 +94,15 @@ export async function toolLoop(
       const use = content.find((b) => b.type === 'tool_use');
       if (use) {
         anthropic.push({ role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: observation }] });
+      }
+    } else if (dialect === 'gemini') {
+      // the model's parts kept as answered, thought parts included
+      const { parts } = geminiAnswer(res.text, stream);
+      contents.push({ role: 'model', parts });
+      const call = parts.find((p) => p.functionCall)?.functionCall as { id: string; name: string } | undefined;
+      if (call) {
+        const response = { output: observation };
+        contents.push({ role: 'user', parts: [{ functionResponse: { id: call.id, name: call.name, response } }] });
       }
     } else {
       const output = responseOutput(res.text, stream);

@@ -217,3 +217,42 @@ export function anthropicMessage(
   return { content, stop };
 }
 
+
+/** The `bash` tool as Gemini API function declarations. */
+export const geminiTools = [
+  {
+    functionDeclarations: [
+      {
+        name: 'bash',
+        description: tools[0]!.function.description,
+        parametersJsonSchema: tools[0]!.function.parameters,
+      },
+    ],
+  },
+];
+
+/** A session's Gemini API turn URL: `generateContent`, or `streamGenerateContent?alt=sse`. */
+export function geminiURL(baseURL: string, stream: boolean): string {
+  const method = stream ? 'streamGenerateContent?alt=sse' : 'generateContent';
+  return `${baseURL.replace(/\/v1$/, '')}/v1beta/models/vime-policy:${method}`;
+}
+
+/** A Gemini answer's parts, finish reason and usage, its SSE frames assembled as `@google/genai` does. */
+export function geminiAnswer(
+  text: string,
+  stream: boolean,
+): { parts: Array<Record<string, unknown>>; finish: string; usage: unknown } {
+  type Answer = {
+    candidates: Array<{ content?: { parts: Array<Record<string, unknown>> }; finishReason?: string }>;
+    usageMetadata?: unknown;
+  };
+  const answers: Answer[] = stream
+    ? sse(text).map(({ event, data }) => {
+        expect(event).toBeUndefined();
+        return JSON.parse(data) as Answer;
+      })
+    : [JSON.parse(text) as Answer];
+  const parts = answers.flatMap((a) => a.candidates[0]!.content?.parts ?? []);
+  const last = answers.at(-1)!;
+  return { parts, finish: last.candidates[0]!.finishReason!, usage: last.usageMetadata };
+}

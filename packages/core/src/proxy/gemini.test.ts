@@ -2,11 +2,12 @@ import { afterEach, describe, expect, it } from 'vitest';
 import {
   closeAll,
   expectExactRow,
+  geminiAnswer,
+  geminiTools,
   OBSERVATIONS,
   post,
   script,
   setup,
-  sse,
   tools,
 } from '../__fixtures__/proxy-harness.js';
 import type { TemplateMessage } from '../engine/tokenizer/template.js';
@@ -14,10 +15,6 @@ import type { TemplateMessage } from '../engine/tokenizer/template.js';
 afterEach(closeAll);
 
 type Part = Record<string, unknown>;
-interface GeminiAnswer {
-  candidates: Array<{ content?: { role: string; parts: Part[] }; finishReason?: string; index: number }>;
-  usageMetadata?: { promptTokenCount: number; candidatesTokenCount: number; totalTokenCount: number };
-}
 
 /**
  * A tool loop without thoughts (Gemini CLI keeps no thought part in its history). The first call's
@@ -31,31 +28,6 @@ const LOOP = [
 ];
 /** The argument text of each call as the model wrote it: what the history must render. */
 const RAW_ARGS = ['{"cmd":"ls"}', '{"cmd": "cat a.py"}'];
-
-const declarations = [
-  {
-    functionDeclarations: [
-      {
-        name: 'bash',
-        description: tools[0]!.function.description,
-        parametersJsonSchema: tools[0]!.function.parameters,
-      },
-    ],
-  },
-];
-
-/** The answer's parts, finish reason and usage, the SSE frames assembled as `@google/genai` does. */
-function answerOf(text: string, stream: boolean): { parts: Part[]; finish: string; usage: unknown } {
-  const answers: GeminiAnswer[] = stream
-    ? sse(text).map(({ event, data }) => {
-        expect(event).toBeUndefined();
-        return JSON.parse(data) as GeminiAnswer;
-      })
-    : [JSON.parse(text) as GeminiAnswer];
-  const parts = answers.flatMap((a) => a.candidates[0]!.content?.parts ?? []);
-  const last = answers.at(-1)!;
-  return { parts, finish: last.candidates[0]!.finishReason!, usage: last.usageMetadata };
-}
 
 /**
  * The model turn as Gemini CLI 0.61.0 keeps it in its history (geminiChat.ts): thought parts dropped,
@@ -103,7 +75,7 @@ describe('capture proxy: the Gemini API (generateContent)', () => {
           {
             contents,
             systemInstruction: { role: 'user', parts: [{ text: system }] },
-            tools: declarations,
+            tools: geminiTools,
             generationConfig: {
               temperature: 1,
               topP: 0.95,
@@ -115,7 +87,7 @@ describe('capture proxy: the Gemini API (generateContent)', () => {
         );
         expect(res.status, res.text).toBe(200);
         expect(res.type).toBe(stream ? 'text/event-stream' : 'application/json');
-        const { parts, finish, usage } = answerOf(res.text, stream);
+        const { parts, finish, usage } = geminiAnswer(res.text, stream);
         expect(finish).toBe('STOP');
         expect(usage).toEqual({
           promptTokenCount: calls[k]!.inputIds.length,

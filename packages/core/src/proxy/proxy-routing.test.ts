@@ -203,31 +203,33 @@ describe('routing replay: a weight update inside a turn', () => {
 
 describe('routing replay fails closed', () => {
   for (const kind of ['sglang', 'vllm'] as const) {
-    for (const stream of [false, true]) {
-      for (const fault of ['missing', 'short'] as const) {
-        it(`${kind} ${stream ? 'SSE' : 'JSON'}: routing ${fault} fails the turn, unrecorded`, async () => {
-          const { proxy, turns, errors } = await rig(kind, script(...TOOL_LOOP), { fault: () => fault });
-          const session = proxy.openSession(`fail-${kind}-${stream}-${fault}`);
-          const { statuses, error } = await toolLoop('openai', session, stream, { turns: 1 });
-          const expected =
-            fault === 'missing'
-              ? /routing replay needs the routed experts of every token, found none/
-              : kind === 'sglang'
-                ? /expected \d+ expert ids .* found \d+/
-                : /expected shape \(\d+, 3, 2\) .* found \(\d+, 3, 2\)/;
-          // a streamed answer may have begun (200): the failure then ends the stream with an error event
-          expect(statuses).toEqual([stream ? statuses[0] : 502]);
-          expect(error).toMatch(expected);
-          await until(() => errors.length === 1, 'the turn error');
-          expect(errors[0]).toMatch(expected);
-          expect(turns).toHaveLength(0);
-          expect(proxy.trajectories.trajectory(session.id).turns).toHaveLength(0);
-        });
+    for (const dialect of ['openai', 'gemini'] as const) {
+      for (const stream of [false, true]) {
+        for (const fault of ['missing', 'short'] as const) {
+          it(`${dialect} ${kind} ${stream ? 'SSE' : 'JSON'}: routing ${fault} fails the turn, unrecorded`, async () => {
+            const { proxy, turns, errors } = await rig(kind, script(...TOOL_LOOP), { fault: () => fault });
+            const session = proxy.openSession(`fail-${dialect}-${kind}-${stream}-${fault}`);
+            const { statuses, error } = await toolLoop(dialect, session, stream, { turns: 1 });
+            const expected =
+              fault === 'missing'
+                ? /routing replay needs the routed experts of every token, found none/
+                : kind === 'sglang'
+                  ? /expected \d+ expert ids .* found \d+/
+                  : /expected shape \(\d+, 3, 2\) .* found \(\d+, 3, 2\)/;
+            // a streamed answer may have begun (200): the failure then ends the stream with an error event
+            expect(statuses).toEqual([stream ? statuses[0] : 502]);
+            expect(error).toMatch(expected);
+            await until(() => errors.length === 1, 'the turn error');
+            expect(errors[0]).toMatch(expected);
+            expect(turns).toHaveLength(0);
+            expect(proxy.trajectories.trajectory(session.id).turns).toHaveLength(0);
+          });
+        }
       }
     }
   }
 
-  for (const dialect of ['anthropic', 'responses'] as const) {
+  for (const dialect of ['anthropic', 'responses', 'gemini'] as const) {
     it(`${dialect}: an engine without routing capture fails the turn`, async () => {
       const { proxy, turns, errors } = await rig('sglang', script(...TOOL_LOOP), { fault: () => 'missing' });
       const session = proxy.openSession(`fail-${dialect}`);

@@ -29,7 +29,7 @@ afterEach(closeAll);
 const K = 5;
 const SAMPLING: Sampling = { temperature: 1, maxTokens: 256, topLogprobs: K };
 type Wire = 'sglang' | 'vllm';
-const DIALECTS = ['openai', 'anthropic', 'responses'] as const;
+const DIALECTS = ['openai', 'anthropic', 'responses', 'gemini'] as const;
 
 async function start(
   policy: StandInPolicy,
@@ -120,7 +120,7 @@ function expectTopKRow(sample: Sample, turns: readonly Turn[], k = K): void {
 
 describe('capture proxy: top-k log probs, per dialect, streamed and not, on both wires', () => {
   for (const wire of ['sglang', 'vllm'] as const) {
-    for (const dialect of ['openai', 'anthropic', 'responses'] as const) {
+    for (const dialect of DIALECTS) {
       for (const stream of [false, true]) {
         it(`${wire} / ${dialect} / ${stream ? 'streamed' : 'JSON'}: a 3-turn tool loop packs every head into one row`, async () => {
           const { proxy, turns, calls, log } = await start(script(...TOOL_LOOP), wire);
