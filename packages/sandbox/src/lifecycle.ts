@@ -93,6 +93,7 @@ export function sandboxLabels(
 /** What the registry needs from a live sandbox. */
 export interface Terminable {
   readonly id: string;
+  /** Terminate, recording why (the registry passes the signal, `exit` or `lifetime`). */
   terminateWith(reason: TerminateReason): Promise<void>;
 }
 
@@ -179,6 +180,7 @@ function onSignal(signal: NodeJS.Signals): void {
   });
 }
 
+/** Options of `register`: signal handlers and the lifetime after which the registry terminates a sandbox. */
 export interface RegisterOptions {
   /** Install SIGINT/SIGTERM/SIGHUP and exit handlers that terminate live sandboxes (default true). */
   handleSignals?: boolean | undefined;

@@ -6,6 +6,7 @@
 import { SandboxError } from '@vime/core';
 import type { OpOptions, SandboxEmitter, TerminateReason } from './types.js';
 
+/** What `SandboxOps` needs of its sandbox: its id, its provider's name and events, and how to unregister it. */
 export interface SandboxOpsInit {
   id: string;
   provider: string;
@@ -14,6 +15,7 @@ export interface SandboxOpsInit {
   unregister: () => void;
 }
 
+/** The operations of one sandbox: tracked, aborted on terminate, and the terminate run once. */
 export class SandboxOps {
   readonly #init: SandboxOpsInit;
   readonly #running = new Set<AbortController>();

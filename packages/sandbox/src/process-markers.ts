@@ -12,6 +12,7 @@ export const EXEC_MARKER_ENV = 'VIME_EXEC_ID';
 export const KILL_MARKED =
   'cd /proc && for pass in 1 2 3; do for p in [0-9]*; do if grep -qz "^$1=$2\\$" "$p/environ" 2>/dev/null; then kill -9 "$p" 2>/dev/null; fi; done; done; true';
 
+/** A fresh value for `EXEC_MARKER_ENV`, marking one exec's processes. */
 export function newExecId(): string {
   return randomBytes(6).toString('hex');
 }

@@ -11,6 +11,7 @@ import { turnRuns } from './versions.js';
 
 /** What the check reads of the log: whether a version was ever in force for an engine (`WeightUpdateLog`). */
 export interface WeightLogView {
+  /** Whether `version` was ever in force for the engine at `url`. */
   logged(url: string, version: string): boolean;
 }
 

@@ -67,6 +67,7 @@ export interface KubernetesSandboxInit {
   release: () => Promise<void>;
 }
 
+/** A sandbox in a Kubernetes pod (its own, or a claimed agent-sandbox's); see the package README's "Kubernetes". */
 export class KubernetesSandbox implements Sandbox {
   readonly id: string;
   readonly provider = 'kubernetes';
@@ -319,6 +320,7 @@ export class KubernetesSandbox implements Sandbox {
     return this.terminateWith('requested');
   }
 
+  /** Terminate, recording why (`requested`, `lifetime`, a signal, …) on the `terminate` event. */
   terminateWith(reason: TerminateReason): Promise<void> {
     return this.#ops.terminate(
       reason,
