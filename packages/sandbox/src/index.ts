@@ -70,7 +70,7 @@ export {
   type KubernetesProviderOptions,
   kubernetesProvider,
 } from './kubernetes/provider.js';
-export type { KubernetesSandbox } from './kubernetes/sandbox.js';
+export { KubernetesSandbox } from './kubernetes/sandbox.js';
 export {
   CREATED_LABEL,
   defaultRunId,
