@@ -30,7 +30,8 @@ export interface DaytonaStandinOptions {
   msPerMinute?: number | undefined;
 }
 
-type DaytonaBox = LocalBox & {
+/** A stand-in Daytona sandbox: a local box with the fields Daytona reports. */
+export type DaytonaBox = LocalBox & {
   labels: Record<string, string>;
   ttlMinutes: number;
   autoStopInterval: number;
@@ -44,6 +45,7 @@ export interface DaytonaStandin {
   apiKey: string;
   boxes: Map<string, DaytonaBox>;
   rateLimited: number;
+  /** Stops the server and kills every stand-in sandbox it started. */
   close(): Promise<void>;
 }
 

@@ -35,6 +35,7 @@ export interface E2bStandin {
   boxes: Map<string, LocalBox & { metadata: Record<string, string>; templateID: string; endAt: number }>;
   /** API calls answered 429. */
   rateLimited: number;
+  /** Stops the server and kills every stand-in sandbox it started. */
   close(): Promise<void>;
 }
 
