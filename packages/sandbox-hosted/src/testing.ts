@@ -13,4 +13,4 @@ export {
   startDaytonaStandin,
 } from './standins/daytona.js';
 export { type E2bStandin, type E2bStandinOptions, startE2bStandin } from './standins/e2b.js';
-export type { LocalBox } from './standins/local-box.js';
+export { LocalBox } from './standins/local-box.js';
