@@ -115,15 +115,19 @@ describe('kubernetes provider (stand-in API server): plain pods', () => {
     });
     try {
       const timeoutMs = 1000;
-      const r = await sbx.exec('setsid sh -c "echo \\$\\$ > /tmp/child.pid; exec sleep 300" & sleep 300', {
-        timeoutMs,
-      });
+      // The child records its pid and its start time: pids are reused (pid_max may be 32768, and the
+      // machine runs other tests), so "gone" means no process with that pid started when the child did.
+      const child = "echo \\$\\$ \\$(cut -d' ' -f22 /proc/\\$\\$/stat) > /tmp/child.pid; exec sleep 300";
+      const r = await sbx.exec(`setsid sh -c "${child}" & sleep 300`, { timeoutMs });
       expect(r).toMatchObject({ timedOut: true, exitCode: null });
       expect(r.durationMs).toBeGreaterThanOrEqual(timeoutMs);
-      const pid = (await sbx.readTextFile('/tmp/child.pid')).trim();
+      const [pid, start] = (await sbx.readTextFile('/tmp/child.pid')).trim().split(' ');
       expect(pid).toMatch(/^\d+$/);
+      expect(start).toMatch(/^\d+$/);
       // The detached child left the exec's process group; the exec marker found it.
-      const alive = await sbx.exec(`kill -0 ${pid} 2>/dev/null && echo alive || echo gone`);
+      const alive = await sbx.exec(
+        `set -- $(cut -d' ' -f3,22 /proc/${pid}/stat 2>/dev/null); [ "$2" = ${start} ] && [ "$1" != Z ] && echo alive || echo gone`,
+      );
       expect(alive.stdout).toBe('gone\n');
       expect((await sbx.exec('echo still-usable')).stdout).toBe('still-usable\n');
     } finally {
