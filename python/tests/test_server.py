@@ -90,7 +90,10 @@ def test_streaming_is_sse_with_cumulative_chunks(server) -> None:
     conn.close()
     assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
     chunks = [json.loads(e[6:]) for e in events[:-1]]
-    assert [len(c["output_ids"]) for c in chunks] == [1, 2, 3, 4, 5]
+    # Each event is the answer as it stands when sent (SGLang's cumulative chunks): a busy machine may
+    # generate several tokens between two events, so the lengths rise but need not rise by one.
+    lengths = [len(c["output_ids"]) for c in chunks]
+    assert lengths == sorted(set(lengths)) and lengths[0] >= 1 and lengths[-1] == 5
     assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
     assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 5}
     for a, b in zip(chunks, chunks[1:]):

@@ -352,10 +352,10 @@ describe('sharded capture proxy', () => {
   );
 
   it('refuses a socket with a 503 only when every socket of its shard carries a request', async () => {
-    const e = await engine();
+    const e = await engine(1); // one token a second: the request below is still being answered
     const proxy = await sharded(e.url, { limits: { maxConnections: 2 } });
     const s = proxy.openSession('slow');
-    const { hostname, port } = new URL(s.baseURL);
+    const { hostname, port, pathname } = new URL(s.baseURL);
     const open = (text: string) => {
       const entry = { socket: netConnect(Number(port), hostname), received: '' };
       entry.socket.on('data', (d) => {
@@ -366,11 +366,14 @@ describe('sharded capture proxy', () => {
       closers.push(async () => void entry.socket.destroy());
       return entry;
     };
-    // a request whose body has not arrived yet: its socket carries a request and makes no room
+    // a request the engine is answering: its socket carries a request and makes no room (waiting for
+    // the engine to see it, not for the socket to connect: the proxy counts a request from its head)
+    const body = JSON.stringify({ messages: [{ role: 'user', content: 'x' }] });
+    const reached = new Promise<void>((resolve) => e.events.once('request', () => resolve()));
     const busy = open(
-      `POST ${new URL(s.baseURL).pathname}/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{`,
+      `POST ${pathname}/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
     );
-    await until(() => proxy.connections === 1);
+    await reached;
     const refused = open('');
     await until(() => refused.received.includes('\r\n\r\n'));
     expect(refused.received).toMatch(/^HTTP\/1\.1 503 /);
