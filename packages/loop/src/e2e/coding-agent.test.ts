@@ -96,12 +96,14 @@ print(json.dumps({"n": len(rows), "keys": list(rows[0].keys()), "status": sorted
     expect(report.rollout_metrics.timing.execCall.count).toBeGreaterThan(0);
     expect(report.phases.exec_call.count).toBe(report.rollout_metrics.timing.execCall.count);
     expect(report.sandbox.claims).toBeGreaterThan(0);
-    // Read every 250 ms (the median interval on a loaded machine is a few ms over) from the first scrape
-    // to the last: about four readings a second, however long the run took on this machine.
-    expect(report.saturation.sample_interval_ms_per_eng[0]).toBeLessThan(300);
+    // Read every 250 ms from the first scrape to the last: never more often than that, and (a margin of
+    // four periods for a loaded machine's timers) never stalled for seconds, however long the run took.
+    const interval = report.saturation.sample_interval_ms_per_eng[0]!;
+    expect(interval).toBeGreaterThanOrEqual(200); // starts 250 ms apart; a reading is timed by its answer
+    expect(interval).toBeLessThan(4 * 250);
     const scraped = report.saturation.scrape_window_per_eng[0].seconds;
     expect(scraped).toBeGreaterThan(report.run.duration_sec / 2);
-    expect(report.saturation.samples_per_eng[0]).toBeGreaterThan(scraped * 2);
+    expect(report.saturation.samples_per_eng[0]).toBeGreaterThan(scraped);
     expect(report.tokens.per_second).toBeGreaterThan(0);
     expect(report.capacity.points.length).toBeGreaterThan(1);
     expect(report.step_notes.update_weights).toMatch(/no trainer/);
