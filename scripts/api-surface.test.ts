@@ -1,8 +1,9 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { packageSurface } from './api-surface.js';
+import { packageSurface, surface } from './api-surface.js';
 
 // Each package's public surface is committed in its api.txt, so a change to it is a visible diff.
 const packagesDir = fileURLToPath(new URL('../packages/', import.meta.url));
@@ -22,5 +23,20 @@ describe('public API surface', () => {
   it.each(packages)('@vime/%s names every export in its root (no `export *`)', (name) => {
     const root = readFileSync(join(packagesDir, name, 'src/index.ts'), 'utf8');
     expect(root).not.toMatch(/export (type )?\*/);
+  });
+
+  it('lists a class, function or const exported as a type (`export type { C }`) as a type: no value at run time', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vime-surface-'));
+    try {
+      writeFileSync(join(dir, 'a.ts'), 'export class C {}\nexport class D {}\nexport const k = 1;\n');
+      writeFileSync(join(dir, 'b.ts'), "export type { C } from './a.js';\nexport { D, k } from './a.js';\n");
+      writeFileSync(
+        join(dir, 'index.ts'),
+        "export { C, D } from './b.js';\nexport type { k } from './b.js';\nexport { D as E } from './a.js';\n",
+      );
+      expect(surface(join(dir, 'index.ts'))).toEqual(['type C', 'class D', 'class E', 'type k']);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

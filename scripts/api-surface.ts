@@ -10,7 +10,26 @@ import ts from 'typescript';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
+/** Whether a re-export chain passes an `export type` / `import type`: the name is then a type only. */
+function typeOnly(symbol: ts.Symbol, checker: ts.TypeChecker): boolean {
+  for (let s = symbol; s.flags & ts.SymbolFlags.Alias; ) {
+    if (s.declarations?.some((d) => ts.isTypeOnlyImportOrExportDeclaration(d))) return true;
+    const next = checker.getImmediateAliasedSymbol(s);
+    if (!next || next === s) return false;
+    s = next;
+  }
+  return false;
+}
+
+const RUNTIME_KINDS = new Set(['class', 'function', 'enum', 'const']);
+
 function kindOf(symbol: ts.Symbol, checker: ts.TypeChecker): string {
+  const kind = declaredKind(symbol, checker);
+  // A class exported as a type has no value at run time: the release check must not expect one.
+  return RUNTIME_KINDS.has(kind) && typeOnly(symbol, checker) ? 'type' : kind;
+}
+
+function declaredKind(symbol: ts.Symbol, checker: ts.TypeChecker): string {
   const s = symbol.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(symbol) : symbol;
   const f = s.flags;
   if (f & ts.SymbolFlags.Class) return 'class';
