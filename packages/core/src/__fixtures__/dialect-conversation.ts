@@ -1,4 +1,7 @@
-/** A harness's conversation in one of the proxy's four dialects: the history it sends back each turn. */
+/**
+ * A harness's conversation in one of the proxy's four dialects (the history it sends back each turn), and
+ * the tool loop the proxy tests drive through it.
+ */
 import type { TemplateMessage } from '../engine/tokenizer/template.js';
 import {
   anthropicMessage,
@@ -6,6 +9,7 @@ import {
   geminiAnswer,
   geminiTools,
   geminiURL,
+  OBSERVATIONS,
   openaiMessage,
   post,
   sse,
@@ -13,6 +17,7 @@ import {
 } from './proxy-harness.js';
 
 export type Dialect = 'openai' | 'anthropic' | 'responses' | 'gemini';
+export const DIALECTS: Dialect[] = ['openai', 'anthropic', 'responses', 'gemini'];
 
 const responsesTools = [{ type: 'function', ...tools[0]!.function }];
 
@@ -42,11 +47,6 @@ export class DialectConversation {
    * when the answer was an error (a status, or an error event in a stream) and nothing was kept.
    */
   async turn(observation?: string): Promise<{ status: number; text: string; kept: boolean }> {
-    const res = await this.#send(observation);
-    return res;
-  }
-
-  async #send(observation?: string): Promise<{ status: number; text: string; kept: boolean }> {
     try {
       return await this.#exchange(observation);
     } catch (error) {
@@ -125,12 +125,44 @@ export class DialectConversation {
     return { ...res, kept: true };
   }
 
+  /** A compaction: the whole history becomes one user message, so the next prompt extends no earlier one. */
+  compact(summary: string): void {
+    this.#openai.splice(0, Infinity, { role: 'user', content: summary });
+    this.#anthropic.splice(0, Infinity, { role: 'user', content: summary });
+    this.#input.splice(0, Infinity, { type: 'message', role: 'user', content: [{ type: 'input_text', text: summary }] });
+    this.#contents.splice(0, Infinity, { role: 'user', parts: [{ text: summary }] });
+    this.#observations.length = 0;
+  }
+
   /** Rewrite the `index`-th tool result in place, as a client that edits its history does. */
   editObservation(index: number, text: string): void {
     const item = this.#observations[index]!();
     if (this.dialect === 'responses' || this.dialect === 'gemini') item.output = text;
     else item.content = text;
   }
+}
+
+/**
+ * Drive `turns` turns of a tool loop through `dialect`, each answer's tool call followed by the next
+ * observation (compacted before turn `compactAt`); the HTTP statuses, stopping at the first error answer,
+ * whose body is `error`.
+ */
+export async function toolLoop(
+  dialect: Dialect,
+  session: { baseURL: string; apiKey: string },
+  stream: boolean,
+  options: { turns?: number | undefined; compactAt?: number | undefined } = {},
+): Promise<{ statuses: number[]; error?: string | undefined }> {
+  const conversation = new DialectConversation(dialect, session.baseURL, session.apiKey, stream);
+  const statuses: number[] = [];
+  for (let k = 0; k < (options.turns ?? 3); k++) {
+    if (k === options.compactAt)
+      conversation.compact('Summary of the work so far: a.py returns 1, the test wants 2. Continue.');
+    const res = await conversation.turn(OBSERVATIONS[k] ?? 'ok');
+    statuses.push(res.status);
+    if (!res.kept) return { statuses, error: res.text };
+  }
+  return { statuses };
 }
 
 /** An answer that is an error: a status other than 200, or a stream that ends in an error event. */

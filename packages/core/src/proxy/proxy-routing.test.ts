@@ -5,7 +5,7 @@
  * exactly the routing the engine reported for each of its positions, in slime's layout.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { DIALECTS, toolLoop } from '../__fixtures__/dialect-loops.js';
+import { DIALECTS, toolLoop } from '../__fixtures__/dialect-conversation.js';
 import {
   closeAll,
   closers,
