@@ -318,9 +318,15 @@ export function modalProvider(options: ModalProviderOptions = {}): HostedProvide
       });
       try {
         for await (const s of listing) {
-          const labels = await s.getTags();
+          // A sandbox that ended between the listing and this read is no longer there to reap.
+          const labels = await s.getTags().catch((error: unknown) => {
+            if (grpcCode(error) === NOT_FOUND) return undefined;
+            throw error;
+          });
           s.detach();
-          found.push({ vendorId: s.sandboxId, labels, createdAt: 0 });
+          // Modal's listing carries its creation time, but the SDK does not pass it on: the reaper reads
+          // `vime.created` from the tags instead (0 for a sandbox without it: as old as can be).
+          if (labels !== undefined) found.push({ vendorId: s.sandboxId, labels, createdAt: 0 });
         }
       } catch (error) {
         rethrow('list', error);
