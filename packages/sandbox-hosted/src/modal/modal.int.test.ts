@@ -185,6 +185,25 @@ describe('modalProvider against the Modal stand-in (control plane + task command
   });
 });
 
+describe('modalProvider credentials against the Modal stand-in', () => {
+  it('fails a create with wrong credentials as a SandboxError naming UNAUTHENTICATED, not as a rate limit', async () => {
+    const standin = await startModalStandin();
+    try {
+      const wrong = modalProvider({ tokenId: 'ak-wrong', tokenSecret: 'as-wrong', serverUrl: standin.url });
+      const error = await wrong.create({ workdir: '/w' }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(SandboxError.isInstance(error), String(error)).toBe(true);
+      expect(SandboxRateLimited.isInstance(error)).toBe(false);
+      expect(String((error as Error).message)).toMatch(/UNAUTHENTICATED/);
+      expect(standin.boxes.size).toBe(0);
+    } finally {
+      await standin.close();
+    }
+  });
+});
+
 describe('modalProvider rate limit against the Modal stand-in (RESOURCE_EXHAUSTED + RPCRetryPolicy)', () => {
   it("surfaces RESOURCE_EXHAUSTED as HostedRateLimitError carrying Modal's retry_after_secs", async () => {
     const standin = await startModalStandin({ createsPerSecond: 1, retryAfterSeconds: 2 });
