@@ -8,6 +8,7 @@
 export { DAYTONA_RATE_WINDOW_MS, type DaytonaProviderOptions, daytonaProvider } from './daytona/provider.js';
 export { E2B_RATE_WINDOW_MS, type E2bProviderOptions, e2bProvider } from './e2b/provider.js';
 export { HostedRateLimitError, type HostedVendor } from './errors.js';
+export { MODAL_RATE_WINDOW_MS, type ModalProviderOptions, modalProvider } from './modal/provider.js';
 export {
   DEFAULT_HOSTED_LIFETIME_MS,
   type HostedProvider,

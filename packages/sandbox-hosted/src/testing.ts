@@ -14,3 +14,9 @@ export {
 } from './standins/daytona.js';
 export { type E2bStandin, type E2bStandinOptions, startE2bStandin } from './standins/e2b.js';
 export { LocalBox } from './standins/local-box.js';
+export {
+  type ModalBox,
+  type ModalStandin,
+  type ModalStandinOptions,
+  startModalStandin,
+} from './standins/modal.js';

@@ -6,42 +6,17 @@
  * stand-in does not serve.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
 import { type Sandbox, SandboxRateLimited } from '@vime/sandbox';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HostedRateLimitError } from '../errors.js';
+import { noProcessRunning, waitFor } from '../int-test-support.js';
 import type { HostedProvider } from '../provider.js';
 import { type DaytonaStandin, startDaytonaStandin } from '../standins/daytona.js';
 import { type DaytonaProviderOptions, daytonaProvider } from './provider.js';
-
-function processesWith(name: string, value: string): number[] {
-  const needle = Buffer.from(`${name}=${value}\0`);
-  return readdirSync('/proc')
-    .filter((p) => /^\d+$/.test(p))
-    .filter((p) => {
-      try {
-        return readFileSync(`/proc/${p}/environ`).includes(needle);
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
-}
-
-async function waitFor(
-  what: string,
-  check: () => boolean | Promise<boolean>,
-  budgetMs = 20_000,
-): Promise<void> {
-  const deadline = Date.now() + budgetMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`waited ${budgetMs} ms for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 const connect = (standin: DaytonaStandin, more: Partial<DaytonaProviderOptions> = {}) =>
   daytonaProvider({
@@ -98,15 +73,7 @@ describe('daytonaProvider against the Daytona stand-in (API + toolbox)', () => {
     expect(r.timedOut).toBe(true);
     expect(r.exitCode).toBeNull();
     const box = [...standin.boxes.values()][0]!;
-    await waitFor('no process of the timed-out exec left', () =>
-      processesWith('VIME_STANDIN_BOX', box.id).every((pid) => {
-        try {
-          return !readFileSync(`/proc/${pid}/cmdline`).toString().startsWith('sleep\x180');
-        } catch {
-          return true;
-        }
-      }),
-    );
+    await waitFor('no process of the timed-out exec left', () => noProcessRunning(box.id, ['sleep', '300']));
     expect((await sbx.exec('echo still-usable')).stdout).toBe('still-usable\n');
   });
 
@@ -115,13 +82,7 @@ describe('daytonaProvider against the Daytona stand-in (API + toolbox)', () => {
     setTimeout(() => controller.abort(new Error('stop')), 300);
     await expect(sbx.exec('sleep 31', { signal: controller.signal })).rejects.toThrow('stop');
     await waitFor('the aborted command to be killed', () =>
-      processesWith('VIME_STANDIN_BOX', [...standin.boxes.values()][0]!.id).every((pid) => {
-        try {
-          return !readFileSync(`/proc/${pid}/cmdline`).toString().startsWith('sleep\u000031');
-        } catch {
-          return true;
-        }
-      }),
+      noProcessRunning([...standin.boxes.values()][0]!.id, ['sleep', '31']),
     );
   });
 

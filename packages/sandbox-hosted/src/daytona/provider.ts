@@ -18,6 +18,7 @@ import {
   type VendorAdapter,
 } from '../provider.js';
 import type { HostedSession, SessionRunOptions } from '../sandbox.js';
+import { raceAbort, vendorCall } from '../vendor-call.js';
 
 /** Daytona documents sandbox creation at 600 per 60 s: the wait a 429 without `Retry-After` implies. */
 export const DAYTONA_RATE_WINDOW_MS = 60_000;
@@ -73,23 +74,7 @@ function rethrow(operation: string, error: unknown): never {
   });
 }
 
-async function call<T>(operation: string, fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (error) {
-    rethrow(operation, error);
-  }
-}
-
-/** Rejects when `signal` aborts (an SDK call that takes no signal is abandoned, not cancelled). */
-function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-  });
-}
+const call = vendorCall(rethrow);
 
 class DaytonaSession implements HostedSession {
   constructor(readonly sandbox: DaytonaSandbox) {}

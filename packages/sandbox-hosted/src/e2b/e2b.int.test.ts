@@ -5,7 +5,7 @@
  * pointed at the stand-in (`apiUrl`, `sandboxUrl`).
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '@vime/core';
@@ -13,36 +13,10 @@ import { type Sandbox, SandboxRateLimited } from '@vime/sandbox';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HostedRateLimitError } from '../errors.js';
+import { noProcessRunning, waitFor } from '../int-test-support.js';
 import type { HostedProvider } from '../provider.js';
 import { type E2bStandin, startE2bStandin } from '../standins/e2b.js';
 import { e2bProvider } from './provider.js';
-
-/** Processes of this host whose environment carries `name=value`. */
-function processesWith(name: string, value: string): number[] {
-  const needle = Buffer.from(`${name}=${value}\0`);
-  return readdirSync('/proc')
-    .filter((p) => /^\d+$/.test(p))
-    .filter((p) => {
-      try {
-        return readFileSync(`/proc/${p}/environ`).includes(needle);
-      } catch {
-        return false;
-      }
-    })
-    .map(Number);
-}
-
-async function waitFor(
-  what: string,
-  check: () => boolean | Promise<boolean>,
-  budgetMs = 20_000,
-): Promise<void> {
-  const deadline = Date.now() + budgetMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`waited ${budgetMs} ms for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 describe('e2bProvider against the E2B stand-in (REST API + envd Connect-RPC)', () => {
   let standin: E2bStandin;
@@ -98,15 +72,7 @@ describe('e2bProvider against the E2B stand-in (REST API + envd Connect-RPC)', (
     expect(r.stdout).toBe('started\n');
     expect(performance.now() - t0).toBeGreaterThanOrEqual(500);
     const box = [...standin.boxes.values()][0]!;
-    await waitFor('no process of the timed-out exec left', () =>
-      processesWith('VIME_STANDIN_BOX', box.id).every((pid) => {
-        try {
-          return !readFileSync(`/proc/${pid}/cmdline`).toString().startsWith('sleep\x180');
-        } catch {
-          return true;
-        }
-      }),
-    );
+    await waitFor('no process of the timed-out exec left', () => noProcessRunning(box.id, ['sleep', '300']));
     expect((await sbx.exec('echo still-usable')).stdout).toBe('still-usable\n');
   });
 
@@ -115,13 +81,7 @@ describe('e2bProvider against the E2B stand-in (REST API + envd Connect-RPC)', (
     setTimeout(() => controller.abort(new Error('stop')), 300);
     await expect(sbx.exec('sleep 31', { signal: controller.signal })).rejects.toThrow('stop');
     await waitFor('the aborted command to be killed', () =>
-      processesWith('VIME_STANDIN_BOX', [...standin.boxes.values()][0]!.id).every((pid) => {
-        try {
-          return !readFileSync(`/proc/${pid}/cmdline`).toString().startsWith('sleep\u000031');
-        } catch {
-          return true;
-        }
-      }),
+      noProcessRunning([...standin.boxes.values()][0]!.id, ['sleep', '31']),
     );
   });
 

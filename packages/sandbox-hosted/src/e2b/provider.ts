@@ -16,6 +16,7 @@ import {
   type VendorAdapter,
 } from '../provider.js';
 import type { HostedSession, SessionRunOptions } from '../sandbox.js';
+import { vendorCall } from '../vendor-call.js';
 
 /** E2B documents 5 API requests per second: the wait a 429 implies when the SDK does not pass Retry-After on. */
 export const E2B_RATE_WINDOW_MS = 1000;
@@ -62,13 +63,7 @@ function definedOnly<T extends object>(value: T): { [K in keyof T]: Exclude<T[K]
   };
 }
 
-async function call<T>(operation: string, fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (error) {
-    rethrow(operation, error);
-  }
-}
+const call = vendorCall(rethrow);
 
 class E2bSession implements HostedSession {
   constructor(readonly sandbox: E2bSandbox) {}
