@@ -56,6 +56,7 @@ export const KNOBS: readonly Knob[] = [
   knob('standInSpecAcceptLength', 'engines.stand_in.spec_accept_length'),
   knob('odds', 'engines.stand_in.odds'),
   knob('seed', 'engines.stand_in.seed', { flag: '--seed' }),
+  knob('standInPolicy', 'engines.stand_in.policy', { flag: '--policy' }),
   knob('tokenizer', 'tokenizer', { flag: '--tokenizer' }),
   knob('temperature', 'sampling.temperature', { flag: '--temperature' }),
   knob('topP', 'sampling.top_p', { flag: '--top-p' }),

@@ -233,6 +233,12 @@ export const ConfigSchema = z.object({
     .default({ gold: 0.5, wrong: 0.35, malformed: 0.15 })
     .describe("Odds of the stand-in policy's outcomes."),
   seed: z.number().int().default(7).describe('Seed of the stand-in policy.'),
+  standInPolicy: z
+    .enum(['scripted', 'debugger'])
+    .default('scripted')
+    .describe(
+      "The stand-in's script: scripted (explores, then the gold fix, a wrong fix or malformed output by the odds) or debugger (reproduces the issue's failure, reads the file, tries heuristic edits; never sees a gold patch).",
+    ),
   quiet: z.boolean().default(false).describe('No progress bars or progress lines.'),
   tensorboard: z.boolean().default(true).describe('Write TensorBoard event files under <out>/tensorboard.'),
   wandbProject: z

@@ -70,6 +70,8 @@ export interface ProceduralInstance {
   function: string;
   template: string;
   description: string;
+  /** The operator's site: its kind, clean text and buggy text. */
+  site: { kind: string; before: string; after: string };
 }
 
 /** The built procedural task set. */
@@ -173,6 +175,7 @@ export async function buildProceduralTaskSet(options: ProceduralSetOptions): Pro
       function: target.name,
       template: target.template,
       description: v.candidate.description,
+      site: v.candidate.site,
     });
   }
   await publishDataset(dir, rows, mirrors);

@@ -132,6 +132,8 @@ export interface ProceduralCandidate {
   buggyFile: { file: string; content: string };
   /** What the operator did, in words (kept in the manifest, never shown to the agent). */
   description: string;
+  /** The site's kind, its clean text and what the operator wrote instead. */
+  site: { kind: SiteKind; before: string; after: string };
 }
 
 /** A deterministic stream in [0, 1) for attempt `index` of a set seeded with `seed`. */
@@ -205,6 +207,7 @@ export function proceduralCandidate(
     cleanFiles,
     buggyFile: { file: placed.file, content: buggy[placed.file]! },
     description: `${placed.name}: ${JSON.stringify(before)} became ${JSON.stringify(after)}`,
+    site: { kind: site.kind, before, after },
   };
 }
 
