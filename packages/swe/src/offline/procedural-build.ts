@@ -154,7 +154,7 @@ export async function buildProceduralTaskSet(options: ProceduralSetOptions): Pro
   const scratch = join(dir, '.scratch');
   await mkdir(scratch, { recursive: true });
 
-  const kept = await findInstances(checked, { assets, python, scratch, ...options });
+  const kept = await findInstances(checked, { ...options, assets, python, scratch });
   const rows: SweSmithRow[] = [];
   const instances: ProceduralInstance[] = [];
   const mirrors: Array<{ image: string; repoDir: string }> = [];
@@ -256,7 +256,7 @@ async function validateCandidates(
   });
   const expected = JSON.parse(oracle.stdout) as string[][];
   let e = 0;
-  const withFiles = [];
+  const withFiles: Array<{ c: ProceduralCandidate; files: Record<string, string>; workdir: string }> = [];
   for (const c of candidates) {
     const files = { ...c.cleanFiles };
     for (const f of c.functions) files[f.testFile] = testFileText(f, expected[e++]!);
@@ -370,7 +370,7 @@ async function commitRepository(
       )
     ).stdout;
   await writeFile(join(repoDir, '.gitignore'), LIBRARY_GITIGNORE);
-  const files = { ...v.files, '.gitignore': LIBRARY_GITIGNORE };
+  const files: Record<string, string> = { ...v.files, '.gitignore': LIBRARY_GITIGNORE };
   const when = `${Date.parse(OFFLINE_GIT_ENV.GIT_COMMITTER_DATE) / 1000} +0000`;
   const who = `${OFFLINE_GIT_ENV.GIT_COMMITTER_NAME} <${OFFLINE_GIT_ENV.GIT_COMMITTER_EMAIL}> ${when}`;
   const data = (text: string) => `data ${Buffer.byteLength(text)}\n${text}\n`;

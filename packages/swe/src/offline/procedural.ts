@@ -260,7 +260,12 @@ export function testFileText(f: PlacedFunction, expected: readonly string[]): st
  */
 export function splitOf(
   family: OperatorFamily,
-  options: { heldoutFamily: OperatorFamily | undefined; heldoutFraction: number; seed: number; key: string },
+  options: {
+    heldoutFamily: OperatorFamily | null | undefined;
+    heldoutFraction: number;
+    seed: number;
+    key: string;
+  },
 ): ProceduralSplit {
   if (family === options.heldoutFamily) return 'heldout_family';
   const digest = createHash('sha256').update(`split:${options.seed}:${options.key}`).digest();
