@@ -87,6 +87,8 @@ Flags (environment variable in brackets; a flag wins over its variable, a variab
   --mode sync|async        sync: roll out a step, then hand off; async: keep rolling out while the
                            consumer drains the queue (default sync)
   --seed N                 seed of the stand-in policy (default 7)
+  --shuffle-rewards SEED   the shuffled-reward control: permute each step's rewards across its rollouts
+                           (seeded) before advantages; pass@k still counts what rollouts earned (default off)
   --policy NAME            the stand-in's script: scripted (gold fix, wrong fix or malformed output by
                            the odds) or debugger (reproduces, reads, tries heuristic edits; default scripted)
   --quiet                  no progress bars or progress lines
@@ -146,6 +148,7 @@ export const FLAGS = {
   mode: { type: 'string' },
   seed: { type: 'string' },
   policy: { type: 'string' },
+  'shuffle-rewards': { type: 'string' },
   quiet: { type: 'boolean' },
   'wandb-project': { type: 'string' },
 } as const;
@@ -258,6 +261,7 @@ export function configFromFlags(
     mode: v.mode,
     seed: number(v.seed, '--seed'),
     standInPolicy: v.policy,
+    shuffleRewardsSeed: number(v['shuffle-rewards'], '--shuffle-rewards'),
     quiet: v.quiet,
     wandbProject: v['wandb-project'],
   });

@@ -37,6 +37,7 @@ export const KNOBS: readonly Knob[] = [
   knob('samplesPerPrompt', 'run.samples_per_prompt', { flag: '--samples' }),
   knob('concurrency', 'run.concurrency', { flag: '--concurrency', env: 'VIME_ROLLOUT_CONCURRENCY' }),
   knob('mode', 'run.mode', { flag: '--mode' }),
+  knob('shuffleRewardsSeed', 'run.shuffle_rewards_seed', { flag: '--shuffle-rewards' }),
   knob('rolloutGuardMs', 'run.rollout_deadline', { kind: 'duration', flag: '--rollout-deadline' }),
   knob('engineUrls', 'engines.urls', { flag: '--engine-url', env: 'VIME_ENGINE_URLS' }),
   knob('engineKind', 'engines.kind', { flag: '--engine-kind' }),

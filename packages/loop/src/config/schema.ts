@@ -153,6 +153,14 @@ export const ConfigSchema = z.object({
     .enum(['sync', 'async'])
     .default('sync')
     .describe('sync: roll out a step, then hand off; async: keep rolling out while the consumer drains.'),
+  shuffleRewardsSeed: z
+    .number()
+    .int()
+    .nullable()
+    .default(null)
+    .describe(
+      "The shuffled-reward control: each step's rewards permuted (seeded) across its rollouts before advantages; rows keep the earned one as metadata.true_reward (null: off).",
+    ),
   maxStaleness: z
     .number()
     .int()
