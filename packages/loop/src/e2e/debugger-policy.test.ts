@@ -1,15 +1,18 @@
 /**
  * The scripted debugger (`--policy debugger`, a stand-in engine's script, not a model) through the loop's
  * real entry point on a small procedural task set (two instances per operator family, real git, pytest and
- * bubblewrap, graded in fresh sandboxes): it solves exactly the instances its heuristics cover (a flipped
- * comparison, `+`/`-` exchanged, an added `± 1`) and none of the others (a wrong constant, swapped
- * arguments, a missing branch, `*` turned into `+`, a dropped `+ 1`), with no gold patch in its hands.
+ * bubblewrap, graded in fresh sandboxes): on this seed's set it solves exactly the instances its heuristics
+ * cover (a flipped comparison, `+`/`-` exchanged, an added `± 1`) and none of the others (a wrong constant,
+ * swapped arguments, a missing branch, `*` turned into `+`), with no gold patch in its hands. The same run
+ * is the shuffled-reward control (`--shuffle-rewards`): the batch's rewards are the earned ones permuted,
+ * each row keeping what its rollout earned.
  */
 
 import { chmodSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { decodeSamples } from '@vime/core';
 import { bugKindOf, buildProceduralTaskSet, type ProceduralInstance } from '@vime/swe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LOOP_CLI, runScript } from '../__fixtures__/run-command.js';
@@ -40,6 +43,7 @@ describe('the scripted debugger through vime-loop', () => {
       [
         ...['--dataset', set.jsonlPath, '--policy', 'debugger', '--no-validate', '--quiet'],
         ...['--steps', '1', '--prompts', String(set.rows.length), '--samples', '1', '--out', out],
+        ...['--shuffle-rewards', '5'],
       ],
       { timeoutMs: 280_000 },
     );
@@ -61,5 +65,13 @@ describe('the scripted debugger through vime-loop', () => {
     for (const family of ['wrong_constant', 'swapped_args', 'missing_branch']) expect(solved(family)).toBe(0);
     const report = JSON.parse(await readFile(join(out, 'report.json'), 'utf8'));
     expect(report.engine).toMatchObject({ stand_in: true });
+    // The shuffled-reward control: the batch's rewards are the step's earned ones, permuted.
+    const rows = decodeSamples(await readFile(join(out, 'steps', '1.msgpack')));
+    const earned = new Map(results.map((r) => [(r as unknown as { rolloutId: number }).rolloutId, r.reward]));
+    const sorted = (xs: number[]) => [...xs].sort((a, b) => a - b);
+    const last = [...new Map(rows.map((r) => [r.rollout_id, r])).values()];
+    expect(sorted(last.map((r) => r.reward as number))).toEqual(sorted(results.map((r) => r.reward)));
+    for (const row of last) expect(row.metadata.true_reward).toBe(earned.get(row.rollout_id as number));
+    expect(last.some((r) => r.reward !== r.metadata.true_reward)).toBe(true);
   });
 });
