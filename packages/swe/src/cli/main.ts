@@ -90,7 +90,7 @@ const proceduralCommand: Command = {
   synopsis: 'procedural DIR',
   summary: 'generate the procedural task family (small repositories, one bug each) in DIR',
   help: `Usage: vime-swe procedural DIR [--per-family N] [--seed N] [--heldout-family NAME|none]
-                                [--heldout-fraction X] [--force]
+                                [--heldout-fraction X] [--concurrency N] [--force]
 
 Generate the procedural task family in DIR: small Python repositories, each with one bug injected by one
 operator family (${OPERATOR_FAMILIES.join(', ')}), validated with
@@ -103,6 +103,7 @@ row under environments/, and manifest.json (each instance's family, split and op
   --seed N                seed of every choice: repositories, bugs, splits (default 1)
   --heldout-family NAME   the family held out entirely (default off_by_one; none: no family)
   --heldout-fraction X    share of the other families' instances held out (default 0.2)
+  --concurrency N         pytest validation workers (default 2; the output does not depend on it)
   --force                 generate again even when DIR holds a set made with the same options`,
   async run(args, io) {
     const { values, positionals } = parseFlags(
@@ -113,6 +114,7 @@ row under environments/, and manifest.json (each instance's family, split and op
         seed: { type: 'string' },
         'heldout-family': { type: 'string' },
         'heldout-fraction': { type: 'string' },
+        concurrency: { type: 'string' },
         force: { type: 'boolean' },
       },
       { maxPositionals: 1 },
@@ -240,6 +242,7 @@ async function procedural(
     seed?: string | undefined;
     'heldout-family'?: string | undefined;
     'heldout-fraction'?: string | undefined;
+    concurrency?: string | undefined;
     force?: boolean | undefined;
   },
   io: CliIo,
@@ -263,6 +266,7 @@ async function procedural(
     seed,
     heldoutFamily: heldoutFamily as (typeof OPERATOR_FAMILIES)[number] | null | undefined,
     heldoutFraction,
+    concurrency: positiveInt(values.concurrency, '--concurrency'),
     force: values.force,
     signal: io.signal,
     onProgress: ({ kept, tried, target }) => io.stderr(`${kept}/${target} kept (${tried} tried)\n`),

@@ -57,6 +57,10 @@ describe('vime-swe: mistakes on the command line', () => {
     ],
     [['procedural', 'out', '--heldout-fraction=-0.1'], '--heldout-fraction expects a number ≥ 0, got "-0.1"'],
     [
+      ['procedural', 'out', '--concurrency', 'many'],
+      '--concurrency expects a positive whole number, got "many"',
+    ],
+    [
       ['procedural', 'out', '--per-famly', '2'],
       `Unknown option '--per-famly' (did you mean "--per-family"?)`,
     ],
