@@ -21,6 +21,7 @@ import {
 } from '@vime/core/standin';
 
 import type { Config } from './config/schema.js';
+import { debuggerPolicy } from './standin/debugger.js';
 import { codingAgentPolicy } from './standin/policy.js';
 
 /** The run's engines: real or stand-in, their URLs and their logs. */
@@ -201,8 +202,15 @@ export function startRunProxy(
   });
 }
 
-/** The bundled stand-in policy: a scripted coding agent in mini-swe-agent's protocol, with the run's odds. */
+/**
+ * The bundled stand-in policy, in mini-swe-agent's protocol: the scripted coding agent with the run's odds,
+ * or the scripted debugger (`engines.stand_in.policy: debugger`), which reads only the conversation.
+ */
 function codingPolicy(config: Config, tasks: readonly TaskSpec[]): StandInPolicy {
+  if (config.standInPolicy === 'debugger') {
+    const debug = debuggerPolicy();
+    return (request) => debug(request.prompt);
+  }
   const policy = codingAgentPolicy(
     tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '', workdir: t.workdir })),
     { odds: config.odds, seed: config.seed },

@@ -47,6 +47,7 @@ export { type LoopIO, type RunSummary, readConfigOf, runLoop, type TrainerHook }
 export { type ReportInput, sampleEngines, writeRunReport } from './report.js';
 export type { RouterLogEntry } from './router-log.js';
 export { openRunSinks } from './sinks.js';
+export { candidateEdits, debuggerPolicy, issueFacts } from './standin/debugger.js';
 export {
   codingAgentPolicy,
   defaultOdds,

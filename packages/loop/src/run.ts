@@ -192,7 +192,7 @@ export class LoopRun {
       return abandon(error);
     }
     io.log(
-      `dataset: ${dataset} (${tasks.length} tasks); sandboxes: ${config.sandbox}, pools: ${pools.names.join(', ')}`,
+      `dataset: ${dataset} (${tasks.length} tasks); sandboxes: ${config.sandbox}, pools: ${poolList(pools.names)}`,
     );
     try {
       // Sandboxes that cannot be made end the start here, with the cause (`ready` gives up on them).
@@ -331,7 +331,11 @@ export class LoopRun {
     const { handed, failed, audit } = this.#audit(step, taken, unhanded);
     const scored = handed.map((h) => h.rollout);
     const results: RolloutResult[] = [...scored, ...failed, ...unhanded];
-    const { rows, nonZero } = stampAdvantages(scored);
+    const shuffleSeed = this.config.shuffleRewardsSeed;
+    const { rows, nonZero } = stampAdvantages(
+      scored,
+      shuffleSeed === null ? undefined : { seed: shuffleSeed, step },
+    );
     // Every row says which weight versions its tokens came from and how stale it was when trained on.
     for (const h of handed)
       for (const row of h.rollout.samples) row.metadata = { ...row.metadata, staleness: h.staleness };
@@ -511,4 +515,9 @@ export class LoopRun {
       staleness,
     };
   }
+}
+
+/** Pool names for the start log: all of a few, the first ones and a count of many (one per repository). */
+function poolList(names: readonly string[]): string {
+  return names.length <= 6 ? names.join(', ') : `${names.length} (${names.slice(0, 3).join(', ')}, …)`;
 }

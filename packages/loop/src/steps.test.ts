@@ -1,7 +1,15 @@
-import type { RolloutResult } from '@vime/core';
+import type { RolloutResult, ScoredRollout } from '@vime/core';
+import { grpoAdvantages } from '@vime/grpo';
 import { specDecodeScalars, stepSpecDecode, stepToolCallHealth } from '@vime/metrics';
 import { describe, expect, it } from 'vitest';
-import { type StepSummary, specDecodeLines, toolCallLines, toolCallScalars } from './steps.js';
+import {
+  type StepSummary,
+  shuffledRewards,
+  specDecodeLines,
+  stampAdvantages,
+  toolCallLines,
+  toolCallScalars,
+} from './steps.js';
 
 const rollout = (toolCalls: Record<string, number> | undefined) =>
   ({
@@ -77,5 +85,58 @@ describe("a step's speculative decoding in the log and the sinks", () => {
     const s = { step: 3, spec: stepSpecDecode([specRollout(undefined)]) } as unknown as StepSummary;
     expect(specDecodeScalars(s.spec)).toEqual({});
     expect(specDecodeLines(s)).toEqual([]);
+  });
+});
+
+describe('the shuffled-reward control', () => {
+  const scored = (rewards: number[], groupSize: number) =>
+    rewards.map(
+      (reward, i) =>
+        ({
+          status: 'completed',
+          reward,
+          groupIndex: Math.floor(i / groupSize),
+          samples: [
+            { reward, metadata: {} },
+            { reward, metadata: {} },
+          ],
+        }) as unknown as ScoredRollout,
+    );
+  const earned = [1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0.5, 0, 1, 0];
+  const sorted = (xs: readonly number[]) => [...xs].sort((a, b) => a - b);
+
+  it('permutes each step with its own seeded permutation: the multiset of rewards is the step’s own', () => {
+    const a = shuffledRewards(earned, 11, 1);
+    expect(sorted(a)).toEqual(sorted(earned));
+    expect(a).not.toEqual(earned);
+    expect(shuffledRewards(earned, 11, 1)).toEqual(a);
+    expect(shuffledRewards(earned, 11, 2)).not.toEqual(a);
+    expect(shuffledRewards(earned, 12, 1)).not.toEqual(a);
+    for (let step = 1; step <= 20; step++)
+      expect(sorted(shuffledRewards(earned, 3, step))).toEqual(sorted(earned));
+  });
+
+  it('computes the advantages on the shuffled rewards, writes them as the rows’ rewards, keeps the earned ones', () => {
+    const rollouts = scored(earned, 4);
+    const { rows, nonZero } = stampAdvantages(rollouts, { seed: 11, step: 1 });
+    const shuffled = shuffledRewards(earned, 11, 1);
+    const expected = grpoAdvantages(shuffled, {
+      groups: rollouts.map((r) => r.groupIndex),
+      preset: 'slime',
+      allowUnevenGroups: true,
+    });
+    expect(rows).toHaveLength(earned.length * 2);
+    rows.forEach((row, k) => {
+      const i = Math.floor(k / 2);
+      expect(row.metadata.advantage).toBe(expected[i]);
+      expect(row.reward).toBe(shuffled[i]);
+      expect(row.metadata.true_reward).toBe(earned[i]);
+    });
+    expect(nonZero).toBe(expected.filter((a) => a !== 0).length);
+    // The earned rewards give other advantages: the first group (all 1) has none, shuffled it has some.
+    const plain = stampAdvantages(scored(earned, 4));
+    expect(plain.rows.map((r) => r.metadata.advantage)).not.toEqual(rows.map((r) => r.metadata.advantage));
+    expect(plain.rows.every((r) => r.metadata.true_reward === undefined)).toBe(true);
+    expect(plain.rows.map((r) => r.reward)).toEqual(earned.flatMap((x) => [x, x]));
   });
 });

@@ -6,6 +6,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { decodeSamples, isScored, type RolloutResult, type Sample, type ScoredRollout } from '@vime/core';
 import type { GroupQueue } from '@vime/core/queue';
+import { seededRandom } from '@vime/core/utils';
 import { grpoAdvantages, type HandoffAudit } from '@vime/grpo';
 import {
   type RolloutMetrics,
@@ -77,20 +78,50 @@ export const correct = (r: number) => r === 1;
 export const stepBatchPath = (out: string, step: number) => join(out, 'steps', `${step}.msgpack`);
 export const stepResultsPath = (out: string, step: number) => join(out, 'steps', `${step}.results.json`);
 
-/** slime-preset GRPO advantages per scored rollout, stamped on every row of the rollout. */
-export function stampAdvantages(scored: ScoredRollout[]): { rows: Sample[]; nonZero: number } {
+/**
+ * The step's rewards permuted (the shuffled-reward control): a seeded Fisher-Yates over the whole step,
+ * the seed mixed with the step number, so the same step always gets the same permutation (a resumed
+ * hand-off writes the same batch) and the multiset of rewards is the step's own.
+ */
+export function shuffledRewards(rewards: readonly number[], seed: number, step: number): number[] {
+  const next = seededRandom((Math.imul(seed, 0x9e3779b1) ^ Math.imul(step, 0x85ebca6b)) >>> 0);
+  const out = [...rewards];
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(next() * (i + 1));
+    [out[i], out[j]] = [out[j]!, out[i]!];
+  }
+  return out;
+}
+
+/**
+ * slime-preset GRPO advantages per scored rollout, stamped on every row of the rollout. With `shuffle`
+ * (the shuffled-reward control), the rewards are first permuted across the step's rollouts: advantages are
+ * computed on the permuted rewards, each row's `reward` is its permuted one (a trainer that computes its
+ * own advantages sees the same), and `metadata.true_reward` keeps what the rollout earned.
+ */
+export function stampAdvantages(
+  scored: ScoredRollout[],
+  shuffle?: { seed: number; step: number } | undefined,
+): { rows: Sample[]; nonZero: number } {
   const rows: Sample[] = [];
   if (scored.length === 0) return { rows, nonZero: 0 };
-  const advantages = grpoAdvantages(
-    scored.map((r) => r.reward),
-    { groups: scored.map((r) => r.groupIndex), preset: 'slime', allowUnevenGroups: true },
-  );
+  const earned = scored.map((r) => r.reward);
+  const rewards = shuffle ? shuffledRewards(earned, shuffle.seed, shuffle.step) : earned;
+  const advantages = grpoAdvantages(rewards, {
+    groups: scored.map((r) => r.groupIndex),
+    preset: 'slime',
+    allowUnevenGroups: true,
+  });
   let nonZero = 0;
   scored.forEach((r, i) => {
     const advantage = advantages[i]!;
     if (advantage !== 0) nonZero++;
     for (const row of r.samples) {
       row.metadata = { ...row.metadata, advantage };
+      if (shuffle) {
+        row.metadata.true_reward = earned[i];
+        row.reward = rewards[i]!;
+      }
       rows.push(row);
     }
   });

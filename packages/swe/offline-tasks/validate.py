@@ -3,7 +3,8 @@ forked child (no interpreter start-up, no plugin scan), so validating dozens of 
 
 Reads one JSON object on stdin: {"workdir": str, "args": [pytest args], "timeout": wall seconds (a backstop),
 "cpu_seconds": CPU seconds a run may use (the real limit),
-"runs": [{"file": path relative to workdir, "content": str} or null for the clean code]}.
+"runs": [{"file": path relative to workdir, "content": str} or null for the clean code]}. A run may name its
+own "workdir" (then "file" and "content" are optional: without them it runs that folder as it is).
 Writes one JSON line per run, in order: {"index", "exit_code", "timed_out", "log"}.
 The workdir must be a scratch copy: candidate files are written there and restored after each run.
 """
@@ -62,11 +63,11 @@ def run_one(workdir, args, timeout, cpu_seconds):
 
 def main():
     request = json.load(sys.stdin)
-    workdir = request["workdir"]
     for index, candidate in enumerate(request["runs"]):
         original = None
         path = None
-        if candidate is not None:
+        workdir = (candidate or {}).get("workdir", request.get("workdir"))
+        if candidate is not None and "file" in candidate:
             path = os.path.join(workdir, candidate["file"])
             with open(path, encoding="utf-8") as f:
                 original = f.read()

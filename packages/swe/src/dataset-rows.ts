@@ -69,6 +69,7 @@ const COLUMNS: Record<string, { expected: string; fix: string }> = {
   problem_statement: OPTIONAL_TEXT,
   base_commit: OPTIONAL_TEXT,
   created_at: OPTIONAL_TEXT,
+  split: { expected: 'a split name or null', fix: 'write train, heldout or heldout_family, or null' },
   agent: {
     expected: 'an agent name or null',
     fix: 'write mini-swe-agent, claude-code, codex, qwen-code, pi, opencode or gemini-cli, or null',

@@ -41,6 +41,11 @@ export const SweSmithRowSchema = z.object({
    * `metadata.agent`, the row being the sample's metadata. Checked by the rollout that reads it.
    */
   agent: optionalText,
+  /**
+   * The project's extension for generated sets: which split the row belongs to (`train`, `heldout`, or
+   * `heldout_family` for the operator family held out entirely), carried to `metadata.split`.
+   */
+  split: optionalText,
 });
 /** One SWE-smith dataset row. */
 export type SweSmithRow = z.output<typeof SweSmithRowSchema>;
@@ -223,6 +228,7 @@ export function rowToTask(row: SweSmithRow, options: RowToTaskOptions = {}): Tas
       ...(row.base_commit ? { base_commit: row.base_commit } : {}),
       ...(row.created_at ? { created_at: row.created_at } : {}),
       ...(row.agent !== undefined ? { agent: row.agent } : {}),
+      ...(row.split !== undefined ? { split: row.split } : {}),
     },
   });
 }

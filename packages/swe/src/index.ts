@@ -83,6 +83,17 @@ export {
   type OfflineTaskSet,
   type OfflineTaskSetOptions,
 } from './offline/build.js';
+export {
+  OPERATOR_FAMILIES,
+  type OperatorFamily,
+  type ProceduralSplit,
+} from './offline/procedural.js';
+export {
+  buildProceduralTaskSet,
+  type ProceduralInstance,
+  type ProceduralSetOptions,
+  type ProceduralTaskSet,
+} from './offline/procedural-build.js';
 export { buildOfflineDockerImage, writeSweSmithParquet } from './offline/publish.js';
 export {
   type LogParser,

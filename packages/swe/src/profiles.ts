@@ -86,6 +86,8 @@ export const OFFLINE_TEST_COMMAND = `PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -I
 const builtins: SweProfile[] = [
   python('*', PYTHON_TEST_CMD),
   { ...python('vime__toolbelt', ''), testCommand: OFFLINE_TEST_COMMAND, env: undefined },
+  // The procedural task family's generated repositories: one name, a commit per repository.
+  { ...python('vime__procedural', ''), testCommand: OFFLINE_TEST_COMMAND, env: undefined },
   python('paramiko__paramiko', 'pytest -rA --color=no --disable-warnings', parseParamiko),
   python('HIPS__autograd', PYTHON_TEST_CMD, parseAutograd),
   python('tornadoweb__tornado', 'python -m tornado.test --verbose', parseTornado),

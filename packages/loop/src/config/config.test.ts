@@ -114,6 +114,11 @@ describe('mistakes in a config file: the key path, the value and the fix', () =>
     ['', 'the file is empty'],
     ['- steps: 2\n', 'expected a mapping of sections (run:, sampling:, …), got array(1)'],
     ['agents: { mix: { codex: 0 } }\n', 'every weight is 0'],
+    [
+      'engines: { stand_in: { policy: debugger } }\nagents: { default: codex }\n',
+      "engines.stand_in.policy: debugger speaks mini-swe-agent's protocol only, and codex would get no command it can run",
+    ],
+    ['engines: { stand_in: { policy: debuger } }\n', 'engines.stand_in.policy'],
   ])('%j', (text, message) => {
     const file = write('bad.yaml', text);
     expect(errorOf(() => resolved(['--config', file]))).toContain(message);

@@ -87,6 +87,10 @@ Flags (environment variable in brackets; a flag wins over its variable, a variab
   --mode sync|async        sync: roll out a step, then hand off; async: keep rolling out while the
                            consumer drains the queue (default sync)
   --seed N                 seed of the stand-in policy (default 7)
+  --shuffle-rewards SEED   the shuffled-reward control: permute each step's rewards across its rollouts
+                           (seeded) before advantages; pass@k still counts what rollouts earned (default off)
+  --policy NAME            the stand-in's script: scripted (gold fix, wrong fix or malformed output by
+                           the odds) or debugger (reproduces, reads, tries heuristic edits; default scripted)
   --quiet                  no progress bars or progress lines
   --wandb-project NAME     also write a Weights & Biases offline run under <out>/wandb for project NAME
                            (upload it with \`wandb sync <out>/wandb/offline-run-*\`) [WANDB_PROJECT]
@@ -143,6 +147,8 @@ export const FLAGS = {
   resume: { type: 'string' },
   mode: { type: 'string' },
   seed: { type: 'string' },
+  policy: { type: 'string' },
+  'shuffle-rewards': { type: 'string' },
   quiet: { type: 'boolean' },
   'wandb-project': { type: 'string' },
 } as const;
@@ -254,6 +260,8 @@ export function configFromFlags(
     onSuspicious: v.hacks,
     mode: v.mode,
     seed: number(v.seed, '--seed'),
+    standInPolicy: v.policy,
+    shuffleRewardsSeed: number(v['shuffle-rewards'], '--shuffle-rewards'),
     quiet: v.quiet,
     wandbProject: v['wandb-project'],
   });

@@ -58,6 +58,14 @@ function validated(raw: Record<string, unknown>, sources: ConfigSources, file?: 
       `${nameOf('agentMix', sources, file)}: every weight is 0; give at least one agent a weight > 0, or leave the mix out`,
     );
   const c = parsed.data;
+  // The debugger writes mini-swe-agent's fenced commands: another harness would parse none of its turns.
+  const others = Object.entries(c.agentMix ?? { [c.agent]: 1 }).filter(
+    ([a, w]) => a !== 'mini-swe-agent' && w > 0,
+  );
+  if (c.standInPolicy === 'debugger' && others.length > 0)
+    throw new ConfigError(
+      `${nameOf('standInPolicy', sources, file)}: debugger speaks mini-swe-agent's protocol only, and ${others.map(([a]) => a).join(', ')} would get no command it can run; run it with the mini-swe-agent agent, or use the scripted policy`,
+    );
   // Every turn would fail: the trainer replays a truncated nucleus, and vLLM does not return it.
   if (c.engineKind === 'vllm' && c.engineUrls.length > 0 && c.topP < 1)
     throw new ConfigError(

@@ -153,6 +153,14 @@ export const ConfigSchema = z.object({
     .enum(['sync', 'async'])
     .default('sync')
     .describe('sync: roll out a step, then hand off; async: keep rolling out while the consumer drains.'),
+  shuffleRewardsSeed: z
+    .number()
+    .int()
+    .nullable()
+    .default(null)
+    .describe(
+      "The shuffled-reward control: each step's rewards permuted (seeded) across its rollouts before advantages; rows keep the earned one as metadata.true_reward (null: off).",
+    ),
   maxStaleness: z
     .number()
     .int()
@@ -233,6 +241,12 @@ export const ConfigSchema = z.object({
     .default({ gold: 0.5, wrong: 0.35, malformed: 0.15 })
     .describe("Odds of the stand-in policy's outcomes."),
   seed: z.number().int().default(7).describe('Seed of the stand-in policy.'),
+  standInPolicy: z
+    .enum(['scripted', 'debugger'])
+    .default('scripted')
+    .describe(
+      "The stand-in's script: scripted (explores, then the gold fix, a wrong fix or malformed output by the odds) or debugger (reproduces the issue's failure, reads the file, tries heuristic edits; never sees a gold patch).",
+    ),
   quiet: z.boolean().default(false).describe('No progress bars or progress lines.'),
   tensorboard: z.boolean().default(true).describe('Write TensorBoard event files under <out>/tensorboard.'),
   wandbProject: z

@@ -14,10 +14,11 @@ import { type CliIo, EXIT, oneOf, parseFlags, UsageError, wantsHelp } from '@vim
 import { checkConfig } from '../config/resolve.js';
 import { bundledTokenizerDir } from '../defaults.js';
 import { readTasks } from '../tasks.js';
+import { debuggerPolicy } from './debugger.js';
 import { codingAgentPolicy } from './policy.js';
 
 const USAGE = `Usage: vime-standin [--port N] [--tps N] [--slots N] [--seed N] [--dataset FILE] [--tokenizer DIR]
-                    [--tokenize sglang|vllm|none] [--record FILE]
+                    [--tokenize sglang|vllm|none] [--record FILE] [--policy scripted|debugger]
 
 A stand-in engine (a scripted coding policy behind SGLang's wire, not a model) in its own process.
   --port N          port (default: any free one)
@@ -28,6 +29,8 @@ A stand-in engine (a scripted coding policy behind SGLang's wire, not a model) i
   --tokenizer DIR   the vocabulary it serves (default: the bundled Qwen3 tokenizer)
   --tokenize WIRE   whose /tokenize and /detokenize it answers: sglang (default), vllm, or none
   --record FILE     append every generation request it receives as a JSON line (rid, path, sampling)
+  --policy NAME     scripted (default: the gold fix, a wrong fix or malformed output by the odds) or
+                    debugger (reproduces the issue's failure, reads the file, tries heuristic edits)
 `;
 
 const FLAGS = {
@@ -39,6 +42,7 @@ const FLAGS = {
   tokenizer: { type: 'string' },
   tokenize: { type: 'string' },
   record: { type: 'string' },
+  policy: { type: 'string' },
 } as const;
 
 /** A flag's whole number ≥ 0 (a port may be 0: any free one). */
@@ -57,12 +61,22 @@ export async function standInMain(argv: string[], io: CliIo): Promise<number> {
     return EXIT.ok;
   }
   const { values } = parseFlags('vime-standin', argv, FLAGS, { maxPositionals: 0 });
-  const config = checkConfig({ seed: whole(values.seed, 'seed'), dataset: values.dataset });
-  const { tasks } = await readTasks(config, { log: (line) => io.stderr(`${line}\n`) });
-  const policy = codingAgentPolicy(
-    tasks.map((t) => ({ problemStatement: t.prompt, goldPatch: t.goldPatch ?? '', workdir: t.workdir })),
-    { odds: config.odds, seed: config.seed },
-  );
+  const config = checkConfig({
+    seed: whole(values.seed, 'seed'),
+    dataset: values.dataset,
+    standInPolicy: oneOf(values.policy, '--policy', ['scripted', 'debugger'] as const),
+  });
+  const policy =
+    config.standInPolicy === 'debugger'
+      ? debuggerPolicy()
+      : codingAgentPolicy(
+          (await readTasks(config, { log: (line) => io.stderr(`${line}\n`) })).tasks.map((t) => ({
+            problemStatement: t.prompt,
+            goldPatch: t.goldPatch ?? '',
+            workdir: t.workdir,
+          })),
+          { odds: config.odds, seed: config.seed },
+        );
   const engine = await startStandInEngine({
     tokenizer: await loadTokenizer(
       values.tokenizer ? resolve(io.cwd, values.tokenizer) : bundledTokenizerDir(),

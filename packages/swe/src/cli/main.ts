@@ -12,6 +12,7 @@ import {
   type CliProgram,
   type Command,
   EXIT,
+  finiteNumber,
   oneOf,
   parseDuration,
   parseFlags,
@@ -26,6 +27,8 @@ import { rowToTask } from '../dataset.js';
 import { DatasetError, type DatasetProblem, loadDataset } from '../dataset-file.js';
 import { type SandboxKind, SweEnvironments } from '../environment.js';
 import { buildOfflineTaskSet } from '../offline/build.js';
+import { OPERATOR_FAMILIES } from '../offline/procedural.js';
+import { buildProceduralTaskSet } from '../offline/procedural-build.js';
 import { buildOfflineDockerImage } from '../offline/publish.js';
 import { SwePools } from '../pools.js';
 import { validateDataset } from '../validate.js';
@@ -82,10 +85,48 @@ and the repository mirror).
   },
 };
 
+const proceduralCommand: Command = {
+  name: 'procedural',
+  synopsis: 'procedural DIR',
+  summary: 'generate the procedural task family (small repositories, one bug each) in DIR',
+  help: `Usage: vime-swe procedural DIR [--per-family N] [--seed N] [--heldout-family NAME|none]
+                                [--heldout-fraction X] [--concurrency N] [--force]
+
+Generate the procedural task family in DIR: small Python repositories, each with one bug injected by one
+operator family (${OPERATOR_FAMILIES.join(', ')}), validated with
+pytest (the unchanged repository fails its FAIL_TO_PASS tests, the fix passes every test). Writes
+instances.jsonl and instances.parquet (every row; each row's "split" is train, heldout or heldout_family),
+train.jsonl, heldout.jsonl and heldout_family.jsonl, environments.json with one repository mirror per
+row under environments/, and manifest.json (each instance's family, split and operator).
+
+  --per-family N          instances per operator family (default 20)
+  --seed N                seed of every choice: repositories, bugs, splits (default 1)
+  --heldout-family NAME   the family held out entirely (default off_by_one; none: no family)
+  --heldout-fraction X    share of the other families' instances held out (default 0.2)
+  --concurrency N         pytest validation workers (default 2; the output does not depend on it)
+  --force                 generate again even when DIR holds a set made with the same options`,
+  async run(args, io) {
+    const { values, positionals } = parseFlags(
+      'vime-swe procedural',
+      args,
+      {
+        'per-family': { type: 'string' },
+        seed: { type: 'string' },
+        'heldout-family': { type: 'string' },
+        'heldout-fraction': { type: 'string' },
+        concurrency: { type: 'string' },
+        force: { type: 'boolean' },
+      },
+      { maxPositionals: 1 },
+    );
+    return procedural(positionals[0], values, io);
+  },
+};
+
 export const SWE: CliProgram = {
   name: 'vime-swe',
-  summary: 'validate SWE-smith datasets and build the offline task set',
-  commands: [validateCommand, offlineCommand],
+  summary: 'validate SWE-smith datasets, build the offline task set and generate the procedural family',
+  commands: [validateCommand, offlineCommand, proceduralCommand],
   exitCodes: [
     [0, 'every row passed the baseline (validate), or done'],
     [1, 'the work failed (a sandbox, the disk, the Docker engine)'],
@@ -191,5 +232,48 @@ async function offline(dir: string | undefined, docker: boolean, io: CliIo): Pro
       await engine.close();
     }
   }
+  return EXIT.ok;
+}
+
+async function procedural(
+  dir: string | undefined,
+  values: {
+    'per-family'?: string | undefined;
+    seed?: string | undefined;
+    'heldout-family'?: string | undefined;
+    'heldout-fraction'?: string | undefined;
+    concurrency?: string | undefined;
+    force?: boolean | undefined;
+  },
+  io: CliIo,
+): Promise<number> {
+  if (!dir) throw new UsageError('procedural needs an output folder: vime-swe procedural ./procedural-tasks');
+  const perFamily = positiveInt(values['per-family'], '--per-family');
+  const seed = values.seed === undefined ? undefined : Number(values.seed);
+  if (seed !== undefined && (values.seed!.trim() === '' || !Number.isInteger(seed)))
+    throw new UsageError(`--seed expects a whole number, got ${JSON.stringify(values.seed)}`);
+  const family = values['heldout-family'];
+  const heldoutFamily =
+    family === 'none' ? null : oneOf(family, '--heldout-family', [...OPERATOR_FAMILIES, 'none'] as const);
+  const heldoutFraction = finiteNumber(values['heldout-fraction'], '--heldout-fraction', 0);
+  if (heldoutFraction !== undefined && heldoutFraction >= 1)
+    throw new UsageError(
+      `--heldout-fraction expects a number from 0 up to (not including) 1, got ${JSON.stringify(values['heldout-fraction'])}`,
+    );
+  const set = await buildProceduralTaskSet({
+    dir: resolve(io.cwd, dir),
+    perFamily,
+    seed,
+    heldoutFamily: heldoutFamily as (typeof OPERATOR_FAMILIES)[number] | null | undefined,
+    heldoutFraction,
+    concurrency: positiveInt(values.concurrency, '--concurrency'),
+    force: values.force,
+    signal: io.signal,
+    onProgress: ({ kept, tried, target }) => io.stderr(`${kept}/${target} kept (${tried} tried)\n`),
+  });
+  const bySplit = (split: string) => set.rows.filter((r) => r.split === split).length;
+  io.stdout(
+    `${set.rows.length} instances (${set.built ? 'built' : 'up to date'}): ${bySplit('train')} train, ${bySplit('heldout')} heldout, ${bySplit('heldout_family')} heldout_family (${set.heldoutFamily ?? 'no family held out'})\n  ${set.jsonlPath}\n  ${Object.values(set.splitPaths).join('\n  ')}\n  ${set.environmentsPath}\n`,
+  );
   return EXIT.ok;
 }

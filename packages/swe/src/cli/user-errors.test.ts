@@ -26,7 +26,7 @@ describe('vime-swe: mistakes on the command line', () => {
     [['offline', 'out', '--dokcer'], `Unknown option '--dokcer' (did you mean "--docker"?)`],
     [
       ['valdate', 'rows.jsonl'],
-      'unknown command "valdate" (did you mean "validate"?); commands: validate, offline',
+      'unknown command "valdate" (did you mean "validate"?); commands: validate, offline, procedural',
     ],
     [['ofline', 'out'], 'unknown command "ofline" (did you mean "offline"?)'],
     [
@@ -44,6 +44,26 @@ describe('vime-swe: mistakes on the command line', () => {
     ],
     [['offline', 'out', '--concurrency', '2'], `Unknown option '--concurrency'`],
     [['validate'], 'validate needs the dataset file'],
+    [['procedural'], 'procedural needs an output folder'],
+    [['procedural', 'out', '--per-family', '0'], '--per-family expects a positive whole number, got "0"'],
+    [['procedural', 'out', '--seed', '1.5'], '--seed expects a whole number, got "1.5"'],
+    [
+      ['procedural', 'out', '--heldout-family', 'off-by-one'],
+      '--heldout-family must be flip_comparison, off_by_one, wrong_constant, swapped_args, wrong_operator, missing_branch or none, got "off-by-one" (did you mean "off_by_one"?)',
+    ],
+    [
+      ['procedural', 'out', '--heldout-fraction', '1'],
+      '--heldout-fraction expects a number from 0 up to (not including) 1, got "1"',
+    ],
+    [['procedural', 'out', '--heldout-fraction=-0.1'], '--heldout-fraction expects a number ≥ 0, got "-0.1"'],
+    [
+      ['procedural', 'out', '--concurrency', 'many'],
+      '--concurrency expects a positive whole number, got "many"',
+    ],
+    [
+      ['procedural', 'out', '--per-famly', '2'],
+      `Unknown option '--per-famly' (did you mean "--per-family"?)`,
+    ],
     [['validate', 'rows.jsonl'], 'rows.jsonl: is empty; write one SWE-smith row per line'],
   ])('%j', async (args, message) => {
     const r = await vimeSwe(args);
@@ -57,7 +77,7 @@ describe('vime-swe: mistakes on the command line', () => {
     const top = await vimeSwe(['--help']);
     expect(top.code).toBe(EXIT.ok);
     expect(top.stdout).toMatch(/^vime-swe: [\s\S]*validate DATASET[\s\S]*offline DIR[\s\S]*Exit codes:/);
-    for (const command of ['validate', 'offline']) {
+    for (const command of ['validate', 'offline', 'procedural']) {
       const r = await vimeSwe([command, '--bogus', '--help']);
       expect(r.code).toBe(EXIT.ok);
       expect(r.stdout).toMatch(new RegExp(`^Usage: vime-swe ${command}`));

@@ -79,6 +79,11 @@ export function orderCandidates(candidates: Candidate[], seed: number): Candidat
   return out;
 }
 
+/** One validation run: a file's content swapped in, in the worker's folder or its own `workdir`. */
+export type ValidationRun =
+  | { file: string; content: string; workdir?: string | undefined }
+  | { workdir: string; file?: undefined; content?: undefined };
+
 export interface RunReport {
   statusMap: StatusMap;
   log: string;
@@ -102,7 +107,7 @@ export function validateRuns(
   assets: string,
   workdir: string,
   python: string,
-  runs: ReadonlyArray<{ file: string; content: string } | null>,
+  runs: ReadonlyArray<ValidationRun | null>,
   timeoutMs: number,
   onResult: (index: number, report: RunReport) => boolean,
   signal?: AbortSignal,

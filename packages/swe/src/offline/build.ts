@@ -217,7 +217,7 @@ export async function buildOfflineTaskSet(options: OfflineTaskSetOptions): Promi
     combinedInfo.push({ instanceId: id, parts: [idOf(a), idOf(b)], halfFixPatch });
   }
   const image = rows[0]!.image_name;
-  await publishDataset(dir, rows, { image, repoDir });
+  await publishDataset(dir, rows, [{ image, repoDir }]);
   await writeFile(
     manifestPath,
     `${JSON.stringify({ key, repoName, image, count: rows.length, kinds: [...new Set(rows.map((r) => bugKindOf(r.instance_id)))].sort(), combined: combinedInfo }, null, 2)}\n`,

@@ -53,26 +53,36 @@ export async function writeSweSmithParquet(path: string, rows: readonly SweSmith
       })),
       { name: 'FAIL_TO_PASS', data: rows.map((r) => r.FAIL_TO_PASS) },
       { name: 'PASS_TO_PASS', data: rows.map((r) => r.PASS_TO_PASS) },
+      // The generated sets' split column, only where rows have one.
+      ...(rows.some((r) => r.split !== undefined)
+        ? [{ name: 'split', data: rows.map((r) => r.split ?? null), type: 'STRING' as const }]
+        : []),
     ],
   });
   await writeFile(path, new Uint8Array(parquet));
 }
 
-/** Move the built mirror into place and write the rows and `environments.json` next to it. */
+/** Move the built mirrors into place and write the rows and `environments.json` next to them. */
 export async function publishDataset(
   dir: string,
   rows: readonly SweSmithRow[],
-  { image, repoDir }: { image: string; repoDir: string },
+  mirrors: ReadonlyArray<{ image: string; repoDir: string }>,
 ): Promise<void> {
-  const folder = environmentFolder(image);
-  await mkdir(dirname(join(dir, folder)), { recursive: true });
-  await rename(repoDir, join(dir, folder));
-  await writeFile(join(dir, 'instances.jsonl'), `${rows.map((r) => JSON.stringify(r)).join('\n')}\n`);
+  const environments: Record<string, { template: string }> = {};
+  for (const { image, repoDir } of mirrors) {
+    const folder = environmentFolder(image);
+    await mkdir(dirname(join(dir, folder)), { recursive: true });
+    await rename(repoDir, join(dir, folder));
+    environments[image] = { template: folder };
+  }
+  await writeJsonl(join(dir, 'instances.jsonl'), rows);
   await writeSweSmithParquet(join(dir, 'instances.parquet'), rows);
-  await writeFile(
-    join(dir, ENVIRONMENTS_FILE),
-    `${JSON.stringify({ version: 1, environments: { [image]: { template: folder } } }, null, 2)}\n`,
-  );
+  await writeFile(join(dir, ENVIRONMENTS_FILE), `${JSON.stringify({ version: 1, environments }, null, 2)}\n`);
+}
+
+/** Rows as SWE-smith JSONL: one row per line. */
+export async function writeJsonl(path: string, rows: readonly SweSmithRow[]): Promise<void> {
+  await writeFile(path, `${rows.map((r) => JSON.stringify(r)).join('\n')}\n`);
 }
 
 /**
