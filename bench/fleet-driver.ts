@@ -18,7 +18,7 @@ import { parseArgs } from 'node:util';
 import { loadTokenizer } from '@vime/core/engine';
 import { type StandInEngine, startStandInEngine } from '@vime/core/standin';
 import type { ExecResult, Sandbox } from '@vime/sandbox';
-import { countLeftovers, type Mode, type Setup, setup } from './fleet-setup.js';
+import { countLeftovers, type Mode, reapAndCount, type Setup, setup } from './fleet-setup.js';
 
 const FLAGS = {
   root: { type: 'string' },
@@ -270,12 +270,9 @@ async function drive(o: Options): Promise<void> {
 
 async function reap(o: Options): Promise<void> {
   const s = setup({ ...o, lifetimeMs: o.guardMs * 2 });
-  const before = await countLeftovers(s, o.run);
-  const report = await s.reap();
-  const after = await countLeftovers(s, o.run);
+  const report = await reapAndCount(s, o.run);
   await s.close();
-  const errors = report.errors.map((e) => `${e.id}: ${(e.error as Error)?.message ?? String(e.error)}`);
-  process.stdout.write(`${JSON.stringify({ type: 'reap', before, removed: report.removed.length, errors, after })}\n`);
+  process.stdout.write(`${JSON.stringify({ type: 'reap', ...report })}\n`);
 }
 
 const options = parse();

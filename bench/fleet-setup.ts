@@ -179,3 +179,12 @@ export async function countLeftovers(s: Setup, run: string): Promise<Leftovers> 
   const total = folders + cgroups + processes + mounts + containers;
   return { folders, cgroups, processes, mounts, containers, total };
 }
+
+/** What a SIGKILLed run left, one reap through the same providers, and what is left after it. */
+export async function reapAndCount(s: Setup, run: string) {
+  const before = await countLeftovers(s, run);
+  const report = await s.reap();
+  const after = await countLeftovers(s, run);
+  const errors = report.errors.map((e) => `${e.id}: ${(e.error as Error)?.message ?? String(e.error)}`);
+  return { before, removed: report.removed.length, errors, after };
+}
