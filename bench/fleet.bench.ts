@@ -82,11 +82,15 @@ function flags() {
 
 /** Runs the driver; `onLine` sees each JSON line it prints (and may kill it). */
 function driver(args: string[], onLine: (line: Record<string, unknown>, kill: () => void) => void) {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', '--conditions=@vime/source', join(here, 'fleet-driver.ts'), ...args],
-    { cwd: join(here, '..'), stdio: ['ignore', 'pipe', 'inherit'] },
-  );
+  // From the sources through tsx, or the bundled driver (`fleet-bundle.sh` names it).
+  const bundled = process.env.VIME_FLEET_DRIVER;
+  const command = bundled
+    ? [bundled, ...args]
+    : ['--import', 'tsx', '--conditions=@vime/source', join(here, 'fleet-driver.ts'), ...args];
+  const child = spawn(process.execPath, command, {
+    cwd: bundled ? process.cwd() : join(here, '..'),
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const kill = () => child.kill('SIGKILL');
   createInterface({ input: child.stdout }).on('line', (l) => {
     if (l.startsWith('{')) onLine(JSON.parse(l) as Record<string, unknown>, kill);
@@ -114,21 +118,52 @@ const causes = (r: DriveResult) =>
     .join(', ') || 'none';
 const left = (l: Leftovers) =>
   `${l.total} (folders ${l.folders}, cgroups ${l.cgroups}, processes ${l.processes}, mounts ${l.mounts}, containers ${l.containers})`;
-const ratio = (a: number | null, b: number | null) => (a === null || b === null || b === 0 ? '—' : fmt.ratio(a / b));
+const ratio = (a: number | null, b: number | null) =>
+  a === null || b === null || b === 0 ? '—' : fmt.ratio(a / b);
 
 function comparison(n: number, single: DriveResult, fleet: DriveResult): Table {
   const rows: Array<Array<string | number>> = [
     ['backends', single.backends.join(', '), fleet.backends.join(', '), ''],
-    ['rollouts completed (reward 1)', `${single.completed} (${single.rewarded})`, `${fleet.completed} (${fleet.rewarded})`, ''],
+    [
+      'rollouts completed (reward 1)',
+      `${single.completed} (${single.rewarded})`,
+      `${fleet.completed} (${fleet.rewarded})`,
+      '',
+    ],
     ['infrastructure failures by cause', causes(single), causes(fleet), ''],
-    ['run wall time', `${single.wallS.toFixed(1)} s`, `${fleet.wallS.toFixed(1)} s`, ratio(fleet.wallS, single.wallS)],
-    ['claims/s (claims over the run wall time)', single.claimsPerS.toFixed(1), fleet.claimsPerS.toFixed(1), ratio(fleet.claimsPerS, single.claimsPerS)],
+    [
+      'run wall time',
+      `${single.wallS.toFixed(1)} s`,
+      `${fleet.wallS.toFixed(1)} s`,
+      ratio(fleet.wallS, single.wallS),
+    ],
+    [
+      'claims/s (claims over the run wall time)',
+      single.claimsPerS.toFixed(1),
+      fleet.claimsPerS.toFixed(1),
+      ratio(fleet.claimsPerS, single.claimsPerS),
+    ],
     ['claim p50 / p99', q(single.claims), q(fleet.claims), ratio(fleet.claims.p50, single.claims.p50)],
-    ['creation-queue wait p50 / p99 (max)', `${q(single.queueWait)} (${ms(single.queueWait.max)})`, `${q(fleet.queueWait)} (${ms(fleet.queueWait.max)})`, ''],
+    [
+      'creation-queue wait p50 / p99 (max)',
+      `${q(single.queueWait)} (${ms(single.queueWait.max)})`,
+      `${q(fleet.queueWait)} (${ms(fleet.queueWait.max)})`,
+      '',
+    ],
     ['exec p50 / p99', q(single.exec), q(fleet.exec), ratio(fleet.exec.p50, single.exec.p50)],
     ['model turn p50 / p99', q(single.model), q(fleet.model), ''],
-    ['peak memory per sandbox p50 / p99 / max (cgroup)', `${mib(single.peakMemory.p50)} / ${mib(single.peakMemory.p99)} / ${mib(single.peakMemory.max)}`, `${mib(fleet.peakMemory.p50)} / ${mib(fleet.peakMemory.p99)} / ${mib(fleet.peakMemory.max)}`, ''],
-    ['rollout process peak RSS (VmHWM), per rollout', `${mib(single.driverPeakRssBytes)}, ${mib((single.driverPeakRssBytes ?? 0) / n)}`, `${mib(fleet.driverPeakRssBytes)}, ${mib((fleet.driverPeakRssBytes ?? 0) / n)}`, ''],
+    [
+      'peak memory per sandbox p50 / p99 / max (cgroup)',
+      `${mib(single.peakMemory.p50)} / ${mib(single.peakMemory.p99)} / ${mib(single.peakMemory.max)}`,
+      `${mib(fleet.peakMemory.p50)} / ${mib(fleet.peakMemory.p99)} / ${mib(fleet.peakMemory.max)}`,
+      '',
+    ],
+    [
+      'rollout process peak RSS (VmHWM), per rollout',
+      `${mib(single.driverPeakRssBytes)}, ${mib((single.driverPeakRssBytes ?? 0) / n)}`,
+      `${mib(fleet.driverPeakRssBytes)}, ${mib((fleet.driverPeakRssBytes ?? 0) / n)}`,
+      '',
+    ],
     ['leftovers after the run', left(single.leftovers), left(fleet.leftovers), ''],
   ];
   const accounted = (r: DriveResult) => r.completed + Object.values(r.failures).reduce((a, b) => a + b, 0);
@@ -151,8 +186,8 @@ function comparison(n: number, single: DriveResult, fleet: DriveResult): Table {
     notes: [
       `model: ${fleet.model.source} (the stand-in engine is a scripted policy behind SGLang's /generate, not a model).`,
       `fleet placement: ${(fleet.perBackend ?? []).map((b) => `${b.name} ${b.created} created, ${b.failed} failed`).join('; ')}.`,
-      'claim: create as the rollout sees it; creation-queue wait: the claim less the backend create (its `create` event), i.e. waiting for the fleet\'s starting cap, placement or a token.',
-      'peak memory: the kernel\'s peak charge of each bubblewrap sandbox\'s memory cgroup (v1 memory.max_usage_in_bytes, v2 memory.peak) read at release: its processes and the page cache they caused.',
+      "claim: create as the rollout sees it; creation-queue wait: the claim less the backend create (its `create` event), i.e. waiting for the fleet's starting cap, placement or a token.",
+      "peak memory: the kernel's peak charge of each bubblewrap sandbox's memory cgroup (v1 memory.max_usage_in_bytes, v2 memory.peak) read at release: its processes and the page cache they caused.",
       ...Object.entries({ ...single.examples, ...fleet.examples }).map(([c, m]) => `failure ${c}: ${m}`),
     ],
   };
@@ -193,26 +228,57 @@ async function killed(base: string[], root: string, n: number, docker: string | 
       ['left after the reap', left(reap.after)],
     ],
     checks: [
-      { target: 'the rollout process was SIGKILLed mid-run', measured: String(exit.signal), ok: exit.signal === 'SIGKILL' },
-      { target: '0 left after one reap', measured: String(reap.after.total), ok: reap.after.total === 0 && reap.errors.length === 0 },
+      {
+        target: 'the rollout process was SIGKILLed mid-run',
+        measured: String(exit.signal),
+        ok: exit.signal === 'SIGKILL',
+      },
+      {
+        target: '0 left after one reap',
+        measured: String(reap.after.total),
+        ok: reap.after.total === 0 && reap.errors.length === 0,
+      },
     ],
   };
 }
 
 const bench: Bench = {
   name: 'fleet',
-  description: 'N concurrent coding-agent-shaped rollouts on a fleet vs one provider, and a SIGKILL mid-run then one reap',
+  description:
+    'N concurrent coding-agent-shaped rollouts on a fleet vs one provider, and a SIGKILL mid-run then one reap',
   async run() {
     const f = flags();
     const n = Number(f.rollouts);
     const root = mkdtempSync(join(tmpdir(), 'vime-bench-fleet-'));
     // The sandbox uid must reach each backend's folder under it.
     chmodSync(root, 0o755);
-    const base = ['--root', root, '--rollouts', f.rollouts, '--backends', f.backends, '--max-starting', f.maxStarting];
+    const base = [
+      '--root',
+      root,
+      '--rollouts',
+      f.rollouts,
+      '--backends',
+      f.backends,
+      '--max-starting',
+      f.maxStarting,
+    ];
     const withDocker = f.docker ? ['--docker', f.docker] : [];
     try {
-      const single = await drive([...base, '--mode', 'single', '--run', `bench-fleet-single-${randomBytes(4).toString('hex')}`]);
-      const fleet = await drive([...base, ...withDocker, '--mode', 'fleet', '--run', `bench-fleet-${randomBytes(4).toString('hex')}`]);
+      const single = await drive([
+        ...base,
+        '--mode',
+        'single',
+        '--run',
+        `bench-fleet-single-${randomBytes(4).toString('hex')}`,
+      ]);
+      const fleet = await drive([
+        ...base,
+        ...withDocker,
+        '--mode',
+        'fleet',
+        '--run',
+        `bench-fleet-${randomBytes(4).toString('hex')}`,
+      ]);
       const table = comparison(n, single, fleet);
       table.notes?.unshift(
         `machine: ${cpus().length} cores, ${cpus()[0]?.model ?? 'unknown CPU'}; fleet: ${f.backends} bubblewrap backends (capacity ${Math.ceil(n / Number(f.backends))} each)${f.docker ? ` and a Docker engine's backend at ${f.docker}` : ', no Docker engine'}, maxStarting ${f.maxStarting}.`,
