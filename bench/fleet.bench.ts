@@ -153,9 +153,9 @@ function comparison(n: number, single: DriveResult, fleet: DriveResult): Table {
     ['exec p50 / p99', q(single.exec), q(fleet.exec), ratio(fleet.exec.p50, single.exec.p50)],
     ['model turn p50 / p99', q(single.model), q(fleet.model), ''],
     [
-      'peak memory per sandbox p50 / p99 / max (cgroup)',
-      `${mib(single.peakMemory.p50)} / ${mib(single.peakMemory.p99)} / ${mib(single.peakMemory.max)}`,
-      `${mib(fleet.peakMemory.p50)} / ${mib(fleet.peakMemory.p99)} / ${mib(fleet.peakMemory.max)}`,
+      'peak memory per sandbox p50 / p99 / max (cgroup; sandboxes measured)',
+      `${mib(single.peakMemory.p50)} / ${mib(single.peakMemory.p99)} / ${mib(single.peakMemory.max)} (${single.peakMemory.n})`,
+      `${mib(fleet.peakMemory.p50)} / ${mib(fleet.peakMemory.p99)} / ${mib(fleet.peakMemory.max)} (${fleet.peakMemory.n})`,
       '',
     ],
     [
@@ -187,7 +187,7 @@ function comparison(n: number, single: DriveResult, fleet: DriveResult): Table {
       `model: ${fleet.model.source} (the stand-in engine is a scripted policy behind SGLang's /generate, not a model).`,
       `fleet placement: ${(fleet.perBackend ?? []).map((b) => `${b.name} ${b.created} created, ${b.failed} failed`).join('; ')}.`,
       "claim: create as the rollout sees it; creation-queue wait: the claim less the backend create (its `create` event), i.e. waiting for the fleet's starting cap, placement or a token.",
-      "peak memory: the kernel's peak charge of each bubblewrap sandbox's memory cgroup (v1 memory.max_usage_in_bytes, v2 memory.peak) read at release: its processes and the page cache they caused.",
+      "peak memory: the kernel's peak charge of each bubblewrap sandbox's memory cgroup (v1 memory.max_usage_in_bytes, v2 memory.peak) read at release: its processes and the page cache they caused; a Docker backend's sandboxes are not measured.",
       ...Object.entries({ ...single.examples, ...fleet.examples }).map(([c, m]) => `failure ${c}: ${m}`),
     ],
   };
