@@ -39,7 +39,7 @@ rm -rf "$out/tools/bwrap/usr/share/man" "$out/tools/bwrap/usr/share/bash-complet
 const [main, driver] = process.argv.slice(1);
 const common = {
   bundle: true, platform: 'node', format: 'esm', target: 'node22', conditions: ['@vime/source'],
-  legalComments: 'none', logLevel: 'warning',
+  legalComments: 'none', logLevel: 'warning', minify: true,
   // CommonJS dependencies call require(); an ES module has none of its own.
   banner: { js: \"import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);\" },
 };
@@ -67,7 +67,15 @@ node="$here/tools/node"
 if [ ! -x "$node" ]; then
   xz -dc "$here/tools/node.xz" >"$node.tmp-$$" && chmod +x "$node.tmp-$$" && mv "$node.tmp-$$" "$node"
 fi
-if ! command -v bwrap >/dev/null 2>&1; then export PATH="$here/tools/bwrap/usr/bin:$PATH"; fi
+if ! command -v bwrap >/dev/null 2>&1; then
+  # bwrap runs as the sandbox's unprivileged uid, which may not reach this folder: a copy it can reach.
+  bin="${TMPDIR:-/tmp}/vime-fleet-bench-bwrap"
+  mkdir -p "$bin" && chmod 755 "$bin"
+  install -m 0755 "$here/tools/bwrap/usr/bin/bwrap" "$bin/bwrap"
+  export PATH="$bin:$PATH"
+fi
+# Each live sandbox holds a few descriptors in the rollout process: as many as the machine allows.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 export VIME_FLEET_DRIVER="$here/app/fleet-driver.mjs"
 export VIME_TOKENIZER_DIR="$here/tokenizer"
 exec "$node" "$here/app/fleet-bench.mjs" "$@"
