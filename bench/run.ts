@@ -6,7 +6,11 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { type Bench, renderTable } from './harness.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const wanted = process.argv.slice(2).filter((a) => a !== '--');
+// Names pick benches; from the first flag on (`pnpm bench fleet --rollouts 2048`), the arguments are
+// left to the benches that read them.
+const args = process.argv.slice(2).filter((a) => a !== '--');
+const firstFlag = args.findIndex((a) => a.startsWith('-'));
+const wanted = firstFlag < 0 ? args : args.slice(0, firstFlag);
 const files = readdirSync(here)
   .filter((f) => f.endsWith('.bench.ts'))
   .filter((f) => wanted.length === 0 || wanted.includes(f.replace('.bench.ts', '')))
