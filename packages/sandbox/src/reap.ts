@@ -177,19 +177,21 @@ export async function reapOrphans(selector: string | number | ReapOptions): Prom
     if (existsSync(join(rootDir, id))) continue;
     byId.set(id, [...(byId.get(id) ?? []), cg]);
   }
+  // Ids whose cgroups belong to a live sandbox under another root folder: their processes stay too.
+  const elsewhere = new Set<string>();
   for (const [id, cgs] of byId) {
     const createdAt = Math.min(...cgs.map((c) => c.createdAt));
     const labels = options.run === undefined ? {} : { [RUN_LABEL]: options.run };
     const { match, reason } = matches(labels, createdAt, options);
     if (!match) continue;
-    // Selected by age alone, a cgroup could belong to a live sandbox under another root folder (a
-    // per-exec one is empty between commands): it goes only when empty and its owner is gone.
-    if (options.run === undefined) {
-      if (cgs.some((c) => cgroupHasProcesses(c.dir))) continue;
-      if (!options.includeLive && cgs.some((c) => isOwnerAlive(cgroupOwner(c.dir)))) {
-        report.skippedLive++;
-        continue;
-      }
+    // A cgroup without a folder here may belong to a live sandbox under another root folder (several
+    // bubblewrap backends of one run, a per-exec one empty between commands): selected by age alone it
+    // goes only when empty, and in any case only when its owner is gone.
+    if (options.run === undefined && cgs.some((c) => cgroupHasProcesses(c.dir))) continue;
+    if (!options.includeLive && cgs.some((c) => isOwnerAlive(cgroupOwner(c.dir)))) {
+      report.skippedLive++;
+      elsewhere.add(id);
+      continue;
     }
     if (!options.dryRun) {
       try {
@@ -206,7 +208,7 @@ export async function reapOrphans(selector: string | number | ReapOptions): Prom
     killByEnvPrefix(
       SANDBOX_MARKER_ENV,
       `sbx-${runTag(options.run)}-`,
-      (id) => !existsSync(join(rootDir, id)),
+      (id) => !existsSync(join(rootDir, id)) && !elsewhere.has(id),
     );
   }
 

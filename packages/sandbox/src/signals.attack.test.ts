@@ -326,6 +326,34 @@ describe.runIf(rootForTests())('what a crash leaves, found by run id', () => {
     }
   });
 
+  it("a run's reap from another root folder keeps that run's live sandbox (several roots: a fleet of bubblewrap backends)", async () => {
+    const liveRoot = userDir('vime-signals-', false);
+    const otherRoot = userDir('vime-signals-', false);
+    dirs.push(liveRoot, otherRoot);
+    const run = `fleet-${randomInt(1e9)}`;
+    const live = await bubblewrapProvider({ rootDir: liveRoot }).create({
+      workdir: '/w',
+      labels: { 'vime.run': run },
+    });
+    try {
+      const liveCgroups = (
+        JSON.parse(readFileSync(join(liveRoot, live.id, 'meta.json'), 'utf8')) as { cgroups: string[] }
+      ).cgroups;
+      expect(liveCgroups.length).toBeGreaterThan(0);
+      expect((await live.exec('true')).exitCode).toBe(0);
+      const { stdout } = await promisify(execFile)(
+        process.execPath,
+        [...nodeArgs, cli, 'reap', '--run', run, '--root', otherRoot, '--no-docker'],
+        { cwd: repoRoot },
+      );
+      expect(stdout).not.toContain(live.id);
+      expect(liveCgroups.filter((cg) => !existsSync(cg))).toEqual([]);
+      expect((await live.exec('echo ok')).stdout).toBe('ok\n');
+    } finally {
+      await live.terminate();
+    }
+  });
+
   it('a cgroup with a process in it whose sandbox folder is gone', async () => {
     const r = start('session');
     await reach(r, 'created');
