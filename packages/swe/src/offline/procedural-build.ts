@@ -58,6 +58,7 @@ export interface ProceduralSetOptions {
   concurrency?: number | undefined;
   /** Rebuild even when a matching build exists. */
   force?: boolean | undefined;
+  /** Called after each validated batch: instances kept so far, candidates tried, and the target count. */
   onProgress?: ((event: { kept: number; tried: number; target: number }) => void) | undefined;
   signal?: AbortSignal | undefined;
 }

@@ -17,6 +17,7 @@ export const OPERATOR_FAMILIES = [
   'wrong_operator',
   'missing_branch',
 ] as const;
+/** One of the bug families the procedural generator injects (the kind in an instance id). */
 export type OperatorFamily = (typeof OPERATOR_FAMILIES)[number];
 
 /** Which marked sites each family strikes. */
