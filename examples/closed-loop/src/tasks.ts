@@ -5,6 +5,7 @@
  * so the coding-agent loop reads it exactly like a user's `--dataset`.
  */
 import { existsSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { ConfigError } from '@vime/core';
@@ -171,6 +172,8 @@ export async function proceduralSplit(options: ProceduralSplitOptions): Promise<
       dir: join(options.cacheDir, `procedural-${options.seed}-${options.perFamily}`),
       seed: options.seed,
       perFamily: options.perFamily,
+      // Each candidate is one pytest run pair; a GPU machine's cores shorten the build.
+      concurrency: Math.max(2, Math.min(8, availableParallelism())),
       ...(options.signal ? { signal: options.signal } : {}),
     });
     setDir = set.dir;
