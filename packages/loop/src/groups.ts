@@ -44,7 +44,7 @@ export function doneSiblings(queue: GroupQueue, ids: number[]): number {
 /**
  * Which task each prompt group of a run gets. `cycle`: the dataset's order, from the start again when it
  * runs out. `fresh`: a seeded draw without replacement, so no task is given to two groups of the run (the
- * run must fit: steps × prompts per step ≤ tasks, checked before anything starts). The same tasks and seed
+ * run must fit: steps × prompts per step ≤ tasks, checked before the first rollout). The same tasks and seed
  * give the same draw, so a resumed run finds its groups' tasks again.
  */
 export function taskDraw(
