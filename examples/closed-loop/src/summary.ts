@@ -58,7 +58,7 @@ export interface Summary {
   arm: string | null;
   seed: number | null;
   steps: Array<
-    Omit<StepRecord, 'train' | 'checks'> & {
+    Omit<StepRecord, 'train' | 'checks' | 'versions'> & {
       trainSeconds: number;
       weightUpdateSeconds: number;
       loss: number | null;
@@ -112,14 +112,14 @@ export async function writeSummary(out: string, command: string[]): Promise<Summ
       return { ...s, checks };
     }),
   );
-  const steps = rechecked.map(({ train, checks, ...s }) => ({
+  const steps = rechecked.map(({ train, checks, versions, ...s }) => ({
     ...s,
     trainSeconds: train.trainSeconds,
     weightUpdateSeconds: train.weightUpdateSeconds,
     loss: train.metrics.loss ?? null,
     grpoCheck: checks ? checks.grpoCheck.verdict : ('not-applicable' as const),
     tokenAudit: checks ? checks.tokenAudit.ok : null,
-    versionsOk: checks ? checks.versions.ok : null,
+    versionsOk: checks ? checks.versions.ok : (versions?.ok ?? null),
   }));
   const trainDelta = initial && final ? passDelta(initial.train, final.train) : null;
   const heldoutDelta = initial?.heldout && final?.heldout ? passDelta(initial.heldout, final.heldout) : null;

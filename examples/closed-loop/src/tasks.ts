@@ -5,8 +5,8 @@
  * so the coding-agent loop reads it exactly like a user's `--dataset`.
  */
 import { existsSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { ConfigError } from '@vime/core';
 import { seededRandom } from '@vime/core/utils';

@@ -10,7 +10,7 @@ import { appendFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { decodeSamples, type Sample } from '@vime/core';
 import { type RunSummary, runLoop, type TrainResult } from '@vime/loop';
-import { checkStep, type StepChecks } from './checks.js';
+import { checkStep, checkWeightVersions, type StepChecks, type VersionCheck } from './checks.js';
 import { startPolicyServer } from './policy-server.js';
 import { startRftTrainer } from './rft.js';
 import { type ClosedLoopOptions, loopConfig, paths, scoreRow, taskSplit, tokenizerOf } from './run.js';
@@ -69,6 +69,8 @@ export interface StepRecord {
   } | null;
   /** null for the rejection-sampling arm: it writes no GRPO dumps to check. */
   checks: StepChecks | null;
+  /** The rejection-sampling arm's one check: every row carries the version served while it rolled out. */
+  versions?: VersionCheck | undefined;
 }
 
 export interface TrainRunResult {
@@ -200,6 +202,14 @@ export async function train(options: ClosedLoopOptions, model: string): Promise<
         train: trainResultOf(t.event),
         probe: t.probe,
         checks,
+        ...(checks
+          ? {}
+          : {
+              versions: checkWeightVersions(
+                decodeSamples(await readFile(s.batchPath)),
+                options.mode === 'sync' ? t.servedVersion : undefined,
+              ),
+            }),
       });
     }
     const result: TrainRunResult = {

@@ -193,6 +193,8 @@ describe('the closed loop on the procedural family in miniature (tiny model, CPU
     ]);
     for (const s of result.steps) {
       expect(s.checks).toBeNull();
+      // Its one check: every row carries the version served while the step rolled out.
+      expect(s.versions).toMatchObject({ ok: true, versions: [s.servedVersion] });
       // A random tiny model solves nothing: no successful sample, so the weights stay as they were.
       expect(s.train.metrics.rft_successes).toBe(0);
       expect(existsSync(join(rftOut, 'train', 'trainer', 'weights', `step-${s.step}`, 'config.json'))).toBe(
@@ -202,6 +204,7 @@ describe('the closed loop on the procedural family in miniature (tiny model, CPU
     expect(runs.rft!.output).toMatch(/rft: step 1 has no successful sample/);
     const summary = json<Summary>(join(rftOut, 'summary.json'));
     expect(summary.steps.map((s) => s.grpoCheck)).toEqual(['not-applicable', 'not-applicable']);
+    expect(summary.claims.everyRowCarriesItsVersion).toBe(true);
   });
 
   it('the rejection-sampling step trains on the successful samples and the server loads the result', async () => {
