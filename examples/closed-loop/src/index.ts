@@ -13,6 +13,7 @@ export {
   startPolicyServer,
 } from './policy-server.js';
 export { exampleDir, pythonEnv, pythonPath } from './python.js';
+export { RFT_LABEL, startRftTrainer } from './rft.js';
 export {
   type ClosedLoopOptions,
   type EvalResult,
@@ -23,7 +24,13 @@ export {
 } from './run.js';
 export { type PassAt1, type PassDelta, passAt1, passDelta } from './stats.js';
 export { renderSummary, type Summary, writeSummary } from './summary.js';
-export { type SplitOptions, splitTasks, type TaskSplit } from './tasks.js';
+export {
+  type ProceduralSplitOptions,
+  proceduralSplit,
+  type SplitOptions,
+  splitTasks,
+  type TaskSplit,
+} from './tasks.js';
 export { type StepRecord, type TrainRunResult, train } from './train.js';
 export {
   type RunningTrainer,

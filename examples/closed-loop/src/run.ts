@@ -23,13 +23,29 @@ import { checkConfig, runLoop } from '@vime/loop';
 import { bundledTokenizerDir, startPolicyServer } from './policy-server.js';
 import { exampleDir, pythonEnv } from './python.js';
 import { type PassAt1, passAt1 } from './stats.js';
-import { hasSplit, splitTasks, type TaskSplit } from './tasks.js';
+import { hasSplit, proceduralSplit, splitTasks, type TaskSplit } from './tasks.js';
 
 export interface ClosedLoopOptions {
   /** The run folder: every phase writes under it. */
   out: string;
   /** SWE-smith JSONL to split into training and held-out tasks; default: the offline task set. */
   dataset?: string | undefined;
+  /**
+   * `offline`: a seeded split of the offline set (or `dataset`); `procedural`: the generated family's own
+   * splits (train / held-out instances / held-out family), a fresh draw of training instances every step
+   * and the scripted debugger as the warm start's policy.
+   */
+  tasks?: 'offline' | 'procedural' | undefined;
+  /** The procedural family: generated here from seed and size, or a set generated before (`dir`). */
+  procedural?: { seed: number; perFamily: number; dir?: string | undefined } | undefined;
+  /**
+   * The RL phase's arm: `grpo` (the main run), `shuffled` (GRPO on rewards shuffled within each step, the
+   * control that must not rise) or `rft` (rejection-sampling fine-tuning: supervised training on the
+   * successful samples of the same rollouts, the "is it RL?" control).
+   */
+  arm?: 'grpo' | 'shuffled' | 'rft' | undefined;
+  /** The run's seed: the fresh draw of training tasks, the reward shuffle, the trainer's seed. */
+  seed?: number | undefined;
   /** Tokenizer folder (tokenizer.json + tokenizer_config.json); default: the bundled Qwen3 tokenizer. */
   tokenizer?: string | undefined;
   python?: string | undefined;
@@ -94,13 +110,37 @@ export function tokenizerOf(options: ClosedLoopOptions): string {
 
 export async function taskSplit(options: ClosedLoopOptions): Promise<TaskSplit> {
   const p = paths(options.out);
+  const kind = options.tasks ?? 'offline';
   if (hasSplit(p.split)) {
     const split = JSON.parse(await readFile(join(p.split, 'split.json'), 'utf8')) as TaskSplit;
-    if (split.ids.train.length !== options.trainTasks || split.ids.heldout.length !== options.heldoutTasks)
+    if ((split.kind ?? 'offline') !== kind)
       throw new ConfigError(
-        `--train-tasks/--heldout-tasks: ${options.out} was split ${split.ids.train.length}/${split.ids.heldout.length}, not ${options.trainTasks}/${options.heldoutTasks}; use a new --out or the same numbers`,
+        `--tasks: ${options.out} holds ${split.kind ?? 'offline'} tasks, not ${kind}; use a new --out or the same --tasks`,
+      );
+    const trained = (split.ids.trainEval ?? split.ids.train).length;
+    if (
+      trained !== options.trainTasks ||
+      (kind === 'offline' && split.ids.heldout.length !== options.heldoutTasks)
+    )
+      throw new ConfigError(
+        `--train-tasks/--heldout-tasks: ${options.out} was split ${trained}/${split.ids.heldout.length}, not ${options.trainTasks}/${options.heldoutTasks}; use a new --out or the same numbers`,
       );
     return split;
+  }
+  if (kind === 'procedural') {
+    const proc = options.procedural ?? { seed: 1, perFamily: 20 };
+    return proceduralSplit({
+      dir: p.split,
+      setDir: proc.dir,
+      cacheDir: p.cache,
+      seed: proc.seed,
+      perFamily: proc.perFamily,
+      trainEval: options.trainTasks,
+      heldoutEval: options.heldoutTasks,
+      warmTasks: options.warmstart.steps * options.warmstart.prompts,
+      signal: options.signal,
+      log: options.log,
+    });
   }
   return splitTasks({
     dir: p.split,
@@ -134,7 +174,7 @@ function torchPython(): string {
   return found.python;
 }
 
-function runPython(options: ClosedLoopOptions, args: string[]): Promise<void> {
+export function runPython(options: ClosedLoopOptions, args: string[]): Promise<void> {
   const python = options.python ?? torchPython();
   return new Promise((resolvePromise, reject) => {
     const child = spawn(python, args, {
@@ -168,13 +208,17 @@ export async function warmstart(options: ClosedLoopOptions): Promise<string> {
   const p = paths(options.out);
   const split = await taskSplit(options);
   const w = options.warmstart;
+  // Procedural tasks: the scripted debugger (reproduces, reads, edits by heuristics; never a gold patch)
+  // on training instances only; else the scripted stand-in on every non-held-out task.
+  const debuggerPolicy = split.kind === 'procedural';
   if (!existsSync(join(p.warmData, 'report.json'))) {
     options.log(
-      `warm start: the stand-in policy (scripted, not a model) on ${split.ids.train.length + split.ids.warmstartOnly.length} tasks, ${w.steps} steps x ${w.prompts} x ${w.samples}`,
+      `warm start: the stand-in policy (${debuggerPolicy ? 'the scripted debugger' : 'scripted'}, not a model) on ${debuggerPolicy ? `${split.ids.warmstartOnly.length} training` : split.ids.train.length + split.ids.warmstartOnly.length} tasks, ${w.steps} steps x ${w.prompts} x ${w.samples}`,
     );
     const config = loopConfig(options, {
       out: p.warmData,
       dataset: split.warmstart,
+      ...(debuggerPolicy ? { standInPolicy: 'debugger' } : {}),
       steps: w.steps,
       promptsPerStep: w.prompts,
       samplesPerPrompt: w.samples,
@@ -213,6 +257,8 @@ export interface EvalResult {
   samples: number;
   train: PassAt1;
   heldout: PassAt1 | null;
+  /** Procedural tasks: the operator family held out entirely. */
+  heldoutFamily?: PassAt1 | null | undefined;
   seconds: number;
 }
 
@@ -239,7 +285,7 @@ export async function evaluate(
     args: ['--weight-version', weightVersion, ...options.serverArgs],
     signal: options.signal,
   });
-  const pass = async (which: 'train' | 'heldout', dataset: string, tasks: number) => {
+  const pass = async (which: 'train' | 'heldout' | 'heldout_family', dataset: string, tasks: number) => {
     const out = join(dir, which);
     options.log(`eval ${name}: ${tasks} ${which} tasks x ${options.evalSamples} samples on ${model}`);
     const config = loopConfig(options, {
@@ -254,10 +300,16 @@ export async function evaluate(
     return passAt1(await stepResults(out), options.evalSamples);
   };
   try {
-    const train = await pass('train', split.train, split.ids.train.length);
+    const trainIds = split.ids.trainEval ?? split.ids.train;
+    const train = await pass('train', split.trainEval ?? split.train, trainIds.length);
     const heldout = split.ids.heldout.length
       ? await pass('heldout', split.heldout, split.ids.heldout.length)
       : null;
+    const family = split.ids.heldoutFamily ?? [];
+    const heldoutFamily =
+      split.heldoutFamily && family.length
+        ? await pass('heldout_family', split.heldoutFamily, family.length)
+        : null;
     const result: EvalResult = {
       name,
       model: resolve(model),
@@ -265,6 +317,7 @@ export async function evaluate(
       samples: options.evalSamples,
       train,
       heldout,
+      ...(split.kind === 'procedural' ? { heldoutFamily } : {}),
       seconds: (performance.now() - started) / 1000,
     };
     await writeFile(join(dir, 'eval.json'), `${JSON.stringify(result, null, 2)}\n`);

@@ -6,10 +6,10 @@
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { copyFile, mkdir, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, writeFile } from 'node:fs/promises';
 import { cpus, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
-import { checkStep } from './checks.js';
+import { checkStep, type StepChecks } from './checks.js';
 import { exampleDir } from './python.js';
 import type { EvalResult } from './run.js';
 import { paths } from './run.js';
@@ -54,14 +54,18 @@ export interface Summary {
   code: string | null;
   machine: { cpus: number; memoryGiB: number; gpu: string | null; node: string };
   trainer: TrainRunResult['trainer'] | null;
+  /** The RL phase's arm (grpo, shuffled, rft) and seed. */
+  arm: string | null;
+  seed: number | null;
   steps: Array<
-    Omit<StepRecord, 'train' | 'checks'> & {
+    Omit<StepRecord, 'train' | 'checks' | 'versions'> & {
       trainSeconds: number;
       weightUpdateSeconds: number;
       loss: number | null;
-      grpoCheck: StepRecord['checks']['grpoCheck']['verdict'];
-      tokenAudit: boolean;
-      versionsOk: boolean;
+      /** `not-applicable` (and null below) for the rejection-sampling arm: no GRPO dumps. */
+      grpoCheck: StepChecks['grpoCheck']['verdict'] | 'not-applicable';
+      tokenAudit: boolean | null;
+      versionsOk: boolean | null;
     }
   >;
   eval: {
@@ -69,6 +73,18 @@ export interface Summary {
     final: EvalResult | null;
     trainDelta: PassDelta | null;
     heldoutDelta: PassDelta | null;
+    heldoutFamilyDelta: PassDelta | null;
+    /**
+     * Every eval pass by the weight version it measured (initial, each `--name step-N` checkpoint, final):
+     * training, held-out and held-out-family pass@1 side by side.
+     */
+    curve: Array<{
+      name: string;
+      weightVersion: string;
+      train: number | null;
+      heldout: number | null;
+      heldoutFamily: number | null;
+    }>;
   };
   claims: Claims;
   report: string | null;
@@ -96,17 +112,28 @@ export async function writeSummary(out: string, command: string[]): Promise<Summ
       return { ...s, checks };
     }),
   );
-  const steps = rechecked.map(({ train, checks, ...s }) => ({
+  const steps = rechecked.map(({ train, checks, versions, ...s }) => ({
     ...s,
     trainSeconds: train.trainSeconds,
     weightUpdateSeconds: train.weightUpdateSeconds,
     loss: train.metrics.loss ?? null,
-    grpoCheck: checks.grpoCheck.verdict,
-    tokenAudit: checks.tokenAudit.ok,
-    versionsOk: checks.versions.ok,
+    grpoCheck: checks ? checks.grpoCheck.verdict : ('not-applicable' as const),
+    tokenAudit: checks ? checks.tokenAudit.ok : null,
+    versionsOk: checks ? checks.versions.ok : (versions?.ok ?? null),
   }));
   const trainDelta = initial && final ? passDelta(initial.train, final.train) : null;
   const heldoutDelta = initial?.heldout && final?.heldout ? passDelta(initial.heldout, final.heldout) : null;
+  const heldoutFamilyDelta =
+    initial?.heldoutFamily && final?.heldoutFamily
+      ? passDelta(initial.heldoutFamily, final.heldoutFamily)
+      : null;
+  const curve = (await evalPasses(out)).map((r) => ({
+    name: r.name,
+    weightVersion: r.weightVersion,
+    train: r.train.value,
+    heldout: r.heldout?.value ?? null,
+    heldoutFamily: r.heldoutFamily?.value ?? null,
+  }));
   const config = readJson<{ promptsPerStep: number; samplesPerPrompt: number }>(join(p.train, 'config.json'));
   const served = steps.map((s) => s.servedVersion);
   const claims: Claims = {
@@ -132,8 +159,10 @@ export async function writeSummary(out: string, command: string[]): Promise<Summ
       node: process.version,
     },
     trainer: run?.trainer ?? null,
+    arm: run?.arm ?? null,
+    seed: run?.seed ?? null,
     steps,
-    eval: { initial, final, trainDelta, heldoutDelta },
+    eval: { initial, final, trainDelta, heldoutDelta, heldoutFamilyDelta, curve },
     claims,
     report: run?.summary.reportHtml ?? null,
   };
@@ -142,10 +171,22 @@ export async function writeSummary(out: string, command: string[]): Promise<Summ
   return summary;
 }
 
+/** Every eval pass of the run (`eval-<name>/eval.json`), by weight version (initial first). */
+async function evalPasses(out: string): Promise<EvalResult[]> {
+  if (!existsSync(out)) return [];
+  const names = (await readdir(out)).filter((n) => n.startsWith('eval-'));
+  const results = names
+    .map((n) => readJson<EvalResult>(join(out, n, 'eval.json')))
+    .filter((r): r is EvalResult => r !== null);
+  const order = (r: EvalResult) => (/^\d+$/.test(r.weightVersion) ? Number(r.weightVersion) : -1);
+  return results.sort((a, b) => order(a) - order(b) || a.name.localeCompare(b.name));
+}
+
 /** The run's small files, gathered in `<out>/evidence/` to be kept (checkpoints and dumps stay behind). */
 const EVIDENCE = [
   'summary.json',
   'tasks/split.json',
+  'tasks/heldout-ids.txt',
   'warmstart/ckpt/sft_log.json',
   'warmstart/data/report.json',
   'eval-initial/eval.json',
@@ -160,7 +201,12 @@ const EVIDENCE = [
 ];
 
 async function collectEvidence(out: string): Promise<void> {
-  for (const rel of EVIDENCE) {
+  const more: string[] = [];
+  if (existsSync(out))
+    for (const n of await readdir(out)) if (n.startsWith('eval-step-')) more.push(`${n}/eval.json`);
+  const draws = join(out, 'train', 'draws');
+  if (existsSync(draws)) for (const n of await readdir(draws)) more.push(`train/draws/${n}`);
+  for (const rel of [...EVIDENCE, ...more]) {
     const from = join(out, rel);
     if (!existsSync(from)) continue;
     const to = join(out, 'evidence', rel.replaceAll('/', '__'));
@@ -188,24 +234,31 @@ export function renderSummary(s: Summary): string {
         (st.logprobAbsDiffMean?.toExponential(2) ?? '-').padEnd(8),
         st.trainSeconds.toFixed(2).padEnd(7),
         st.weightUpdateSeconds.toFixed(2).padEnd(8),
-        st.grpoCheck.padEnd(5),
+        st.grpoCheck.slice(0, 5).padEnd(5),
         String(st.tokenAudit).padEnd(5),
         String(st.versionsOk),
       ].join('  '),
     ),
   ];
   const e = s.eval;
-  for (const [name, pick] of [
-    ['train', (r: EvalResult) => r.train],
-    ['held-out', (r: EvalResult) => r.heldout],
+  for (const [name, pick, d] of [
+    ['train', (r: EvalResult) => r.train, e.trainDelta],
+    ['held-out', (r: EvalResult) => r.heldout, e.heldoutDelta],
+    ['held-out family', (r: EvalResult) => r.heldoutFamily ?? null, e.heldoutFamilyDelta],
   ] as const) {
     const a = e.initial ? pick(e.initial) : null;
     const b = e.final ? pick(e.final) : null;
-    const d = name === 'train' ? e.trainDelta : e.heldoutDelta;
+    if (name === 'held-out family' && !a && !b) continue;
     lines.push(
       `pass@1 ${name}: initial ${pct(a?.value)} ${ci(a?.ci)}, final ${pct(b?.value)} ${ci(b?.ci)}, change ${pct(d?.value)} ${ci(d?.ci)}`,
     );
   }
+  if (e.curve.length > 2)
+    for (const c of e.curve)
+      lines.push(
+        `eval ${c.name} (version ${c.weightVersion}): train ${pct(c.train)}, held-out ${pct(c.heldout)}, held-out family ${pct(c.heldoutFamily)}`,
+      );
+  if (s.arm) lines.push(`arm: ${s.arm}, seed ${s.seed}`);
   lines.push(`claims: ${JSON.stringify(s.claims)}`);
   return lines.join('\n');
 }

@@ -10,8 +10,9 @@ import { appendFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { decodeSamples, type Sample } from '@vime/core';
 import { type RunSummary, runLoop, type TrainResult } from '@vime/loop';
-import { checkStep, type StepChecks } from './checks.js';
+import { checkStep, checkWeightVersions, type StepChecks, type VersionCheck } from './checks.js';
 import { startPolicyServer } from './policy-server.js';
+import { startRftTrainer } from './rft.js';
 import { type ClosedLoopOptions, loopConfig, paths, scoreRow, taskSplit, tokenizerOf } from './run.js';
 import { startTrainer, type TrainerStep, trainResultOf } from './trainer.js';
 
@@ -66,10 +67,16 @@ export interface StepRecord {
     replay: { mean: number; max: number };
     change: { mean: number; max: number };
   } | null;
-  checks: StepChecks;
+  /** null for the rejection-sampling arm: it writes no GRPO dumps to check. */
+  checks: StepChecks | null;
+  /** The rejection-sampling arm's one check: every row carries the version served while it rolled out. */
+  versions?: VersionCheck | undefined;
 }
 
 export interface TrainRunResult {
+  /** The arm (grpo, shuffled, rft) and the run's seed. */
+  arm?: 'grpo' | 'shuffled' | 'rft' | undefined;
+  seed?: number | undefined;
   model: string;
   trainer: { backend: string; label?: string | undefined; ready: Record<string, unknown> };
   steps: StepRecord[];
@@ -99,21 +106,32 @@ export async function train(options: ClosedLoopOptions, model: string): Promise<
     args: ['--weight-version', last ? last.event.weight_version : '0', ...options.serverArgs],
     signal: options.signal,
   });
+  const arm = options.arm ?? 'grpo';
+  const seed = options.seed ?? 1;
   let trainer: Awaited<ReturnType<typeof startTrainer>> | undefined;
   try {
-    trainer = await startTrainer({
-      modelPath: startModel,
-      out: p.trainer,
-      engineUrls: [server.url],
-      backend: options.backend,
-      device: options.device,
-      python: options.python,
-      entry: options.trainerEntry,
-      pythonPath: options.trainerPythonPath,
-      args: ['--lr', String(options.lr), ...options.trainerArgs],
-      onLog: (line) => options.log(`trainer: ${line}`),
-      signal: options.signal,
-    });
+    trainer =
+      arm === 'rft'
+        ? startRftTrainer({
+            modelPath: startModel,
+            out: p.trainer,
+            serverUrl: server.url,
+            weightVersion: last ? last.event.weight_version : '0',
+            closedLoop: options,
+          })
+        : await startTrainer({
+            modelPath: startModel,
+            out: p.trainer,
+            engineUrls: [server.url],
+            backend: options.backend,
+            device: options.device,
+            python: options.python,
+            entry: options.trainerEntry,
+            pythonPath: options.trainerPythonPath,
+            args: ['--lr', String(options.lr), '--seed', String(seed), ...options.trainerArgs],
+            onLog: (line) => options.log(`trainer: ${line}`),
+            signal: options.signal,
+          });
     options.log(
       `trainer ready: ${trainer.ready.backend}${trainer.ready.label ? ` (${trainer.ready.label})` : ''}, weight version ${trainer.ready.weight_version}`,
     );
@@ -126,6 +144,9 @@ export async function train(options: ClosedLoopOptions, model: string): Promise<
       promptsPerStep: options.prompts,
       samplesPerPrompt: options.samples,
       mode: options.mode,
+      // Procedural tasks: fresh training instances every step, drawn without replacement (draws/<step>.json).
+      ...(split.kind === 'procedural' ? { taskDraw: 'fresh', taskDrawSeed: seed } : {}),
+      ...(arm === 'shuffled' ? { shuffleRewardsSeed: seed } : {}),
       ...(resume ? { resume: p.train } : {}),
     });
     const summary = await runLoop(config, {
@@ -160,12 +181,15 @@ export async function train(options: ClosedLoopOptions, model: string): Promise<
     for (const s of summary.steps) {
       const t = trained.find((x) => x.step === s.step);
       if (!t) continue;
-      const checks = await checkStep({
-        step: s.step,
-        batchPath: s.batchPath,
-        trainerOut: p.trainer,
-        expectedVersion: options.mode === 'sync' ? t.servedVersion : undefined,
-      });
+      const checks =
+        arm === 'rft'
+          ? null
+          : await checkStep({
+              step: s.step,
+              batchPath: s.batchPath,
+              trainerOut: p.trainer,
+              expectedVersion: options.mode === 'sync' ? t.servedVersion : undefined,
+            });
       const diff = t.event.metrics.logprob_abs_diff_mean;
       steps.push({
         step: s.step,
@@ -178,9 +202,19 @@ export async function train(options: ClosedLoopOptions, model: string): Promise<
         train: trainResultOf(t.event),
         probe: t.probe,
         checks,
+        ...(checks
+          ? {}
+          : {
+              versions: checkWeightVersions(
+                decodeSamples(await readFile(s.batchPath)),
+                options.mode === 'sync' ? t.servedVersion : undefined,
+              ),
+            }),
       });
     }
     const result: TrainRunResult = {
+      arm,
+      seed,
       model: resolve(model),
       trainer: { backend: trainer.ready.backend, label: trainer.ready.label, ready: trainer.ready },
       steps,

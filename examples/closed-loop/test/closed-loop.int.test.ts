@@ -171,9 +171,10 @@ describe('the closed loop in miniature on CPU (tiny model, 2 GRPO steps, plain t
 
   it('passes vime-grpo check and the token audit at every step; the trainer recomputed the rollout log-probs', () => {
     for (const s of result.steps) {
-      expect(s.checks.grpoCheck.verdict).toBe('match');
-      expect(s.checks.tokenAudit, JSON.stringify(s.checks.tokenAudit.problems)).toMatchObject({ ok: true });
-      expect(s.checks.tokenAudit.samples).toBe(batch(s.step).length);
+      const checks = s.checks!;
+      expect(checks.grpoCheck.verdict).toBe('match');
+      expect(checks.tokenAudit, JSON.stringify(checks.tokenAudit.problems)).toMatchObject({ ok: true });
+      expect(checks.tokenAudit.samples).toBe(batch(s.step).length);
       // float32 on CPU, the same model code on both sides.
       expect(s.logprobAbsDiffMean).toBeLessThan(1e-4);
     }

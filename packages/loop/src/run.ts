@@ -33,7 +33,7 @@ import { RUN_CONFIG_FILE, renderRunConfig } from './config/render.js';
 import type { Config } from './config/schema.js';
 import { bundledTokenizerDir, defaultRunFolder } from './defaults.js';
 import { type RunEngines, startEngines, startRunProxy } from './engines.js';
-import { createStepGroups, doneSiblings } from './groups.js';
+import { createStepGroups, doneSiblings, taskDraw } from './groups.js';
 import type { LoopIO, RunSummary } from './loop.js';
 import { sampleEngines, writeRunReport } from './report.js';
 import { RouterLog } from './router-log.js';
@@ -122,6 +122,8 @@ export class LoopRun {
   #ledgerFailed = false;
   #engineSamples: Awaited<ReturnType<ReturnType<typeof sampleEngines>['stop']>> = [];
   #units: GroupQueue['stats'] | undefined;
+  /** The task of each prompt group (dataset order, or the fresh draw without replacement). */
+  readonly #taskOf: (groupIndex: number) => number;
 
   private constructor(
     readonly config: Config,
@@ -135,6 +137,7 @@ export class LoopRun {
     readonly turnLog: TurnLog,
   ) {
     this.#routerLog = new RouterLog(services.proxy, io.log);
+    this.#taskOf = drawOf(config, services.tasks.length);
     this.#rollout = loopRollout({
       config,
       proxy: services.proxy,
@@ -178,6 +181,8 @@ export class LoopRun {
     };
     let queue: GroupQueue;
     try {
+      // A fresh draw that cannot fit the run is refused before anything is written.
+      drawOf(config, tasks.length);
       await mkdir(join(out, 'steps'), { recursive: true });
       await writeFileAtomic(join(out, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
       // The resolved config as a user reads it, each value with its source; a resume keeps the first.
@@ -273,7 +278,9 @@ export class LoopRun {
       config.promptsPerStep,
       this.services.tasks.length,
       config.samplesPerPrompt,
+      this.#taskOf,
     );
+    await this.#recordDraw(step, first);
     this.#resumedRollouts += doneSiblings(queue, ids);
     let bar: { stop(): void } | undefined;
     const groups = await runGroups(queue, ids, this.services.tasks, this.#rollout, {
@@ -298,6 +305,20 @@ export class LoopRun {
     });
     bar?.stop();
     this.#stepGroups.set(step, groups);
+  }
+
+  /** The step's tasks, in group order, so a reader can check the draw (`draws/<step>.json`). */
+  async #recordDraw(step: number, first: number): Promise<void> {
+    const { config } = this;
+    const groups = Array.from({ length: config.promptsPerStep }, (_, i) => first + i);
+    const record = {
+      step,
+      draw: config.taskDraw,
+      seed: config.taskDraw === 'fresh' ? config.taskDrawSeed : null,
+      instanceIds: groups.map((g) => this.services.tasks[this.#taskOf(g)]!.id),
+    };
+    await mkdir(join(this.out, 'draws'), { recursive: true });
+    await writeFileAtomic(join(this.out, 'draws', `${step}.json`), `${JSON.stringify(record)}\n`);
   }
 
   /**
@@ -521,3 +542,11 @@ export class LoopRun {
 function poolList(names: readonly string[]): string {
   return names.length <= 6 ? names.join(', ') : `${names.length} (${names.slice(0, 3).join(', ')}, …)`;
 }
+
+const drawOf = (config: Config, taskCount: number) =>
+  taskDraw(taskCount, {
+    draw: config.taskDraw,
+    seed: config.taskDrawSeed,
+    steps: config.steps,
+    promptsPerStep: config.promptsPerStep,
+  });

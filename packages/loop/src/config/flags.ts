@@ -89,6 +89,10 @@ Flags (environment variable in brackets; a flag wins over its variable, a variab
   --seed N                 seed of the stand-in policy (default 7)
   --shuffle-rewards SEED   the shuffled-reward control: permute each step's rewards across its rollouts
                            (seeded) before advantages; pass@k still counts what rollouts earned (default off)
+  --task-draw cycle|fresh  which task each prompt gets: dataset order, cycling (cycle), or a seeded draw
+                           without replacement, no task twice in the run (fresh; steps x prompts must fit
+                           the dataset); each step's tasks in <out>/draws/<step>.json (default cycle)
+  --task-draw-seed N       seed of the fresh draw (default 0)
   --policy NAME            the stand-in's script: scripted (gold fix, wrong fix or malformed output by
                            the odds) or debugger (reproduces, reads, tries heuristic edits; default scripted)
   --quiet                  no progress bars or progress lines
@@ -149,6 +153,8 @@ export const FLAGS = {
   seed: { type: 'string' },
   policy: { type: 'string' },
   'shuffle-rewards': { type: 'string' },
+  'task-draw': { type: 'string' },
+  'task-draw-seed': { type: 'string' },
   quiet: { type: 'boolean' },
   'wandb-project': { type: 'string' },
 } as const;
@@ -262,6 +268,8 @@ export function configFromFlags(
     seed: number(v.seed, '--seed'),
     standInPolicy: v.policy,
     shuffleRewardsSeed: number(v['shuffle-rewards'], '--shuffle-rewards'),
+    taskDraw: v['task-draw'],
+    taskDrawSeed: number(v['task-draw-seed'], '--task-draw-seed'),
     quiet: v.quiet,
     wandbProject: v['wandb-project'],
   });

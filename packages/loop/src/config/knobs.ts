@@ -38,6 +38,8 @@ export const KNOBS: readonly Knob[] = [
   knob('concurrency', 'run.concurrency', { flag: '--concurrency', env: 'VIME_ROLLOUT_CONCURRENCY' }),
   knob('mode', 'run.mode', { flag: '--mode' }),
   knob('shuffleRewardsSeed', 'run.shuffle_rewards_seed', { flag: '--shuffle-rewards' }),
+  knob('taskDraw', 'run.task_draw', { flag: '--task-draw' }),
+  knob('taskDrawSeed', 'run.task_draw_seed', { flag: '--task-draw-seed' }),
   knob('rolloutGuardMs', 'run.rollout_deadline', { kind: 'duration', flag: '--rollout-deadline' }),
   knob('engineUrls', 'engines.urls', { flag: '--engine-url', env: 'VIME_ENGINE_URLS' }),
   knob('engineKind', 'engines.kind', { flag: '--engine-kind' }),

@@ -161,6 +161,13 @@ export const ConfigSchema = z.object({
     .describe(
       "The shuffled-reward control: each step's rewards permuted (seeded) across its rollouts before advantages; rows keep the earned one as metadata.true_reward (null: off).",
     ),
+  taskDraw: z
+    .enum(['cycle', 'fresh'])
+    .default('cycle')
+    .describe(
+      "Which task each step's prompts get: cycle (dataset order, from the start again when it runs out) or fresh (a seeded draw without replacement: no task twice in the run; steps x prompts must fit the dataset).",
+    ),
+  taskDrawSeed: z.number().int().default(0).describe('Seed of the fresh task draw.'),
   maxStaleness: z
     .number()
     .int()
