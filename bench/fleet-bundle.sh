@@ -17,22 +17,9 @@ mkdir -p "$cache"
 rm -rf "$out"
 mkdir -p "$out/tools" "$out/app" "$out/tokenizer"
 
-source "$repo/scripts/node.sh"
-node_version=$VIME_NODE_LTS
-if [ ! -f "$cache/node-$node_version.xz" ]; then
-  node_home=$(vime_node_fetch "$node_version")
-  xz -T0 -9 -c "$node_home/bin/node" >"$cache/node-$node_version.xz.tmp"
-  mv "$cache/node-$node_version.xz.tmp" "$cache/node-$node_version.xz"
-fi
-cp "$cache/node-$node_version.xz" "$out/tools/node.xz"
-
-deb=$(ls "$cache"/bubblewrap_*.deb 2>/dev/null | head -1 || true)
-if [ -z "$deb" ]; then
-  (cd "$cache" && apt-get download bubblewrap 2>/dev/null)
-  deb=$(ls "$cache"/bubblewrap_*.deb | head -1)
-fi
-dpkg -x "$deb" "$out/tools/bwrap"
-rm -rf "$out/tools/bwrap/usr/share/man" "$out/tools/bwrap/usr/share/bash-completion" "$out/tools/bwrap/usr/share/zsh"
+# Node (the pinned LTS, xz-packed) and Debian's bubblewrap, as every carried folder has them.
+source "$repo/scripts/bundle-tools.sh"
+vime_bundle_tools "$out" "$cache"
 
 # The bench and its driver, each one ESM file with every dependency inside.
 (cd "$repo" && node -e "

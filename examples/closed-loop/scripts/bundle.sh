@@ -17,25 +17,9 @@ mkdir -p "$cache"
 rm -rf "$out"
 mkdir -p "$out/tools" "$out/examples/closed-loop/app" "$out/python/src"
 
-# Node: the pinned LTS, fetched once into the repository's .node/ (scripts/node.sh checks its sha512),
-# xz-packed once and cached.
-source "$repo/scripts/node.sh"
-node_version=$VIME_NODE_LTS
-if [ ! -f "$cache/node-$node_version.xz" ]; then
-  node_home=$(vime_node_fetch "$node_version")
-  xz -T0 -9 -c "$node_home/bin/node" >"$cache/node-$node_version.xz.tmp"
-  mv "$cache/node-$node_version.xz.tmp" "$cache/node-$node_version.xz"
-fi
-cp "$cache/node-$node_version.xz" "$out/tools/node.xz"
-
-# bubblewrap: Debian's .deb, unpacked.
-deb=$(ls "$cache"/bubblewrap_*.deb 2>/dev/null | head -1 || true)
-if [ -z "$deb" ]; then
-  (cd "$cache" && apt-get download bubblewrap 2>/dev/null)
-  deb=$(ls "$cache"/bubblewrap_*.deb | head -1)
-fi
-dpkg -x "$deb" "$out/tools/bwrap"
-rm -rf "$out/tools/bwrap/usr/share/man" "$out/tools/bwrap/usr/share/bash-completion" "$out/tools/bwrap/usr/share/zsh"
+# Node (the pinned LTS, xz-packed) and Debian's bubblewrap, as every carried folder has them.
+source "$repo/scripts/bundle-tools.sh"
+vime_bundle_tools "$out" "$cache"
 
 # pytest: grading (python3 -I -m pytest in the sandboxes) and the procedural family's generator need it in
 # the machine's python3; a GPU machine may have none. Debian's python3-pytest and its pure-Python
