@@ -28,15 +28,17 @@ if [ -f "$here/app/cli.mjs" ]; then
   if ! python3 -c 'import msgpack' 2>/dev/null; then
     export PYTHONPATH="$tools/python${PYTHONPATH:+:$PYTHONPATH}"
   fi
-  # Grading runs `python3 -I -m pytest` in the sandboxes (isolated: PYTHONPATH is not read), so pytest must
-  # be in the machine's python3; the bundle carries Debian's, installed where python3 looks when missing.
-  if ! python3 -c 'import pytest' 2>/dev/null; then
-    site=$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  # Grading runs `python3 -I -m pytest` in the sandboxes (isolated: PYTHONPATH is not read), and their
+  # python3 is the one on the sandbox's PATH, not necessarily this shell's: pytest must be there. The bundle
+  # carries Debian's, installed where that python3 looks when missing.
+  sandbox_python=$(PATH=/usr/sbin:/usr/bin:/sbin:/bin command -v python3 || echo python3)
+  if ! "$sandbox_python" -I -c 'import pytest' 2>/dev/null; then
+    site=$("$sandbox_python" -I -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
     if mkdir -p "$site" 2>/dev/null && [ -w "$site" ]; then
       xz -dc "$tools/pytest.tar.xz" | tar -C "$site" --skip-old-files -xf -
-      echo "pytest: python3 had none; installed the bundled $(cat "$tools/pytest.version") into $site" >&2
+      echo "pytest: $sandbox_python had none; installed the bundled $(cat "$tools/pytest.version") into $site" >&2
     else
-      echo "pytest: python3 has none, and $site is not writable; as root: xz -dc $tools/pytest.tar.xz | tar -C $site -xf -" >&2
+      echo "pytest: $sandbox_python has none, and $site is not writable; as root: xz -dc $tools/pytest.tar.xz | tar -C $site -xf -" >&2
       exit 2
     fi
   fi
